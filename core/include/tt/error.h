@@ -1,0 +1,76 @@
+#pragma once
+// One error type for everything tt reports to a user, and TT_CHECK to raise it with context.
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "tt/export.h"
+
+namespace tt {
+
+class TT_API Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+  ~Error() override;
+  // tt-run's exit status for this error (see README, "Exit codes").
+  virtual int exit_code() const { return 1; }
+};
+
+// The pipeline or the command line is wrong (exit 2).
+class TT_API ConfigError : public Error {
+ public:
+  using Error::Error;
+  ~ConfigError() override;
+  int exit_code() const override { return 2; }
+};
+
+// A plugin or model library was not found or was refused (exit 3).
+class TT_API ModuleError : public Error {
+ public:
+  using Error::Error;
+  ~ModuleError() override;
+  int exit_code() const override { return 3; }
+};
+
+// Training ran out of memory and no plugin recovered (exit 4).
+class TT_API OutOfMemory : public Error {
+ public:
+  using Error::Error;
+  ~OutOfMemory() override;
+  int exit_code() const override { return 4; }
+};
+
+// The loss became NaN or infinite (exit 5).
+class TT_API NumericError : public Error {
+ public:
+  using Error::Error;
+  ~NumericError() override;
+  int exit_code() const override { return 5; }
+};
+
+namespace detail {
+template <class... Args>
+std::string cat(const Args&... args) {
+  std::ostringstream out;
+  (out << ... << args);
+  return out.str();
+}
+}  // namespace detail
+
+// Stopped by Ctrl-C / SIGTERM after writing a checkpoint (exit 130).
+class TT_API Interrupted : public Error {
+ public:
+  using Error::Error;
+  ~Interrupted() override;
+  int exit_code() const override { return 130; }
+};
+
+}  // namespace tt
+
+#define TT_FAIL_AS(Type, ...) throw ::tt::Type(::tt::detail::cat(__VA_ARGS__))
+#define TT_CHECK_AS(Type, cond, ...)           \
+  do {                                         \
+    if (!(cond)) TT_FAIL_AS(Type, __VA_ARGS__); \
+  } while (0)
+#define TT_FAIL(...) TT_FAIL_AS(Error, __VA_ARGS__)
+#define TT_CHECK(cond, ...) TT_CHECK_AS(Error, cond, __VA_ARGS__)

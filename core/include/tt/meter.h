@@ -1,0 +1,57 @@
+#pragma once
+// The memory meter: exact tensor bytes, RSS, and an optional cap.
+//
+// install() puts a tracking allocator in front of LibTorch's CPU allocator
+// (c10::SetCPUAllocator). It counts the bytes of every live CPU tensor (current and
+// peak, exact), can cache freed blocks by size as CUDA's caching allocator does (so
+// large buffers are not returned to the OS and faulted back in every step), and can
+// enforce a cap: an allocation that would exceed it throws c10::OutOfMemoryError,
+// the error a device would raise, so OOM handling is testable without a GPU.
+// With a CUDA build, device figures come from the CUDA caching allocator.
+#include <cstdint>
+#include <string>
+
+#include "tt/export.h"
+
+namespace tt {
+
+struct MemorySnapshot {
+  int64_t tensor_bytes = 0;       // live CPU tensor bytes (requested sizes)
+  int64_t tensor_peak = 0;        // since the last reset_peak()
+  int64_t cached_bytes = 0;       // freed blocks held for reuse
+  int64_t rss = 0;                // process resident set size
+  int64_t rss_peak = 0;           // VmHWM
+  int64_t device_bytes = 0;       // CUDA allocated (CUDA builds, when a device is used)
+  int64_t device_peak = 0;
+};
+
+class TT_API Meter {
+ public:
+  static Meter& global();
+  // Installs the tracking allocator (idempotent). tt-run does it before anything else.
+  void install();
+  bool installed() const;
+
+  int64_t current() const;  // live tensor bytes
+  int64_t peak() const;
+  void reset_peak();        // peak := current
+  int64_t allocations() const;  // number of allocations so far
+
+  // Cap on live tensor bytes; 0 removes it.
+  void set_cap(int64_t bytes);
+  int64_t cap() const;
+
+  // Cache freed blocks (>= 64 KiB) by size class for reuse; off by default.
+  void set_caching(bool on);
+  bool caching() const;
+  int64_t cached() const;
+  void release_cache();  // give cached blocks back to the OS
+
+  static int64_t rss();
+  static int64_t rss_peak();
+  static void reset_rss_peak();  // via /proc/self/clear_refs; no-op where refused
+
+  MemorySnapshot snapshot() const;
+};
+
+}  // namespace tt

@@ -1,0 +1,41 @@
+#pragma once
+// A model is a torch Module that turns a batch into a loss.
+#include <torch/nn/module.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "tt/batch.h"
+#include "tt/export.h"
+
+namespace tt {
+
+struct State;
+class Dataset;
+
+enum class Reduction {
+  Sum,   // loss is a sum over the batch's examples: micro-batch losses add up
+  Mean,  // loss is a mean: micro-batch losses are weighted by their share of the batch
+};
+
+struct ModelOutput {
+  at::Tensor loss;                         // scalar
+  Reduction reduction = Reduction::Mean;
+  int64_t items = 0;                       // tokens/examples processed, for throughput
+  std::map<std::string, at::Tensor> extra; // anything plugins or metrics may want
+};
+
+class TT_API Model : public torch::nn::Module {
+ public:
+  ~Model() override;
+  virtual ModelOutput forward_loss(const Batch& batch) = 0;
+  // Validation metrics; by default the example-weighted mean loss over the dataset.
+  virtual std::map<std::string, double> evaluate(Dataset& data, int64_t batch_size);
+  // Called once at the end of training: write fitted parameters, samples, tables.
+  virtual void write_outputs(const std::filesystem::path& run_dir, State& state);
+  // One line for the summary ("topic model: 1000 docs x 1000 terms, k=10").
+  virtual std::string describe() const { return name(); }
+};
+
+}  // namespace tt

@@ -1,0 +1,87 @@
+#pragma once
+// Everything a pipeline names is looked up here: models, datasets, plugins, optimizers,
+// schedules. Built-ins register at start-up; modules (.so) register when loaded. A name
+// that is not registered makes the registry ask the module loader for a file of that name
+// (tt_plugin_<name>.so, tt_model_<name>.so); if that fails too, the error lists what exists.
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tt/dataset.h"
+#include "tt/export.h"
+#include "tt/options.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+namespace at {
+class Tensor;
+}
+
+namespace tt {
+
+class Plugin;
+class Model;
+class Schedule;
+
+using PluginFactory = std::function<std::unique_ptr<Plugin>(const Options&)>;
+using ModelFactory = std::function<std::shared_ptr<Model>(const Options&, const Datasets&)>;
+using DatasetFactory = std::function<Datasets(const Options&, uint64_t seed)>;
+using OptimizerFactory =
+    std::function<std::shared_ptr<torch::optim::Optimizer>(const std::vector<at::Tensor>&, const Options&)>;
+using ScheduleFactory = std::function<std::unique_ptr<Schedule>(const Options&)>;
+
+template <class Factory>
+struct Component {
+  std::string name;
+  std::string description;
+  Schema schema;
+  Factory factory;
+  std::string origin;  // "built-in" or the .so it came from
+};
+
+enum class Kind { Model, Dataset, Plugin, Optimizer, Schedule };
+TT_API const char* kind_name(Kind k);  // "model", "dataset", ...
+
+class TT_API Registry {
+ public:
+  static Registry& global();
+
+  void add_model(std::string name, std::string description, Schema schema, ModelFactory f);
+  void add_dataset(std::string name, std::string description, Schema schema, DatasetFactory f);
+  void add_plugin(std::string name, std::string description, Schema schema, PluginFactory f);
+  void add_optimizer(std::string name, std::string description, Schema schema, OptimizerFactory f);
+  void add_schedule(std::string name, std::string description, Schema schema, ScheduleFactory f);
+
+  // Look-ups load modules on demand; unknown names throw with the list of what exists.
+  const Component<ModelFactory>& model(const std::string& name);
+  const Component<DatasetFactory>& dataset(const std::string& name);
+  const Component<PluginFactory>& plugin(const std::string& name);
+  const Component<OptimizerFactory>& optimizer(const std::string& name);
+  const Component<ScheduleFactory>& schedule(const std::string& name);
+
+  std::vector<std::string> names(Kind k) const;
+  struct Entry {
+    std::string name, description, origin;
+    const Schema* schema;
+  };
+  std::vector<Entry> entries(Kind k) const;
+
+  // Set by the module loader while a module registers, so entries know their origin.
+  void set_current_origin(std::string origin) { origin_ = std::move(origin); }
+
+ private:
+  Registry();
+  template <class F>
+  const Component<F>& find(std::map<std::string, Component<F>>& table, Kind kind, const std::string& name);
+  std::map<std::string, Component<ModelFactory>> models_;
+  std::map<std::string, Component<DatasetFactory>> datasets_;
+  std::map<std::string, Component<PluginFactory>> plugins_;
+  std::map<std::string, Component<OptimizerFactory>> optimizers_;
+  std::map<std::string, Component<ScheduleFactory>> schedules_;
+  std::string origin_ = "built-in";
+};
+
+}  // namespace tt

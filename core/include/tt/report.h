@@ -1,0 +1,46 @@
+#pragma once
+// Run outputs: metrics.jsonl lines, the progress display, gnuplot plots.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "tt/export.h"
+
+namespace tt {
+
+// Appends one JSON object per line; flushed each line so a crash loses nothing.
+class TT_API MetricsFile {
+ public:
+  MetricsFile() = default;
+  void open(const std::filesystem::path& path, int64_t truncate_after_step = -1);
+  void write(const std::string& json_line);
+  ~MetricsFile();
+
+ private:
+  std::FILE* f_ = nullptr;
+};
+
+// A progress bar on a terminal; plain periodic lines otherwise.
+class TT_API Progress {
+ public:
+  enum class Mode { Auto, Bar, Lines, Off };
+  static Mode parse_mode(const std::string& s);
+  Progress(Mode mode, int64_t total, int64_t start);
+  void update(int64_t done, double loss, int64_t tensor_bytes, int64_t rss);
+  void finish();
+
+ private:
+  Mode mode_;
+  int64_t total_, start_;
+  std::chrono::steady_clock::time_point t0_, last_;
+  bool drawn_ = false;
+};
+
+// Draws y over x from columns of a whitespace data file with gnuplot into a PNG.
+// Returns false (and logs why) when gnuplot is missing or fails.
+TT_API bool plot_png(const std::filesystem::path& data, const std::filesystem::path& png, const std::string& title,
+                     const std::string& xlabel, const std::string& ylabel, const std::string& using_cols,
+                     bool logy = false);
+
+}  // namespace tt

@@ -1,0 +1,53 @@
+#pragma once
+// The training loop. Builds data, model, plugins, optimizer and schedule from a Pipeline,
+// fires events, meters memory, writes the run directory, checkpoints and resumes.
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tt/export.h"
+#include "tt/pipeline.h"
+#include "tt/state.h"
+
+namespace tt {
+
+class Plugin;
+
+struct TrainerConfig {
+  std::filesystem::path run_dir;     // empty: <output.dir>/<name>-<timestamp>
+  bool resume = false;               // continue from the newest checkpoint in run_dir
+  bool quiet = false;                // no progress output, no summary print
+};
+
+struct MemoryBreakdown {
+  int64_t parameters = 0, gradients = 0, optimizer_state = 0, activations = 0;
+  int64_t peak_tensor = 0, peak_rss = 0;
+};
+
+class TT_API Trainer {
+ public:
+  explicit Trainer(Pipeline pipeline, TrainerConfig config = {});
+  ~Trainer();
+  // Adds a plugin object after those the pipeline names (tests, embedding).
+  void add_plugin(std::unique_ptr<Plugin> plugin);
+  // Runs the whole fit. Throws tt::Error subclasses with a message for the user.
+  void fit();
+
+  State& state();
+  const Pipeline& pipeline() const;
+  const std::filesystem::path& run_dir() const;
+  const std::vector<double>& step_losses() const;  // loss of every step taken in this process
+  const MemoryBreakdown& memory() const;
+  std::string summary_json() const;  // as written to summary.json
+
+  // Reads RUN_DIR/pipeline.yaml; overrides apply on top.
+  static Pipeline pipeline_of_run(const std::filesystem::path& run_dir, const std::vector<std::string>& overrides);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tt

@@ -1,0 +1,108 @@
+#include "tt/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <regex>
+
+#include "tt/error.h"
+
+namespace fs = std::filesystem;
+
+namespace tt {
+namespace {
+
+std::atomic<int> g_writes{0};
+
+// TT_FAULT_CHECKPOINT_CRASH="N:BYTES": crash during the N-th checkpoint write (testing).
+bool crash_plan(int write_index, int64_t& after_bytes) {
+  const char* env = std::getenv("TT_FAULT_CHECKPOINT_CRASH");
+  if (!env) return false;
+  int n = 0;
+  long long b = 0;
+  if (std::sscanf(env, "%d:%lld", &n, &b) != 2 || n != write_index) return false;
+  after_bytes = b;
+  return true;
+}
+
+void fsync_dir(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+void save_archive_atomic(torch::serialize::OutputArchive& archive, const fs::path& path) {
+  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  fs::create_directories(dir);
+  const fs::path tmp = dir / ("." + path.filename().string() + ".tmp");
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TT_CHECK(fd >= 0, "cannot write checkpoint ", tmp.string(), ": ", std::strerror(errno));
+  const int index = ++g_writes;
+  int64_t crash_after = -1;
+  const bool crash = crash_plan(index, crash_after);
+  int64_t written = 0;
+  std::string error;
+  try {
+    archive.save_to([&](const void* data, size_t n) -> size_t {
+      const char* p = static_cast<const char*>(data);
+      size_t left = n;
+      while (left > 0) {
+        size_t chunk = left;
+        if (crash && written + static_cast<int64_t>(chunk) > crash_after)
+          chunk = static_cast<size_t>(std::max<int64_t>(0, crash_after - written));
+        ssize_t w = chunk ? ::write(fd, p, chunk) : 0;
+        if (w < 0) {
+          if (errno == EINTR) continue;
+          throw Error(std::string("write failed: ") + std::strerror(errno));
+        }
+        written += w, p += w, left -= static_cast<size_t>(w);
+        if (crash && written >= crash_after) ::_exit(86);  // simulated crash mid-write
+      }
+      return n;
+    });
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (error.empty() && ::fsync(fd) != 0) error = std::string("fsync failed: ") + std::strerror(errno);
+  ::close(fd);
+  if (!error.empty()) {
+    fs::remove(tmp);
+    TT_FAIL("cannot write checkpoint ", path.string(), ": ", error, " (disk full? the previous checkpoint is kept)");
+  }
+  fs::rename(tmp, path);
+  fsync_dir(dir);
+}
+
+fs::path checkpoint_path(const fs::path& dir, int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "step-%08lld.pt", static_cast<long long>(step));
+  return dir / name;
+}
+
+std::vector<fs::path> list_checkpoints(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  static const std::regex re("step-[0-9]+\\.pt");
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (std::regex_match(e.path().filename().string(), re)) out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void prune_checkpoints(const fs::path& dir, int keep) {
+  if (keep <= 0) return;
+  auto all = list_checkpoints(dir);
+  for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) fs::remove(all[i]);
+}
+
+}  // namespace tt

@@ -1,0 +1,208 @@
+#include "tt/meter.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <c10/util/Exception.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tt/compat.h"
+#include "tt/options.h"
+
+#if TT_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+namespace tt {
+namespace {
+
+// Each block starts with this header; the tensor data follows at kHeader bytes (keeping
+// the 64-byte alignment LibTorch's CPU allocator guarantees). The DataPtr's context is
+// the data pointer itself, so raw_allocate/raw_deleter work too.
+constexpr size_t kHeader = 64;
+constexpr size_t kCacheMin = 64 * 1024;  // smaller blocks are glibc malloc's business
+struct Header {
+  size_t requested;  // bytes the tensor asked for
+  size_t capacity;   // usable bytes of the block (its size class)
+};
+
+size_t size_class(size_t n) {
+  if (n < kCacheMin) return n;
+  // round up to 1/8 of the enclosing power of two: at most 12.5% slack
+  size_t p = size_t{1} << (63 - __builtin_clzll(n));
+  size_t step = std::max<size_t>(p / 8, 4096);
+  return (n + step - 1) / step * step;
+}
+
+class TrackingAllocator final : public c10::Allocator {
+ public:
+  std::atomic<int64_t> current{0}, peak{0}, count{0}, cap{0}, cached{0};
+  std::atomic<bool> caching{false};
+
+  c10::DataPtr allocate(size_t n) TT_ALLOCATOR_CONST override {
+    auto* self = const_cast<TrackingAllocator*>(this);
+    return self->do_allocate(n);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &TrackingAllocator::deleter; }
+#if TT_ALLOCATOR_HAS_COPY_DATA
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+#endif
+
+  void release_cache() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [size, blocks] : free_) {
+      for (void* b : blocks) c10::free_cpu(b);
+      cached -= static_cast<int64_t>(size * blocks.size());
+    }
+    free_.clear();
+  }
+
+  static void deleter(void* data);
+
+ private:
+  c10::DataPtr do_allocate(size_t n) {
+    const int64_t c = cap.load();
+    if (c > 0 && current.load() + static_cast<int64_t>(n) > c) {
+      release_cache();
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "tt memory cap exceeded: tried to allocate ", format_bytes(n),
+                       "; ", format_bytes(current.load()), " of tensors are live and the cap is ", format_bytes(c),
+                       " (trainer.memory_cap)");
+    }
+    const size_t capacity = size_class(n);
+    void* base = nullptr;
+    if (capacity >= kCacheMin && cached.load() > 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(capacity);
+      if (it != free_.end() && !it->second.empty()) {
+        base = it->second.back();
+        it->second.pop_back();
+        cached -= static_cast<int64_t>(capacity);
+      }
+    }
+    if (!base) base = c10::alloc_cpu(capacity + kHeader);
+    auto* h = static_cast<Header*>(base);
+    h->requested = n;
+    h->capacity = capacity;
+    int64_t now = current.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
+    int64_t p = peak.load();
+    while (now > p && !peak.compare_exchange_weak(p, now)) {
+    }
+    count.fetch_add(1);
+    void* data = static_cast<char*>(base) + kHeader;
+    return {data, data, &TrackingAllocator::deleter, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  void free_block(void* data) {
+    void* base = static_cast<char*>(data) - kHeader;
+    auto* h = static_cast<Header*>(base);
+    current.fetch_sub(static_cast<int64_t>(h->requested));
+    if (caching.load() && h->capacity >= kCacheMin) {
+      std::lock_guard<std::mutex> lock(mu_);
+      free_[h->capacity].push_back(base);
+      cached += static_cast<int64_t>(h->capacity);
+      return;
+    }
+    c10::free_cpu(base);
+  }
+
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+};
+
+TrackingAllocator* g_alloc = nullptr;
+
+void TrackingAllocator::deleter(void* data) {
+  if (data) g_alloc->free_block(data);
+}
+
+std::once_flag g_install;
+
+int64_t read_status_kb(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const size_t len = std::strlen(key);
+  while (std::getline(in, line))
+    if (line.compare(0, len, key) == 0) return std::stoll(line.substr(len + 1)) * 1024;
+  return 0;
+}
+
+}  // namespace
+
+Meter& Meter::global() {
+  static Meter m;
+  return m;
+}
+
+void Meter::install() {
+  std::call_once(g_install, [] {
+    g_alloc = new TrackingAllocator();  // never freed: tensors may outlive everything
+    c10::SetCPUAllocator(g_alloc, /*priority=*/100);
+  });
+}
+
+bool Meter::installed() const { return g_alloc != nullptr; }
+int64_t Meter::current() const { return g_alloc ? g_alloc->current.load() : 0; }
+int64_t Meter::peak() const { return g_alloc ? g_alloc->peak.load() : 0; }
+void Meter::reset_peak() {
+  if (g_alloc) g_alloc->peak.store(g_alloc->current.load());
+}
+int64_t Meter::allocations() const { return g_alloc ? g_alloc->count.load() : 0; }
+void Meter::set_cap(int64_t bytes) {
+  install();
+  g_alloc->cap.store(bytes);
+}
+int64_t Meter::cap() const { return g_alloc ? g_alloc->cap.load() : 0; }
+void Meter::set_caching(bool on) {
+  install();
+  g_alloc->caching.store(on);
+  if (!on) g_alloc->release_cache();
+}
+bool Meter::caching() const { return g_alloc && g_alloc->caching.load(); }
+int64_t Meter::cached() const { return g_alloc ? g_alloc->cached.load() : 0; }
+void Meter::release_cache() {
+  if (g_alloc) g_alloc->release_cache();
+#if TT_WITH_CUDA
+  c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+}
+
+int64_t Meter::rss() {
+  std::ifstream in("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  in >> size >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+int64_t Meter::rss_peak() { return read_status_kb("VmHWM:"); }
+void Meter::reset_rss_peak() {
+  std::ofstream out("/proc/self/clear_refs");
+  if (out) out << "5";
+}
+
+MemorySnapshot Meter::snapshot() const {
+  MemorySnapshot s;
+  s.tensor_bytes = current();
+  s.tensor_peak = peak();
+  s.cached_bytes = cached();
+  s.rss = rss();
+  s.rss_peak = rss_peak();
+#if TT_WITH_CUDA
+  if (c10::cuda::device_count() > 0) {
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
+    const auto agg = static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
+    s.device_bytes = stats.allocated_bytes[agg].current;
+    s.device_peak = stats.allocated_bytes[agg].peak;
+  }
+#endif
+  return s;
+}
+
+}  // namespace tt

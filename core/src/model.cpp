@@ -1,0 +1,31 @@
+#include "tt/model.h"
+
+#include <torch/torch.h>
+
+#include "tt/dataset.h"
+
+namespace tt {
+
+Model::~Model() = default;
+
+std::map<std::string, double> Model::evaluate(Dataset& data, int64_t batch_size) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = is_training();
+  eval();
+  double total = 0;
+  int64_t n = data.size();
+  auto params = parameters();
+  const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params[0].device();
+  for (int64_t begin = 0; begin < n; begin += batch_size) {
+    int64_t end = std::min(n, begin + batch_size);
+    ModelOutput out = forward_loss(data.get(torch::arange(begin, end, torch::kLong)).to(device));
+    double l = out.loss.item<double>();
+    total += out.reduction == Reduction::Mean ? l * static_cast<double>(end - begin) : l;
+  }
+  train(was_training);
+  return {{"val_loss", n > 0 ? total / static_cast<double>(n) : 0.0}};
+}
+
+void Model::write_outputs(const std::filesystem::path&, State&) {}
+
+}  // namespace tt

@@ -1,0 +1,166 @@
+#include "tt/module_loader.h"
+
+#define BOOST_DLL_USE_STD_FS
+#include <dlfcn.h>
+
+#include <boost/dll/shared_library.hpp>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "tt/error.h"
+#include "tt/module.h"
+#include "tt/registry.h"
+
+namespace fs = std::filesystem;
+
+namespace tt {
+namespace {
+
+std::recursive_mutex g_mu;
+
+// Loaded libraries are never unloaded (objects they made may live until exit).
+std::vector<boost::dll::shared_library>& libraries() {
+  static auto* libs = new std::vector<boost::dll::shared_library>();
+  return *libs;
+}
+
+fs::path core_library_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&core_library_dir), &info) && info.dli_fname)
+    return fs::absolute(fs::path(info.dli_fname)).parent_path();
+  return fs::current_path();
+}
+
+std::string fingerprint_of(const char* torch, uint32_t gxx, int32_t abi, int32_t cuda) {
+  std::ostringstream o;
+  o << "LibTorch " << torch << ", C++ ABI " << gxx << ", _GLIBCXX_USE_CXX11_ABI=" << abi << ", "
+    << (cuda ? "CUDA" : "CPU-only");
+  return o.str();
+}
+
+}  // namespace
+
+ModuleLoader& ModuleLoader::global() {
+  static ModuleLoader* l = new ModuleLoader();
+  return *l;
+}
+
+std::vector<fs::path> ModuleLoader::search_path() const {
+  std::vector<fs::path> dirs;
+  if (const char* env = std::getenv("TT_PLUGIN_PATH")) {
+    std::stringstream ss(env);
+    std::string d;
+    while (std::getline(ss, d, ':'))
+      if (!d.empty()) dirs.emplace_back(d);
+  }
+  dirs.push_back(core_library_dir() / "tt");
+  return dirs;
+}
+
+std::string ModuleLoader::describe_search_path() const {
+  std::string s;
+  const char* env = std::getenv("TT_PLUGIN_PATH");
+  for (const auto& d : search_path()) {
+    if (!s.empty()) s += ", ";
+    s += d.string();
+  }
+  s += env ? " (TT_PLUGIN_PATH, then the directory installed with tt)"
+           : " (the directory installed with tt; set TT_PLUGIN_PATH to add more)";
+  return s;
+}
+
+void ModuleLoader::load_file(const fs::path& file_in) {
+  std::lock_guard<std::recursive_mutex> lock(g_mu);
+  const fs::path file = fs::absolute(file_in);
+  const std::string f = file.string();
+  for (const auto& done : loaded_files_)
+    if (done == f) return;
+  TT_CHECK_AS(ModuleError, fs::exists(file), f, ": no such file");
+
+  boost::dll::shared_library lib;
+  boost::dll::fs::error_code ec;
+  lib.load(file, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, ec);
+  if (ec) {
+    const char* why = dlerror();
+    TT_FAIL_AS(ModuleError, f, ": cannot be loaded: ", why ? why : ec.message(),
+               " (was it built against this tt and LibTorch? rebuild it with tt's CMake package)");
+  }
+  if (!lib.has(TT_MODULE_ENTRY_SYMBOL))
+    TT_FAIL_AS(ModuleError, f, ": not a tt module: it does not export '", TT_MODULE_ENTRY_SYMBOL,
+               "'. Define the entry point with TT_MODULE(...) from <tt/module.h>.");
+  using Entry = const tt_module_info*();
+  const tt_module_info* info = lib.get<Entry>(TT_MODULE_ENTRY_SYMBOL)();
+  TT_CHECK_AS(ModuleError, info != nullptr, f, ": its entry point returned no module info");
+  if (info->api_version != TT_API_VERSION)
+    TT_FAIL_AS(ModuleError, f, ": built for tt module API version ", info->api_version,
+               ", this tt supports version ", TT_API_VERSION, ". Rebuild the module against this tt.");
+  const std::string expected =
+      fingerprint_of(TT_TORCH_VERSION_STRING, __GXX_ABI_VERSION, _GLIBCXX_USE_CXX11_ABI, TT_WITH_CUDA);
+  const std::string found = fingerprint_of(info->torch_version ? info->torch_version : "?", info->gxx_abi_version,
+                                           info->cxx11_abi, info->cuda);
+  if (expected != found)
+    TT_FAIL_AS(ModuleError, f, ": build fingerprint mismatch: expected ", expected, ", found ", found,
+               " (module compiled by ", info->compiler ? info->compiler : "?",
+               "). Rebuild the module against the same LibTorch as this tt.");
+  const std::string kind = info->kind ? info->kind : "", name = info->name ? info->name : "";
+  TT_CHECK_AS(ModuleError, kind == "plugin" || kind == "model", f, ": module kind '", kind,
+              "' must be \"plugin\" or \"model\"");
+  TT_CHECK_AS(ModuleError, info->register_components != nullptr, f, ": module '", name,
+              "' has no register function");
+
+  Registry& reg = Registry::global();
+  reg.set_current_origin(f);
+  try {
+    info->register_components(reg);
+  } catch (const std::exception& e) {
+    reg.set_current_origin("built-in");
+    TT_FAIL_AS(ModuleError, f, ": ", kind, " '", name, "' failed to register: ", e.what());
+  }
+  reg.set_current_origin("built-in");
+  libraries().push_back(std::move(lib));
+  loaded_files_.push_back(f);
+  loaded_.push_back({kind, name, info->description ? info->description : "", f,
+                     info->torch_version ? info->torch_version : "", info->compiler ? info->compiler : ""});
+}
+
+bool ModuleLoader::load_by_name(const std::string& kind, const std::string& name) {
+  const std::string file = "tt_" + kind + "_" + name + ".so";
+  for (const auto& dir : search_path()) {
+    fs::path p = dir / file;
+    if (fs::exists(p)) {
+      load_file(p);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<std::string> ModuleLoader::load_all() {
+  std::vector<std::string> refusals;
+  std::set<std::string> seen;  // the first directory on the path wins, as for load_by_name
+  for (const auto& dir : search_path()) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) continue;
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string fn = entry.path().filename().string();
+      if (fn.rfind("tt_", 0) == 0 && entry.path().extension() == ".so") files.push_back(entry.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& p : files) {
+      if (!seen.insert(p.filename().string()).second) continue;
+      try {
+        load_file(p);
+      } catch (const std::exception& e) {
+        refusals.push_back(e.what());
+      }
+    }
+  }
+  return refusals;
+}
+
+std::vector<ModuleRecord> ModuleLoader::loaded() const { return loaded_; }
+
+}  // namespace tt

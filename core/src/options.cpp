@@ -1,0 +1,308 @@
+#include "tt/options.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <iomanip>
+
+#include "tt/error.h"
+#include "tt/yaml_util.h"
+
+// Everything wrong here is the user's configuration.
+#undef TT_FAIL
+#define TT_FAIL(...) TT_FAIL_AS(ConfigError, __VA_ARGS__)
+
+namespace tt {
+
+const char* type_name(Type t) {
+  switch (t) {
+    case Type::Bool: return "a boolean (true/false)";
+    case Type::Int: return "an integer";
+    case Type::Float: return "a number";
+    case Type::String: return "a string";
+    case Type::Bytes: return "a size in bytes (e.g. 512MiB, 1.5GiB, 1000000)";
+    case Type::List: return "a list";
+    case Type::Map: return "a map";
+  }
+  return "?";
+}
+
+Schema& Schema::add(std::string key, Type type, std::string default_yaml, std::string doc) {
+  TT_CHECK(!find(key), "schema: duplicate option '", key, "'");
+  specs_.push_back({std::move(key), type, std::move(default_yaml), std::move(doc)});
+  return *this;
+}
+
+const OptionSpec* Schema::find(const std::string& key) const {
+  for (const auto& s : specs_)
+    if (s.key == key) return &s;
+  return nullptr;
+}
+
+std::vector<std::string> Schema::keys() const {
+  std::vector<std::string> out;
+  for (const auto& s : specs_) out.push_back(s.key);
+  return out;
+}
+
+static size_t levenshtein(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const auto& c : candidates) {
+    size_t d = levenshtein(word, c);
+    // a candidate that contains the word (or vice versa) is a good guess too
+    if (c.find(word) != std::string::npos || word.find(c) != std::string::npos) d = std::min(d, size_t{2});
+    if (d < best_d) best_d = d, best = c;
+  }
+  size_t limit = std::max<size_t>(2, word.size() / 2);
+  return best_d <= limit ? best : std::string();
+}
+
+static bool parse_int(const std::string& s, int64_t& out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno == 0 && *end == '\0') {
+    out = v;
+    return true;
+  }
+  double d = std::strtod(s.c_str(), &end);  // accept 1e6, 2.0
+  if (*end == '\0' && std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18) {
+    out = static_cast<int64_t>(d);
+    return true;
+  }
+  return false;
+}
+
+static bool parse_float(const std::string& s, double& out) {
+  if (s.empty()) return false;
+  std::string t = s;
+  std::transform(t.begin(), t.end(), t.begin(), ::tolower);
+  if (t == ".inf" || t == "inf") return out = INFINITY, true;
+  if (t == "-.inf" || t == "-inf") return out = -INFINITY, true;
+  if (t == ".nan" || t == "nan") return out = NAN, true;
+  char* end = nullptr;
+  out = std::strtod(s.c_str(), &end);
+  return *end == '\0';
+}
+
+static bool parse_bool(const std::string& s, bool& out) {
+  std::string t = s;
+  std::transform(t.begin(), t.end(), t.begin(), ::tolower);
+  if (t == "true" || t == "yes" || t == "on") return out = true, true;
+  if (t == "false" || t == "no" || t == "off") return out = false, true;
+  return false;
+}
+
+int64_t parse_bytes(const std::string& text) {
+  std::string s;
+  for (char c : text)
+    if (!std::isspace(static_cast<unsigned char>(c))) s += c;
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.' || s[i] == 'e' ||
+                          s[i] == 'E' || s[i] == '+' || s[i] == '-'))
+    ++i;
+  // "1e9" vs the unit "EiB": units start with a letter other than e followed by a digit
+  std::string num = s.substr(0, i), unit = s.substr(i);
+  double v = 0;
+  TT_CHECK_AS(ConfigError, parse_float(num, v) && std::isfinite(v) && v >= 0, "'", text,
+           "' is not a size: write e.g. 512MiB, 1.5GiB, 100MB or a number of bytes");
+  std::string u = unit;
+  std::transform(u.begin(), u.end(), u.begin(), ::tolower);
+  double mult = 1;
+  if (u.empty() || u == "b") mult = 1;
+  else if (u == "k" || u == "kb") mult = 1e3;
+  else if (u == "m" || u == "mb") mult = 1e6;
+  else if (u == "g" || u == "gb") mult = 1e9;
+  else if (u == "t" || u == "tb") mult = 1e12;
+  else if (u == "kib") mult = 1024.0;
+  else if (u == "mib") mult = 1024.0 * 1024;
+  else if (u == "gib") mult = 1024.0 * 1024 * 1024;
+  else if (u == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
+  else TT_FAIL("'", text, "': unknown unit '", unit, "' (use B, KB, MB, GB, KiB, MiB, GiB)");
+  return static_cast<int64_t>(std::llround(v * mult));
+}
+
+std::string format_bytes(int64_t bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (std::fabs(v) >= 1024 && u < 4) v /= 1024, ++u;
+  std::ostringstream out;
+  if (u == 0) out << bytes << " B";
+  else out << std::fixed << std::setprecision(2) << v << ' ' << units[u];
+  return out.str();
+}
+
+// Checks one YAML value against a type; returns canonical YAML text or throws.
+static std::string check_value(const YAML::Node& n, Type type, const std::string& where, const std::string& what) {
+  auto bad = [&](const std::string& got) -> std::string {
+    TT_FAIL(where, ": ", what, " must be ", type_name(type), ", got ", got);
+  };
+  auto shown = [&]() { return n.IsScalar() ? "'" + n.Scalar() + "'" : (n.IsSequence() ? "a list" : "a map"); };
+  switch (type) {
+    case Type::Bool: {
+      bool b;
+      if (!n.IsScalar() || !parse_bool(n.Scalar(), b)) bad(shown());
+      return b ? "true" : "false";
+    }
+    case Type::Int: {
+      int64_t v;
+      if (!n.IsScalar() || !parse_int(n.Scalar(), v)) bad(shown());
+      return std::to_string(v);
+    }
+    case Type::Float: {
+      double v;
+      if (!n.IsScalar() || !parse_float(n.Scalar(), v)) bad(shown());
+      return n.Scalar();
+    }
+    case Type::String:
+      if (!n.IsScalar()) bad(shown());
+      return emit_yaml(n);
+    case Type::Bytes:
+      if (!n.IsScalar()) bad(shown());
+      try {
+        parse_bytes(n.Scalar());
+      } catch (const ConfigError& e) {
+        TT_FAIL(where, ": ", what, ": ", e.what());
+      }
+      return n.Scalar();
+    case Type::List:
+      if (n.IsScalar()) return "[" + emit_yaml(n) + "]";
+      if (!n.IsSequence()) bad(shown());
+      for (const auto& item : n)
+        if (!item.IsScalar()) TT_FAIL(where, ": ", what, " must be a list of plain values");
+      return emit_yaml_flow(n);
+    case Type::Map:
+      if (!n.IsMap()) bad(shown());
+      return emit_yaml_flow(n);
+  }
+  return {};
+}
+
+Options Options::defaults(const Schema& schema, const std::string& context) {
+  return parse(YAML::Node(), schema, context, "");
+}
+
+Options Options::parse(const YAML::Node& node, const Schema& schema, const std::string& context,
+                       const std::string& file, const std::vector<std::string>& ignore,
+                       const std::map<std::string, std::string>& origins) {
+  Options o;
+  auto where = [&](const std::string& key, const YAML::Node& n) {
+    auto it = origins.find(key);
+    return it != origins.end() ? it->second : location(file, n);
+  };
+  o.context_ = context;
+  const std::string prefix = context.empty() ? "" : context + ".";
+  if (node.IsDefined() && !node.IsNull()) {
+    if (!node.IsMap())
+      TT_FAIL(location(file, node), ": ", context, " must be a map of options (key: value), got ",
+              node.IsSequence() ? "a list" : "'" + node.Scalar() + "'");
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const std::string key = it->first.Scalar();
+      if (std::find(ignore.begin(), ignore.end(), key) != ignore.end()) continue;
+      if (!schema.find(key)) {
+        std::string msg = detail::cat(where(key, it->first), ": unknown key '", key, "' in ", context);
+        std::string near = nearest(key, schema.keys());
+        if (!near.empty()) msg += detail::cat("; did you mean '", near, "'?");
+        std::string valid;
+        for (const auto& k : schema.keys()) valid += (valid.empty() ? "" : ", ") + k;
+        msg += valid.empty() ? " (it takes no options)" : " (valid keys: " + valid + ")";
+        throw ConfigError(msg);
+      }
+    }
+  }
+  for (const auto& spec : schema.specs()) {
+    Value v;
+    v.type = spec.type;
+    YAML::Node n = (node.IsDefined() && node.IsMap()) ? node[spec.key] : YAML::Node();
+    if (n.IsDefined() && !n.IsNull()) {
+      v.where = where(spec.key, n);
+      v.yaml = check_value(n, spec.type, v.where, prefix + spec.key);
+      v.null = false;
+    } else if (spec.default_yaml != "~" && !spec.default_yaml.empty()) {
+      v.where = "default of " + prefix + spec.key;
+      v.yaml = check_value(YAML::Load(spec.default_yaml), spec.type, v.where, prefix + spec.key);
+      v.null = false;
+    } else {
+      v.where = "default of " + prefix + spec.key;
+      v.yaml = "~";
+    }
+    o.order_.push_back(spec.key);
+    o.values_[spec.key] = std::move(v);
+  }
+  return o;
+}
+
+const Options::Value& Options::value(const std::string& key, Type expected) const {
+  auto it = values_.find(key);
+  TT_CHECK(it != values_.end(), "internal: option '", key, "' is not in the schema of ", context_);
+  TT_CHECK(it->second.type == expected || (expected == Type::String && it->second.type != Type::List),
+           "internal: option ", context_, ".", key, " is ", type_name(it->second.type), ", read as ",
+           type_name(expected));
+  TT_CHECK_AS(ConfigError, !it->second.null, context_, ".", key, " is not set and has no default: set it in the pipeline");
+  return it->second;
+}
+
+bool Options::is_set(const std::string& key) const {
+  auto it = values_.find(key);
+  return it != values_.end() && !it->second.null;
+}
+
+bool Options::get_bool(const std::string& key) const { return value(key, Type::Bool).yaml == "true"; }
+int64_t Options::get_int(const std::string& key) const {
+  int64_t v = 0;
+  parse_int(value(key, Type::Int).yaml, v);
+  return v;
+}
+double Options::get_float(const std::string& key) const {
+  double v = 0;
+  parse_float(value(key, Type::Float).yaml, v);
+  return v;
+}
+std::string Options::get_string(const std::string& key) const {
+  const Value& v = value(key, Type::String);
+  if (v.type == Type::String) return YAML::Load(v.yaml).Scalar();
+  return v.yaml;
+}
+int64_t Options::get_bytes(const std::string& key) const { return parse_bytes(value(key, Type::Bytes).yaml); }
+std::vector<std::string> Options::get_list(const std::string& key) const {
+  std::vector<std::string> out;
+  for (const auto& item : YAML::Load(value(key, Type::List).yaml)) out.push_back(item.Scalar());
+  return out;
+}
+std::string Options::get_yaml(const std::string& key) const {
+  auto it = values_.find(key);
+  TT_CHECK(it != values_.end(), "internal: option '", key, "' is not in the schema of ", context_);
+  return it->second.yaml;
+}
+
+void Options::fail(const std::string& key, const std::string& message) const {
+  auto it = values_.find(key);
+  std::string where = it == values_.end() ? context_ : it->second.where;
+  TT_FAIL(where, ": ", context_.empty() ? "" : context_ + ".", key, " ", message);
+}
+
+std::vector<std::pair<std::string, std::string>> Options::resolved() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& k : order_) out.emplace_back(k, values_.at(k).yaml);
+  return out;
+}
+
+}  // namespace tt

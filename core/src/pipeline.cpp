@@ -1,0 +1,277 @@
+#include "tt/pipeline.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tt/error.h"
+#include "tt/registry.h"
+#include "tt/yaml_util.h"
+
+namespace tt {
+
+const Schema& trainer_schema() {
+  static const Schema s =
+      Schema()
+          .add("epochs", Type::Int, "~", "passes over the training data (default 1, or unlimited when max_steps is set)")
+          .add("max_steps", Type::Int, "~", "stop after this many optimizer steps")
+          .add("batch_size", Type::Int, "16", "examples per optimizer step")
+          .add("micro_batch_size", Type::Int, "~",
+               "examples per forward/backward; gradients accumulate up to batch_size (default: batch_size)")
+          .add("shuffle", Type::Bool, "true", "reshuffle the training data every epoch")
+          .add("grad_clip", Type::Float, "~", "clip the global gradient L2 norm to this value")
+          .add("eval_every", Type::Int, "~", "validate every N steps (and at the end) when there is validation data")
+          .add("eval_batch_size", Type::Int, "~", "batch size for validation (default: batch_size)")
+          .add("threads", Type::Int, "0", "intra-op CPU threads; 0 = all cores (LibTorch's default here is 1)")
+          .add("flush_denormal", Type::Bool, "true", "flush denormal floats to zero (much faster on CPU)")
+          .add("device", Type::String, "cpu", "cpu, or cuda / cuda:N on a CUDA build")
+          .add("memory_cap", Type::Bytes, "~", "raise out-of-memory when live tensor bytes would exceed this")
+          .add("cache_allocations", Type::Bool, "true",
+               "keep freed CPU blocks >= 64 KiB for reuse instead of returning them to the OS")
+          .add("log_every", Type::Int, "1", "write a metrics.jsonl line every N steps")
+          .add("checkpoint_every", Type::Int, "~", "checkpoint every N steps (a final checkpoint is always written)")
+          .add("keep_checkpoints", Type::Int, "3", "keep the newest N checkpoints (0 keeps all)")
+          .add("on_nan", Type::String, "error", "a NaN/inf loss: error (stop with a message) or skip (drop the batch)")
+          .add("progress", Type::String, "auto", "auto, bar, lines or off");
+  return s;
+}
+
+const Schema& output_schema() {
+  static const Schema s = Schema()
+                              .add("dir", Type::String, "runs", "parent directory of run directories")
+                              .add("run_name", Type::String, "~", "run directory name (default: <name>-<timestamp>)")
+                              .add("plots", Type::Bool, "true", "draw PNG plots with gnuplot");
+  return s;
+}
+
+namespace {
+
+const std::vector<std::string> kTopKeys = {"name",     "seed",    "model",   "data",  "optimizer",
+                                           "schedule", "plugins", "trainer", "output"};
+
+// Applies "a.b.0.c=value" to the tree. Returns the dotted path.
+void apply_override(YAML::Node root, const std::string& text) {
+  auto eq = text.find('=');
+  TT_CHECK_AS(ConfigError, eq != std::string::npos && eq > 0, "command line '", text,
+              "': an override is key=value, e.g. trainer.batch_size=64");
+  const std::string path = text.substr(0, eq), value = text.substr(eq + 1);
+  std::vector<std::string> parts;
+  std::stringstream ss(path);
+  std::string p;
+  while (std::getline(ss, p, '.')) {
+    TT_CHECK_AS(ConfigError, !p.empty(), "command line '", text, "': empty key segment in '", path, "'");
+    parts.push_back(p);
+  }
+  YAML::Node v;
+  try {
+    v = value.empty() ? YAML::Node(YAML::NodeType::Null) : YAML::Load(value);
+  } catch (const YAML::Exception& e) {
+    TT_FAIL_AS(ConfigError, "command line '", text, "': the value is not valid YAML: ", e.msg);
+  }
+  // yaml-cpp nodes are handles: walk with reset() so assignments write into the tree
+  YAML::Node cur;
+  cur.reset(root);
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    const std::string& k = parts[i];
+    YAML::Node next;
+    if (cur.IsSequence()) {
+      size_t idx = 0;
+      try {
+        idx = std::stoul(k);
+      } catch (...) {
+        TT_FAIL_AS(ConfigError, "command line '", text, "': '", k, "' indexes a list; use a number");
+      }
+      TT_CHECK_AS(ConfigError, idx < cur.size(), "command line '", text, "': index ", idx, " is past the end (",
+                  cur.size(), " entries)");
+      if (cur[idx].IsScalar()) {  // "plugins: [amp]" + plugins.0.dtype=bf16
+        YAML::Node m(YAML::NodeType::Map);
+        m["name"] = cur[idx].Scalar();
+        cur[idx] = m;
+      }
+      next.reset(cur[idx]);
+    } else {
+      if (!cur[k].IsDefined() || cur[k].IsNull()) cur[k] = YAML::Node(YAML::NodeType::Map);
+      else if (cur[k].IsScalar()) {  // "model: topic" + model.k=5
+        YAML::Node m(YAML::NodeType::Map);
+        m["name"] = cur[k].Scalar();
+        cur[k] = m;
+      }
+      next.reset(cur[k]);
+    }
+    cur.reset(next);
+  }
+  if (cur.IsSequence()) {
+    size_t idx = std::stoul(parts.back());
+    TT_CHECK_AS(ConfigError, idx < cur.size(), "command line '", text, "': index past the end");
+    cur[idx] = v;
+  } else {
+    cur[parts.back()] = v;
+  }
+}
+
+// key -> origin for overrides under `prefix` ("trainer.", "plugins.1.").
+std::map<std::string, std::string> origins_under(const std::vector<std::string>& overrides, const std::string& prefix) {
+  std::map<std::string, std::string> out;
+  for (const auto& o : overrides) {
+    auto eq = o.find('=');
+    std::string path = o.substr(0, eq);
+    if (path.rfind(prefix, 0) == 0) {
+      std::string rest = path.substr(prefix.size());
+      out[rest.substr(0, rest.find('.'))] = "command line '" + o + "'";
+    }
+  }
+  return out;
+}
+
+// A component section: "name" or {name: x, ...options}.
+ComponentSpec parse_component(const YAML::Node& node, const std::string& section, const std::string& file,
+                              const Schema& (*schema_of)(const std::string&), const std::string& default_name,
+                              const std::vector<std::string>& overrides, const std::string& prefix) {
+  ComponentSpec c;
+  c.where = location(file, node);
+  YAML::Node opts;
+  if (!node.IsDefined() || node.IsNull()) {
+    TT_CHECK_AS(ConfigError, !default_name.empty(), file, ": the pipeline has no '", section,
+                "' section; add e.g.\n  ", section, ":\n    name: ...\n(tt-run --list shows the choices)");
+    c.name = default_name;
+  } else if (node.IsScalar()) {
+    c.name = node.Scalar();
+  } else if (node.IsMap()) {
+    TT_CHECK_AS(ConfigError, node["name"].IsDefined() && node["name"].IsScalar(), location(file, node), ": ",
+                section, " needs a 'name' (tt-run --list shows the choices)");
+    c.name = node["name"].Scalar();
+    opts = node;
+  } else {
+    TT_FAIL_AS(ConfigError, location(file, node), ": ", section, " must be a name or a map with 'name'");
+  }
+  const Schema& schema = schema_of(c.name);
+  std::string ctx = section + " (" + c.name + ")";
+  c.options = Options::parse(opts, schema, ctx, file, {"name"}, origins_under(overrides, prefix));
+  return c;
+}
+
+const Schema& model_schema(const std::string& n) { return Registry::global().model(n).schema; }
+const Schema& dataset_schema(const std::string& n) { return Registry::global().dataset(n).schema; }
+const Schema& optimizer_schema(const std::string& n) { return Registry::global().optimizer(n).schema; }
+const Schema& schedule_schema(const std::string& n) { return Registry::global().schedule(n).schema; }
+const Schema& plugin_schema(const std::string& n) { return Registry::global().plugin(n).schema; }
+
+Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<std::string>& overrides) {
+  if (!root.IsDefined() || root.IsNull())
+    TT_FAIL_AS(ConfigError, file, ": the pipeline is empty. A pipeline needs at least 'model:' and 'data:'; "
+               "start from configs/quickstart.yaml");
+  TT_CHECK_AS(ConfigError, root.IsMap(), location(file, root),
+              ": a pipeline is a YAML map (model:, data:, trainer:, ...), not ", root.IsSequence() ? "a list" : "a value");
+  for (const auto& o : overrides) apply_override(root, o);
+  auto top_origins = origins_under(overrides, "");
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string key = it->first.Scalar();
+    if (std::find(kTopKeys.begin(), kTopKeys.end(), key) == kTopKeys.end()) {
+      std::string where = top_origins.count(key) ? top_origins[key] : location(file, it->first);
+      std::string msg = detail::cat(where, ": unknown key '", key, "' at the top of the pipeline");
+      std::string near = nearest(key, kTopKeys);
+      if (!near.empty()) msg += "; did you mean '" + near + "'?";
+      msg += " (valid keys: name, seed, model, data, optimizer, schedule, plugins, trainer, output)";
+      throw ConfigError(msg);
+    }
+  }
+  Pipeline p;
+  p.file = file;
+  p.overrides = overrides;
+  p.name = root["name"].IsDefined() && root["name"].IsScalar()
+               ? root["name"].Scalar()
+               : std::filesystem::path(file).stem().string();
+  if (p.name.empty() || p.name == "<string>") p.name = "run";
+  if (root["seed"].IsDefined() && !root["seed"].IsNull()) {
+    Schema s = Schema().add("seed", Type::Int, "0", "");
+    YAML::Node wrap;
+    wrap["seed"] = root["seed"];
+    Options o = Options::parse(wrap, s, "", file, {}, top_origins);
+    o.check(o.get_int("seed") >= 0, "seed", "must be >= 0");
+    p.seed = static_cast<uint64_t>(o.get_int("seed"));
+  }
+  p.trainer = Options::parse(root["trainer"], trainer_schema(), "trainer", file, {},
+                             origins_under(overrides, "trainer."));
+  p.output = Options::parse(root["output"], output_schema(), "output", file, {}, origins_under(overrides, "output."));
+  p.data = parse_component(root["data"], "data", file, &dataset_schema, "", overrides, "data.");
+  p.model = parse_component(root["model"], "model", file, &model_schema, "", overrides, "model.");
+  p.optimizer = parse_component(root["optimizer"], "optimizer", file, &optimizer_schema, "adamw", overrides,
+                                "optimizer.");
+  p.schedule = parse_component(root["schedule"], "schedule", file, &schedule_schema, "constant", overrides,
+                               "schedule.");
+  YAML::Node plugins = root["plugins"];
+  if (plugins.IsDefined() && !plugins.IsNull()) {
+    TT_CHECK_AS(ConfigError, plugins.IsSequence(), location(file, plugins),
+                ": plugins must be a list, e.g. plugins: [checkpoint, {name: amp, dtype: bf16}]");
+    for (size_t i = 0; i < plugins.size(); ++i) {
+      const std::string section = "plugins[" + std::to_string(i) + "]";
+      p.plugins.push_back(parse_component(plugins[i], section, file, &plugin_schema, "", overrides,
+                                          "plugins." + std::to_string(i) + "."));
+    }
+  }
+  return p;
+}
+
+}  // namespace
+
+Pipeline parse_pipeline(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    TT_FAIL_AS(ConfigError, file, ":", e.mark.line + 1, ":", e.mark.column + 1, ": YAML syntax error: ", e.msg);
+  }
+  return parse_tree(root, file, overrides);
+}
+
+Pipeline load_pipeline(const std::string& path, const std::vector<std::string>& overrides) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  TT_CHECK_AS(ConfigError, fs::exists(path, ec), path, ": pipeline file not found (from ", fs::current_path().string(),
+              "). The examples are in configs/, e.g. configs/quickstart.yaml");
+  TT_CHECK_AS(ConfigError, !fs::is_directory(path, ec), path, ": is a directory, not a pipeline file",
+              " (to resume a run directory use --resume ", path, ")");
+  std::ifstream in(path);
+  TT_CHECK_AS(ConfigError, in.good(), path, ": cannot be read (permissions?)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_pipeline(ss.str(), path, overrides);
+}
+
+std::string Pipeline::resolved_yaml() const {
+  YAML::Emitter out;
+  auto emit_options = [&](const Options& o) {
+    for (const auto& [k, v] : o.resolved()) out << YAML::Key << k << YAML::Value << YAML::Load(v);
+  };
+  auto emit_component = [&](const char* key, const ComponentSpec& c) {
+    out << YAML::Key << key << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value << c.name;
+    emit_options(c.options);
+    out << YAML::EndMap;
+  };
+  out << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << name;
+  out << YAML::Key << "seed" << YAML::Value << seed;
+  emit_component("model", model);
+  emit_component("data", data);
+  emit_component("optimizer", optimizer);
+  emit_component("schedule", schedule);
+  out << YAML::Key << "plugins" << YAML::Value << YAML::BeginSeq;
+  for (const auto& pl : plugins) {
+    out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << pl.name;
+    emit_options(pl.options);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::Key << "trainer" << YAML::Value << YAML::BeginMap;
+  emit_options(trainer);
+  out << YAML::EndMap;
+  out << YAML::Key << "output" << YAML::Value << YAML::BeginMap;
+  emit_options(output);
+  out << YAML::EndMap;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace tt

@@ -1,0 +1,139 @@
+#include "tt/report.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tt/error.h"
+#include "tt/log.h"
+#include "tt/options.h"
+
+namespace fs = std::filesystem;
+
+namespace tt {
+
+void MetricsFile::open(const fs::path& path, int64_t truncate_after_step) {
+  if (truncate_after_step >= 0 && fs::exists(path)) {
+    // On resume, drop lines the interrupted run wrote after the checkpoint we resume from.
+    std::ifstream in(path);
+    std::vector<std::string> keep;
+    std::string line;
+    while (std::getline(in, line)) {
+      auto pos = line.find("\"step\":");
+      if (pos != std::string::npos && std::stoll(line.substr(pos + 7)) > truncate_after_step) continue;
+      keep.push_back(line);
+    }
+    in.close();
+    std::ofstream out(path, std::ios::trunc);
+    for (const auto& l : keep) out << l << '\n';
+  }
+  f_ = std::fopen(path.c_str(), "a");
+  TT_CHECK(f_, "cannot write ", path.string());
+}
+
+void MetricsFile::write(const std::string& line) {
+  if (!f_) return;
+  std::fputs(line.c_str(), f_);
+  std::fputc('\n', f_);
+  std::fflush(f_);
+}
+
+MetricsFile::~MetricsFile() {
+  if (f_) std::fclose(f_);
+}
+
+Progress::Mode Progress::parse_mode(const std::string& s) {
+  if (s == "auto") return Mode::Auto;
+  if (s == "bar") return Mode::Bar;
+  if (s == "lines") return Mode::Lines;
+  if (s == "off") return Mode::Off;
+  TT_FAIL_AS(ConfigError, "trainer.progress must be auto, bar, lines or off, got '", s, "'");
+}
+
+Progress::Progress(Mode mode, int64_t total, int64_t start) : mode_(mode), total_(total), start_(start) {
+  if (mode_ == Mode::Auto) mode_ = isatty(STDERR_FILENO) ? Mode::Bar : Mode::Lines;
+  t0_ = last_ = std::chrono::steady_clock::now();
+}
+
+static std::string hms(double s) {
+  if (!std::isfinite(s) || s < 0) return "--:--";
+  long t = std::lround(s);
+  char buf[32];
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%02ld:%02ld", t / 60, t % 60);
+  return buf;
+}
+
+void Progress::update(int64_t done, double loss, int64_t tensor_bytes, int64_t rss) {
+  if (mode_ == Mode::Off) return;
+  auto now = std::chrono::steady_clock::now();
+  double since_last = std::chrono::duration<double>(now - last_).count();
+  double elapsed = std::chrono::duration<double>(now - t0_).count();
+  const bool last = done >= total_;
+  if (mode_ == Mode::Bar && since_last < 0.1 && !last) return;
+  if (mode_ == Mode::Lines && since_last < 10.0 && !last && done - start_ != 1) return;
+  last_ = now;
+  double rate = elapsed > 0 ? static_cast<double>(done - start_) / elapsed : 0;
+  double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : NAN;
+  char info[256];
+  std::snprintf(info, sizeof info, "%lld/%lld  %.1f it/s  ETA %s  loss %.5g  tensors %s  rss %s",
+                static_cast<long long>(done), static_cast<long long>(total_), rate, hms(eta).c_str(), loss,
+                format_bytes(tensor_bytes).c_str(), format_bytes(rss).c_str());
+  if (mode_ == Mode::Bar) {
+    const int width = 24;
+    int filled = total_ > 0 ? static_cast<int>(width * done / total_) : 0;
+    std::string bar(static_cast<size_t>(filled), '#');
+    bar += std::string(static_cast<size_t>(width - filled), '.');
+    std::fprintf(stderr, "\r[%s] %3d%% %s\033[K", bar.c_str(),
+                 total_ > 0 ? static_cast<int>(100 * done / total_) : 0, info);
+    drawn_ = true;
+  } else {
+    std::fprintf(stderr, "step %s\n", info);
+  }
+  std::fflush(stderr);
+}
+
+void Progress::finish() {
+  if (drawn_) std::fprintf(stderr, "\n");
+  drawn_ = false;
+}
+
+bool plot_png(const fs::path& data, const fs::path& png, const std::string& title, const std::string& xlabel,
+              const std::string& ylabel, const std::string& using_cols, bool logy) {
+  std::ostringstream script;
+  script << "set terminal pngcairo size 900,500 noenhanced\n"
+         << "set output '" << png.string() << "'\n"
+         << "set title '" << title << "'\n"
+         << "set xlabel '" << xlabel << "'\nset ylabel '" << ylabel << "'\n"
+         << "set grid\nset key off\n"
+         << (logy ? "set logscale y\n" : "") << "plot '" << data.string() << "' using " << using_cols
+         << " with lines lw 2\n";
+  FILE* gp = popen("gnuplot 2>&1", "w");
+  if (!gp) {
+    log().warn("no plot: cannot start gnuplot (apt-get install gnuplot-nox)");
+    return false;
+  }
+  std::fputs(script.str().c_str(), gp);
+  int rc = pclose(gp);
+  if (rc != 0) {
+    // pngcairo may be missing in minimal gnuplot builds: fall back to the plain png terminal
+    std::string s = script.str();
+    s.replace(s.find("pngcairo"), 8, "png");
+    gp = popen("gnuplot 2>/dev/null", "w");
+    if (gp) {
+      std::fputs(s.c_str(), gp);
+      rc = pclose(gp);
+    }
+  }
+  if (rc != 0) {
+    log().warn("no plot {}: gnuplot failed (is gnuplot-nox installed?)", png.string());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace tt

@@ -1,0 +1,674 @@
+#include "tt/trainer.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tt/checkpoint.h"
+#include "tt/data_loader.h"
+#include "tt/error.h"
+#include "tt/log.h"
+#include "tt/meter.h"
+#include "tt/plugin.h"
+#include "tt/registry.h"
+#include "tt/report.h"
+#include "tt/runtime.h"
+#include "tt/schedule.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace tt {
+
+namespace {
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string timestamp() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
+  return buf;
+}
+
+int64_t tensor_bytes(const std::vector<torch::Tensor>& ts) {
+  int64_t n = 0;
+  for (const auto& t : ts)
+    if (t.defined()) n += static_cast<int64_t>(t.nbytes());
+  return n;
+}
+
+// Exceptions from components get the component named, unless they are tt's own (which
+// already say what to fix) or out-of-memory (which the loop handles).
+template <class F>
+auto with_context(const std::string& what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error&) {
+    throw;
+  } catch (const c10::OutOfMemoryError&) {
+    throw;
+  } catch (const std::exception& e) {
+    TT_FAIL(what, ": ", e.what());
+  }
+}
+}  // namespace
+
+struct Trainer::Impl {
+  Pipeline p;
+  TrainerConfig cfg;
+  State s;
+  std::vector<std::unique_ptr<Plugin>> plugins;
+  std::vector<std::unique_ptr<Plugin>> extra_plugins;
+  std::unique_ptr<Schedule> schedule;
+  Datasets data;
+  std::unique_ptr<DataLoader> loader;
+  std::vector<torch::Tensor> trainable;
+  MetricsFile metrics;
+  std::shared_ptr<spdlog::sinks::basic_file_sink_mt> file_sink;
+  std::vector<double> step_losses, step_times, epoch_losses;
+  MemoryBreakdown mem;
+  json summary;
+  Meter& meter = Meter::global();
+
+  int64_t max_epochs = -1, max_steps = -1, skipped = 0, start_step = 0;
+  int64_t next_epoch = 0, next_batch = 0;  // resume position
+  double base_lr = 0, epoch_loss_sum = 0;
+  int64_t epoch_batches = 0, last_checkpoint_step = -1;
+  bool optimizer_measured = false, grads_measured = false, resumed = false;
+  int threads = 1;
+  Clock::time_point t_start;
+  double setup_seconds = 0;
+  std::string resumed_from;
+
+  ~Impl() {
+    if (file_sink) {
+      auto& sinks = log().sinks();
+      sinks.erase(std::remove(sinks.begin(), sinks.end(), file_sink), sinks.end());
+    }
+  }
+
+  void fire(Event e) {
+    if (runs_in_reverse(e)) {
+      for (auto it = plugins.rbegin(); it != plugins.rend(); ++it) (*it)->on(e, s);
+    } else {
+      for (auto& pl : plugins) pl->on(e, s);
+    }
+  }
+
+  // ---------------------------------------------------------------- setup
+  void make_run_dir() {
+    if (!cfg.run_dir.empty()) {
+      s.run_dir = cfg.run_dir;
+    } else {
+      fs::path parent = p.output.get_string("dir");
+      std::string name = p.output.is_set("run_name") ? p.output.get_string("run_name") : p.name + "-" + timestamp();
+      fs::path dir = parent / name;
+      for (int i = 2; fs::exists(dir) && !p.output.is_set("run_name"); ++i) dir = parent / (name + "-" + std::to_string(i));
+      s.run_dir = dir;
+    }
+    std::error_code ec;
+    fs::create_directories(s.run_dir / "checkpoints", ec);
+    TT_CHECK(!ec, "cannot create the run directory ", s.run_dir.string(), ": ", ec.message(),
+             " (set output.dir to a writable place)");
+    std::ofstream(s.run_dir / "pipeline.yaml") << "# resolved by tt-run from " << p.file << "\n" << p.resolved_yaml();
+    file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>((s.run_dir / "log.txt").string());
+    log().sinks().push_back(file_sink);
+  }
+
+  void setup() {
+    const Options& T = p.trainer;
+    meter.install();
+    threads = configure_threads(static_cast<int>(T.get_int("threads")));
+    set_flush_denormal(T.get_bool("flush_denormal"));
+    seed_everything(p.seed);
+    meter.set_caching(T.get_bool("cache_allocations"));
+    meter.set_cap(T.is_set("memory_cap") ? T.get_bytes("memory_cap") : 0);
+    const std::string dev = T.get_string("device");
+    try {
+      s.device = torch::Device(dev);
+    } catch (const std::exception&) {
+      T.fail("device", "must be cpu, cuda or cuda:N, got '" + dev + "'");
+    }
+    if (s.device.is_cuda() && !torch::cuda::is_available())
+      T.fail("device", TT_WITH_CUDA ? "is cuda but no CUDA device is visible" : "is cuda but this tt is built without CUDA (LibTorch is CPU-only)");
+
+    s.batch_size = T.get_int("batch_size");
+    T.check(s.batch_size > 0, "batch_size", "must be positive");
+    s.micro_batch_size = T.is_set("micro_batch_size") ? T.get_int("micro_batch_size") : s.batch_size;
+    T.check(s.micro_batch_size > 0 && s.micro_batch_size <= s.batch_size, "micro_batch_size",
+            "must be between 1 and batch_size (" + std::to_string(s.batch_size) + ")");
+    if (T.is_set("epochs")) {
+      max_epochs = T.get_int("epochs");
+      T.check(max_epochs > 0, "epochs", "must be positive");
+    }
+    if (T.is_set("max_steps")) {
+      max_steps = T.get_int("max_steps");
+      T.check(max_steps > 0, "max_steps", "must be positive");
+    }
+    if (max_epochs < 0 && max_steps < 0) max_epochs = 1;
+    T.check(T.get_string("on_nan") == "error" || T.get_string("on_nan") == "skip", "on_nan", "must be error or skip");
+    Progress::parse_mode(T.get_string("progress"));
+
+    make_run_dir();
+    s.pipeline = &p;
+    s.meter = &meter;
+    Registry& reg = Registry::global();
+
+    data = with_context("data (" + p.data.name + ")",
+                        [&] { return reg.dataset(p.data.name).factory(p.data.options, p.seed); });
+    TT_CHECK(data.train, "data (", p.data.name, ") produced no training set");
+    s.model = with_context("model (" + p.model.name + ")",
+                           [&] { return reg.model(p.model.name).factory(p.model.options, data); });
+    s.model->to(s.device);
+    s.model->train();
+
+    for (size_t i = 0; i < p.plugins.size(); ++i) {
+      const auto& spec = p.plugins[i];
+      const auto& comp = reg.plugin(spec.name);
+      std::unique_ptr<Plugin> pl;
+      try {
+        pl = comp.factory(spec.options);
+      } catch (const std::exception& e) {
+        TT_FAIL_AS(ModuleError, "plugin '", spec.name, "' (", comp.origin, "): factory threw: ", e.what());
+      }
+      TT_CHECK_AS(ModuleError, pl, "plugin '", spec.name, "' (", comp.origin, "): factory returned nothing");
+      pl->set_name(spec.name);
+      plugins.push_back(std::move(pl));
+    }
+    for (auto& pl : extra_plugins) plugins.push_back(std::move(pl));
+    extra_plugins.clear();
+
+    fire(Event::INIT);
+    for (const auto& param : s.model->parameters()) {
+      mem.parameters += static_cast<int64_t>(param.nbytes());
+      if (param.requires_grad()) trainable.push_back(param);
+    }
+    TT_CHECK(!trainable.empty(), "model (", p.model.name, ") has no trainable parameters");
+    s.optimizer = with_context("optimizer (" + p.optimizer.name + ")", [&] {
+      return reg.optimizer(p.optimizer.name).factory(trainable, p.optimizer.options);
+    });
+    fire(Event::OPTIMIZER);
+    TT_CHECK(s.optimizer && !s.optimizer->param_groups().empty(), "no optimizer after the OPTIMIZER event");
+    base_lr = s.optimizer->param_groups()[0].options().get_lr();
+    schedule = reg.schedule(p.schedule.name).factory(p.schedule.options);
+    s.schedule = schedule.get();
+
+    loader = std::make_unique<DataLoader>(data.train, s.batch_size, T.get_bool("shuffle"), p.seed);
+    s.batches_per_epoch = loader->batches_per_epoch();
+    int64_t by_epochs = max_epochs > 0 ? max_epochs * s.batches_per_epoch : -1;
+    s.total_steps = by_epochs < 0 ? max_steps : (max_steps < 0 ? by_epochs : std::min(by_epochs, max_steps));
+    set_lr(schedule->lr({0, s.total_steps, 0.0, base_lr}));
+  }
+
+  void set_lr(double lr) {
+    s.lr = lr;
+    for (auto& g : s.optimizer->param_groups()) g.options().set_lr(lr);
+  }
+
+  // ---------------------------------------------------------------- checkpoints
+  std::string plugin_list() const {
+    std::string names;
+    for (const auto& pl : plugins) names += (names.empty() ? "" : ",") + pl->name();
+    return names;
+  }
+
+  void save_checkpoint() {
+    torch::serialize::OutputArchive ar;
+    torch::serialize::OutputArchive model_ar, opt_ar;
+    s.model->save(model_ar);
+    ar.write("model", model_ar);
+    s.optimizer->save(opt_ar);
+    ar.write("optimizer", opt_ar);
+    for (size_t i = 0; i < plugins.size(); ++i) {
+      torch::serialize::OutputArchive pa;
+      plugins[i]->save_state(pa);
+      ar.write("plugin_" + std::to_string(i), pa);
+    }
+    ar.write("trainer/plugins", c10::IValue(plugin_list()));
+    ar.write("trainer/rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
+    ar.write("trainer/step", c10::IValue(s.step));
+    ar.write("trainer/next_epoch", c10::IValue(s.epoch));
+    ar.write("trainer/next_batch", c10::IValue(s.batch_in_epoch + 1));
+    ar.write("trainer/skipped", c10::IValue(skipped));
+    ar.write("trainer/lr", c10::IValue(s.lr));
+    ar.write("trainer/epoch_loss_sum", c10::IValue(epoch_loss_sum));
+    ar.write("trainer/epoch_batches", c10::IValue(epoch_batches));
+    ar.write("trainer/micro_batch_size", c10::IValue(s.micro_batch_size));
+    const fs::path dir = s.run_dir / "checkpoints";
+    save_archive_atomic(ar, checkpoint_path(dir, s.step));
+    prune_checkpoints(dir, static_cast<int>(p.trainer.get_int("keep_checkpoints")));
+    last_checkpoint_step = s.step;
+  }
+
+  static int64_t read_int(torch::serialize::InputArchive& ar, const std::string& key) {
+    c10::IValue v;
+    ar.read(key, v);
+    return v.toInt();
+  }
+  static double read_double(torch::serialize::InputArchive& ar, const std::string& key) {
+    c10::IValue v;
+    ar.read(key, v);
+    return v.toDouble();
+  }
+
+  void load_checkpoint() {
+    auto all = list_checkpoints(s.run_dir / "checkpoints");
+    TT_CHECK(!all.empty(), s.run_dir.string(), ": no checkpoint to resume from (checkpoints/step-*.pt)");
+    std::string failures;
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      try {
+        load_checkpoint_file(*it);
+        resumed_from = it->string();
+        return;
+      } catch (const Error&) {
+        throw;
+      } catch (const std::exception& e) {
+        log().warn("checkpoint {} is unreadable ({}); trying the previous one", it->string(),
+                   std::string(e.what()).substr(0, 200));
+        failures += "\n  " + it->string() + ": " + std::string(e.what()).substr(0, 200);
+      }
+    }
+    TT_FAIL("no readable checkpoint in ", (s.run_dir / "checkpoints").string(), ":", failures);
+  }
+
+  void load_checkpoint_file(const fs::path& file) {
+    torch::serialize::InputArchive ar;
+    ar.load_from(file.string());
+    c10::IValue names;
+    ar.read("trainer/plugins", names);
+    TT_CHECK(names.toStringRef() == plugin_list(), file.string(), " was written with plugins [",
+             names.toStringRef(), "] but the pipeline now has [", plugin_list(),
+             "]: resume with the same plugins, or start a new run with model.init_from");
+    torch::serialize::InputArchive model_ar, opt_ar;
+    ar.read("model", model_ar);
+    s.model->load(model_ar);
+    int64_t before = meter.current();
+    ar.read("optimizer", opt_ar);
+    s.optimizer->load(opt_ar);
+    mem.optimizer_state = std::max<int64_t>(0, meter.current() - before);
+    optimizer_measured = true;
+    for (size_t i = 0; i < plugins.size(); ++i) {
+      torch::serialize::InputArchive pa;
+      ar.read("plugin_" + std::to_string(i), pa);
+      plugins[i]->load_state(pa);
+    }
+    at::Tensor rng;
+    ar.read("trainer/rng_cpu", rng);
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    gen.set_state(rng);
+    s.step = read_int(ar, "trainer/step");
+    next_epoch = read_int(ar, "trainer/next_epoch");
+    next_batch = read_int(ar, "trainer/next_batch");
+    skipped = read_int(ar, "trainer/skipped");
+    epoch_loss_sum = read_double(ar, "trainer/epoch_loss_sum");
+    epoch_batches = read_int(ar, "trainer/epoch_batches");
+    s.micro_batch_size = read_int(ar, "trainer/micro_batch_size");
+    set_lr(read_double(ar, "trainer/lr"));
+    resumed = true;
+  }
+
+  // ---------------------------------------------------------------- one batch
+  void zero_grads() {
+    for (auto& t : trainable)
+      if (t.grad().defined()) t.mutable_grad() = torch::Tensor();
+  }
+
+  // Forward and backward over the micro-batches; returns false if the batch was dropped (NaN, skip).
+  bool forward_backward() {
+    zero_grads();
+    const Batch& batch = s.batch;
+    s.micro_count = (batch.size + s.micro_batch_size - 1) / s.micro_batch_size;
+    s.batch_loss = 0;
+    for (s.micro_index = 0; s.micro_index < s.micro_count; ++s.micro_index) {
+      int64_t begin = s.micro_index * s.micro_batch_size, end = std::min(batch.size, begin + s.micro_batch_size);
+      s.micro = s.micro_count == 1 ? batch : batch.slice(begin, end);
+      fire(Event::BEFORE_FORWARD);
+      const int64_t before = meter.current();
+      {
+        std::vector<std::unique_ptr<Scope>> scopes;
+        for (auto& pl : plugins)
+          if (auto sc = pl->forward_scope(s)) scopes.push_back(std::move(sc));
+        s.output = s.model->forward_loss(s.micro);
+        while (!scopes.empty()) scopes.pop_back();  // exit in reverse order
+      }
+      fire(Event::AFTER_FORWARD);
+      TT_CHECK(s.output.loss.defined() && s.output.loss.numel() == 1, "model (", p.model.name,
+               ") returned no scalar loss");
+      const double weight =
+          s.output.reduction == Reduction::Mean ? static_cast<double>(s.micro.size) / static_cast<double>(batch.size) : 1.0;
+      const double raw = s.output.loss.item<double>();
+      if (!std::isfinite(raw)) {
+        if (p.trainer.get_string("on_nan") == "skip") {
+          log().warn("loss is {} at step {} (epoch {}, batch {}): batch dropped (trainer.on_nan=skip)", raw, s.step + 1,
+                     s.epoch, s.batch_in_epoch);
+          zero_grads();
+          s.output = {};
+          return false;
+        }
+        TT_FAIL_AS(NumericError, "loss is ", raw, " at step ", s.step + 1, " (epoch ", s.epoch, ", batch ",
+                   s.batch_in_epoch, "). Lower optimizer.lr, set trainer.grad_clip, check the data for NaN/inf, or set "
+                   "trainer.on_nan=skip to drop such batches. Last checkpoint: ",
+                   last_checkpoint_step >= 0 ? checkpoint_path(s.run_dir / "checkpoints", last_checkpoint_step).string()
+                                             : std::string("none"));
+      }
+      s.batch_loss += raw * weight;
+      s.loss = weight == 1.0 ? s.output.loss : s.output.loss * weight;
+      fire(Event::AFTER_LOSS);
+      mem.activations = std::max(mem.activations, meter.current() - before);
+      fire(Event::BEFORE_BACKWARD);
+      s.loss.backward();
+      s.loss = torch::Tensor();
+      s.output = {};
+      fire(Event::AFTER_BACKWARD);
+    }
+    s.micro = {};
+    return true;
+  }
+
+  void run_batch(Batch batch, json& line) {
+    s.batch = std::move(batch);
+    s.skip_step = false;
+    s.metrics.clear();
+    fire(Event::BATCH_START);
+    bool ok = false;
+    for (int attempt = 0;; ++attempt) {
+      try {
+        ok = forward_backward();
+        break;
+      } catch (const c10::OutOfMemoryError& e) {
+        std::string what = e.what();
+        s.oom_message = what.substr(0, what.find('\n'));
+        s.loss = torch::Tensor();
+        s.output = {};
+        s.micro = {};
+        zero_grads();
+        meter.release_cache();
+        s.retry_batch = false;
+        fire(Event::OOM);
+        if (!s.retry_batch || attempt >= 16) {
+          TT_FAIL_AS(OutOfMemory, "out of memory at step ", s.step + 1, " (epoch ", s.epoch, ", batch ",
+                     s.batch_in_epoch, ", micro-batch ", s.micro_batch_size, "): ", s.oom_message,
+                     ". Peak tensor bytes so far ", format_bytes(meter.peak()),
+                     ". Fixes: lower trainer.micro_batch_size (gradients accumulate to the same batch), "
+                     "add plugins: [oom-guard] to do that automatically, or use [checkpoint] / [amp] to need less "
+                     "activation memory.");
+        }
+        log().warn("out of memory at step {}; a plugin handled it, retrying the batch (micro-batch {})", s.step + 1,
+                   s.micro_batch_size);
+      }
+    }
+    if (!grads_measured && ok) {
+      std::vector<torch::Tensor> grads;
+      for (auto& t : trainable) grads.push_back(t.grad());
+      mem.gradients = tensor_bytes(grads);
+      grads_measured = true;
+    }
+    if (!ok) s.skip_step = true;
+    fire(Event::BEFORE_STEP);
+    if (!s.skip_step && p.trainer.is_set("grad_clip")) {
+      double norm = torch::nn::utils::clip_grad_norm_(trainable, p.trainer.get_float("grad_clip"));
+      line["grad_norm"] = norm;
+    }
+    const double lr_used = s.lr;
+    if (!s.skip_step) {
+      const int64_t before = meter.current();
+      s.optimizer->step();
+      if (!optimizer_measured) {
+        mem.optimizer_state = std::max<int64_t>(0, meter.current() - before);
+        optimizer_measured = true;
+      }
+    } else {
+      ++skipped;
+    }
+    ++s.step;
+    const double epoch_pos = static_cast<double>(s.epoch) +
+                             static_cast<double>(s.batch_in_epoch) / static_cast<double>(s.batches_per_epoch);
+    set_lr(schedule->lr({s.step, s.total_steps, epoch_pos, base_lr}));
+    fire(Event::AFTER_STEP);
+    line["lr"] = lr_used;
+    if (s.skip_step) line["skipped"] = true;
+    fire(Event::BATCH_END);
+  }
+
+  void evaluate(json* into) {
+    if (!data.validation) return;
+    int64_t bs = p.trainer.is_set("eval_batch_size") ? p.trainer.get_int("eval_batch_size") : s.batch_size;
+    auto m = s.model->evaluate(*data.validation, bs);
+    json line{{"step", s.step}};
+    for (const auto& [k, v] : m) {
+      s.metrics[k] = v;
+      line[k] = v;
+      if (into) (*into)[k] = v;
+    }
+    fire(Event::EVAL);
+    metrics.write(line.dump());
+    std::string text;
+    for (const auto& [k, v] : m) text += fmt::format(" {} {:.6g}", k, v);
+    log().info("step {}:{}", s.step, text);
+  }
+
+  // ---------------------------------------------------------------- fit
+  void fit() {
+    t_start = Clock::now();
+    setup();
+    if (cfg.resume) load_checkpoint();
+    metrics.open(s.run_dir / "metrics.jsonl", resumed ? s.step : (cfg.resume ? 0 : -1));
+    start_step = s.step;
+    setup_seconds = seconds_since(t_start);
+    log().info("{}: {} | data {} | {} optimizer, {} schedule | plugins [{}] | {} threads | run dir {}", p.name,
+               s.model->describe(), data.train->describe(), p.optimizer.name, p.schedule.name, plugin_list(), threads,
+               s.run_dir.string());
+    if (resumed) log().info("resumed from {} at step {}", resumed_from, s.step);
+
+    fire(Event::FIT_START);
+    meter.reset_peak();
+    const int64_t eval_every = p.trainer.is_set("eval_every") ? p.trainer.get_int("eval_every") : 0;
+    const int64_t ckpt_every = p.trainer.is_set("checkpoint_every") ? p.trainer.get_int("checkpoint_every") : 0;
+    const int64_t log_every = std::max<int64_t>(1, p.trainer.get_int("log_every"));
+    const bool quiet = cfg.quiet;
+    Progress progress(quiet ? Progress::Mode::Off : Progress::parse_mode(p.trainer.get_string("progress")),
+                      s.total_steps, s.step);
+    auto train_t0 = Clock::now();
+    s.epoch = next_epoch;
+    int64_t start_batch = next_batch;
+    bool done = s.step >= s.total_steps;
+    while (!done) {
+      if (start_batch == 0) {
+        epoch_loss_sum = 0;
+        epoch_batches = 0;
+        fire(Event::EPOCH_START);
+      }
+      for (int64_t b = start_batch; b < s.batches_per_epoch && !done; ++b) {
+        s.batch_in_epoch = b;
+        auto t0 = Clock::now();
+        Batch batch = loader->get(s.epoch, b);
+        if (!s.device.is_cpu()) batch = batch.to(s.device);
+        const int64_t examples = batch.size;
+        json line;
+        run_batch(std::move(batch), line);
+        const double dt = seconds_since(t0);
+        step_times.push_back(dt);
+        step_losses.push_back(s.batch_loss);
+        epoch_loss_sum += s.batch_loss;
+        ++epoch_batches;
+        if (s.step % log_every == 0 || s.step == s.total_steps) {
+          line["step"] = s.step;
+          line["epoch"] = static_cast<double>(s.epoch) + static_cast<double>(b + 1) / s.batches_per_epoch;
+          line["loss"] = s.batch_loss;
+          line["step_seconds"] = dt;
+          line["samples_per_s"] = dt > 0 ? examples / dt : 0.0;
+          line["tensor_bytes"] = meter.current();
+          line["tensor_peak"] = meter.peak();
+          line["rss"] = Meter::rss();
+          for (const auto& [k, v] : s.metrics) line[k] = v;
+          metrics.write(line.dump());
+        }
+        progress.update(s.step, s.batch_loss, meter.current(), Meter::rss());
+        if (eval_every > 0 && s.step % eval_every == 0) evaluate(nullptr);
+        done = s.step >= s.total_steps || s.stop;
+        if (ckpt_every > 0 && s.step % ckpt_every == 0 && !done) save_checkpoint();
+        if (interrupt_requested()) {
+          progress.finish();
+          save_checkpoint();
+          throw Interrupted(detail::cat("interrupted at step ", s.step, "; checkpoint written. Continue with: tt-run --resume ",
+                                        s.run_dir.string()));
+        }
+      }
+      if (done && s.batch_in_epoch + 1 < s.batches_per_epoch) break;  // stopped mid-epoch
+      const double epoch_loss = epoch_batches ? epoch_loss_sum / epoch_batches : 0;
+      epoch_losses.push_back(epoch_loss);
+      metrics.write(json{{"step", s.step}, {"epoch_end", s.epoch + 1}, {"epoch_loss", epoch_loss}}.dump());
+      fire(Event::EPOCH_END);
+      ++s.epoch;
+      start_batch = 0;
+      s.batch_in_epoch = -1;
+      if (max_epochs > 0 && s.epoch >= max_epochs) done = true;
+    }
+    progress.finish();
+    const double train_seconds = seconds_since(train_t0);
+    json val;
+    evaluate(&val);
+    if (last_checkpoint_step != s.step && s.step > start_step) save_checkpoint();
+    fire(Event::FIT_END);
+    with_context("model (" + p.model.name + ") writing outputs", [&] {
+      s.model->write_outputs(s.run_dir, s);
+      return 0;
+    });
+    mem.peak_tensor = meter.peak();
+    mem.peak_rss = Meter::rss_peak();
+    write_summary(train_seconds, val);
+  }
+
+  void write_plots() {
+    if (!p.output.get_bool("plots") || step_losses.empty()) return;
+    const fs::path data_file = s.run_dir / "loss.dat";
+    {
+      std::ofstream out(data_file);
+      for (size_t i = 0; i < step_losses.size(); ++i) out << (start_step + static_cast<int64_t>(i) + 1) << ' ' << step_losses[i] << '\n';
+    }
+    bool logy = *std::min_element(step_losses.begin(), step_losses.end()) > 0;
+    plot_png(data_file, s.run_dir / "loss.png", p.name + ": training loss", "step", "loss", "1:2", logy);
+  }
+
+  void write_summary(double train_seconds, const json& val) {
+    const int64_t steps_here = s.step - start_step;
+    summary = json{
+        {"name", p.name},
+        {"pipeline", p.file},
+        {"run_dir", s.run_dir.string()},
+        {"model", s.model->describe()},
+        {"plugins", json::array()},
+        {"steps", s.step},
+        {"steps_this_run", steps_here},
+        {"skipped_steps", skipped},
+        {"epochs_completed", s.epoch},
+        {"batch_size", s.batch_size},
+        {"micro_batch_size", s.micro_batch_size},
+        {"threads", threads},
+        {"wall_seconds", seconds_since(t_start)},
+        {"setup_seconds", setup_seconds},
+        {"train_seconds", train_seconds},
+        {"median_step_seconds", median(step_times)},
+        {"steps_per_second", train_seconds > 0 ? steps_here / train_seconds : 0.0},
+        {"final_loss", step_losses.empty() ? 0.0 : step_losses.back()},
+        {"memory",
+         {{"peak_tensor_bytes", mem.peak_tensor},
+          {"peak_rss_bytes", mem.peak_rss},
+          {"parameters_bytes", mem.parameters},
+          {"gradients_bytes", mem.gradients},
+          {"optimizer_state_bytes", mem.optimizer_state},
+          {"activations_bytes", mem.activations},
+          {"allocation_cache", meter.caching()}}},
+        {"outputs", json::array()},
+    };
+    for (const auto& pl : plugins) summary["plugins"].push_back(pl->name());
+    if (!epoch_losses.empty()) {
+      summary["first_epoch_loss"] = epoch_losses.front();
+      summary["final_epoch_loss"] = epoch_losses.back();
+    }
+    if (!val.empty()) summary["validation"] = val;
+    if (resumed) summary["resumed_from"] = resumed_from;
+    if (meter.cap() > 0) summary["memory"]["cap_bytes"] = meter.cap();
+    auto ckpts = list_checkpoints(s.run_dir / "checkpoints");
+    if (!ckpts.empty()) summary["checkpoint"] = ckpts.back().string();
+    write_plots();
+    std::vector<std::string> files{"summary.json"};
+    for (const auto& e : fs::directory_iterator(s.run_dir))
+      if (e.is_regular_file() && e.path().extension() != ".dat" && e.path().filename() != "summary.json")
+        files.push_back(e.path().filename().string());
+    std::sort(files.begin(), files.end());
+    if (!ckpts.empty()) files.push_back("checkpoints/" + ckpts.back().filename().string());
+    summary["outputs"] = files;
+    std::ofstream(s.run_dir / "summary.json") << summary.dump(2) << "\n";
+    if (!cfg.quiet) print_summary();
+  }
+
+  void print_summary() const {
+    const auto& m = summary["memory"];
+    std::string out;
+    out += fmt::format("\n== {} finished in {:.1f} s  ({})\n", p.name, summary["wall_seconds"].get<double>(),
+                       s.run_dir.string());
+    out += fmt::format("  model      {}\n", s.model->describe());
+    out += fmt::format("  plugins    [{}]\n", plugin_list());
+    out += fmt::format("  steps      {} ({} epochs x {} batches of {}), {:.1f} steps/s, median step {:.2f} ms\n",
+                       s.step, s.epoch, s.batches_per_epoch, s.batch_size, summary["steps_per_second"].get<double>(),
+                       1e3 * summary["median_step_seconds"].get<double>());
+    if (summary.contains("first_epoch_loss"))
+      out += fmt::format("  loss       epoch 1: {:.6g}  ->  epoch {}: {:.6g}\n", summary["first_epoch_loss"].get<double>(),
+                         s.epoch, summary["final_epoch_loss"].get<double>());
+    else
+      out += fmt::format("  loss       last step: {:.6g}\n", summary["final_loss"].get<double>());
+    if (summary.contains("validation"))
+      for (const auto& [k, v] : summary["validation"].items()) out += fmt::format("  {:<10} {:.6g}\n", k, v.get<double>());
+    out += fmt::format("  memory     peak tensors {} = params {} + grads {} + optimizer {} + activations {} (+ rest); "
+                       "peak RSS {}\n",
+                       format_bytes(m["peak_tensor_bytes"]), format_bytes(m["parameters_bytes"]),
+                       format_bytes(m["gradients_bytes"]), format_bytes(m["optimizer_state_bytes"]),
+                       format_bytes(m["activations_bytes"]), format_bytes(m["peak_rss_bytes"]));
+    std::string outputs;
+    for (const auto& o : summary["outputs"]) outputs += (outputs.empty() ? "" : ", ") + o.get<std::string>();
+    out += fmt::format("  outputs    {}\n", outputs);
+    std::fputs(out.c_str(), stdout);
+    std::fflush(stdout);
+  }
+};
+
+Trainer::Trainer(Pipeline pipeline, TrainerConfig config) : impl_(std::make_unique<Impl>()) {
+  impl_->p = std::move(pipeline);
+  impl_->cfg = std::move(config);
+}
+Trainer::~Trainer() = default;
+void Trainer::add_plugin(std::unique_ptr<Plugin> plugin) {
+  if (plugin->name().empty()) plugin->set_name("embedded");
+  impl_->extra_plugins.push_back(std::move(plugin));
+}
+void Trainer::fit() { impl_->fit(); }
+State& Trainer::state() { return impl_->s; }
+const Pipeline& Trainer::pipeline() const { return impl_->p; }
+const fs::path& Trainer::run_dir() const { return impl_->s.run_dir; }
+const std::vector<double>& Trainer::step_losses() const { return impl_->step_losses; }
+const MemoryBreakdown& Trainer::memory() const { return impl_->mem; }
+std::string Trainer::summary_json() const { return impl_->summary.dump(2); }
+
+Pipeline Trainer::pipeline_of_run(const fs::path& run_dir, const std::vector<std::string>& overrides) {
+  const fs::path file = run_dir / "pipeline.yaml";
+  TT_CHECK_AS(ConfigError, fs::exists(file), run_dir.string(), " is not a tt run directory (no pipeline.yaml)");
+  return load_pipeline(file.string(), overrides);
+}
+
+}  // namespace tt

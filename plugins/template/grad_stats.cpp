@@ -1,0 +1,78 @@
+// grad-stats: an example tt plugin, and the template to copy for your own.
+//
+// It logs the global gradient L2 norm and the largest absolute gradient entry every
+// `every` steps (columns grad_l2 and grad_max in metrics.jsonl), optionally stops the
+// fit when the norm exceeds `stop_above`, and keeps a count of the steps it observed
+// in checkpoints, so a resumed run continues the count.
+//
+// The three parts every plugin has:
+//   1. a class deriving tt::Plugin that overrides on(Event, State&) (and, when it needs
+//      them, forward_scope / save_state / load_state);
+//   2. a Schema of its options, with defaults and docs (tt-run --list shows them);
+//   3. TT_MODULE(...) naming the plugin and a function that registers its factory.
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "tt/log.h"
+#include "tt/module.h"
+#include "tt/plugin.h"
+#include "tt/registry.h"
+#include "tt/state.h"
+
+namespace {
+
+class GradStats final : public tt::Plugin {
+ public:
+  GradStats(int64_t every, double stop_above) : every_(every), stop_above_(stop_above) {}
+
+  void on(tt::Event event, tt::State& s) override {
+    // BEFORE_STEP: every micro-batch's gradient has been accumulated, none applied yet.
+    if (event != tt::Event::BEFORE_STEP || (s.step + 1) % every_ != 0) return;
+    double sq = 0, mx = 0;
+    for (const auto& p : s.model->parameters()) {
+      if (!p.grad().defined()) continue;
+      auto g = p.grad().detach();
+      sq += g.pow(2).sum().item<double>();
+      mx = std::max(mx, g.abs().max().item<double>());
+    }
+    ++observed_;
+    const double norm = std::sqrt(sq);
+    s.metrics["grad_l2"] = norm;
+    s.metrics["grad_max"] = mx;
+    s.metrics["grad_stats_observed"] = static_cast<double>(observed_);
+    if (stop_above_ > 0 && norm > stop_above_) {
+      tt::log().warn("grad-stats: gradient norm {:.4g} > stop_above {:.4g}: stopping the fit", norm, stop_above_);
+      s.stop = true;
+    }
+  }
+
+  void save_state(torch::serialize::OutputArchive& ar) const override {
+    ar.write("observed", c10::IValue(observed_));
+  }
+  void load_state(torch::serialize::InputArchive& ar) override {
+    c10::IValue v;
+    ar.read("observed", v);
+    observed_ = v.toInt();
+  }
+
+ private:
+  int64_t every_;
+  double stop_above_;
+  int64_t observed_ = 0;
+};
+
+void register_components(tt::Registry& r) {
+  r.add_plugin("grad-stats", "logs gradient L2 norm and max |grad| to metrics (example plugin)",
+               tt::Schema()
+                   .add("every", tt::Type::Int, "1", "log every N steps")
+                   .add("stop_above", tt::Type::Float, "0", "stop the fit when the norm exceeds this (0: never)"),
+               [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
+                 o.check(o.get_int("every") >= 1, "every", "must be at least 1");
+                 return std::make_unique<GradStats>(o.get_int("every"), o.get_float("stop_above"));
+               });
+}
+
+}  // namespace
+
+TT_MODULE("plugin", "grad-stats", "gradient statistics in metrics.jsonl (the plugin template)", register_components)

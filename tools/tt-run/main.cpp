@@ -1,0 +1,160 @@
+// tt-run: train a model from a YAML pipeline.
+//
+//   tt-run PIPELINE.yaml [key=value ...]   train (overrides like trainer.batch_size=64)
+//   tt-run --dry-run PIPELINE.yaml         print the resolved pipeline and exit
+//   tt-run --resume RUN_DIR [key=value]    continue a run from its newest checkpoint
+//   tt-run --list                          models, datasets, plugins, optimizers, schedules
+//   tt-run --version
+//
+// Exit codes: 0 done, 1 error, 2 bad pipeline or command line, 3 plugin/model library
+// refused, 4 out of memory, 5 NaN/inf loss, 130 interrupted (checkpoint written).
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+#include "tt/compat.h"
+#include "tt/error.h"
+#include "tt/log.h"
+#include "tt/meter.h"
+#include "tt/module.h"
+#include "tt/module_loader.h"
+#include "tt/pipeline.h"
+#include "tt/registry.h"
+#include "tt/runtime.h"
+#include "tt/trainer.h"
+
+#ifndef TT_VERSION
+#define TT_VERSION "0.1.0"
+#endif
+
+namespace {
+
+void on_signal(int sig) {
+  if (tt::interrupt_requested()) {  // second Ctrl-C: stop now
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  tt::request_interrupt();
+  const char msg[] = "\ntt-run: stopping after this batch to write a checkpoint (Ctrl-C again to abort)\n";
+  (void)!write(2, msg, sizeof msg - 1);
+}
+
+void print_list() {
+  auto refusals = tt::ModuleLoader::global().load_all();
+  auto& reg = tt::Registry::global();
+  for (auto kind : {tt::Kind::Model, tt::Kind::Dataset, tt::Kind::Plugin, tt::Kind::Optimizer, tt::Kind::Schedule}) {
+    std::printf("%ss:\n", tt::kind_name(kind));
+    auto entries = reg.entries(kind);
+    if (entries.empty()) std::printf("  (none installed)\n");
+    for (const auto& e : entries) {
+      std::printf("  %-22s %s\n", e.name.c_str(), e.description.c_str());
+      if (e.origin != "built-in") std::printf("  %-22s from %s\n", "", e.origin.c_str());
+      for (const auto& s : e.schema->specs()) {
+        std::string def = s.default_yaml == "~" ? "unset" : s.default_yaml;
+        std::printf("      %-20s %-8s = %-10s %s\n", s.key.c_str(),
+                    s.type == tt::Type::Bool     ? "bool"
+                    : s.type == tt::Type::Int    ? "int"
+                    : s.type == tt::Type::Float  ? "float"
+                    : s.type == tt::Type::String ? "string"
+                    : s.type == tt::Type::Bytes  ? "bytes"
+                    : s.type == tt::Type::List   ? "list"
+                                                 : "map",
+                    def.c_str(), s.doc.c_str());
+      }
+    }
+    std::printf("\n");
+  }
+  std::printf("trainer options:\n");
+  for (const auto& s : tt::trainer_schema().specs())
+    std::printf("      %-20s = %-10s %s\n", s.key.c_str(), s.default_yaml == "~" ? "unset" : s.default_yaml.c_str(),
+                s.doc.c_str());
+  std::printf("\nmodule search path: %s\n", tt::ModuleLoader::global().describe_search_path().c_str());
+  for (const auto& r : refusals) std::printf("refused: %s\n", r.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tt-run: train a model from a YAML pipeline, with memory techniques as plugins"};
+  std::string pipeline_file, resume_dir, run_dir;
+  std::vector<std::string> overrides;
+  bool dry_run = false, list = false, version = false, quiet = false;
+  app.add_option("pipeline", pipeline_file, "pipeline YAML file (e.g. configs/quickstart.yaml)");
+  app.add_option("overrides", overrides, "key=value overrides, e.g. trainer.batch_size=64 plugins.0.dtype=bf16");
+  app.add_flag("--dry-run", dry_run, "print the resolved pipeline (every default filled in) and exit");
+  app.add_option("--resume", resume_dir, "continue the run in RUN_DIR from its newest checkpoint");
+  app.add_option("--run-dir", run_dir, "write the run here instead of <output.dir>/<name>-<timestamp>");
+  app.add_flag("--list", list, "list models, datasets, plugins, optimizers and schedules with their options");
+  app.add_flag("--quiet,-q", quiet, "no progress display and no summary (still written to the run dir)");
+  app.add_flag("--version", version, "print versions and exit");
+  app.footer(
+      "Exit codes: 0 done, 1 error, 2 bad pipeline or command line, 3 plugin/model library refused, "
+      "4 out of memory, 5 NaN/inf loss, 130 interrupted (checkpoint written; resume with --resume).");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  // A positional "key=value" right after --resume DIR belongs to the overrides.
+  if (!resume_dir.empty() && !pipeline_file.empty()) {
+    if (pipeline_file.find('=') == std::string::npos) {
+      std::fprintf(stderr, "tt-run: --resume takes the pipeline from %s/pipeline.yaml; do not name a pipeline file too\n",
+                   resume_dir.c_str());
+      return 2;
+    }
+    overrides.insert(overrides.begin(), pipeline_file);
+    pipeline_file.clear();
+  }
+
+  try {
+    if (version) {
+      std::printf("tt-run %s\nLibTorch %s (%s)\nmodule API %u, C++ ABI %d, _GLIBCXX_USE_CXX11_ABI=%d\ncompiler %s\n",
+                  TT_VERSION, TT_TORCH_VERSION_STRING, TT_WITH_CUDA ? "CUDA" : "CPU-only", TT_API_VERSION,
+                  __GXX_ABI_VERSION, _GLIBCXX_USE_CXX11_ABI, TT_COMPILER_STRING);
+      return 0;
+    }
+    if (list) {
+      print_list();
+      return 0;
+    }
+    if (pipeline_file.empty() && resume_dir.empty()) {
+      std::fprintf(stderr, "tt-run: name a pipeline, e.g. tt-run configs/quickstart.yaml (tt-run --help for more)\n");
+      return 2;
+    }
+    tt::Meter::global().install();  // before any tensor exists, so every byte is counted
+    tt::Pipeline pipeline = resume_dir.empty() ? tt::load_pipeline(pipeline_file, overrides)
+                                               : tt::Trainer::pipeline_of_run(resume_dir, overrides);
+    if (dry_run) {
+      std::fputs(pipeline.resolved_yaml().c_str(), stdout);
+      return 0;
+    }
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+    tt::TrainerConfig cfg;
+    cfg.quiet = quiet;
+    if (!resume_dir.empty()) {
+      cfg.run_dir = resume_dir;
+      cfg.resume = true;
+    } else if (!run_dir.empty()) {
+      cfg.run_dir = run_dir;
+    }
+    tt::Trainer trainer(std::move(pipeline), cfg);
+    trainer.fit();
+    return 0;
+  } catch (const tt::Error& e) {
+    std::fprintf(stderr, "tt-run: error: %s\n", e.what());
+    return e.exit_code();
+  } catch (const c10::Error& e) {
+    std::string what = e.what();
+    std::fprintf(stderr, "tt-run: error in LibTorch: %s\n", what.substr(0, what.find("\nException raised from")).c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tt-run: error: %s\n", e.what());
+    return 1;
+  }
+}
