@@ -137,7 +137,7 @@ struct Trainer::Impl {
     set_flush_denormal(T.get_bool("flush_denormal"));
     seed_everything(p.seed);
     meter.set_caching(T.get_bool("cache_allocations"));
-    meter.set_cap(T.is_set("memory_cap") ? T.get_bytes("memory_cap") : 0);
+    meter.set_cap(0);  // the cap applies to training, from FIT_START on
     const std::string dev = T.get_string("device");
     try {
       s.device = torch::Device(dev);
@@ -293,7 +293,7 @@ struct Trainer::Impl {
     ar.read("trainer/plugins", names);
     TT_CHECK(names.toStringRef() == plugin_list(), file.string(), " was written with plugins [",
              names.toStringRef(), "] but the pipeline now has [", plugin_list(),
-             "]: resume with the same plugins, or start a new run with model.init_from");
+             "]: resume with the same plugins (their state is part of the checkpoint)");
     torch::serialize::InputArchive model_ar, opt_ar;
     ar.read("model", model_ar);
     s.model->load(model_ar);
@@ -476,6 +476,10 @@ struct Trainer::Impl {
     if (resumed) log().info("resumed from {} at step {}", resumed_from, s.step);
 
     fire(Event::FIT_START);
+    struct CapGuard {  // the cap never outlives the training loop, whatever ends it
+      ~CapGuard() { Meter::global().set_cap(0); }
+    } cap_guard;
+    if (p.trainer.is_set("memory_cap")) meter.set_cap(p.trainer.get_bytes("memory_cap"));
     meter.reset_peak();
     const int64_t eval_every = p.trainer.is_set("eval_every") ? p.trainer.get_int("eval_every") : 0;
     const int64_t ckpt_every = p.trainer.is_set("checkpoint_every") ? p.trainer.get_int("checkpoint_every") : 0;
@@ -485,8 +489,35 @@ struct Trainer::Impl {
                       s.total_steps, s.step);
     auto train_t0 = Clock::now();
     s.epoch = next_epoch;
-    int64_t start_batch = next_batch;
     bool done = s.step >= s.total_steps;
+    try {
+      train_loop(done, progress, eval_every, ckpt_every, log_every, next_batch);
+    } catch (const c10::OutOfMemoryError& e) {
+      progress.finish();
+      meter.set_cap(0);
+      std::string what = e.what();
+      TT_FAIL_AS(OutOfMemory, "out of memory at step ", s.step + 1, " (epoch ", s.epoch, ", batch ", s.batch_in_epoch,
+                 ", outside forward/backward: loading the batch or the optimizer step): ", what.substr(0, what.find('\n')),
+                 ". Raise trainer.memory_cap or lower trainer.batch_size.");
+    }
+    progress.finish();
+    meter.set_cap(0);
+    const double train_seconds = seconds_since(train_t0);
+    json val;
+    evaluate(&val);
+    if (last_checkpoint_step != s.step && s.step > start_step) save_checkpoint();
+    fire(Event::FIT_END);
+    with_context("model (" + p.model.name + ") writing outputs", [&] {
+      s.model->write_outputs(s.run_dir, s);
+      return 0;
+    });
+    mem.peak_tensor = meter.peak();
+    mem.peak_rss = Meter::rss_peak();
+    write_summary(train_seconds, val);
+  }
+
+  void train_loop(bool& done, Progress& progress, int64_t eval_every, int64_t ckpt_every, int64_t log_every,
+                  int64_t start_batch) {
     while (!done) {
       if (start_batch == 0) {
         epoch_loss_sum = 0;
@@ -539,19 +570,6 @@ struct Trainer::Impl {
       s.batch_in_epoch = -1;
       if (max_epochs > 0 && s.epoch >= max_epochs) done = true;
     }
-    progress.finish();
-    const double train_seconds = seconds_since(train_t0);
-    json val;
-    evaluate(&val);
-    if (last_checkpoint_step != s.step && s.step > start_step) save_checkpoint();
-    fire(Event::FIT_END);
-    with_context("model (" + p.model.name + ") writing outputs", [&] {
-      s.model->write_outputs(s.run_dir, s);
-      return 0;
-    });
-    mem.peak_tensor = meter.peak();
-    mem.peak_rss = Meter::rss_peak();
-    write_summary(train_seconds, val);
   }
 
   void write_plots() {
@@ -625,10 +643,10 @@ struct Trainer::Impl {
                        s.run_dir.string());
     out += fmt::format("  model      {}\n", s.model->describe());
     out += fmt::format("  plugins    [{}]\n", plugin_list());
-    out += fmt::format("  steps      {} ({} epochs x {} batches of {}), {:.1f} steps/s, median step {:.2f} ms\n",
-                       s.step, s.epoch, s.batches_per_epoch, s.batch_size, summary["steps_per_second"].get<double>(),
+    out += fmt::format("  steps      {} ({} batches of {} per epoch, {} epochs done), {:.1f} steps/s, median step {:.2f} ms\n",
+                       s.step, s.batches_per_epoch, s.batch_size, s.epoch, summary["steps_per_second"].get<double>(),
                        1e3 * summary["median_step_seconds"].get<double>());
-    if (summary.contains("first_epoch_loss"))
+    if (epoch_losses.size() > 1)
       out += fmt::format("  loss       epoch 1: {:.6g}  ->  epoch {}: {:.6g}\n", summary["first_epoch_loss"].get<double>(),
                          s.epoch, summary["final_epoch_loss"].get<double>());
     else

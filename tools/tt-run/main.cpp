@@ -146,6 +146,9 @@ int main(int argc, char** argv) {
     tt::Trainer trainer(std::move(pipeline), cfg);
     trainer.fit();
     return 0;
+  } catch (const tt::Interrupted& e) {
+    std::fprintf(stderr, "tt-run: %s\n", e.what());
+    return e.exit_code();
   } catch (const tt::Error& e) {
     std::fprintf(stderr, "tt-run: error: %s\n", e.what());
     return e.exit_code();

@@ -1,0 +1,116 @@
+// Every refusal of the module loader is explained; a pipeline naming a plugin fails
+// before its directory is on the search path and works after.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "test_support.h"
+#include "tt/compat.h"
+#include "tt/error.h"
+#include "tt/module_loader.h"
+#include "tt/registry.h"
+#include "tt/trainer.h"
+
+namespace {
+const std::string kDir = TT_TEST_MODULE_DIR;
+
+std::string refusal(const std::string& file) {
+  try {
+    tt::ModuleLoader::global().load_file(kDir + "/" + file);
+  } catch (const tt::ModuleError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Loader, LoadsAGoodModule) {
+  tt::ModuleLoader::global().load_file(kDir + "/tt_plugin_test-good.so");
+  const auto& c = tt::Registry::global().plugin("test-good");
+  EXPECT_EQ(c.origin, kDir + "/tt_plugin_test-good.so");
+  EXPECT_NE(c.schema.find("bonus"), nullptr);
+  tt::ModuleLoader::global().load_file(kDir + "/tt_plugin_test-good.so");  // twice is a no-op
+}
+
+TEST(Loader, RefusesWrongApiVersion) {
+  std::string e = refusal("tt_plugin_test-wrong-api.so");
+  EXPECT_NE(e.find("tt_plugin_test-wrong-api.so: built for tt module API version 999, this tt supports version 1"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("Rebuild"), std::string::npos);
+}
+
+TEST(Loader, RefusesWrongFingerprint) {
+  std::string e = refusal("tt_plugin_test-wrong-fingerprint.so");
+  EXPECT_NE(e.find("build fingerprint mismatch: expected LibTorch " TT_TORCH_VERSION_STRING), std::string::npos) << e;
+  EXPECT_NE(e.find("found LibTorch 0.0.1"), std::string::npos) << e;
+  EXPECT_NE(e.find("_GLIBCXX_USE_CXX11_ABI=0"), std::string::npos) << e;
+}
+
+TEST(Loader, RefusesMissingSymbol) {
+  std::string e = refusal("tt_plugin_test-missing-symbol.so");
+  EXPECT_NE(e.find("not a tt module: it does not export 'tt_module_entry'"), std::string::npos) << e;
+}
+
+TEST(Loader, ExplainsThrowingRegistration) {
+  std::string e = refusal("tt_plugin_test-throwing-register.so");
+  EXPECT_NE(e.find("plugin 'test-throwing-register' failed to register: boom while registering"), std::string::npos)
+      << e;
+}
+
+TEST(Loader, RefusesMissingAndNonLibraryFiles) {
+  EXPECT_NE(refusal("tt_plugin_nothing.so").find("no such file"), std::string::npos);
+  auto dir = tt::test::temp_dir("loader");
+  std::ofstream(dir / "tt_plugin_junk.so") << "not an ELF file";
+  try {
+    tt::ModuleLoader::global().load_file(dir / "tt_plugin_junk.so");
+    FAIL();
+  } catch (const tt::ModuleError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot be loaded"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Loader, NotFoundListsSearchPathAndAvailable) {
+  try {
+    tt::Registry::global().plugin("no-such-plugin");
+    FAIL();
+  } catch (const tt::ConfigError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("unknown plugin 'no-such-plugin'"), std::string::npos) << m;
+    EXPECT_NE(m.find("Available plugins:"), std::string::npos) << m;
+    EXPECT_NE(m.find("Searched "), std::string::npos) << m;
+    EXPECT_NE(m.find("lib/tt"), std::string::npos) << m;
+  }
+}
+
+TEST(Loader, PipelineFailsBeforeAndWorksAfterPluginPathIsSet) {
+  unsetenv("TT_PLUGIN_PATH");
+  auto out = tt::test::temp_dir("loader");
+  const std::string yaml = tt::test::topic_yaml(out, "  max_steps: 3\n", "plugins:\n  - {name: test-good, bonus: 100}\n");
+  EXPECT_THROW(tt::parse_pipeline(yaml, "p.yaml"), tt::ConfigError);
+  setenv("TT_PLUGIN_PATH", kDir.c_str(), 1);
+  auto p = tt::parse_pipeline(yaml, "p.yaml");
+  tt::Trainer t(p, {out / "run", false, true});
+  t.fit();
+  EXPECT_EQ(t.state().metrics.at("test_good_batches"), 103.0);
+  EXPECT_NE(tt::test::read_file(out / "run" / "metrics.jsonl").find("\"test_good_batches\":103.0"), std::string::npos);
+}
+
+TEST(Loader, ThrowingFactoryIsExplained) {
+  setenv("TT_PLUGIN_PATH", kDir.c_str(), 1);
+  auto out = tt::test::temp_dir("loader");
+  auto p = tt::parse_pipeline(tt::test::topic_yaml(out, "  max_steps: 1\n", "plugins: [test-throwing-factory]\n"),
+                              "p.yaml");
+  tt::Trainer t(p, {out / "run", false, true});
+  try {
+    t.fit();
+    FAIL();
+  } catch (const tt::ModuleError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("plugin 'test-throwing-factory' (" + kDir + "/tt_plugin_test-throwing-factory.so): factory "
+                     "threw: boom from the factory"),
+              std::string::npos)
+        << m;
+  }
+}

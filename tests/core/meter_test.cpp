@@ -1,0 +1,80 @@
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "tt/meter.h"
+
+using tt::Meter;
+
+TEST(Meter, KnownAllocationMovesCurrentAndPeakByItsBytes) {
+  Meter& m = Meter::global();
+  ASSERT_TRUE(m.installed());
+  m.set_caching(false);
+  const int64_t before = m.current();
+  m.reset_peak();
+  {
+    auto t = torch::empty({1000, 1000}, torch::kFloat);
+    EXPECT_EQ(m.current() - before, 4000000);
+    EXPECT_EQ(m.peak() - before, 4000000);
+    auto u = torch::empty({333}, torch::kDouble);
+    EXPECT_EQ(m.current() - before, 4000000 + 333 * 8);
+  }
+  EXPECT_EQ(m.current(), before);
+  EXPECT_EQ(m.peak() - before, 4000000 + 333 * 8);
+  m.reset_peak();
+  EXPECT_EQ(m.peak(), m.current());
+}
+
+TEST(Meter, CapRaisesTheDeviceOutOfMemoryError) {
+  Meter& m = Meter::global();
+  m.set_cap(m.current() + (1 << 20));
+  auto small = torch::empty({1000}, torch::kFloat);  // fits
+  try {
+    auto big = torch::empty({1 << 20}, torch::kFloat);  // 4 MiB does not
+    FAIL() << "no out-of-memory error";
+  } catch (const c10::OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("tt memory cap exceeded: tried to allocate 4.00 MiB"), std::string::npos)
+        << e.what();
+  }
+  m.set_cap(0);
+  auto big = torch::empty({1 << 20}, torch::kFloat);
+  EXPECT_EQ(big.numel(), 1 << 20);
+}
+
+TEST(Meter, CachingReusesFreedBlocksAndReleases) {
+  Meter& m = Meter::global();
+  m.set_caching(true);
+  void* first;
+  {
+    auto t = torch::empty({2 << 20}, torch::kFloat);
+    first = t.data_ptr();
+  }
+  EXPECT_GE(m.cached(), 8 << 20);
+  const int64_t cached = m.cached();
+  {
+    auto t = torch::empty({2 << 20}, torch::kFloat);
+    EXPECT_EQ(t.data_ptr(), first);  // the same block came back
+    EXPECT_EQ(m.cached(), cached - (8 << 20));
+  }
+  m.release_cache();
+  EXPECT_EQ(m.cached(), 0);
+  m.set_caching(false);
+}
+
+TEST(Meter, CountsTensorsFromEveryThread) {
+  Meter& m = Meter::global();
+  m.set_caching(false);
+  const int64_t before = m.current();
+  std::vector<torch::Tensor> kept(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) threads.emplace_back([&kept, i] { kept[i] = torch::empty({250000}, torch::kFloat); });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(m.current() - before, 4 * 1000000);
+}
+
+TEST(Meter, ResidentSetSize) {
+  EXPECT_GT(Meter::rss(), 1 << 20);
+  EXPECT_GE(Meter::rss_peak(), Meter::rss() - (1 << 20));
+  auto s = Meter::global().snapshot();
+  EXPECT_EQ(s.tensor_bytes, Meter::global().current());
+}

@@ -1,0 +1,195 @@
+// Gradient accumulation, bitwise resume, atomic checkpoints, NaN handling, outputs.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+#include "tt/checkpoint.h"
+#include "tt/error.h"
+#include "tt/plugin.h"
+#include "tt/runtime.h"
+#include "tt/state.h"
+#include "tt/trainer.h"
+
+namespace fs = std::filesystem;
+using tt::Event;
+
+namespace {
+
+class GradCapture : public tt::Plugin {
+ public:
+  explicit GradCapture(std::vector<torch::Tensor>* out) : out_(out) {}
+  void on(Event e, tt::State& s) override {
+    if (e != Event::BEFORE_STEP || !out_->empty()) return;
+    for (const auto& p : s.model->parameters()) out_->push_back(p.grad().clone());
+  }
+
+ private:
+  std::vector<torch::Tensor>* out_;
+};
+
+class StopAt : public tt::Plugin {
+ public:
+  explicit StopAt(int64_t step) : step_(step) {}
+  void on(Event e, tt::State& s) override {
+    if (e == Event::AFTER_STEP && s.step == step_) tt::request_interrupt();
+  }
+
+ private:
+  int64_t step_;
+};
+
+std::vector<torch::Tensor> first_step_grads(const std::string& yaml, const std::vector<std::string>& overrides) {
+  auto out = tt::test::temp_dir("accum");
+  auto p = tt::parse_pipeline(yaml, "p.yaml", overrides);
+  tt::Trainer t(p, {out / "run", false, true});
+  std::vector<torch::Tensor> g;
+  t.add_plugin(std::make_unique<GradCapture>(&g));
+  t.fit();
+  return g;
+}
+
+double max_rel_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double scale = std::max(1e-12, a[i].abs().max().item<double>());
+    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>() / scale);
+  }
+  return worst;
+}
+
+std::vector<torch::Tensor> params_of(tt::Trainer& t) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : t.state().model->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+}  // namespace
+
+TEST(Trainer, AccumulatedGradientEqualsFullBatchGradient_SumLoss) {
+  const std::string yaml = tt::test::topic_yaml(tt::test::temp_dir("accum"), "  max_steps: 1\n");
+  auto full = first_step_grads(yaml, {});
+  for (const char* micro : {"1", "4", "5"}) {  // 5 leaves a remainder micro-batch of 1
+    auto acc = first_step_grads(yaml, {std::string("trainer.micro_batch_size=") + micro});
+    ASSERT_EQ(acc.size(), full.size());
+    EXPECT_LE(max_rel_diff(full, acc), 1e-6) << "micro_batch_size " << micro;
+  }
+}
+
+TEST(Trainer, AccumulatedGradientEqualsFullBatchGradient_MeanLoss) {
+  tt::test::register_test_components();
+  const std::string yaml =
+      "model: test-regression\ndata: {name: test-regression-data, n: 64}\noptimizer: sgd\n"
+      "trainer: {batch_size: 24, max_steps: 1, threads: 1, progress: off}\noutput: {plots: false}\n";
+  auto full = first_step_grads(yaml, {});
+  auto acc = first_step_grads(yaml, {"trainer.micro_batch_size=7"});  // 7+7+7+3
+  EXPECT_LE(max_rel_diff(full, acc), 1e-6);
+}
+
+TEST(Trainer, ResumeIsBitwiseIdentical) {
+  auto out = tt::test::temp_dir("resume");
+  // 10 steps over 4-batch epochs; the interrupted run stops at step 6, in the middle of epoch 2.
+  const std::string yaml = tt::test::topic_yaml(out, "  max_steps: 10\n");
+  tt::Trainer straight(tt::parse_pipeline(yaml, "p.yaml"), {out / "straight", false, true});
+  straight.fit();
+
+  tt::Trainer first(tt::parse_pipeline(yaml, "p.yaml"), {out / "split", false, true});
+  first.add_plugin(std::make_unique<StopAt>(6));
+  EXPECT_THROW(first.fit(), tt::Interrupted);
+  tt::clear_interrupt();
+  auto ckpts = tt::list_checkpoints(out / "split" / "checkpoints");
+  ASSERT_EQ(ckpts.size(), 1u);
+  EXPECT_EQ(ckpts[0].filename(), "step-00000006.pt");
+
+  tt::Trainer resumed(tt::Trainer::pipeline_of_run(out / "split", {}), {out / "split", true, true});
+  resumed.add_plugin(std::make_unique<StopAt>(-1));  // same plugin list as the interrupted run
+  resumed.fit();
+  std::vector<double> joined = first.step_losses();
+  joined.insert(joined.end(), resumed.step_losses().begin(), resumed.step_losses().end());
+  ASSERT_EQ(joined.size(), straight.step_losses().size());
+  for (size_t i = 0; i < joined.size(); ++i) EXPECT_EQ(joined[i], straight.step_losses()[i]) << "step " << i + 1;
+  auto a = params_of(straight), b = params_of(resumed);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i]));
+  EXPECT_EQ(resumed.state().lr, straight.state().lr);
+  // metrics.jsonl has each step once
+  std::string metrics = tt::test::read_file(out / "split" / "metrics.jsonl");
+  EXPECT_EQ(metrics.find("\"step\":7,"), metrics.rfind("\"step\":7,"));
+}
+
+TEST(Trainer, KeepsTheNewestCheckpoints) {
+  auto out = tt::test::temp_dir("ckpt");
+  auto p = tt::parse_pipeline(tt::test::topic_yaml(out, "  max_steps: 12\n  checkpoint_every: 2\n  keep_checkpoints: 2\n"),
+                              "p.yaml");
+  tt::Trainer t(p, {out / "run", false, true});
+  t.fit();
+  auto ckpts = tt::list_checkpoints(out / "run" / "checkpoints");
+  ASSERT_EQ(ckpts.size(), 2u);
+  EXPECT_EQ(ckpts[0].filename(), "step-00000010.pt");
+  EXPECT_EQ(ckpts[1].filename(), "step-00000012.pt");
+}
+
+TEST(Trainer, NanLossIsAClearErrorOrSkipped) {
+  tt::test::register_test_components();
+  auto out = tt::test::temp_dir("nan");
+  const std::string yaml =
+      "model: test-regression\ndata: {name: test-regression-data, n: 32, nan_at: 5}\noptimizer: sgd\n"
+      "trainer: {batch_size: 8, epochs: 1, threads: 1, progress: off, shuffle: false}\noutput: {plots: false}\n";
+  tt::Trainer t(tt::parse_pipeline(yaml, "p.yaml"), {out / "a", false, true});
+  try {
+    t.fit();
+    FAIL();
+  } catch (const tt::NumericError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("loss is nan at step 1 (epoch 0, batch 0)"), std::string::npos) << m;
+    EXPECT_NE(m.find("trainer.on_nan=skip"), std::string::npos) << m;
+  }
+  tt::Trainer s(tt::parse_pipeline(yaml, "p.yaml", {"trainer.on_nan=skip"}), {out / "b", false, true});
+  s.fit();
+  auto summary = nlohmann::json::parse(tt::test::read_file(out / "b" / "summary.json"));
+  EXPECT_EQ(summary["skipped_steps"], 1);
+  EXPECT_EQ(summary["steps"], 4);
+}
+
+TEST(Trainer, WritesRunDirectory) {
+  tt::test::register_test_components();
+  auto out = tt::test::temp_dir("outputs");
+  const std::string yaml =
+      "name: reg\nmodel: test-regression\ndata: test-regression-data\noptimizer: {name: adam, lr: 0.01}\n"
+      "trainer: {batch_size: 16, epochs: 3, eval_every: 4, threads: 1, progress: off}\n"
+      "output: {dir: " + out.string() + ", plots: true}\n";
+  tt::Trainer t(tt::parse_pipeline(yaml, "p.yaml"), {});
+  t.fit();
+  const fs::path dir = t.run_dir();
+  EXPECT_EQ(dir.parent_path(), out);
+  EXPECT_EQ(dir.filename().string().rfind("reg-", 0), 0u);
+  for (const char* f : {"pipeline.yaml", "metrics.jsonl", "summary.json", "log.txt"}) EXPECT_TRUE(fs::exists(dir / f)) << f;
+  auto summary = nlohmann::json::parse(tt::test::read_file(dir / "summary.json"));
+  EXPECT_EQ(summary["steps"], 12);
+  EXPECT_GT(summary["memory"]["peak_tensor_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(summary["memory"]["parameters_bytes"], 9 * 4);
+  EXPECT_EQ(summary["memory"]["gradients_bytes"], 9 * 4);
+  EXPECT_EQ(summary["memory"]["optimizer_state_bytes"], 2 * 9 * 4);  // Adam: exp_avg + exp_avg_sq
+  EXPECT_TRUE(summary.contains("validation"));
+  // one metrics line per step with the documented fields, plus eval and epoch lines
+  std::ifstream in(dir / "metrics.jsonl");
+  std::string line;
+  int steps = 0, evals = 0, epochs = 0;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) {
+      ++steps;
+      for (const char* k : {"step", "epoch", "lr", "step_seconds", "samples_per_s", "tensor_bytes", "tensor_peak", "rss"})
+        EXPECT_TRUE(j.contains(k)) << k << " missing in " << line;
+    }
+    evals += j.contains("val_loss");
+    epochs += j.contains("epoch_loss");
+  }
+  EXPECT_EQ(steps, 12);
+  EXPECT_EQ(evals, 4);  // steps 4, 8, 12 and the final evaluation
+  EXPECT_EQ(epochs, 3);
+  if (system("command -v gnuplot >/dev/null") == 0) {
+    EXPECT_TRUE(fs::exists(dir / "loss.png"));
+  }
+}

@@ -1,0 +1,11 @@
+#include <gtest/gtest.h>
+
+#include "tt/meter.h"
+#include "tt/runtime.h"
+
+int main(int argc, char** argv) {
+  tt::Meter::global().install();  // before any tensor, as tt-run does
+  tt::configure_threads(1);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

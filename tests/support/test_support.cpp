@@ -1,0 +1,128 @@
+#include "test_support.h"
+
+#include <sys/wait.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "tt/model.h"
+#include "tt/registry.h"
+
+namespace fs = std::filesystem;
+
+namespace tt::test {
+
+fs::path temp_dir(const std::string& tag) {
+  static std::atomic<int> counter{0};
+  fs::path d = fs::temp_directory_path() /
+               ("tt-test-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string source_dir() { return TT_SOURCE_DIR; }
+std::string tt_run_bin() { return TT_RUN_BIN; }
+
+std::string topic_yaml(const fs::path& out_dir, const std::string& trainer_extra, const std::string& top_extra) {
+  std::ostringstream y;
+  y << "name: tiny\nseed: 3\n"
+    << "data: {name: topic-synthetic, n_docs: 64, n_terms: 50, k: 4, avg_doc_length: 40}\n"
+    << "model: {name: topic, k: 4}\n"
+    << "optimizer: {name: adamw, lr: 0.05, weight_decay: 1.0e-5}\n"
+    << "schedule: {name: cosine_warm_restarts, t0_epochs: 2, eta_min: 0.01}\n"
+    << "trainer:\n  batch_size: 16\n  threads: 1\n  progress: off\n";
+  if (!trainer_extra.empty()) y << trainer_extra;
+  y << "output:\n  dir: " << out_dir.string() << "\n  plots: false\n";
+  y << top_extra;
+  return y.str();
+}
+
+RunResult run(const std::string& command) {
+  RunResult r;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+namespace {
+
+class RegressionData : public Dataset {
+ public:
+  RegressionData(int64_t n, int64_t d, int64_t nan_at, uint64_t seed) {
+    auto gen = at::detail::createCPUGenerator(seed);
+    x_ = at::randn({n, d}, gen, torch::kFloat);
+    auto w = at::randn({d, 1}, gen, torch::kFloat);
+    y_ = x_.mm(w) + 0.1 * at::randn({n, 1}, gen, torch::kFloat);
+    if (nan_at >= 0) x_[nan_at][0] = NAN;
+  }
+  int64_t size() const override { return x_.size(0); }
+  Batch get(const at::Tensor& idx) override {
+    Batch b;
+    b.set("x", x_.index_select(0, idx));
+    b.set("y", y_.index_select(0, idx));
+    return b;
+  }
+  std::map<std::string, int64_t> info() const override { return {{"features", x_.size(1)}}; }
+
+ private:
+  torch::Tensor x_, y_;
+};
+
+class Regression : public Model {
+ public:
+  explicit Regression(int64_t d) { lin_ = register_module("lin", torch::nn::Linear(d, 1)); }
+  ModelOutput forward_loss(const Batch& b) override {
+    ModelOutput o;
+    o.loss = torch::mse_loss(lin_->forward(b.at("x")), b.at("y"));
+    o.reduction = Reduction::Mean;
+    o.items = b.size;
+    return o;
+  }
+
+ private:
+  torch::nn::Linear lin_{nullptr};
+};
+
+}  // namespace
+
+void register_test_components() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  auto& r = Registry::global();
+  r.add_dataset("test-regression-data", "random linear regression data",
+                Schema()
+                    .add("n", Type::Int, "64", "examples")
+                    .add("features", Type::Int, "8", "features")
+                    .add("nan_at", Type::Int, "-1", "make example i NaN"),
+                [](const Options& o, uint64_t seed) {
+                  Datasets d;
+                  d.train = std::make_shared<RegressionData>(o.get_int("n"), o.get_int("features"),
+                                                             o.get_int("nan_at"), seed);
+                  d.validation = std::make_shared<RegressionData>(32, o.get_int("features"), -1, seed + 1);
+                  return d;
+                });
+  r.add_model("test-regression", "linear regression, mean squared error", Schema(),
+              [](const Options&, const Datasets& d) {
+                return std::make_shared<Regression>(d.train->info().at("features"));
+              });
+}
+
+}  // namespace tt::test

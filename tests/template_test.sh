@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs tt into a temporary prefix, builds plugins/template against the installed CMake
+# package exactly as a user would, and runs a pipeline that names the plugin.
+set -euo pipefail
+BUILD="$1"
+SRC="$2"
+WORK="$(mktemp -d /tmp/tt-template-XXXXXX)"
+trap 'rm -rf "$WORK"' EXIT
+
+cmake --install "$BUILD" --prefix "$WORK/prefix" > "$WORK/install.log"
+cp -r "$WORK/prefix/share/tt/plugin-template" "$WORK/my-plugin"
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S "$WORK/my-plugin" -B "$WORK/my-plugin/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$WORK/prefix" "${launcher[@]}" > "$WORK/configure.log"
+cmake --build "$WORK/my-plugin/build" > "$WORK/build.log" || { cat "$WORK/build.log"; exit 1; }
+PLUGIN_DIR="$WORK/my-plugin/build/lib/tt"
+test -f "$PLUGIN_DIR/tt_plugin_grad-stats.so"
+
+cat > "$WORK/pipeline.yaml" <<YAML
+name: template-check
+data: {name: topic-synthetic, n_docs: 64, n_terms: 50, k: 4}
+model: {name: topic, k: 4}
+plugins:
+  - {name: grad-stats, every: 2}
+trainer: {batch_size: 16, max_steps: 6, threads: 1, progress: off}
+output: {dir: $WORK/runs, run_name: r, plots: false}
+YAML
+
+# Without the plugin directory on the path, the pipeline is refused with an explanation.
+if "$WORK/prefix/bin/tt-run" -q "$WORK/pipeline.yaml" > "$WORK/refused.log" 2>&1; then
+  echo "FAIL: pipeline naming grad-stats ran without TT_PLUGIN_PATH"; exit 1
+fi
+grep -q "unknown plugin 'grad-stats'" "$WORK/refused.log" || { cat "$WORK/refused.log"; exit 1; }
+
+TT_PLUGIN_PATH="$PLUGIN_DIR" "$WORK/prefix/bin/tt-run" "$WORK/pipeline.yaml"
+TT_PLUGIN_PATH="$PLUGIN_DIR" "$WORK/prefix/bin/tt-run" --list > "$WORK/list.txt"
+grep -q "grad-stats" "$WORK/list.txt" || { echo "FAIL: --list does not show grad-stats"; exit 1; }
+n=$(grep -c '"grad_l2"' "$WORK/runs/r/metrics.jsonl")
+[ "$n" -eq 3 ] || { echo "FAIL: expected 3 grad_l2 lines (every 2 of 6 steps), got $n"; exit 1; }
+echo "template plugin built out of tree and ran: $n grad_l2 lines"
