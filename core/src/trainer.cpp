@@ -10,6 +10,7 @@
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sys/resource.h>
 
 #include "tt/checkpoint.h"
 #include "tt/data_loader.h"
@@ -94,6 +95,7 @@ struct Trainer::Impl {
   Clock::time_point t_start;
   double setup_seconds = 0;
   std::string resumed_from;
+  struct rusage usage0 {}, usage1 {};  // around the training loop
 
   ~Impl() {
     if (file_sink) {
@@ -488,6 +490,7 @@ struct Trainer::Impl {
     Progress progress(quiet ? Progress::Mode::Off : Progress::parse_mode(p.trainer.get_string("progress")),
                       s.total_steps, s.step);
     auto train_t0 = Clock::now();
+    getrusage(RUSAGE_SELF, &usage0);
     s.epoch = next_epoch;
     bool done = s.step >= s.total_steps;
     try {
@@ -503,6 +506,7 @@ struct Trainer::Impl {
     progress.finish();
     meter.set_cap(0);
     const double train_seconds = seconds_since(train_t0);
+    getrusage(RUSAGE_SELF, &usage1);
     json val;
     evaluate(&val);
     if (last_checkpoint_step != s.step && s.step > start_step) save_checkpoint();
@@ -615,6 +619,11 @@ struct Trainer::Impl {
         {"outputs", json::array()},
     };
     for (const auto& pl : plugins) summary["plugins"].push_back(pl->name());
+    auto secs = [](const timeval& a, const timeval& b) { return (b.tv_sec - a.tv_sec) + 1e-6 * (b.tv_usec - a.tv_usec); };
+    summary["process"] = {{"user_cpu_seconds", secs(usage0.ru_utime, usage1.ru_utime)},
+                          {"system_cpu_seconds", secs(usage0.ru_stime, usage1.ru_stime)},
+                          {"minor_page_faults", usage1.ru_minflt - usage0.ru_minflt},
+                          {"major_page_faults", usage1.ru_majflt - usage0.ru_majflt}};
     if (!epoch_losses.empty()) {
       summary["first_epoch_loss"] = epoch_losses.front();
       summary["final_epoch_loss"] = epoch_losses.back();

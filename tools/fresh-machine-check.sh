@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Proves the README's two commands on a machine with nothing installed: a minimal Debian 12
+# chroot (debootstrap --variant=minbase), a git clone of this repository inside it, then
+#   tools/setup.sh quickstart   and   tools/setup.sh test
+# Run as root on a Debian host:  tools/fresh-machine-check.sh [CHROOT_DIR]
+# Logs and timings go to CHROOT_DIR/root/fresh-*.log.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOTFS="${1:-/tmp/tt-fresh}"
+
+command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap
+if [ ! -x "$ROOTFS/usr/bin/apt-get" ]; then
+  debootstrap --variant=minbase bookworm "$ROOTFS" http://deb.debian.org/debian
+fi
+cp /etc/resolv.conf "$ROOTFS/etc/resolv.conf"
+mountpoint -q "$ROOTFS/proc" || mount -t proc proc "$ROOTFS/proc"
+mountpoint -q "$ROOTFS/dev" || mount --bind /dev "$ROOTFS/dev"
+mkdir -p "$ROOTFS/src/tt"
+mountpoint -q "$ROOTFS/src/tt" || mount --bind -o ro "$REPO" "$ROOTFS/src/tt"
+if [ -d "$REPO/../shared" ]; then
+  mkdir -p "$ROOTFS/root/shared"
+  mountpoint -q "$ROOTFS/root/shared" || mount --bind -o ro "$REPO/../shared" "$ROOTFS/root/shared"
+fi
+cleanup() { umount "$ROOTFS/src/tt" "$ROOTFS/root/shared" "$ROOTFS/dev" "$ROOTFS/proc" 2>/dev/null || true; }
+trap cleanup EXIT
+
+chroot "$ROOTFS" /bin/bash -euo pipefail -c '
+  export HOME=/root DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8
+  cd /root
+  # what a user needs to get the code: git
+  command -v git >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends git ca-certificates; }
+  rm -rf tt && git clone -q /src/tt tt && cd tt
+  start=$(date +%s)
+  tools/setup.sh quickstart 2>&1 | tee /root/fresh-quickstart.log
+  mid=$(date +%s)
+  tools/setup.sh test 2>&1 | tee /root/fresh-test.log
+  end=$(date +%s)
+  again_start=$(date +%s)
+  tools/setup.sh quickstart > /root/fresh-quickstart-again.log 2>&1
+  again_end=$(date +%s)
+  echo "quickstart (fresh): $((mid-start)) s; test: $((end-mid)) s; quickstart again: $((again_end-again_start)) s" | tee /root/fresh-times.log
+'
