@@ -187,6 +187,23 @@ void Meter::reset_rss_peak() {
   if (out) out << "5";
 }
 
+#if TT_WITH_CUDA
+static bool have_gpu() { return c10::cuda::device_count() > 0; }
+static c10::cuda::CUDACachingAllocator::DeviceStats device_stats() {
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
+}
+// index 0 is StatType::AGGREGATE in every version (the enum moved namespaces in 2.x)
+int64_t Meter::device_current() { return have_gpu() ? device_stats().allocated_bytes[0].current : 0; }
+int64_t Meter::device_peak() { return have_gpu() ? device_stats().allocated_bytes[0].peak : 0; }
+void Meter::reset_device_peak() {
+  if (have_gpu()) c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
+}
+#else
+int64_t Meter::device_current() { return 0; }
+int64_t Meter::device_peak() { return 0; }
+void Meter::reset_device_peak() {}
+#endif
+
 MemorySnapshot Meter::snapshot() const {
   MemorySnapshot s;
   s.tensor_bytes = current();
@@ -194,14 +211,8 @@ MemorySnapshot Meter::snapshot() const {
   s.cached_bytes = cached();
   s.rss = rss();
   s.rss_peak = rss_peak();
-#if TT_WITH_CUDA
-  if (c10::cuda::device_count() > 0) {
-    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
-    const auto agg = static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
-    s.device_bytes = stats.allocated_bytes[agg].current;
-    s.device_peak = stats.allocated_bytes[agg].peak;
-  }
-#endif
+  s.device_bytes = device_current();
+  s.device_peak = device_peak();
   return s;
 }
 

@@ -104,6 +104,14 @@ struct Trainer::Impl {
     }
   }
 
+  // Live and peak bytes where the model's tensors live: the CPU meter, or CUDA's allocator.
+  int64_t live() const { return s.device.is_cuda() ? Meter::device_current() : meter.current(); }
+  int64_t peak() const { return s.device.is_cuda() ? Meter::device_peak() : meter.peak(); }
+  void reset_peak() {
+    meter.reset_peak();
+    if (s.device.is_cuda()) Meter::reset_device_peak();
+  }
+
   void fire(Event e) {
     if (runs_in_reverse(e)) {
       for (auto it = plugins.rbegin(); it != plugins.rend(); ++it) (*it)->on(e, s);
@@ -299,10 +307,10 @@ struct Trainer::Impl {
     torch::serialize::InputArchive model_ar, opt_ar;
     ar.read("model", model_ar);
     s.model->load(model_ar);
-    int64_t before = meter.current();
+    int64_t before = live();
     ar.read("optimizer", opt_ar);
     s.optimizer->load(opt_ar);
-    mem.optimizer_state = std::max<int64_t>(0, meter.current() - before);
+    mem.optimizer_state = std::max<int64_t>(0, live() - before);
     optimizer_measured = true;
     for (size_t i = 0; i < plugins.size(); ++i) {
       torch::serialize::InputArchive pa;
@@ -340,7 +348,7 @@ struct Trainer::Impl {
       int64_t begin = s.micro_index * s.micro_batch_size, end = std::min(batch.size, begin + s.micro_batch_size);
       s.micro = s.micro_count == 1 ? batch : batch.slice(begin, end);
       fire(Event::BEFORE_FORWARD);
-      const int64_t before = meter.current();
+      const int64_t before = live();
       {
         std::vector<std::unique_ptr<Scope>> scopes;
         for (auto& pl : plugins)
@@ -371,7 +379,7 @@ struct Trainer::Impl {
       s.batch_loss += raw * weight;
       s.loss = weight == 1.0 ? s.output.loss : s.output.loss * weight;
       fire(Event::AFTER_LOSS);
-      mem.activations = std::max(mem.activations, meter.current() - before);
+      mem.activations = std::max(mem.activations, live() - before);
       fire(Event::BEFORE_BACKWARD);
       s.loss.backward();
       s.loss = torch::Tensor();
@@ -405,7 +413,7 @@ struct Trainer::Impl {
         if (!s.retry_batch || attempt >= 16) {
           TT_FAIL_AS(OutOfMemory, "out of memory at step ", s.step + 1, " (epoch ", s.epoch, ", batch ",
                      s.batch_in_epoch, ", micro-batch ", s.micro_batch_size, "): ", s.oom_message,
-                     ". Peak tensor bytes so far ", format_bytes(meter.peak()),
+                     ". Peak tensor bytes so far ", format_bytes(peak()),
                      ". Fixes: lower trainer.micro_batch_size (gradients accumulate to the same batch), "
                      "add plugins: [oom-guard] to do that automatically, or use [checkpoint] / [amp] to need less "
                      "activation memory.");
@@ -428,10 +436,10 @@ struct Trainer::Impl {
     }
     const double lr_used = s.lr;
     if (!s.skip_step) {
-      const int64_t before = meter.current();
+      const int64_t before = live();
       s.optimizer->step();
       if (!optimizer_measured) {
-        mem.optimizer_state = std::max<int64_t>(0, meter.current() - before);
+        mem.optimizer_state = std::max<int64_t>(0, live() - before);
         optimizer_measured = true;
       }
     } else {
@@ -482,7 +490,7 @@ struct Trainer::Impl {
       ~CapGuard() { Meter::global().set_cap(0); }
     } cap_guard;
     if (p.trainer.is_set("memory_cap")) meter.set_cap(p.trainer.get_bytes("memory_cap"));
-    meter.reset_peak();
+    reset_peak();
     const int64_t eval_every = p.trainer.is_set("eval_every") ? p.trainer.get_int("eval_every") : 0;
     const int64_t ckpt_every = p.trainer.is_set("checkpoint_every") ? p.trainer.get_int("checkpoint_every") : 0;
     const int64_t log_every = std::max<int64_t>(1, p.trainer.get_int("log_every"));
@@ -515,7 +523,7 @@ struct Trainer::Impl {
       s.model->write_outputs(s.run_dir, s);
       return 0;
     });
-    mem.peak_tensor = meter.peak();
+    mem.peak_tensor = peak();
     mem.peak_rss = Meter::rss_peak();
     write_summary(train_seconds, val);
   }
@@ -547,13 +555,13 @@ struct Trainer::Impl {
           line["loss"] = s.batch_loss;
           line["step_seconds"] = dt;
           line["samples_per_s"] = dt > 0 ? examples / dt : 0.0;
-          line["tensor_bytes"] = meter.current();
-          line["tensor_peak"] = meter.peak();
+          line["tensor_bytes"] = live();
+          line["tensor_peak"] = peak();
           line["rss"] = Meter::rss();
           for (const auto& [k, v] : s.metrics) line[k] = v;
           metrics.write(line.dump());
         }
-        progress.update(s.step, s.batch_loss, meter.current(), Meter::rss());
+        progress.update(s.step, s.batch_loss, live(), Meter::rss());
         if (eval_every > 0 && s.step % eval_every == 0) evaluate(nullptr);
         done = s.step >= s.total_steps || s.stop;
         if (ckpt_every > 0 && s.step % ckpt_every == 0 && !done) save_checkpoint();
@@ -615,7 +623,8 @@ struct Trainer::Impl {
           {"gradients_bytes", mem.gradients},
           {"optimizer_state_bytes", mem.optimizer_state},
           {"activations_bytes", mem.activations},
-          {"allocation_cache", meter.caching()}}},
+          {"allocation_cache", meter.caching()},
+          {"measured_on", s.device.is_cuda() ? "cuda caching allocator" : "cpu tracking allocator"}}},
         {"outputs", json::array()},
     };
     for (const auto& pl : plugins) summary["plugins"].push_back(pl->name());

@@ -47,6 +47,11 @@ class TT_API Meter {
   int64_t cached() const;
   void release_cache();  // give cached blocks back to the OS
 
+  // CUDA caching allocator figures of the current device (0 without CUDA or a GPU).
+  static int64_t device_current();
+  static int64_t device_peak();
+  static void reset_device_peak();
+
   static int64_t rss();
   static int64_t rss_peak();
   static void reset_rss_peak();  // via /proc/self/clear_refs; no-op where refused
