@@ -11,7 +11,7 @@
 #include <fstream>
 #include <mutex>
 #include <string>
-#include <unordered_map>
+#include <map>
 #include <vector>
 
 #include "tt/compat.h"
@@ -79,19 +79,24 @@ class TrackingAllocator final : public c10::Allocator {
     }
     const size_t capacity = size_class(n);
     void* base = nullptr;
+    size_t block = capacity;
     if (capacity >= kCacheMin && cached.load() > 0) {
+      // Smallest cached block that fits, if it wastes at most half of itself: reusing a
+      // somewhat larger block beats mapping fresh memory while that one sits idle.
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.find(capacity);
-      if (it != free_.end() && !it->second.empty()) {
+      auto it = free_.lower_bound(capacity);
+      if (it != free_.end() && it->first <= 2 * capacity) {
+        block = it->first;
         base = it->second.back();
         it->second.pop_back();
-        cached -= static_cast<int64_t>(capacity);
+        if (it->second.empty()) free_.erase(it);
+        cached -= static_cast<int64_t>(block);
       }
     }
     if (!base) base = c10::alloc_cpu(capacity + kHeader);
     auto* h = static_cast<Header*>(base);
     h->requested = n;
-    h->capacity = capacity;
+    h->capacity = block;
     int64_t now = current.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
     int64_t p = peak.load();
     while (now > p && !peak.compare_exchange_weak(p, now)) {
@@ -115,7 +120,7 @@ class TrackingAllocator final : public c10::Allocator {
   }
 
   std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
+  std::map<size_t, std::vector<void*>> free_;  // capacity -> idle blocks
 };
 
 TrackingAllocator* g_alloc = nullptr;

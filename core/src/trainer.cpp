@@ -63,6 +63,8 @@ auto with_context(const std::string& what, F&& f) -> decltype(f()) {
     throw;
   } catch (const c10::OutOfMemoryError&) {
     throw;
+  } catch (const c10::Error& e) {
+    TT_FAIL(what, ": ", e.what_without_backtrace());
   } catch (const std::exception& e) {
     TT_FAIL(what, ": ", e.what());
   }
@@ -353,7 +355,8 @@ struct Trainer::Impl {
         std::vector<std::unique_ptr<Scope>> scopes;
         for (auto& pl : plugins)
           if (auto sc = pl->forward_scope(s)) scopes.push_back(std::move(sc));
-        s.output = s.model->forward_loss(s.micro);
+        s.output = with_context(detail::cat("model (", p.model.name, ") forward at step ", s.step + 1),
+                                [&] { return s.model->forward_loss(s.micro); });
         while (!scopes.empty()) scopes.pop_back();  // exit in reverse order
       }
       fire(Event::AFTER_FORWARD);
@@ -381,7 +384,10 @@ struct Trainer::Impl {
       fire(Event::AFTER_LOSS);
       mem.activations = std::max(mem.activations, live() - before);
       fire(Event::BEFORE_BACKWARD);
-      s.loss.backward();
+      with_context(detail::cat("backward at step ", s.step + 1), [&] {
+        s.loss.backward();
+        return 0;
+      });
       s.loss = torch::Tensor();
       s.output = {};
       fire(Event::AFTER_BACKWARD);
@@ -490,6 +496,8 @@ struct Trainer::Impl {
       ~CapGuard() { Meter::global().set_cap(0); }
     } cap_guard;
     if (p.trainer.is_set("memory_cap")) meter.set_cap(p.trainer.get_bytes("memory_cap"));
+    meter.release_cache();    // temporaries of data generation and model set-up are not training's
+    Meter::reset_rss_peak();  // so peak RSS is the training loop's high-water mark
     reset_peak();
     const int64_t eval_every = p.trainer.is_set("eval_every") ? p.trainer.get_int("eval_every") : 0;
     const int64_t ckpt_every = p.trainer.is_set("checkpoint_every") ? p.trainer.get_int("checkpoint_every") : 0;

@@ -153,8 +153,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tt-run: error: %s\n", e.what());
     return e.exit_code();
   } catch (const c10::Error& e) {
-    std::string what = e.what();
-    std::fprintf(stderr, "tt-run: error in LibTorch: %s\n", what.substr(0, what.find("\nException raised from")).c_str());
+    std::fprintf(stderr, "tt-run: error in LibTorch: %s\n", e.what_without_backtrace());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tt-run: error: %s\n", e.what());
