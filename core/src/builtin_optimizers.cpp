@@ -7,14 +7,15 @@
 
 namespace tt {
 
-static Schema adam_schema(double default_wd) {
+static Schema adam_schema(const char* default_wd) {
+  const bool decoupled = std::string(default_wd) != "0";
   return Schema()
       .add("lr", Type::Float, "0.001", "learning rate (the schedule's base rate)")
       .add("beta1", Type::Float, "0.9", "first-moment decay")
       .add("beta2", Type::Float, "0.999", "second-moment decay")
       .add("eps", Type::Float, "1e-8", "denominator epsilon")
-      .add("weight_decay", Type::Float, std::to_string(default_wd),
-           default_wd > 0 ? "decoupled weight decay (AdamW)" : "L2 penalty added to the gradient (Adam)")
+      .add("weight_decay", Type::Float, default_wd,
+           decoupled ? "decoupled weight decay (AdamW)" : "L2 penalty added to the gradient (Adam)")
       .add("amsgrad", Type::Bool, "false", "keep the maximum of past second moments");
 }
 
@@ -43,7 +44,7 @@ void register_builtin_optimizers(Registry& r) {
                                                                            .weight_decay(o.get_float("weight_decay"))
                                                                            .nesterov(o.get_bool("nesterov")));
                   });
-  r.add_optimizer("adam", "Adam (torch::optim::Adam)", adam_schema(0),
+  r.add_optimizer("adam", "Adam (torch::optim::Adam)", adam_schema("0"),
                   [](const std::vector<at::Tensor>& params, const Options& o) {
                     check_adam(o);
                     return std::make_shared<torch::optim::Adam>(
@@ -53,7 +54,7 @@ void register_builtin_optimizers(Registry& r) {
                                     .weight_decay(o.get_float("weight_decay"))
                                     .amsgrad(o.get_bool("amsgrad")));
                   });
-  r.add_optimizer("adamw", "AdamW, decoupled weight decay (torch::optim::AdamW)", adam_schema(0.01),
+  r.add_optimizer("adamw", "AdamW, decoupled weight decay (torch::optim::AdamW)", adam_schema("0.01"),
                   [](const std::vector<at::Tensor>& params, const Options& o) {
                     check_adam(o);
                     return std::make_shared<torch::optim::AdamW>(
