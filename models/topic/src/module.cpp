@@ -1,5 +1,5 @@
 // Entry point of the topic model library: the model and its datasets.
-#include "topic.h"
+#include "topic_model.h"
 #include "tt/module.h"
 #include "tt/registry.h"
 

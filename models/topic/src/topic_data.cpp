@@ -1,6 +1,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "topic.h"
+#include "topic_data.h"
 #include "tt/error.h"
 
 namespace tt::topic {
@@ -25,20 +25,20 @@ static torch::Tensor dirichlet_ones(int64_t rows, int64_t cols, at::Generator& g
 SyntheticDataset::SyntheticDataset(int64_t n, int64_t m, int64_t k, double avg_len, uint64_t seed)
     : CountsDataset(torch::Tensor()) {
   at::Generator gen = at::detail::createCPUGenerator(seed);
-  true_L = dirichlet_ones(n, k, gen);
-  true_F = dirichlet_ones(k, m, gen);
+  true_L_ = dirichlet_ones(n, k, gen);
+  true_F_ = dirichlet_ones(k, m, gen);
   auto lengths = at::poisson(torch::full({n}, avg_len, torch::kDouble), gen).to(torch::kLong);
-  auto probs = true_L.mm(true_F);
+  auto probs = true_L_.mm(true_F_);
   const int64_t max_len = std::max<int64_t>(1, lengths.max().item<int64_t>());
   auto words = at::multinomial(probs, max_len, /*replacement=*/true, gen);  // n x max_len term ids
   auto keep = (torch::arange(max_len, torch::kLong).unsqueeze(0) < lengths.unsqueeze(1)).to(torch::kFloat);
   x_ = torch::zeros({n, m}, torch::kFloat).scatter_add_(1, words, keep);
-  true_L = true_L.to(torch::kFloat);
-  true_F = true_F.to(torch::kFloat);
+  true_L_ = true_L_.to(torch::kFloat);
+  true_F_ = true_F_.to(torch::kFloat);
 }
 
 std::string SyntheticDataset::describe() const {
-  return "synthetic " + CountsDataset::describe() + ", " + std::to_string(true_F.size(0)) + " true topics, " +
+  return "synthetic " + CountsDataset::describe() + ", " + std::to_string(true_F_.size(0)) + " true topics, " +
          std::to_string(static_cast<int64_t>(x_.sum().item<double>())) + " words";
 }
 

@@ -1,6 +1,6 @@
 #include <filesystem>
 
-#include "topic.h"
+#include "topic_model.h"
 #include "tt/error.h"
 #include "tt/npy.h"
 

@@ -1,0 +1,30 @@
+#pragma once
+// The tinytopics model: Poisson NMF fitted by gradient descent on softmax-parameterized
+// document-topic weights L (n x k) and topic-term weights F (k x m).
+#include <torch/torch.h>
+
+#include "topic_data.h"
+#include "tt/dataset.h"
+#include "tt/model.h"
+#include "tt/options.h"
+
+namespace tt::topic {
+
+class TopicModel : public Model {
+ public:
+  TopicModel(int64_t n_docs, int64_t n_terms, int64_t k, double init_scale);
+  ModelOutput forward_loss(const Batch& batch) override;
+  void write_outputs(const std::filesystem::path& run_dir, State& state) override;
+  std::string describe() const override;
+  torch::Tensor L() const;  // softmax(L_raw, 1): document-topic proportions
+  torch::Tensor F() const;  // softmax(F_raw, 1): topic-term distributions
+
+ private:
+  int64_t n_, m_, k_;
+  torch::Tensor L_raw_, F_raw_;
+};
+
+Schema model_schema();
+std::shared_ptr<Model> make_model(const Options& o, const Datasets& data);
+
+}  // namespace tt::topic
