@@ -3,6 +3,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include "tt/fused_adamw.h"
 #include "tt/registry.h"
 
 namespace tt {
@@ -54,15 +55,20 @@ void register_builtin_optimizers(Registry& r) {
                                     .weight_decay(o.get_float("weight_decay"))
                                     .amsgrad(o.get_bool("amsgrad")));
                   });
-  r.add_optimizer("adamw", "AdamW, decoupled weight decay (torch::optim::AdamW)", adam_schema("0.01"),
-                  [](const std::vector<at::Tensor>& params, const Options& o) {
+  r.add_optimizer("adamw",
+                  "AdamW, decoupled weight decay (fused: one vectorized pass per parameter; "
+                  "otherwise torch::optim::AdamW)",
+                  adam_schema("0.01").add("fused", Type::Bool, "true",
+                                          "fused CPU kernel (same arithmetic and state as torch's AdamW)"),
+                  [](const std::vector<at::Tensor>& params, const Options& o) -> std::shared_ptr<torch::optim::Optimizer> {
                     check_adam(o);
-                    return std::make_shared<torch::optim::AdamW>(
-                        params, torch::optim::AdamWOptions(o.get_float("lr"))
+                    auto opts = torch::optim::AdamWOptions(o.get_float("lr"))
                                     .betas({o.get_float("beta1"), o.get_float("beta2")})
                                     .eps(o.get_float("eps"))
                                     .weight_decay(o.get_float("weight_decay"))
-                                    .amsgrad(o.get_bool("amsgrad")));
+                                    .amsgrad(o.get_bool("amsgrad"));
+                    if (o.get_bool("fused")) return std::make_shared<FusedAdamW>(params, opts);
+                    return std::make_shared<torch::optim::AdamW>(params, opts);
                   });
 }
 

@@ -4,7 +4,10 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cstdio>
 
 #include <atomic>
 #include <cstring>
@@ -181,12 +184,19 @@ void Meter::release_cache() {
 }
 
 int64_t Meter::rss() {
-  std::ifstream in("/proc/self/statm");
-  int64_t size = 0, resident = 0;
-  in >> size >> resident;
-  return resident * sysconf(_SC_PAGESIZE);
+  // Called every step: one pread on a descriptor kept open, not an ifstream.
+  static const int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  static const long page = sysconf(_SC_PAGESIZE);
+  char buf[128];
+  const ssize_t n = fd >= 0 ? ::pread(fd, buf, sizeof buf - 1, 0) : -1;
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  long long size = 0, resident = 0;
+  if (std::sscanf(buf, "%lld %lld", &size, &resident) != 2) return 0;
+  return resident * page;
 }
 int64_t Meter::rss_peak() { return read_status_kb("VmHWM:"); }
+int64_t Meter::rss_anon() { return read_status_kb("RssAnon:"); }
 void Meter::reset_rss_peak() {
   std::ofstream out("/proc/self/clear_refs");
   if (out) out << "5";

@@ -1,87 +1,249 @@
 #include "tt/npy.h"
 
 #include <ATen/ATen.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include <cstdio>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
-#include <regex>
 
 #include "tt/error.h"
 
 namespace tt {
 
-static const char* descr_of(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "<f4";
-    case at::kDouble: return "<f8";
-    case at::kLong: return "<i8";
-    case at::kInt: return "<i4";
-    case at::kShort: return "<i2";
-    case at::kByte: return "|u1";
-    case at::kChar: return "|i1";
-    case at::kBool: return "|b1";
-    case at::kHalf: return "<f2";
-    default: TT_FAIL("write_npy: dtype ", t, " has no .npy equivalent; convert to float first");
+namespace {
+
+struct DtypeInfo {
+  const char* descr;  // little-endian (or byte-order free) form
+  at::ScalarType type;
+  int64_t size;
+};
+
+constexpr DtypeInfo kDtypes[] = {
+    {"<f4", at::kFloat, 4}, {"<f8", at::kDouble, 8}, {"<i8", at::kLong, 8}, {"<i4", at::kInt, 4},
+    {"<i2", at::kShort, 2}, {"|u1", at::kByte, 1},   {"|i1", at::kChar, 1}, {"|b1", at::kBool, 1},
+    {"<f2", at::kHalf, 2},
+};
+
+const DtypeInfo* dtype_of(at::ScalarType t) {
+  for (const auto& d : kDtypes)
+    if (d.type == t) return &d;
+  return nullptr;
+}
+
+const DtypeInfo* dtype_of(std::string descr) {
+  // '=' (native, little-endian here) and '<' are the same; one-byte types may carry either.
+  if (descr.size() >= 2 && (descr[0] == '=' || descr[0] == '<' || descr[0] == '|')) {
+    for (const auto& d : kDtypes)
+      if (descr.substr(1) == d.descr + 1) return &d;
   }
+  return nullptr;
+}
+
+std::string supported_dtypes() {
+  std::string s;
+  for (const auto& d : kDtypes) s += (s.empty() ? "" : ", ") + std::string(d.descr);
+  return s;
+}
+
+// The header is a Python dict literal: {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
+class HeaderParser {
+ public:
+  HeaderParser(std::string_view text, const std::string& name) : s_(text), name_(name) {}
+
+  NpyHeader parse() {
+    NpyHeader h;
+    bool have_descr = false, have_order = false, have_shape = false;
+    expect('{');
+    while (true) {
+      skip();
+      if (peek() == '}') break;
+      std::string key = quoted();
+      expect(':');
+      skip();
+      if (key == "descr") {
+        if (peek() == '[') fail("a structured dtype (a list of fields) is not supported; save a plain numeric array");
+        h.descr = quoted();
+        have_descr = true;
+      } else if (key == "fortran_order") {
+        h.fortran_order = boolean();
+        have_order = true;
+      } else if (key == "shape") {
+        h.shape = tuple();
+        have_shape = true;
+      } else {
+        fail("unexpected key '" + key + "'");
+      }
+      skip();
+      if (peek() == ',') ++pos_;
+    }
+    if (!have_descr || !have_order || !have_shape)
+      fail(std::string("missing '") + (!have_descr ? "descr" : !have_order ? "fortran_order" : "shape") + "'");
+    return h;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    TT_FAIL_AS(ConfigError, name_, ": not a valid .npy file: malformed header (", what, " at character ", pos_,
+               " of \"", std::string(s_.substr(0, 120)), "\"); write it with numpy.save");
+  }
+  void skip() {
+    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+  }
+  char peek() {
+    skip();
+    if (pos_ >= s_.size()) fail("unexpected end");
+    return s_[pos_];
+  }
+  void expect(char c) {
+    if (peek() != c) fail(std::string("expected '") + c + "'");
+    ++pos_;
+  }
+  std::string quoted() {
+    char q = peek();
+    if (q != '\'' && q != '"') fail("expected a quoted string");
+    size_t end = s_.find(q, pos_ + 1);
+    if (end == std::string_view::npos) fail("unterminated string");
+    std::string out(s_.substr(pos_ + 1, end - pos_ - 1));
+    pos_ = end + 1;
+    return out;
+  }
+  bool boolean() {
+    skip();
+    for (bool value : {true, false}) {
+      const std::string_view word = value ? "True" : "False";
+      if (s_.substr(pos_, word.size()) == word) {
+        pos_ += word.size();
+        return value;
+      }
+    }
+    fail("expected True or False");
+  }
+  std::vector<int64_t> tuple() {
+    std::vector<int64_t> dims;
+    expect('(');
+    while (peek() != ')') {
+      if (!std::isdigit(static_cast<unsigned char>(s_[pos_]))) fail("expected a dimension");
+      int64_t v = 0;
+      while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) {
+        if (v > (int64_t{1} << 50)) fail("dimension too large");
+        v = v * 10 + (s_[pos_++] - '0');
+      }
+      if (pos_ < s_.size() && s_[pos_] == 'L') ++pos_;  // Python 2 longs
+      dims.push_back(v);
+      if (peek() == ',') ++pos_;
+    }
+    ++pos_;
+    return dims;
+  }
+
+  std::string_view s_;
+  const std::string& name_;
+  size_t pos_ = 0;
+};
+
+std::string errno_text() { return std::strerror(errno); }
+
+}  // namespace
+
+std::string npy_header_bytes(at::ScalarType dtype, const std::vector<int64_t>& shape) {
+  const DtypeInfo* d = dtype_of(dtype);
+  TT_CHECK(d, "write_npy: dtype ", dtype, " has no .npy equivalent; convert to float first");
+  std::string dims = "(";
+  for (size_t i = 0; i < shape.size(); ++i)
+    dims += std::to_string(shape[i]) + (shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
+  dims += ")";
+  std::string header = std::string("{'descr': '") + d->descr + "', 'fortran_order': False, 'shape': " + dims + ", }";
+  size_t total = 10 + header.size() + 1;
+  header += std::string((64 - total % 64) % 64, ' ') + "\n";
+  std::string out("\x93NUMPY\x01\x00", 8);
+  TT_CHECK(header.size() <= 65535, "write_npy: header too long");
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  out.push_back(static_cast<char>(len & 0xff));
+  out.push_back(static_cast<char>(len >> 8));
+  return out + header;
+}
+
+NpyHeader parse_npy_header(std::string_view bytes, const std::string& name) {
+  TT_CHECK_AS(ConfigError, bytes.size() >= 10 && bytes.substr(0, 6) == std::string_view("\x93NUMPY", 6), name,
+              ": not a .npy file (it does not start with the NumPy magic \\x93NUMPY); write it with numpy.save");
+  const int major = static_cast<unsigned char>(bytes[6]);
+  TT_CHECK_AS(ConfigError, major >= 1 && major <= 3, name, ": .npy format version ", major, ".",
+              static_cast<int>(static_cast<unsigned char>(bytes[7])), " is not supported (1.0 to 3.0 are)");
+  const auto b = [&](size_t i) { return static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])); };
+  uint64_t hlen = 0;
+  int64_t prefix = 0;
+  if (major == 1) {
+    hlen = b(8) | b(9) << 8;
+    prefix = 10;
+  } else {
+    TT_CHECK_AS(ConfigError, bytes.size() >= 12, name, ": .npy file cut off inside its header");
+    hlen = b(8) | b(9) << 8 | b(10) << 16 | b(11) << 24;
+    prefix = 12;
+  }
+  TT_CHECK_AS(ConfigError, bytes.size() >= prefix + hlen, name, ": .npy file cut off inside its header (",
+              hlen, " header bytes announced, ", bytes.size() - prefix, " present)");
+  std::string_view text = bytes.substr(prefix, hlen);
+  NpyHeader h = HeaderParser(text, name).parse();
+  h.data_offset = prefix + static_cast<int64_t>(hlen);
+  if (h.descr.size() >= 2 && h.descr[0] == '>' && h.descr.substr(1) != "u1" && h.descr.substr(1) != "i1")
+    TT_FAIL_AS(ConfigError, name, ": dtype '", h.descr,
+               "' is big-endian; convert it to little-endian first (numpy: a.astype(a.dtype.newbyteorder('<')))");
+  const DtypeInfo* d = dtype_of(h.descr);
+  if (!d && h.descr.size() == 3 && h.descr[0] == '>') d = dtype_of("|" + h.descr.substr(1));
+  TT_CHECK_AS(ConfigError, d, name, ": dtype '", h.descr, "' is not supported (supported: ", supported_dtypes(), ")");
+  h.dtype = d->type;
+  h.item_size = d->size;
+  return h;
+}
+
+NpyHeader read_npy_header(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  TT_CHECK_AS(ConfigError, in.good(), path.string(), ": cannot open .npy file (",
+              std::filesystem::exists(path) ? "not readable" : "no such file", ")");
+  std::string head(12, '\0');
+  in.read(head.data(), 12);
+  head.resize(static_cast<size_t>(in.gcount()));
+  if (head.size() >= 10 && head.compare(0, 6, "\x93NUMPY") == 0) {
+    const auto b = [&](size_t i) { return static_cast<uint64_t>(static_cast<unsigned char>(head[i])); };
+    uint64_t hlen = head[6] == 1 ? (b(8) | b(9) << 8) : head.size() >= 12 ? (b(8) | b(9) << 8 | b(10) << 16 | b(11) << 24) : 0;
+    hlen = std::min<uint64_t>(hlen, uint64_t{1} << 24);
+    std::string rest(hlen, '\0');
+    in.read(rest.data(), static_cast<std::streamsize>(hlen));
+    rest.resize(static_cast<size_t>(in.gcount()));
+    head += rest;
+  }
+  NpyHeader h = parse_npy_header(head, path.string());
+  std::error_code ec;
+  const auto size = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+  TT_CHECK_AS(ConfigError, !ec, path.string(), ": cannot read the file size: ", ec.message());
+  TT_CHECK_AS(ConfigError, size >= h.data_offset + h.data_bytes(), path.string(), ": file is truncated: its header ",
+              "promises ", h.data_bytes(), " data bytes after ", h.data_offset, " header bytes, the file has ", size,
+              " bytes in all; write it again (an interrupted copy or save?)");
+  return h;
 }
 
 void write_npy(const std::filesystem::path& path, const at::Tensor& tensor) {
   at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
-  std::string shape = "(";
-  for (int64_t i = 0; i < t.dim(); ++i) shape += std::to_string(t.size(i)) + (t.dim() == 1 ? "," : (i + 1 < t.dim() ? ", " : ""));
-  shape += ")";
-  std::string header = std::string("{'descr': '") + descr_of(t.scalar_type()) + "', 'fortran_order': False, 'shape': " +
-                       shape + ", }";
-  size_t total = 10 + header.size() + 1;
-  header += std::string((64 - total % 64) % 64, ' ') + "\n";
+  const std::string header = npy_header_bytes(t.scalar_type(), t.sizes().vec());
   std::ofstream out(path, std::ios::binary);
   TT_CHECK(out.good(), "cannot write ", path.string());
-  out.write("\x93NUMPY\x01\x00", 8);
-  uint16_t len = static_cast<uint16_t>(header.size());
-  out.write(reinterpret_cast<const char*>(&len), 2);
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
   out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
   TT_CHECK(out.good(), "write to ", path.string(), " failed (disk full?)");
 }
 
 at::Tensor read_npy(const std::filesystem::path& path) {
+  const NpyHeader h = read_npy_header(path);
+  TT_CHECK_AS(ConfigError, !h.fortran_order, path.string(),
+              ": Fortran-ordered arrays are not supported; save with np.ascontiguousarray");
+  at::Tensor t = at::empty(h.shape, at::TensorOptions().dtype(h.dtype));
   std::ifstream in(path, std::ios::binary);
-  TT_CHECK(in.good(), path.string(), ": cannot open .npy file");
-  char magic[8];
-  in.read(magic, 8);
-  TT_CHECK(in.good() && std::string(magic, 6) == "\x93NUMPY", path.string(), ": not a .npy file (bad magic)");
-  uint32_t hlen = 0;
-  if (magic[6] == 1) {
-    uint16_t l;
-    in.read(reinterpret_cast<char*>(&l), 2);
-    hlen = l;
-  } else {
-    in.read(reinterpret_cast<char*>(&hlen), 4);
-  }
-  std::string header(hlen, '\0');
-  in.read(header.data(), hlen);
-  std::smatch m;
-  TT_CHECK(std::regex_search(header, m, std::regex("'descr':\\s*'([^']+)'")), path.string(), ": no dtype in header");
-  const std::string descr = m[1];
-  TT_CHECK(header.find("'fortran_order': False") != std::string::npos, path.string(),
-           ": Fortran-ordered arrays are not supported; save with np.ascontiguousarray");
-  TT_CHECK(std::regex_search(header, m, std::regex("'shape':\\s*\\(([^)]*)\\)")), path.string(), ": no shape");
-  std::vector<int64_t> shape;
-  std::string dims = m[1];
-  std::regex num("[0-9]+");
-  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), num); it != std::sregex_iterator(); ++it)
-    shape.push_back(std::stoll(it->str()));
-  at::ScalarType st;
-  if (descr == "<f4") st = at::kFloat;
-  else if (descr == "<f8") st = at::kDouble;
-  else if (descr == "<i8") st = at::kLong;
-  else if (descr == "<i4") st = at::kInt;
-  else if (descr == "<i2") st = at::kShort;
-  else if (descr == "|u1") st = at::kByte;
-  else if (descr == "|i1") st = at::kChar;
-  else if (descr == "|b1") st = at::kBool;
-  else TT_FAIL(path.string(), ": dtype '", descr, "' is not supported (use float32/float64/int)");
-  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(st));
+  in.seekg(h.data_offset);
   in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
   TT_CHECK(in.gcount() == static_cast<std::streamsize>(t.nbytes()), path.string(), ": file is truncated (expected ",
            t.nbytes(), " data bytes)");
@@ -99,6 +261,101 @@ void write_csv(const std::filesystem::path& path, const at::Tensor& matrix) {
     std::fputc('\n', f);
   }
   std::fclose(f);
+}
+
+// ---- NpyMap
+
+NpyMap::NpyMap(const std::filesystem::path& path) : path_(path), header_(read_npy_header(path)) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TT_CHECK_AS(ConfigError, fd >= 0, path.string(), ": cannot open: ", errno_text());
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const std::string why = errno_text();
+    ::close(fd);
+    TT_FAIL_AS(ConfigError, path.string(), ": cannot stat: ", why);
+  }
+  length_ = static_cast<size_t>(st.st_size);
+  void* p = ::mmap(nullptr, length_, PROT_READ, MAP_SHARED, fd, 0);
+  const std::string why = p == MAP_FAILED ? errno_text() : "";
+  ::close(fd);  // the mapping keeps the file open
+  TT_CHECK(p != MAP_FAILED, path.string(), ": cannot memory-map ", length_, " bytes: ", why);
+  base_ = static_cast<const char*>(p);
+}
+
+NpyMap::~NpyMap() {
+  if (base_) ::munmap(const_cast<char*>(base_), length_);
+}
+
+// ---- NpyWriter
+
+NpyWriter::NpyWriter(std::filesystem::path path, at::ScalarType dtype, std::vector<int64_t> shape)
+    : path_(std::move(path)), dtype_(dtype), shape_(std::move(shape)) {
+  TT_CHECK(!shape_.empty(), "NpyWriter: ", path_.string(), ": an array written in rows needs at least one dimension");
+  const DtypeInfo* d = dtype_of(dtype_);
+  TT_CHECK(d, "NpyWriter: dtype ", dtype_, " has no .npy equivalent");
+  row_bytes_ = d->size;
+  for (size_t i = 1; i < shape_.size(); ++i) row_bytes_ *= shape_[i];
+  partial_ = path_;
+  partial_ += ".partial";
+  file_ = std::fopen(partial_.c_str(), "wb");
+  TT_CHECK_AS(ConfigError, file_, "cannot write ", partial_.string(), ": ", errno_text());
+  std::setvbuf(file_, nullptr, _IOFBF, 1 << 20);
+  const std::string header = npy_header_bytes(dtype_, shape_);
+  if (std::fwrite(header.data(), 1, header.size(), file_) != header.size()) {
+    const std::string why = errno_text();
+    std::fclose(file_);
+    file_ = nullptr;
+    std::remove(partial_.c_str());
+    TT_FAIL("write to ", partial_.string(), " failed: ", why);
+  }
+  bytes_ = static_cast<int64_t>(header.size());
+}
+
+NpyWriter::~NpyWriter() {
+  if (file_) {
+    std::fclose(file_);
+    std::remove(partial_.c_str());
+  }
+}
+
+void NpyWriter::append(const at::Tensor& rows) {
+  TT_CHECK(rows.scalar_type() == dtype_, "NpyWriter ", path_.string(), ": rows are ", rows.scalar_type(),
+           ", the array is ", dtype_);
+  TT_CHECK(rows.dim() == static_cast<int64_t>(shape_.size()), "NpyWriter ", path_.string(), ": rows have ",
+           rows.dim(), " dimensions, the array ", shape_.size());
+  for (size_t i = 1; i < shape_.size(); ++i)
+    TT_CHECK(rows.size(static_cast<int64_t>(i)) == shape_[i], "NpyWriter ", path_.string(), ": rows have size ",
+             rows.size(static_cast<int64_t>(i)), " in dimension ", i, ", the array ", shape_[i]);
+  at::Tensor t = rows.to(at::kCPU).contiguous();
+  append(t.data_ptr(), t.size(0));
+}
+
+void NpyWriter::append(const void* data, int64_t rows) {
+  TT_CHECK(file_, "NpyWriter ", path_.string(), ": append after close");
+  TT_CHECK(rows >= 0 && rows_ + rows <= shape_[0], "NpyWriter ", path_.string(), ": ", rows_ + rows,
+           " rows appended, the array has ", shape_[0]);
+  const size_t n = static_cast<size_t>(rows * row_bytes_);
+  TT_CHECK(n == 0 || std::fwrite(data, 1, n, file_) == n, "write to ", partial_.string(), " failed: ", errno_text(),
+           " (disk full?)");
+  rows_ += rows;
+  bytes_ += static_cast<int64_t>(n);
+}
+
+void NpyWriter::close() {
+  TT_CHECK(file_, "NpyWriter ", path_.string(), ": closed twice");
+  TT_CHECK(rows_ == shape_[0], "NpyWriter ", path_.string(), ": ", rows_, " rows written, the header promises ",
+           shape_[0], "; the partial file is removed");
+  const bool ok = std::fflush(file_) == 0;
+  const std::string why = ok ? "" : errno_text();
+  const bool closed = std::fclose(file_) == 0;
+  file_ = nullptr;
+  if (!ok || !closed) {
+    std::remove(partial_.c_str());
+    TT_FAIL("write to ", partial_.string(), " failed: ", why.empty() ? errno_text() : why, " (disk full?)");
+  }
+  std::error_code ec;
+  std::filesystem::rename(partial_, path_, ec);
+  TT_CHECK(!ec, "cannot rename ", partial_.string(), " to ", path_.string(), ": ", ec.message());
 }
 
 }  // namespace tt

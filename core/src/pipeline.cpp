@@ -21,6 +21,7 @@ const Schema& trainer_schema() {
           .add("micro_batch_size", Type::Int, "~",
                "examples per forward/backward; gradients accumulate up to batch_size (default: batch_size)")
           .add("shuffle", Type::Bool, "true", "reshuffle the training data every epoch")
+          .add("prefetch", Type::Bool, "true", "fetch the next batch in a background thread")
           .add("grad_clip", Type::Float, "~", "clip the global gradient L2 norm to this value")
           .add("eval_every", Type::Int, "~", "validate every N steps (and at the end) when there is validation data")
           .add("eval_batch_size", Type::Int, "~", "batch size for validation (default: batch_size)")

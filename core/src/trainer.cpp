@@ -48,8 +48,11 @@ std::string timestamp() {
 
 int64_t tensor_bytes(const std::vector<torch::Tensor>& ts) {
   int64_t n = 0;
-  for (const auto& t : ts)
-    if (t.defined()) n += static_cast<int64_t>(t.nbytes());
+  for (const auto& t : ts) {
+    if (!t.defined()) continue;
+    if (t.is_sparse()) n += static_cast<int64_t>(t._indices().nbytes() + t._values().nbytes());
+    else n += static_cast<int64_t>(t.nbytes());
+  }
   return n;
 }
 
@@ -83,7 +86,7 @@ struct Trainer::Impl {
   std::vector<torch::Tensor> trainable;
   MetricsFile metrics;
   std::shared_ptr<spdlog::sinks::basic_file_sink_mt> file_sink;
-  std::vector<double> step_losses, step_times, epoch_losses;
+  std::vector<double> step_losses, step_times, epoch_losses, epoch_times;
   MemoryBreakdown mem;
   json summary;
   Meter& meter = Meter::global();
@@ -98,6 +101,7 @@ struct Trainer::Impl {
   double setup_seconds = 0;
   std::string resumed_from;
   struct rusage usage0 {}, usage1 {};  // around the training loop
+  std::map<std::string, double> model_metrics;  // what write_outputs reported
 
   ~Impl() {
     if (file_sink) {
@@ -220,7 +224,8 @@ struct Trainer::Impl {
     schedule = reg.schedule(p.schedule.name).factory(p.schedule.options);
     s.schedule = schedule.get();
 
-    loader = std::make_unique<DataLoader>(data.train, s.batch_size, T.get_bool("shuffle"), p.seed);
+    loader = std::make_unique<DataLoader>(data.train, s.batch_size, T.get_bool("shuffle"), p.seed,
+                                          T.get_bool("prefetch"));
     s.batches_per_epoch = loader->batches_per_epoch();
     int64_t by_epochs = max_epochs > 0 ? max_epochs * s.batches_per_epoch : -1;
     s.total_steps = by_epochs < 0 ? max_steps : (max_steps < 0 ? by_epochs : std::min(by_epochs, max_steps));
@@ -498,6 +503,7 @@ struct Trainer::Impl {
     if (p.trainer.is_set("memory_cap")) meter.set_cap(p.trainer.get_bytes("memory_cap"));
     meter.release_cache();    // temporaries of data generation and model set-up are not training's
     Meter::reset_rss_peak();  // so peak RSS is the training loop's high-water mark
+    mem.rss_anon_start = Meter::rss_anon();
     reset_peak();
     const int64_t eval_every = p.trainer.is_set("eval_every") ? p.trainer.get_int("eval_every") : 0;
     const int64_t ckpt_every = p.trainer.is_set("checkpoint_every") ? p.trainer.get_int("checkpoint_every") : 0;
@@ -523,16 +529,19 @@ struct Trainer::Impl {
     meter.set_cap(0);
     const double train_seconds = seconds_since(train_t0);
     getrusage(RUSAGE_SELF, &usage1);
+    mem.peak_tensor = peak();  // the training loop's; evaluation and outputs come after
+    mem.peak_rss = Meter::rss_peak();
+    mem.rss_anon_end = Meter::rss_anon();
     json val;
     evaluate(&val);
     if (last_checkpoint_step != s.step && s.step > start_step) save_checkpoint();
     fire(Event::FIT_END);
+    s.metrics.clear();
     with_context("model (" + p.model.name + ") writing outputs", [&] {
       s.model->write_outputs(s.run_dir, s);
       return 0;
     });
-    mem.peak_tensor = peak();
-    mem.peak_rss = Meter::rss_peak();
+    model_metrics = s.metrics;
     write_summary(train_seconds, val);
   }
 
@@ -544,6 +553,7 @@ struct Trainer::Impl {
         epoch_batches = 0;
         fire(Event::EPOCH_START);
       }
+      const auto epoch_t0 = Clock::now();
       for (int64_t b = start_batch; b < s.batches_per_epoch && !done; ++b) {
         s.batch_in_epoch = b;
         auto t0 = Clock::now();
@@ -583,7 +593,15 @@ struct Trainer::Impl {
       if (done && s.batch_in_epoch + 1 < s.batches_per_epoch) break;  // stopped mid-epoch
       const double epoch_loss = epoch_batches ? epoch_loss_sum / epoch_batches : 0;
       epoch_losses.push_back(epoch_loss);
-      metrics.write(json{{"step", s.step}, {"epoch_end", s.epoch + 1}, {"epoch_loss", epoch_loss}}.dump());
+      const double epoch_seconds = seconds_since(epoch_t0);
+      epoch_times.push_back(epoch_seconds);
+      metrics.write(json{{"step", s.step},
+                         {"epoch_end", s.epoch + 1},
+                         {"epoch_loss", epoch_loss},
+                         {"epoch_seconds", epoch_seconds},
+                         {"rss", Meter::rss()},
+                         {"rss_anon", Meter::rss_anon()}}
+                        .dump());
       fire(Event::EPOCH_END);
       ++s.epoch;
       start_batch = 0;
@@ -627,6 +645,8 @@ struct Trainer::Impl {
         {"memory",
          {{"peak_tensor_bytes", mem.peak_tensor},
           {"peak_rss_bytes", mem.peak_rss},
+          {"rss_anon_start_bytes", mem.rss_anon_start},
+          {"rss_anon_end_bytes", mem.rss_anon_end},
           {"parameters_bytes", mem.parameters},
           {"gradients_bytes", mem.gradients},
           {"optimizer_state_bytes", mem.optimizer_state},
@@ -641,11 +661,17 @@ struct Trainer::Impl {
                           {"system_cpu_seconds", secs(usage0.ru_stime, usage1.ru_stime)},
                           {"minor_page_faults", usage1.ru_minflt - usage0.ru_minflt},
                           {"major_page_faults", usage1.ru_majflt - usage0.ru_majflt}};
+    if (!epoch_times.empty()) {
+      summary["median_epoch_seconds"] = median(epoch_times.size() > 1
+                                                   ? std::vector<double>(epoch_times.begin() + 1, epoch_times.end())
+                                                   : epoch_times);
+    }
     if (!epoch_losses.empty()) {
       summary["first_epoch_loss"] = epoch_losses.front();
       summary["final_epoch_loss"] = epoch_losses.back();
     }
     if (!val.empty()) summary["validation"] = val;
+    if (!model_metrics.empty()) summary["model_metrics"] = model_metrics;
     if (resumed) summary["resumed_from"] = resumed_from;
     if (meter.cap() > 0) summary["memory"]["cap_bytes"] = meter.cap();
     auto ckpts = list_checkpoints(s.run_dir / "checkpoints");
@@ -679,6 +705,8 @@ struct Trainer::Impl {
       out += fmt::format("  loss       last step: {:.6g}\n", summary["final_loss"].get<double>());
     if (summary.contains("validation"))
       for (const auto& [k, v] : summary["validation"].items()) out += fmt::format("  {:<10} {:.6g}\n", k, v.get<double>());
+    if (summary.contains("model_metrics"))
+      for (const auto& [k, v] : summary["model_metrics"].items()) out += fmt::format("  {:<10} {:.6g}\n", k, v.get<double>());
     out += fmt::format("  memory     peak tensors {} = params {} + grads {} + optimizer {} + activations {} (+ rest); "
                        "peak RSS {}\n",
                        format_bytes(m["peak_tensor_bytes"]), format_bytes(m["parameters_bytes"]),

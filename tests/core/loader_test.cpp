@@ -93,7 +93,6 @@ TEST(Loader, PipelineFailsBeforeAndWorksAfterPluginPathIsSet) {
   auto p = tt::parse_pipeline(yaml, "p.yaml");
   tt::Trainer t(p, {out / "run", false, true});
   t.fit();
-  EXPECT_EQ(t.state().metrics.at("test_good_batches"), 103.0);
   EXPECT_NE(tt::test::read_file(out / "run" / "metrics.jsonl").find("\"test_good_batches\":103.0"), std::string::npos);
 }
 

@@ -31,3 +31,22 @@
 #else
 #define TT_COMPILER_STRING "unknown"
 #endif
+
+#include <sstream>
+#include <string>
+#include <type_traits>
+
+namespace tt::compat {
+// torch::optim::Optimizer::state_ is keyed by the parameter's TensorImpl address printed as a
+// string in 1.x (c10::guts::to_string), by the address itself in 2.x.
+template <class Key, class Impl>
+Key optimizer_state_key(Impl* impl) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream s;
+    s << static_cast<const void*>(impl);
+    return s.str();
+  } else {
+    return impl;
+  }
+}
+}  // namespace tt::compat

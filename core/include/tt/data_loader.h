@@ -1,9 +1,15 @@
 #pragma once
 // Batches over a map-style Dataset: shuffled per epoch from (seed, epoch), so a resumed
 // run sees the same order from its (epoch, batch) position; the last partial batch kept.
+// With prefetch on, a background thread fetches the next batch while the current one
+// trains, so only the current and the next batch are resident.
 #include <ATen/core/Tensor.h>
 
+#include <condition_variable>
+#include <exception>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "tt/dataset.h"
 #include "tt/export.h"
@@ -12,20 +18,40 @@ namespace tt {
 
 class TT_API DataLoader {
  public:
-  DataLoader(std::shared_ptr<Dataset> data, int64_t batch_size, bool shuffle, uint64_t seed);
+  DataLoader(std::shared_ptr<Dataset> data, int64_t batch_size, bool shuffle, uint64_t seed, bool prefetch = false);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
   int64_t batches_per_epoch() const;
-  // Batch `index` of `epoch`.
+  // Batch `index` of `epoch` (then starts fetching the one after it, when prefetching).
   Batch get(int64_t epoch, int64_t index);
   Dataset& dataset() { return *data_; }
 
  private:
-  const at::Tensor& order(int64_t epoch);
+  Batch fetch(int64_t epoch, int64_t index);
+  at::Tensor order(int64_t epoch);
+  void request(int64_t epoch, int64_t index);
+  void worker();
+
   std::shared_ptr<Dataset> data_;
   int64_t batch_size_;
   bool shuffle_;
   uint64_t seed_;
+
+  std::mutex order_mu_;
   int64_t order_epoch_ = -1;
   at::Tensor order_;
+
+  // prefetching: one slot, one worker thread
+  bool prefetch_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false, requested_ = false, ready_ = false;
+  int64_t req_epoch_ = -1, req_index_ = -1;
+  Batch result_;
+  std::exception_ptr error_;
 };
 
 }  // namespace tt

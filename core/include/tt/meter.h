@@ -54,6 +54,7 @@ class TT_API Meter {
 
   static int64_t rss();
   static int64_t rss_peak();
+  static int64_t rss_anon();  // RssAnon: resident memory not backed by files (mmap'd data excluded)
   static void reset_rss_peak();  // via /proc/self/clear_refs; no-op where refused
 
   MemorySnapshot snapshot() const;

@@ -1,4 +1,8 @@
 // Entry point of the topic model library: the model and its datasets.
+#include "source_mtx.h"
+#include "source_npy.h"
+#include "source_pt.h"
+#include "source_text.h"
 #include "topic_model.h"
 #include "tt/module.h"
 #include "tt/registry.h"
@@ -9,6 +13,14 @@ void register_topic(tt::Registry& r) {
               tt::topic::model_schema(), &tt::topic::make_model);
   r.add_dataset("topic-synthetic", "synthetic document-term counts (tinytopics generate_synthetic_data)",
                 tt::topic::synthetic_schema(), &tt::topic::make_synthetic);
+  r.add_dataset("topic-npy", "documents x terms .npy, memory-mapped (tinytopics NumpyDiskDataset)",
+                tt::topic::npy_schema(), &tt::topic::make_npy);
+  r.add_dataset("topic-pt", "documents x terms tensor saved with torch.save (tinytopics TorchDiskDataset)",
+                tt::topic::pt_schema(), &tt::topic::make_pt);
+  r.add_dataset("topic-mtx", "sparse documents x terms Matrix Market file (scipy.io.mmwrite)",
+                tt::topic::mtx_schema(), &tt::topic::make_mtx);
+  r.add_dataset("topic-text", "text corpus tokenized into term counts (like CountVectorizer)",
+                tt::topic::text_schema(), &tt::topic::make_text);
 }
 }  // namespace
 

@@ -1,9 +1,28 @@
-#include <ATen/CPUGeneratorImpl.h>
-
 #include "topic_data.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "source_synthetic.h"
 #include "tt/error.h"
+#include "tt/npy.h"
 
 namespace tt::topic {
+
+torch::Tensor dense_counts(const Batch& batch, int64_t n_terms) {
+  if (batch.has("x")) return batch.at("x");
+  auto x = torch::zeros({batch.size, n_terms}, torch::kFloat);
+  if (batch.at("vals").numel() > 0)
+    x.index_put_({batch.at("rows"), batch.at("cols")}, batch.at("vals").to(torch::kFloat), /*accumulate=*/true);
+  return x;
+}
+
+// ---- in memory, dense
 
 Batch CountsDataset::get(const at::Tensor& indices) {
   Batch b;
@@ -16,25 +35,13 @@ std::string CountsDataset::describe() const {
   return std::to_string(x_.size(0)) + " docs x " + std::to_string(x_.size(1)) + " terms";
 }
 
-static torch::Tensor dirichlet_ones(int64_t rows, int64_t cols, at::Generator& gen) {
-  // Dirichlet(1, ..., 1) rows: normalised Exp(1) draws
-  auto e = -torch::log(at::rand({rows, cols}, gen, torch::kDouble).clamp_min(1e-300));
-  return e / e.sum(1, true);
-}
-
 SyntheticDataset::SyntheticDataset(int64_t n, int64_t m, int64_t k, double avg_len, uint64_t seed)
     : CountsDataset(torch::Tensor()) {
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  true_L_ = dirichlet_ones(n, k, gen);
-  true_F_ = dirichlet_ones(k, m, gen);
-  auto lengths = at::poisson(torch::full({n}, avg_len, torch::kDouble), gen).to(torch::kLong);
-  auto probs = true_L_.mm(true_F_);
-  const int64_t max_len = std::max<int64_t>(1, lengths.max().item<int64_t>());
-  auto words = at::multinomial(probs, max_len, /*replacement=*/true, gen);  // n x max_len term ids
-  auto keep = (torch::arange(max_len, torch::kLong).unsqueeze(0) < lengths.unsqueeze(1)).to(torch::kFloat);
-  x_ = torch::zeros({n, m}, torch::kFloat).scatter_add_(1, words, keep);
-  true_L_ = true_L_.to(torch::kFloat);
-  true_F_ = true_F_.to(torch::kFloat);
+  SyntheticCorpus corpus(n, m, k, avg_len, seed);
+  true_L_ = torch::empty({n, k}, torch::kFloat);
+  x_ = torch::empty({n, m}, torch::kFloat);
+  corpus.documents(0, n, true_L_.data_ptr<float>(), x_.data_ptr<float>());
+  true_F_ = corpus.true_F();
 }
 
 std::string SyntheticDataset::describe() const {
@@ -47,18 +54,221 @@ Schema synthetic_schema() {
       .add("n_docs", Type::Int, "1000", "documents (n)")
       .add("n_terms", Type::Int, "1000", "vocabulary size (m)")
       .add("k", Type::Int, "10", "true topics")
-      .add("avg_doc_length", Type::Float, "150", "mean words per document (Poisson)")
+      .add("avg_doc_length", Type::Float, "150", "mean words per document (Poisson, at least 1)")
       .add("seed", Type::Int, "~", "generator seed (default: the pipeline seed)");
 }
 
 Datasets make_synthetic(const Options& o, uint64_t pipeline_seed) {
   for (const char* key : {"n_docs", "n_terms", "k"}) o.check(o.get_int(key) >= 1, key, "must be at least 1");
   o.check(o.get_float("avg_doc_length") > 0, "avg_doc_length", "must be positive");
+  o.check(o.get_int("k") <= o.get_int("n_terms"), "k", "must not exceed n_terms");
   uint64_t seed = o.is_set("seed") ? static_cast<uint64_t>(o.get_int("seed")) : pipeline_seed;
   Datasets d;
   d.train = std::make_shared<SyntheticDataset>(o.get_int("n_docs"), o.get_int("n_terms"), o.get_int("k"),
                                                o.get_float("avg_doc_length"), seed);
   return d;
+}
+
+// ---- checks and options shared by the file sources
+
+std::string count_row_problem(const float* row, int64_t m) {
+  bool any = false, bad = false;
+  for (int64_t j = 0; j < m; ++j) {
+    const float v = row[j];
+    any |= v > 0;
+    bad |= !(v >= 0) || v == std::numeric_limits<float>::infinity();  // negative, NaN or +inf
+  }
+  if (!bad) return any ? "" : "has no words; remove empty rows";
+  for (int64_t j = 0; j < m; ++j) {  // only for a row with a problem: find it
+    const float v = row[j];
+    std::ostringstream s;
+    if (!std::isfinite(v)) {
+      s << "has a count that is not a finite number (" << v << " at term " << j
+        << "); counts must be finite and non-negative (a float64 count beyond float32's range is not finite either)";
+      return s.str();
+    }
+    if (v < 0) {
+      s << "has a negative count (" << v << " at term " << j << "); counts must be non-negative";
+      return s.str();
+    }
+  }
+  return "";
+}
+
+void fail_document(const std::string& file, int64_t doc, const std::string& problem) {
+  TT_FAIL_AS(ConfigError, file, ": document ", doc, " (row ", doc, ") ", problem);
+}
+
+void check_count_rows(const torch::Tensor& x, const std::string& file) {
+  TT_CHECK(x.scalar_type() == torch::kFloat && x.dim() == 2 && x.is_contiguous(), "check_count_rows: bad tensor");
+  const float* p = x.data_ptr<float>();
+  const int64_t n = x.size(0), m = x.size(1);
+  for (int64_t i = 0; i < n; ++i) {
+    std::string problem = count_row_problem(p + i * m, m);
+    if (!problem.empty()) fail_document(file, i, problem);
+  }
+}
+
+std::string describe_path(const std::string& path) {
+  std::filesystem::path p(path);
+  if (p.is_absolute()) return "'" + path + "'";
+  std::error_code ec;
+  auto cwd = std::filesystem::current_path(ec);
+  return "'" + path + "' (relative to the current directory " + (ec ? std::string("?") : cwd.string()) + ")";
+}
+
+Schema& add_reference_options(Schema& s) {
+  return s
+      .add("true_F", Type::String, "~",
+           "a k x m .npy with the true topic-term matrix, when known (to align the fitted topics)")
+      .add("vocab", Type::String, "~", "a text file with the m terms, one a line (the term of column j on line j+1)");
+}
+
+torch::Tensor read_true_F(const std::string& path, int64_t n_terms) {
+  TT_CHECK_AS(ConfigError, std::filesystem::exists(path), "true_F: no such file ", describe_path(path));
+  torch::Tensor F = read_npy(path);
+  TT_CHECK_AS(ConfigError, F.dim() == 2 && F.size(1) == n_terms && F.size(0) >= 1, path,
+              ": true_F must be a k x m matrix with m = ", n_terms, " (the corpus's terms); it has shape ", F.sizes());
+  TT_CHECK_AS(ConfigError, F.is_floating_point() || F.scalar_type() == torch::kInt || F.scalar_type() == torch::kLong,
+              path, ": true_F must be numeric, it is ", F.scalar_type());
+  F = F.to(torch::kFloat).contiguous();
+  TT_CHECK_AS(ConfigError, torch::isfinite(F).all().item<bool>() && (F >= 0).all().item<bool>(), path,
+              ": true_F has negative or non-finite entries; it should hold topic-term probabilities");
+  return F;
+}
+
+std::vector<std::string> read_vocabulary(const std::string& path, int64_t n_terms) {
+  std::ifstream in(path);
+  TT_CHECK_AS(ConfigError, in.good(), "vocab: cannot open ", describe_path(path));
+  std::vector<std::string> vocab;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    vocab.push_back(line);
+  }
+  TT_CHECK_AS(ConfigError, static_cast<int64_t>(vocab.size()) == n_terms, path, ": the vocabulary has ", vocab.size(),
+              " lines but the corpus has ", n_terms, " terms; write one term per line, in column order");
+  return vocab;
+}
+
+LineReader::LineReader(const std::string& path) : path_(path), f_(std::fopen(path.c_str(), "r")) {
+  TT_CHECK_AS(ConfigError, f_, "cannot open ", describe_path(path), ": ", std::strerror(errno));
+}
+
+LineReader::~LineReader() {
+  std::free(buf_);
+  if (f_) std::fclose(f_);
+}
+
+const char* LineReader::next(size_t* length) {
+  ssize_t n = ::getline(&buf_, &cap_, f_);
+  if (n < 0) {
+    TT_CHECK_AS(ConfigError, !std::ferror(f_), path_, ": read failed after line ", line_);
+    return nullptr;
+  }
+  ++line_;
+  while (n > 0 && (buf_[n - 1] == '\n' || buf_[n - 1] == '\r')) buf_[--n] = '\0';
+  if (length) *length = static_cast<size_t>(n);
+  return buf_;
+}
+
+// ---- sparse counts in memory
+
+CsrCounts CsrCounts::from_vectors(const std::vector<int64_t>& row_ptr, const std::vector<int64_t>& cols,
+                                  const std::vector<float>& vals, int64_t n_terms) {
+  CsrCounts c;
+  auto copy = [](const auto& v, torch::ScalarType t) {
+    auto out = torch::empty({static_cast<int64_t>(v.size())}, t);
+    if (!v.empty()) std::memcpy(out.data_ptr(), v.data(), v.size() * sizeof(v[0]));
+    return out;
+  };
+  c.row_ptr = copy(row_ptr, torch::kLong);
+  c.cols = copy(cols, torch::kLong);
+  c.vals = copy(vals, torch::kFloat);
+  c.n_terms = n_terms;
+  return c;
+}
+
+torch::Tensor CsrCounts::dense() const {
+  const int64_t n = n_docs();
+  auto x = torch::zeros({n, n_terms}, torch::kFloat);
+  const int64_t* rp = row_ptr.data_ptr<int64_t>();
+  const int64_t* c = cols.data_ptr<int64_t>();
+  const float* v = vals.data_ptr<float>();
+  float* out = x.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t p = rp[i]; p < rp[i + 1]; ++p) out[i * n_terms + c[p]] += v[p];
+  return x;
+}
+
+SparseCountsDataset::SparseCountsDataset(CsrCounts counts, bool dense_batches, std::string name)
+    : csr_(std::move(counts)), dense_batches_(dense_batches), name_(std::move(name)) {}
+
+Batch SparseCountsDataset::get(const at::Tensor& indices) {
+  auto idx = indices.to(torch::kLong).contiguous();
+  const int64_t B = idx.size(0), m = csr_.n_terms;
+  const int64_t* id = idx.data_ptr<int64_t>();
+  const int64_t* rp = csr_.row_ptr.data_ptr<int64_t>();
+  const int64_t* c = csr_.cols.data_ptr<int64_t>();
+  const float* v = csr_.vals.data_ptr<float>();
+  const int64_t n = size();
+  Batch b;
+  b.set("index", indices);
+  if (dense_batches_) {
+    auto x = torch::zeros({B, m}, torch::kFloat);
+    float* out = x.data_ptr<float>();
+    for (int64_t r = 0; r < B; ++r) {
+      TT_CHECK(id[r] >= 0 && id[r] < n, name_, ": document ", id[r], " out of range (", n, " documents)");
+      for (int64_t p = rp[id[r]]; p < rp[id[r] + 1]; ++p) out[r * m + c[p]] = v[p];
+    }
+    b.set("x", x);
+    return b;
+  }
+  int64_t nnz = 0;
+  for (int64_t r = 0; r < B; ++r) {
+    TT_CHECK(id[r] >= 0 && id[r] < n, name_, ": document ", id[r], " out of range (", n, " documents)");
+    nnz += rp[id[r] + 1] - rp[id[r]];
+  }
+  auto rows = torch::empty({nnz}, torch::kLong), cols = torch::empty({nnz}, torch::kLong);
+  auto vals = torch::empty({nnz}, torch::kFloat);
+  int64_t* ro = rows.data_ptr<int64_t>();
+  int64_t* co = cols.data_ptr<int64_t>();
+  float* vo = vals.data_ptr<float>();
+  int64_t q = 0;
+  for (int64_t r = 0; r < B; ++r) {
+    const int64_t begin = rp[id[r]], len = rp[id[r] + 1] - begin;
+    std::fill(ro + q, ro + q + len, r);
+    std::copy(c + begin, c + begin + len, co + q);
+    std::copy(v + begin, v + begin + len, vo + q);
+    q += len;
+  }
+  // nnz rows each, not B: straight into the map (see TopicSource)
+  b.tensors["rows"] = rows;
+  b.tensors["cols"] = cols;
+  b.tensors["vals"] = vals;
+  return b;
+}
+
+std::string SparseCountsDataset::describe() const {
+  const double n = static_cast<double>(size()), m = static_cast<double>(n_terms());
+  std::ostringstream s;
+  s.precision(3);
+  s << name_ << ": " << size() << " docs x " << n_terms() << " terms, " << csr_.nnz() << " non-zeros ("
+    << 100.0 * static_cast<double>(csr_.nnz()) / std::max(1.0, n * m) << "% dense), "
+    << static_cast<int64_t>(csr_.vals.sum().item<double>()) << " words, " << (dense_batches_ ? "dense" : "sparse")
+    << " batches";
+  return s.str();
+}
+
+Schema& add_batch_format_option(Schema& s) {
+  return s.add("batch_format", Type::String, "sparse",
+               "sparse: batches carry the non-zeros (rows, cols, vals); dense: batches carry count rows x [B, m]");
+}
+
+bool dense_batches(const Options& o) {
+  const std::string f = o.get_string("batch_format");
+  o.check(f == "sparse" || f == "dense", "batch_format", "must be 'sparse' or 'dense', not '" + f + "'");
+  return f == "dense";
 }
 
 }  // namespace tt::topic

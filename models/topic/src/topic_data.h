@@ -1,7 +1,13 @@
 #pragma once
 // Data sources of the topic model: document-term counts as batches
-// {"index": int64 doc ids [B], "x": float32 counts [B, m]}.
+// {"index": int64 doc ids [B], "x": float32 counts [B, m]} (dense sources) or
+// {"index", "rows", "cols", "vals"} (sparse sources, see TopicSource).
+// The sources themselves: topic-synthetic (here), topic-npy (source_npy.h), topic-pt
+// (source_pt.h), topic-mtx (source_mtx.h), topic-text (source_text.h).
 #include <torch/torch.h>
+
+#include <cstdio>
+#include <filesystem>
 
 #include "tt/dataset.h"
 #include "tt/options.h"
@@ -11,7 +17,10 @@ namespace tt::topic {
 // What every topic-model data source offers besides batches. A batch has "index" (int64 doc
 // ids [B]) and either "x" (float32 counts [B, m], dense sources) or the batch's non-zeros in
 // coordinate form (sparse sources): "rows" (int64 [nnz], row within the batch), "cols"
-// (int64 [nnz], term id), "vals" (float32 [nnz], count).
+// (int64 [nnz], term id), "vals" (float32 [nnz], count). The sparse tensors have nnz rows,
+// not B, so they are put in Batch::tensors directly (Batch::set checks for B rows) with
+// Batch::size = B. Batch::slice (micro-batches) cannot cut them by rows: whoever slices a
+// batch must know the form (rows [begin, end) are the triplets with begin <= rows < end).
 class TopicSource : public Dataset {
  public:
   virtual int64_t n_terms() const = 0;
@@ -20,6 +29,9 @@ class TopicSource : public Dataset {
   virtual std::vector<std::string> doc_labels() const { return {}; }    // e.g. Brown categories
   std::map<std::string, int64_t> info() const override { return {{"n_docs", size()}, {"n_terms", n_terms()}}; }
 };
+
+// A batch of either form as dense float32 counts [B, m].
+torch::Tensor dense_counts(const Batch& batch, int64_t n_terms);
 
 // Document-term counts held in memory: batches are {"index": doc ids, "x": count rows}.
 class CountsDataset : public TopicSource {
@@ -35,7 +47,9 @@ class CountsDataset : public TopicSource {
   torch::Tensor x_;
 };
 
-// Synthetic corpus as tinytopics' generate_synthetic_data: true L and F kept for alignment.
+// Synthetic corpus as tinytopics' generate_synthetic_data (the model of SyntheticCorpus in
+// source_synthetic.h; tt-data synth-topics with the same seed writes the same counts):
+// true L and F kept for alignment.
 class SyntheticDataset : public CountsDataset {
  public:
   SyntheticDataset(int64_t n, int64_t m, int64_t k, double avg_doc_length, uint64_t seed);
@@ -46,5 +60,82 @@ class SyntheticDataset : public CountsDataset {
 
 Schema synthetic_schema();
 Datasets make_synthetic(const Options& o, uint64_t pipeline_seed);
+
+// ---- checks and options shared by the file sources
+
+// What is wrong with one document's counts, or "" when nothing is: a negative or non-finite
+// count, or no words at all. Sources call it as rows are read.
+std::string count_row_problem(const float* row, int64_t m);
+// ConfigError "<file>: document <doc> <problem>".
+[[noreturn]] void fail_document(const std::string& file, int64_t doc, const std::string& problem);
+// Every row of a dense [n, m] float32 tensor checked (sources that hold counts in memory).
+void check_count_rows(const torch::Tensor& x, const std::string& file);
+
+// The options every file source has besides its path: true_F (a k x m .npy) and vocab (a
+// text file, one term per line), both optional.
+Schema& add_reference_options(Schema& s);
+torch::Tensor read_true_F(const std::string& path, int64_t n_terms);
+std::vector<std::string> read_vocabulary(const std::string& path, int64_t n_terms);
+// A path as the user gave it, and where that is when relative: for error messages.
+std::string describe_path(const std::string& path);
+
+// The lines of a text file with their numbers (POSIX getline: no length limit).
+class LineReader {
+ public:
+  explicit LineReader(const std::string& path);  // ConfigError if it cannot be opened
+  ~LineReader();
+  LineReader(const LineReader&) = delete;
+  LineReader& operator=(const LineReader&) = delete;
+  // The next line without its line ending, or nullptr at the end; `length` is its length.
+  const char* next(size_t* length = nullptr);
+  int64_t line() const { return line_; }
+
+ private:
+  std::string path_;
+  std::FILE* f_;
+  char* buf_ = nullptr;
+  size_t cap_ = 0;
+  int64_t line_ = 0;
+};
+
+// ---- sparse counts in memory (topic-mtx, topic-text)
+
+// Compressed sparse rows held as tensors (so the memory meter counts them): row_ptr int64
+// [n+1], cols int64 [nnz] (ascending within a row), vals float32 [nnz].
+struct CsrCounts {
+  torch::Tensor row_ptr, cols, vals;
+  int64_t n_terms = 0;
+  int64_t n_docs() const { return row_ptr.size(0) - 1; }
+  int64_t nnz() const { return cols.size(0); }
+  static CsrCounts from_vectors(const std::vector<int64_t>& row_ptr, const std::vector<int64_t>& cols,
+                                const std::vector<float>& vals, int64_t n_terms);
+  torch::Tensor dense() const;  // n x m float32
+};
+
+// A CsrCounts corpus. Batches in coordinate form, or dense "x" rows with dense_batches.
+class SparseCountsDataset : public TopicSource {
+ public:
+  SparseCountsDataset(CsrCounts counts, bool dense_batches, std::string name);
+  int64_t size() const override { return csr_.n_docs(); }
+  Batch get(const at::Tensor& indices) override;
+  int64_t n_terms() const override { return csr_.n_terms; }
+  std::string describe() const override;
+  torch::Tensor true_F() const override { return true_F_; }
+  std::vector<std::string> vocabulary() const override { return vocab_; }
+  std::vector<std::string> doc_labels() const override { return labels_; }
+  const CsrCounts& csr() const { return csr_; }
+
+  torch::Tensor true_F_;
+  std::vector<std::string> vocab_, labels_;
+
+ private:
+  CsrCounts csr_;
+  bool dense_batches_;
+  std::string name_;
+};
+
+// The "batch_format" option of sparse sources: "sparse" (coordinate triplets) or "dense".
+Schema& add_batch_format_option(Schema& s);
+bool dense_batches(const Options& o);
 
 }  // namespace tt::topic

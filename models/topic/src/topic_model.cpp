@@ -1,26 +1,51 @@
 #include <filesystem>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "evaluate.h"
+#include "poisson_loss.h"
 #include "topic_model.h"
 #include "tt/error.h"
+#include "tt/log.h"
 #include "tt/npy.h"
+#include "tt/state.h"
 
 namespace tt::topic {
 
-TopicModel::TopicModel(int64_t n_docs, int64_t n_terms, int64_t k, double init_scale)
-    : n_(n_docs), m_(n_terms), k_(k) {
+TopicModel::TopicModel(int64_t n_docs, int64_t n_terms, Config config, std::shared_ptr<TopicSource> data)
+    : n_(n_docs), m_(n_terms), k_(config.k), config_(config), data_(std::move(data)) {
   // tinytopics: both initialised U(0, 0.1)
-  L_raw_ = register_parameter("L_raw", torch::rand({n_, k_}) * init_scale);
-  F_raw_ = register_parameter("F_raw", torch::rand({k_, m_}) * init_scale);
+  L_raw_ = register_parameter("L_raw", torch::rand({n_, k_}) * config_.init_scale);
+  F_raw_ = register_parameter("F_raw", torch::rand({k_, m_}) * config_.init_scale);
+}
+
+static torch::Tensor dense_rows(const Batch& batch, int64_t m) {
+  if (batch.has("x")) return batch.at("x");
+  auto x = torch::zeros({batch.size, m}, torch::kFloat);
+  x.index_put_({batch.at("rows"), batch.at("cols")}, batch.at("vals"), /*accumulate=*/true);
+  return x;
 }
 
 ModelOutput TopicModel::forward_loss(const Batch& batch) {
   const auto& idx = batch.at("index");
-  const auto& x = batch.at("x");
-  auto L = torch::softmax(L_raw_.index_select(0, idx), 1);
-  auto F = torch::softmax(F_raw_, 1);
-  auto xhat = L.mm(F);
   // Poisson negative log-likelihood without the constant log(x!) term, summed over the batch
-  auto loss = (xhat - x * torch::log(torch::clamp_min(xhat, 1e-10))).sum();
+  torch::Tensor loss;
+  if (config_.fused) {
+    BatchCounts counts;
+    if (batch.has("x")) {
+      counts = nonzeros_of(batch.at("x"));
+    } else {
+      counts.rows = batch.at("rows");
+      counts.cols = batch.at("cols");
+      counts.vals = batch.at("vals");
+      counts.batch_rows = batch.size;
+    }
+    loss = poisson_nmf_loss(L_raw_, F_raw_, idx, counts, config_.lazy && is_training());
+  } else {
+    TT_CHECK(!config_.lazy, "model (topic): lazy: true needs fused: true");
+    loss = poisson_nmf_loss_reference(L_raw_, F_raw_, idx, dense_rows(batch, m_));
+  }
   ModelOutput out;
   out.loss = loss;
   out.reduction = Reduction::Sum;
@@ -31,29 +56,82 @@ ModelOutput TopicModel::forward_loss(const Batch& batch) {
 torch::Tensor TopicModel::L() const { return torch::softmax(L_raw_.detach(), 1); }
 torch::Tensor TopicModel::F() const { return torch::softmax(F_raw_.detach(), 1); }
 
-void TopicModel::write_outputs(const std::filesystem::path& run_dir, State&) {
-  write_npy(run_dir / "L.npy", L().to(torch::kCPU));
-  write_npy(run_dir / "F.npy", F().to(torch::kCPU));
+void TopicModel::write_outputs(const std::filesystem::path& run_dir, State& state) {
+  const auto L_fit = L().to(torch::kCPU), F_fit = F().to(torch::kCPU);
+  write_npy(run_dir / "L.npy", L_fit);
+  write_npy(run_dir / "F.npy", F_fit);
+  write_csv(run_dir / "L.csv", L_fit);
+  write_csv(run_dir / "F.csv", F_fit);
+
+  const auto vocab = data_->vocabulary();
+  const auto terms = top_terms(F_fit, vocab, 10);
+  write_top_terms(run_dir / "top_terms.txt", terms);
+  if (!vocab.empty()) {
+    for (size_t t = 0; t < terms.size(); ++t) {
+      std::string line;
+      for (size_t i = 0; i < std::min<size_t>(8, terms[t].size()); ++i) line += (i ? ", " : "") + terms[t][i].first;
+      log().info("topic {:>2}: {}", t, line);
+    }
+  }
+
+  if (config_.corpus_loss) {
+    torch::NoGradGuard no_grad;
+    auto rows = [this](int64_t b, int64_t e) {
+      auto batch = data_->get(torch::arange(b, e, torch::kLong));
+      return dense_rows(batch, m_);
+    };
+    const auto cl = corpus_loss(L_fit, F_fit, rows);
+    state.metrics["corpus_loss"] = cl.sum;
+    state.metrics["corpus_loss_per_doc"] = cl.mean_per_doc;
+  }
+
+  const auto truth = data_->true_F();
+  if (truth.defined()) {
+    const auto a = align_topics(truth.to(torch::kFloat), F_fit);
+    state.metrics["aligned_cosine_mean"] = a.mean;
+    state.metrics["aligned_cosine_min"] = a.min;
+    nlohmann::json j{{"mean", a.mean}, {"min", a.min}, {"assignment", a.assignment}, {"cosine", a.cosine}};
+    std::ofstream(run_dir / "alignment.json") << j.dump(2) << "\n";
+    log().info("topic alignment with the true topics: mean cosine {:.4f}, min {:.4f}", a.mean, a.min);
+  }
+  plot_structure(L_fit, run_dir / "structure.png", "document-topic structure (" + std::to_string(k_) + " topics)",
+                 2000, data_->doc_labels());
 }
 
 std::string TopicModel::describe() const {
   return "topic model: " + std::to_string(n_) + " docs x " + std::to_string(m_) + " terms, k=" + std::to_string(k_) +
-         " (" + std::to_string(n_ * k_ + k_ * m_) + " parameters)";
+         " (" + std::to_string(n_ * k_ + k_ * m_) + " parameters" + (config_.fused ? "" : ", reference loss") +
+         (config_.lazy ? ", lazy L updates" : "") + ")";
 }
 
 Schema model_schema() {
   return Schema()
       .add("k", Type::Int, "10", "number of topics")
-      .add("init_scale", Type::Float, "0.1", "L_raw and F_raw start U(0, init_scale) as in tinytopics");
+      .add("init_scale", Type::Float, "0.1", "L_raw and F_raw start U(0, init_scale) as in tinytopics")
+      .add("fused", Type::Bool, "true",
+           "compute the loss and its gradient directly over the non-zeros (false: tinytopics' dense autograd)")
+      .add("corpus_loss", Type::Bool, "true", "compute the whole-corpus loss at the end (one pass over the data)")
+      .add("lazy", Type::Bool, "false",
+           "update only the batch's rows of L (sparse gradient, as sparse Adam); not tinytopics' semantics");
 }
 
 std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
-  o.check(o.get_int("k") >= 1, "k", "must be at least 1");
-  o.check(o.get_float("init_scale") > 0, "init_scale", "must be positive");
-  auto info = data.train->info();
-  TT_CHECK_AS(ConfigError, info.count("n_docs") && info.count("n_terms"),
-              "model (topic) needs a document-term dataset (data: topic-synthetic); this dataset gives none");
-  return std::make_shared<TopicModel>(info["n_docs"], info["n_terms"], o.get_int("k"), o.get_float("init_scale"));
+  auto source = std::dynamic_pointer_cast<TopicSource>(data.train);
+  TT_CHECK_AS(ConfigError, source,
+              "model (topic) needs a document-term dataset (topic-synthetic, topic-npy, topic-pt, topic-mtx, "
+              "topic-text); this dataset is not one");
+  TopicModel::Config c;
+  c.k = o.get_int("k");
+  c.init_scale = o.get_float("init_scale");
+  c.fused = o.get_bool("fused");
+  c.lazy = o.get_bool("lazy");
+  c.corpus_loss = o.get_bool("corpus_loss");
+  o.check(c.k >= 2, "k", "must be at least 2 (one topic explains nothing)");
+  o.check(c.k <= source->n_terms(), "k",
+          "(" + std::to_string(c.k) + ") must not exceed the number of terms (" + std::to_string(source->n_terms()) + ")");
+  o.check(c.init_scale > 0, "init_scale", "must be positive");
+  o.check(!c.lazy || c.fused, "lazy", "needs fused: true");
+  return std::make_shared<TopicModel>(source->size(), source->n_terms(), c, source);
 }
 
 }  // namespace tt::topic

@@ -12,7 +12,14 @@ namespace tt::topic {
 
 class TopicModel : public Model {
  public:
-  TopicModel(int64_t n_docs, int64_t n_terms, int64_t k, double init_scale);
+  struct Config {
+    int64_t k = 10;
+    double init_scale = 0.1;
+    bool fused = true;  // direct loss/gradient over the non-zeros (poisson_loss.h)
+    bool lazy = false;  // sparse gradient for L: only the batch's rows are updated
+    bool corpus_loss = true;  // whole-corpus loss at the end
+  };
+  TopicModel(int64_t n_docs, int64_t n_terms, Config config, std::shared_ptr<TopicSource> data);
   ModelOutput forward_loss(const Batch& batch) override;
   void write_outputs(const std::filesystem::path& run_dir, State& state) override;
   std::string describe() const override;
@@ -21,6 +28,8 @@ class TopicModel : public Model {
 
  private:
   int64_t n_, m_, k_;
+  Config config_;
+  std::shared_ptr<TopicSource> data_;  // for ground truth, vocabulary and whole-corpus figures
   torch::Tensor L_raw_, F_raw_;
 };
 

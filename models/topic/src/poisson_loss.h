@@ -1,0 +1,31 @@
+#pragma once
+// The topic model's loss with its gradient computed directly, never materializing the
+// b x m reconstruction.
+//
+//   loss = sum_ij Xhat_ij - X_ij log(max(Xhat_ij, 1e-10)),   Xhat = softmax(L_raw[B]) softmax(F_raw)
+//
+// Rows of softmax x softmax sum to 1, so the first term is the number of rows up to rounding
+// and its gradient is exactly zero; the second term only involves the non-zeros of X. The
+// forward and backward therefore cost O(nnz k + k m) instead of several b x m passes.
+// The result equals tinytopics' dense formula to float rounding (tests/topic_model checks it).
+#include <torch/torch.h>
+
+namespace tt::topic {
+
+// Non-zeros of a batch of document-term counts: rows (within the batch), cols, vals.
+struct BatchCounts {
+  torch::Tensor rows, cols, vals;  // int64 [nnz], int64 [nnz], float32 [nnz]
+  int64_t batch_rows = 0;
+};
+BatchCounts nonzeros_of(const torch::Tensor& x);  // from dense float32 [B, m]
+
+// Scalar loss; differentiable w.r.t. L_raw and F_raw. With `sparse_grad`, L_raw's gradient
+// is a sparse COO tensor holding only the batch's rows (for the lazy optimizer update).
+torch::Tensor poisson_nmf_loss(const torch::Tensor& L_raw, const torch::Tensor& F_raw, const torch::Tensor& index,
+                               const BatchCounts& counts, bool sparse_grad);
+
+// The same loss by tinytopics' dense formula through autograd (reference).
+torch::Tensor poisson_nmf_loss_reference(const torch::Tensor& L_raw, const torch::Tensor& F_raw,
+                                         const torch::Tensor& index, const torch::Tensor& x);
+
+}  // namespace tt::topic

@@ -1,0 +1,64 @@
+#include "source_pt.h"
+
+#include <fstream>
+#include <iterator>
+
+#include "tt/error.h"
+
+namespace tt::topic {
+
+torch::Tensor read_pt_counts(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TT_CHECK_AS(ConfigError, in.good(), "cannot open ", describe_path(path));
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  TT_CHECK_AS(ConfigError, !in.bad(), path, ": read failed");
+  const auto starts = [&](const char* magic, size_t n) {
+    return bytes.size() >= n && std::equal(magic, magic + n, bytes.begin());
+  };
+  if (!starts("PK\x03\x04", 4)) {
+    if (starts("\x80", 1) || starts("\x8a\x0a\x6c\xfc", 4))
+      TT_FAIL_AS(ConfigError, path, ": this is the legacy (non-zip) torch.save format; save it again with "
+                 "torch.save(X, path) in PyTorch 1.6 or later (or convert X to .npy for topic-npy)");
+    TT_FAIL_AS(ConfigError, path, ": not a .pt file (not a zip archive as torch.save writes); save the document-term "
+               "matrix with torch.save(X, path), or use topic-npy for a .npy file");
+  }
+  c10::IValue value;
+  try {
+    value = torch::pickle_load(bytes);
+  } catch (const c10::Error& e) {
+    TT_FAIL_AS(ConfigError, path, ": cannot unpickle the tensor: ", e.what_without_backtrace(),
+               " (topic-pt reads one tensor saved with torch.save(X, path))");
+  }
+  TT_CHECK_AS(ConfigError, value.isTensor(), path, ": holds a ", value.tagKind(),
+              ", not a tensor; save the document-term matrix alone: torch.save(X, path)");
+  torch::Tensor t = value.toTensor();
+  if (t.layout() != torch::kStrided) t = t.to_dense();  // a sparse COO matrix, as saved
+  TT_CHECK_AS(ConfigError, t.dim() == 2, path, ": expected a 2-D documents x terms tensor, it has ", t.dim(),
+              " dimension(s) (shape ", t.sizes(), ")");
+  TT_CHECK_AS(ConfigError, (t.is_floating_point() || c10::isIntegralType(t.scalar_type(), /*includeBool=*/false)) &&
+                               !t.is_complex(),
+              path, ": the tensor is ", t.scalar_type(), "; counts must be a float or integer tensor");
+  TT_CHECK_AS(ConfigError, t.size(0) >= 1 && t.size(1) >= 1, path, ": the matrix is empty (shape ", t.sizes(), ")");
+  t = t.to(torch::kCPU).to(torch::kFloat).contiguous();
+  check_count_rows(t, path);
+  return t;
+}
+
+Schema pt_schema() {
+  Schema s;
+  s.add("path", Type::String, "~", "a .pt file holding one documents x terms tensor (torch.save(X, path))");
+  return add_reference_options(s);
+}
+
+Datasets make_pt(const Options& o, uint64_t) {
+  const std::string path = o.get_string("path");
+  TT_CHECK_AS(ConfigError, std::filesystem::exists(path), o.context(), ".path: no such file ", describe_path(path));
+  auto d = std::make_shared<PtDataset>(path);
+  if (o.is_set("true_F")) d->true_F_ = read_true_F(o.get_string("true_F"), d->n_terms());
+  if (o.is_set("vocab")) d->vocab_ = read_vocabulary(o.get_string("vocab"), d->n_terms());
+  Datasets out;
+  out.train = d;
+  return out;
+}
+
+}  // namespace tt::topic

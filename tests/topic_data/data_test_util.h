@@ -1,0 +1,51 @@
+#pragma once
+// Helpers of the topic data tests: options from YAML text, ConfigError messages, files.
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "test_support.h"
+#include "tt/error.h"
+#include "tt/options.h"
+
+namespace tt::test {
+
+inline Options options(const Schema& schema, const std::string& yaml) {
+  return Options::parse(YAML::Load(yaml), schema, "data", "test.yaml", {"name"});
+}
+
+// The message of the ConfigError `f` throws; a test failure if it throws nothing or another type.
+template <class F>
+std::string config_error(F&& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected a ConfigError, got: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "expected a ConfigError, nothing was thrown";
+  return "";
+}
+
+inline void write_text(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+inline std::string quote(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
+
+// A Python interpreter that imports `module` (python3-torch / python3-numpy), or "".
+inline std::string python_with(const std::string& module) {
+  for (const char* py : {"python3", "/usr/bin/python3"})
+    if (run(std::string(py) + " -c 'import " + module + "'").rc == 0) return py;
+  return "";
+}
+
+}  // namespace tt::test
+
+#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)

@@ -1,0 +1,380 @@
+// tt::npy (header, map, streaming writer) and the dense file sources topic-npy and topic-pt.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <fstream>
+
+#include "data_test_util.h"
+#include "source_npy.h"
+#include "source_pt.h"
+#include "tt/meter.h"
+#include "tt/npy.h"
+
+namespace fs = std::filesystem;
+using tt::test::config_error;
+using tt::test::write_text;
+
+namespace {
+
+// A .npy file with exactly this header dict and these data bytes (format 1.0 or 2.0).
+void raw_npy(const fs::path& p, const std::string& dict, const std::string& data, int version = 1) {
+  std::string header = dict;
+  const size_t prefix = version == 1 ? 10 : 12;
+  header += std::string((64 - (prefix + header.size() + 1) % 64) % 64, ' ') + "\n";
+  std::string bytes("\x93NUMPY", 6);
+  bytes += static_cast<char>(version);
+  bytes += '\0';
+  const size_t len = header.size();
+  bytes += static_cast<char>(len & 0xff);
+  bytes += static_cast<char>((len >> 8) & 0xff);
+  if (version != 1) bytes += std::string(2, '\0');
+  write_text(p, bytes + header + data);
+}
+
+std::string float_bytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+torch::Tensor counts_6x4() {
+  return torch::tensor({{1, 0, 2, 0}, {0, 3, 0, 1}, {5, 0, 0, 0}, {1, 1, 1, 1}, {0, 0, 0, 7}, {2, 2, 0, 0}},
+                       torch::kLong);
+}
+
+std::shared_ptr<tt::topic::TopicSource> make(tt::Datasets d) {
+  return std::dynamic_pointer_cast<tt::topic::TopicSource>(d.train);
+}
+
+}  // namespace
+
+TEST(Npy, RoundTripEveryDtype) {
+  auto dir = tt::test::temp_dir("npy");
+  for (auto t : {torch::kFloat, torch::kDouble, torch::kLong, torch::kInt, torch::kShort, torch::kByte, torch::kChar,
+                 torch::kBool, torch::kHalf}) {
+    auto x = (torch::arange(15, torch::kDouble).reshape({3, 5}) * 3 - 4).to(t);
+    const fs::path p = dir / "x.npy";
+    tt::write_npy(p, x);
+    const auto h = tt::read_npy_header(p);
+    EXPECT_EQ(h.dtype, t);
+    EXPECT_EQ(h.shape, (std::vector<int64_t>{3, 5}));
+    EXPECT_FALSE(h.fortran_order);
+    EXPECT_EQ(h.data_offset % 64, 0);
+    EXPECT_EQ(static_cast<int64_t>(fs::file_size(p)), h.data_offset + h.data_bytes());
+    EXPECT_TRUE(torch::equal(tt::read_npy(p), x)) << t;
+  }
+  tt::write_npy(dir / "v.npy", torch::arange(4, torch::kFloat));  // 1-D: shape (4,)
+  EXPECT_EQ(tt::read_npy_header(dir / "v.npy").shape, std::vector<int64_t>{4});
+  EXPECT_TRUE(torch::equal(tt::read_npy(dir / "v.npy"), torch::arange(4, torch::kFloat)));
+}
+
+TEST(Npy, HeaderVariantsNumpyWrites) {
+  auto h = tt::parse_npy_header(tt::npy_header_bytes(torch::kDouble, {2, 3}), "a.npy");
+  EXPECT_EQ(h.descr, "<f8");
+  // version 2.0, double quotes, other key order, no trailing comma, Python 2 longs, True
+  auto dir = tt::test::temp_dir("npy");
+  raw_npy(dir / "v2.npy", "{\"shape\": (2L, 1L), \"fortran_order\": True, \"descr\": \"<f4\"}",
+          float_bytes({1, 2}), 2);
+  h = tt::read_npy_header(dir / "v2.npy");
+  EXPECT_EQ(h.shape, (std::vector<int64_t>{2, 1}));
+  EXPECT_TRUE(h.fortran_order);
+  EXPECT_EQ(h.data_offset % 64, 0);
+  raw_npy(dir / "scalar.npy", "{'descr': '|u1', 'fortran_order': False, 'shape': (), }", std::string(1, '\7'));
+  EXPECT_EQ(tt::read_npy(dir / "scalar.npy").item<uint8_t>(), 7);
+}
+
+TEST(Npy, HeaderErrorsNameTheFileAndTheProblem) {
+  auto dir = tt::test::temp_dir("npy");
+  const auto err = [&](const std::string& name) {
+    return config_error([&] { tt::read_npy_header(dir / name); });
+  };
+  write_text(dir / "magic.npy", "PK\3\4 not numpy at all, long enough");
+  EXPECT_HAS(err("magic.npy"), "magic.npy: not a .npy file");
+  raw_npy(dir / "big.npy", "{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }", "abcd");
+  EXPECT_HAS(err("big.npy"), "big-endian");
+  raw_npy(dir / "struct.npy", "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }", "abcd");
+  EXPECT_HAS(err("struct.npy"), "structured dtype");
+  raw_npy(dir / "complex.npy", "{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", "abcdabcd");
+  EXPECT_HAS(err("complex.npy"), "dtype '<c8' is not supported");
+  raw_npy(dir / "noshape.npy", "{'descr': '<f4', 'fortran_order': False, }", "");
+  EXPECT_HAS(err("noshape.npy"), "missing 'shape'");
+  raw_npy(dir / "garbage.npy", "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (1,), }", "abcd");
+  EXPECT_HAS(err("garbage.npy"), "malformed header");
+  raw_npy(dir / "short.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (10, 10), }", float_bytes({1, 2, 3}));
+  EXPECT_HAS(err("short.npy"), "short.npy: file is truncated");
+  EXPECT_HAS(err("short.npy"), "promises 400 data bytes");
+  std::string cut = tt::npy_header_bytes(torch::kFloat, {3});
+  write_text(dir / "cut.npy", cut.substr(0, 30));
+  EXPECT_HAS(err("cut.npy"), "cut off inside its header");
+  EXPECT_HAS(err("none.npy"), "none.npy: cannot open .npy file (no such file)");
+}
+
+TEST(Npy, WriterStreamsRowsAndChecksTheTotal) {
+  auto dir = tt::test::temp_dir("npy");
+  auto x = torch::arange(15, torch::kFloat).reshape({5, 3});
+  {
+    tt::NpyWriter w(dir / "x.npy", torch::kFloat, {5, 3});
+    EXPECT_TRUE(fs::exists(dir / "x.npy.partial"));
+    EXPECT_FALSE(fs::exists(dir / "x.npy"));
+    w.append(x.slice(0, 0, 2));
+    w.append(x.slice(0, 2, 5).contiguous().data_ptr<float>(), 3);
+    EXPECT_EQ(w.rows_written(), 5);
+    w.close();
+  }
+  EXPECT_FALSE(fs::exists(dir / "x.npy.partial"));
+  EXPECT_TRUE(torch::equal(tt::read_npy(dir / "x.npy"), x));
+
+  {  // too few rows: close refuses, and the partial file goes
+    tt::NpyWriter w(dir / "few.npy", torch::kFloat, {5, 3});
+    w.append(x.slice(0, 0, 2));
+    EXPECT_THROW(w.close(), tt::Error);
+  }
+  EXPECT_FALSE(fs::exists(dir / "few.npy.partial"));
+  EXPECT_FALSE(fs::exists(dir / "few.npy"));
+  {
+    tt::NpyWriter w(dir / "many.npy", torch::kFloat, {2, 3});
+    EXPECT_THROW(w.append(x), tt::Error);                       // 5 rows into 2
+    EXPECT_THROW(w.append(x.to(torch::kDouble).slice(0, 0, 1)), tt::Error);  // wrong dtype
+    EXPECT_THROW(w.append(torch::zeros({1, 4})), tt::Error);  // wrong row shape
+  }
+  EXPECT_FALSE(fs::exists(dir / "many.npy.partial"));
+  EXPECT_THROW(tt::NpyWriter(dir / "no" / "such" / "dir.npy", torch::kFloat, {1}), tt::ConfigError);
+}
+
+TEST(Npy, MapSeesTheFileData) {
+  auto dir = tt::test::temp_dir("npy");
+  auto x = torch::rand({7, 9}, torch::kDouble);
+  tt::write_npy(dir / "x.npy", x);
+  tt::NpyMap map(dir / "x.npy");
+  EXPECT_EQ(map.header().shape, (std::vector<int64_t>{7, 9}));
+  EXPECT_EQ(std::memcmp(map.data(), x.data_ptr(), x.nbytes()), 0);
+}
+
+TEST(TopicNpy, BatchesAreTheRequestedRowsForEveryDtype) {
+  auto dir = tt::test::temp_dir("npy");
+  auto counts = counts_6x4();
+  auto idx = torch::tensor({4, 0, 2, 4}, torch::kLong);
+  for (auto t : {torch::kFloat, torch::kDouble, torch::kInt, torch::kLong}) {
+    tt::write_npy(dir / "X.npy", counts.to(t));
+    tt::topic::NpyDataset d((dir / "X.npy").string());
+    EXPECT_EQ(d.size(), 6);
+    EXPECT_EQ(d.n_terms(), 4);
+    EXPECT_EQ(d.info().at("n_docs"), 6);
+    auto b = d.get(idx);
+    EXPECT_EQ(b.size, 4);
+    EXPECT_TRUE(torch::equal(b.at("index"), idx));
+    EXPECT_EQ(b.at("x").scalar_type(), torch::kFloat);
+    EXPECT_TRUE(torch::equal(b.at("x"), counts.index_select(0, idx).to(torch::kFloat))) << t;
+    EXPECT_HAS(d.describe(), "6 docs x 4 terms");
+  }
+}
+
+TEST(TopicNpy, OnlyTheBatchIsAllocated) {
+  // 2000 x 1000 float32 = 8 MB in the file; the dataset allocates no tensor for it, a batch
+  // of 3 rows 12 KB.
+  auto dir = tt::test::temp_dir("npy");
+  {
+    tt::NpyWriter w(dir / "X.npy", torch::kFloat, {2000, 1000});
+    auto rows = torch::ones({100, 1000});
+    for (int i = 0; i < 20; ++i) w.append(rows);
+    w.close();
+  }
+  auto& meter = tt::Meter::global();
+  const int64_t before = meter.current();
+  tt::topic::NpyDataset d((dir / "X.npy").string());
+  EXPECT_EQ(meter.current(), before);
+  auto b = d.get(torch::tensor({1999, 0, 1000}, torch::kLong));
+  EXPECT_LE(meter.current() - before, 3 * 1000 * 4 + 4096);  // the rows, the index, the problems' bookkeeping
+  EXPECT_EQ(b.at("x").sum().item<double>(), 3000.0);
+}
+
+TEST(TopicNpy, RefusesBadFilesNamingThem) {
+  auto dir = tt::test::temp_dir("npy");
+  const auto err = [&](const std::string& name) {
+    return config_error([&] { tt::topic::NpyDataset d((dir / name).string()); });
+  };
+  auto x = counts_6x4().to(torch::kFloat);
+  tt::write_npy(dir / "good.npy", x);
+  std::string good = tt::test::read_file(dir / "good.npy");
+  write_text(dir / "truncated.npy", good.substr(0, good.size() - 5));
+  EXPECT_HAS(err("truncated.npy"), "truncated.npy: file is truncated");
+  raw_npy(dir / "fortran.npy", "{'descr': '<f4', 'fortran_order': True, 'shape': (6, 4), }",
+          std::string(static_cast<const char*>(x.t().contiguous().data_ptr()), 96));
+  EXPECT_HAS(err("fortran.npy"), "fortran.npy: the array is in Fortran (column-major) order");
+  tt::write_npy(dir / "int16.npy", counts_6x4().to(torch::kShort));
+  EXPECT_HAS(err("int16.npy"), "int16.npy: dtype int16 ('<i2') is not supported for counts");
+  raw_npy(dir / "uint32.npy", "{'descr': '<u4', 'fortran_order': False, 'shape': (1, 1), }", "abcd");
+  EXPECT_HAS(err("uint32.npy"), "uint32.npy: dtype '<u4' is not supported");
+  write_text(dir / "magic.npy", "this is not a numpy file, it is text");
+  EXPECT_HAS(err("magic.npy"), "magic.npy: not a .npy file");
+  tt::write_npy(dir / "3d.npy", torch::ones({2, 3, 4}));
+  EXPECT_HAS(err("3d.npy"), "3d.npy: expected a 2-D documents x terms matrix, the array has 3 dimension(s)");
+  tt::write_npy(dir / "1d.npy", torch::ones({4}));
+  EXPECT_HAS(err("1d.npy"), "1d.npy: expected a 2-D");
+  tt::write_npy(dir / "empty.npy", torch::ones({0, 4}));
+  EXPECT_HAS(err("empty.npy"), "empty.npy: the matrix is empty");
+}
+
+TEST(TopicNpy, RefusesBadCountsWhenTheRowIsRead) {
+  auto dir = tt::test::temp_dir("npy");
+  auto x = counts_6x4().to(torch::kDouble);
+  x[3][2] = -1;
+  x[2][1] = NAN;
+  x[1] = 0;
+  x[5][0] = INFINITY;
+  tt::write_npy(dir / "bad.npy", x);
+  tt::topic::NpyDataset d((dir / "bad.npy").string());  // rows are checked as they are read
+  EXPECT_NO_THROW(d.get(torch::tensor({0, 4}, torch::kLong)));
+  auto e = config_error([&] { d.get(torch::tensor({0, 3}, torch::kLong)); });
+  EXPECT_HAS(e, "bad.npy: document 3 (row 3) has a negative count (-1 at term 2)");
+  e = config_error([&] { d.get(torch::tensor({2}, torch::kLong)); });
+  EXPECT_HAS(e, "bad.npy: document 2 (row 2) has a count that is not a finite number (nan at term 1)");
+  e = config_error([&] { d.get(torch::tensor({5}, torch::kLong)); });
+  EXPECT_HAS(e, "bad.npy: document 5 (row 5) has a count that is not a finite number (inf at term 0)");
+  e = config_error([&] { d.get(torch::tensor({4, 1, 3}, torch::kLong)); });  // the first bad row in the batch
+  EXPECT_HAS(e, "bad.npy: document 1 (row 1) has no words; remove empty rows");
+}
+
+TEST(TopicNpy, OptionsTrueFAndVocabulary) {
+  auto dir = tt::test::temp_dir("npy");
+  tt::write_npy(dir / "X.npy", counts_6x4().to(torch::kInt));
+  auto F = torch::softmax(torch::rand({3, 4}), 1);
+  tt::write_npy(dir / "F.npy", F);
+  write_text(dir / "vocab.txt", "apple\nbanana\ncherry\ndate\n");
+  const auto schema = tt::topic::npy_schema();
+  auto d = make(tt::topic::make_npy(
+      tt::test::options(schema, "{path: " + (dir / "X.npy").string() + ", true_F: " + (dir / "F.npy").string() +
+                                    ", vocab: " + (dir / "vocab.txt").string() + "}"),
+      0));
+  ASSERT_TRUE(d);
+  EXPECT_TRUE(torch::equal(d->true_F(), F));
+  EXPECT_EQ(d->vocabulary(), (std::vector<std::string>{"apple", "banana", "cherry", "date"}));
+
+  write_text(dir / "short.txt", "apple\nbanana\n");
+  auto e = config_error([&] {
+    tt::topic::make_npy(
+        tt::test::options(schema, "{path: " + (dir / "X.npy").string() + ", vocab: " + (dir / "short.txt").string() + "}"), 0);
+  });
+  EXPECT_HAS(e, "short.txt: the vocabulary has 2 lines but the corpus has 4 terms");
+  tt::write_npy(dir / "F5.npy", torch::ones({3, 5}));
+  e = config_error([&] {
+    tt::topic::make_npy(
+        tt::test::options(schema, "{path: " + (dir / "X.npy").string() + ", true_F: " + (dir / "F5.npy").string() + "}"), 0);
+  });
+  EXPECT_HAS(e, "F5.npy: true_F must be a k x m matrix with m = 4");
+  e = config_error([&] { tt::topic::make_npy(tt::test::options(schema, "{}"), 0); });
+  EXPECT_HAS(e, "path is not set");
+  e = config_error([&] { tt::topic::make_npy(tt::test::options(schema, "{path: /no/such/X.npy}"), 0); });
+  EXPECT_HAS(e, "no such file '/no/such/X.npy'");
+}
+
+TEST(TopicPt, ReadsWhatPickleSaveWrites) {
+  auto dir = tt::test::temp_dir("pt");
+  auto counts = counts_6x4();
+  for (auto t : {torch::kLong, torch::kFloat, torch::kDouble}) {
+    auto bytes = torch::pickle_save(counts.to(t));
+    std::ofstream(dir / "X.pt", std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    tt::topic::PtDataset d((dir / "X.pt").string());
+    EXPECT_EQ(d.size(), 6);
+    EXPECT_EQ(d.n_terms(), 4);
+    EXPECT_TRUE(torch::equal(d.counts(), counts.to(torch::kFloat)));
+    auto b = d.get(torch::tensor({5, 1}, torch::kLong));
+    EXPECT_TRUE(torch::equal(b.at("x"), counts.index_select(0, torch::tensor({5, 1})).to(torch::kFloat)));
+  }
+}
+
+TEST(TopicPt, RefusesBadFilesNamingThem) {
+  auto dir = tt::test::temp_dir("pt");
+  const auto save = [&](const std::string& name, const c10::IValue& v) {
+    auto bytes = torch::pickle_save(v);
+    std::ofstream(dir / name, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  };
+  const auto err = [&](const std::string& name) {
+    return config_error([&] { tt::topic::PtDataset d((dir / name).string()); });
+  };
+  write_text(dir / "text.pt", "hello, not a tensor file");
+  EXPECT_HAS(err("text.pt"), "text.pt: not a .pt file (not a zip archive");
+  write_text(dir / "legacy.pt", std::string("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8", 12));
+  EXPECT_HAS(err("legacy.pt"), "legacy.pt: this is the legacy (non-zip) torch.save format");
+  write_text(dir / "zip.pt", std::string("PK\x03\x04", 4) + std::string(100, 'x'));
+  EXPECT_HAS(err("zip.pt"), "zip.pt: cannot unpickle the tensor");
+  save("list.pt", c10::IValue(std::vector<int64_t>{1, 2, 3}));
+  EXPECT_HAS(err("list.pt"), "list.pt: holds a GenericList, not a tensor");
+  save("vector.pt", torch::ones({5}));
+  EXPECT_HAS(err("vector.pt"), "vector.pt: expected a 2-D documents x terms tensor, it has 1 dimension(s)");
+  save("bool.pt", torch::ones({2, 2}, torch::kBool));
+  EXPECT_HAS(err("bool.pt"), "bool.pt: the tensor is Bool");
+  auto x = counts_6x4().to(torch::kFloat);
+  x[4] = 0;
+  save("empty_row.pt", x);
+  EXPECT_HAS(err("empty_row.pt"), "empty_row.pt: document 4 (row 4) has no words; remove empty rows");
+  x = counts_6x4().to(torch::kFloat);
+  x[2][3] = -2;
+  save("negative.pt", x);
+  EXPECT_HAS(err("negative.pt"), "negative.pt: document 2 (row 2) has a negative count (-2 at term 3)");
+}
+
+TEST(TopicPt, ReadsWhatPythonTorchSaves) {
+  const std::string py = tt::test::python_with("torch");
+  if (py.empty()) GTEST_SKIP() << "Python's torch is not installed (apt-get install python3-torch to run this test)";
+  auto dir = tt::test::temp_dir("pt");
+  const std::string script =
+      "import torch\n"
+      "x = torch.arange(12, dtype=torch.float32).reshape(3, 4) + 1\n"
+      "torch.save(x, '" + (dir / "float.pt").string() + "')\n"
+      "torch.save(x.to(torch.int64), '" + (dir / "long.pt").string() + "')\n"
+      "torch.save(x.t().contiguous().t(), '" + (dir / "strided.pt").string() + "')\n"
+      "torch.save(x.to_sparse(), '" + (dir / "sparse.pt").string() + "')\n"
+      "torch.save({'x': x}, '" + (dir / "dict.pt").string() + "')\n"
+      "torch.save(x, '" + (dir / "legacy.pt").string() + "', _use_new_zipfile_serialization=False)\n";
+  write_text(dir / "make.py", script);
+  auto r = tt::test::run(py + " " + (dir / "make.py").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  auto expected = torch::arange(12, torch::kFloat).reshape({3, 4}) + 1;
+  for (const char* name : {"float.pt", "long.pt", "strided.pt"}) {
+    tt::topic::PtDataset d((dir / name).string());
+    EXPECT_TRUE(torch::equal(d.counts(), expected)) << name;
+  }
+  // a sparse tensor either loads as its dense matrix or is refused clearly
+  try {
+    tt::topic::PtDataset d((dir / "sparse.pt").string());
+    EXPECT_TRUE(torch::equal(d.counts(), expected));
+  } catch (const tt::ConfigError& e) {
+    EXPECT_HAS(e.what(), "sparse.pt");
+  }
+  // LibTorch's unpickler cannot read a Python dict: refused with the file named either way
+  const std::string e = config_error([&] { tt::topic::PtDataset d((dir / "dict.pt").string()); });
+  EXPECT_TRUE(e.find("dict.pt: holds a GenericDict, not a tensor") != std::string::npos ||
+              e.find("dict.pt: cannot unpickle the tensor") != std::string::npos)
+      << e;
+  EXPECT_HAS(config_error([&] { tt::topic::PtDataset d((dir / "legacy.pt").string()); }),
+             "legacy.pt: this is the legacy (non-zip) torch.save format");
+}
+
+TEST(TopicNpy, ReadsWhatNumpySaves) {
+  const std::string py = tt::test::python_with("numpy");
+  if (py.empty()) GTEST_SKIP() << "numpy is not installed (apt-get install python3-numpy to run this test)";
+  auto dir = tt::test::temp_dir("npy");
+  const std::string d = dir.string();
+  write_text(dir / "make.py",
+             "import numpy as np\n"
+             "x = np.arange(12).reshape(3, 4) + 1\n"
+             "for t in ['float32', 'float64', 'int32', 'int64']:\n"
+             "    np.save('" + d + "/' + t + '.npy', x.astype(t))\n"
+             "np.save('" + d + "/fortran.npy', np.asfortranarray(x.astype('float32')))\n"
+             "np.save('" + d + "/uint16.npy', x.astype('uint16'))\n"
+             "np.save('" + d + "/big.npy', x.astype('>f4'))\n"
+             "np.save('" + d + "/cube.npy', np.ones((2, 2, 2), dtype='float32'))\n");
+  auto r = tt::test::run(py + " " + (dir / "make.py").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  auto expected = torch::arange(12, torch::kFloat).reshape({3, 4}) + 1;
+  for (const char* t : {"float32", "float64", "int32", "int64"}) {
+    tt::topic::NpyDataset ds((dir / (std::string(t) + ".npy")).string());
+    EXPECT_TRUE(torch::equal(ds.get(torch::arange(3, torch::kLong)).at("x"), expected)) << t;
+  }
+  const auto err = [&](const std::string& name) {
+    return config_error([&] { tt::topic::NpyDataset ds((dir / name).string()); });
+  };
+  EXPECT_HAS(err("fortran.npy"), "fortran.npy: the array is in Fortran (column-major) order");
+  EXPECT_HAS(err("uint16.npy"), "uint16.npy: dtype '<u2' is not supported");
+  EXPECT_HAS(err("big.npy"), "big.npy: dtype '>f4' is big-endian");
+  EXPECT_HAS(err("cube.npy"), "cube.npy: expected a 2-D documents x terms matrix, the array has 3 dimension(s)");
+}

@@ -1,0 +1,104 @@
+// The topic model in the trainer: tinytopics' LR schedule step by step, option errors,
+// prefetching and the lazy option.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+#include "tt/error.h"
+#include "tt/trainer.h"
+
+namespace {
+tt::Pipeline pipe(const std::filesystem::path& out, const std::vector<std::string>& overrides) {
+  return tt::parse_pipeline(tt::test::topic_yaml(out), "p.yaml", overrides);
+}
+
+std::vector<nlohmann::json> step_lines(const std::filesystem::path& metrics) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) out.push_back(j);
+  }
+  return out;
+}
+}  // namespace
+
+TEST(TopicTraining, LearningRateFollowsTinytopicsScheduleStepByStep) {
+  auto out = tt::test::temp_dir("topic");
+  // 64 docs / batch 16 = 4 batches per epoch; T_0 = 2 epochs, eta_min 0.01, lr 0.05
+  tt::Trainer t(pipe(out, {"trainer.epochs=5"}), {out / "run", false, true});
+  t.fit();
+  auto lines = step_lines(out / "run" / "metrics.jsonl");
+  ASSERT_EQ(lines.size(), 20u);
+  const int nb = 4;
+  auto f = [](double e) {  // CosineAnnealingWarmRestarts(T_0=2, T_mult=1, eta_min=0.01) at epoch e
+    double t_cur = std::fmod(e, 2.0);
+    return 0.01 + (0.05 - 0.01) * (1 + std::cos(M_PI * t_cur / 2.0)) / 2;
+  };
+  for (int s = 0; s < 20; ++s) {
+    // batch s used the rate set after batch s-1: scheduler.step(epoch + batch_i / num_batches)
+    double expected = s == 0 ? 0.05 : f((s - 1) / nb + static_cast<double>((s - 1) % nb) / nb);
+    EXPECT_NEAR(lines[s]["lr"].get<double>(), expected, 1e-12) << "step " << s + 1;
+  }
+}
+
+TEST(TopicTraining, EpochLossIsTheMeanOfBatchSums) {
+  auto out = tt::test::temp_dir("topic");
+  tt::Trainer t(pipe(out, {"trainer.epochs=2"}), {out / "run", false, true});
+  t.fit();
+  const auto& losses = t.step_losses();
+  double mean2 = (losses[4] + losses[5] + losses[6] + losses[7]) / 4;
+  auto s = nlohmann::json::parse(tt::test::read_file(out / "run" / "summary.json"));
+  EXPECT_DOUBLE_EQ(s["final_epoch_loss"].get<double>(), mean2);
+}
+
+TEST(TopicTraining, FusedAndReferencePathsTrainAlike) {
+  auto run = [](const std::string& fused) {
+    auto out = tt::test::temp_dir("topic");
+    tt::Trainer t(pipe(out, {"trainer.max_steps=12", "model.fused=" + fused}), {out / "run", false, true});
+    t.fit();
+    return t.step_losses();
+  };
+  auto a = run("true"), b = run("false");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * std::abs(b[i])) << "step " << i + 1;
+}
+
+TEST(TopicTraining, PrefetchDoesNotChangeResults) {
+  auto run = [](const std::string& prefetch) {
+    auto out = tt::test::temp_dir("topic");
+    tt::Trainer t(pipe(out, {"trainer.max_steps=10", "trainer.prefetch=" + prefetch}), {out / "run", false, true});
+    t.fit();
+    return t.step_losses();
+  };
+  EXPECT_EQ(run("true"), run("false"));
+}
+
+TEST(TopicTraining, LazyUpdatesOnlyTheBatchRowsAndStillLearns) {
+  auto out = tt::test::temp_dir("topic");
+  tt::Trainer t(pipe(out, {"trainer.epochs=3", "model.lazy=true"}), {out / "run", false, true});
+  t.fit();
+  auto s = nlohmann::json::parse(tt::test::read_file(out / "run" / "summary.json"));
+  EXPECT_LT(s["final_epoch_loss"].get<double>(), s["first_epoch_loss"].get<double>());
+}
+
+TEST(TopicTraining, BadModelOptionsAreRefused) {
+  auto error_of = [](const std::vector<std::string>& ov) -> std::string {
+    auto out = tt::test::temp_dir("topic");
+    try {
+      tt::Trainer t(pipe(out, ov), {out / "run", false, true});
+      t.fit();
+    } catch (const tt::Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of({"model.k=1"}).find("model (topic).k must be at least 2"), std::string::npos);
+  EXPECT_NE(error_of({"model.k=51"}).find("must not exceed the number of terms (50)"), std::string::npos);
+  EXPECT_NE(error_of({"model.lazy=true", "model.fused=false"}).find("needs fused: true"), std::string::npos);
+}

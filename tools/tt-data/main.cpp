@@ -1,0 +1,59 @@
+// tt-data: make and convert data sets for tt's models.
+//
+//   tt-data synth-topics --n N --m M --k K --avg-doc-length A --seed S --out DIR [--threads T]
+//
+// Exit codes: 0 done, 1 error, 2 bad command line or arguments, 130 interrupted.
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+
+#include <c10/util/Exception.h>
+
+#include "commands.h"
+#include "tt/error.h"
+#include "tt/runtime.h"
+
+namespace {
+
+void on_signal(int sig) {
+  if (tt::interrupt_requested()) {  // second Ctrl-C: stop now
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  tt::request_interrupt();
+  const char msg[] = "\ntt-data: stopping after this chunk (Ctrl-C again to abort)\n";
+  (void)!write(2, msg, sizeof msg - 1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tt-data: make and convert data sets for tt's models"};
+  app.require_subcommand(1);
+  app.footer("Exit codes: 0 done, 1 error, 2 bad command line or arguments, 130 interrupted.");
+  std::vector<tt::data::Command> commands = {tt::data::add_synth_topics(app)};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  try {
+    for (auto& c : commands)
+      if (c.app->parsed()) c.run();
+    return 0;
+  } catch (const tt::Error& e) {
+    std::fprintf(stderr, "tt-data: %s%s\n", e.exit_code() == 130 ? "" : "error: ", e.what());
+    return e.exit_code();
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "tt-data: error in LibTorch: %s\n", e.what_without_backtrace());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tt-data: error: %s\n", e.what());
+    return 1;
+  }
+}
