@@ -24,9 +24,9 @@ struct DtypeInfo {
 };
 
 constexpr DtypeInfo kDtypes[] = {
-    {"<f4", at::kFloat, 4}, {"<f8", at::kDouble, 8}, {"<i8", at::kLong, 8}, {"<i4", at::kInt, 4},
-    {"<i2", at::kShort, 2}, {"|u1", at::kByte, 1},   {"|i1", at::kChar, 1}, {"|b1", at::kBool, 1},
-    {"<f2", at::kHalf, 2},
+    {"<f4", at::kFloat, 4}, {"<f8", at::kDouble, 8}, {"<i8", at::kLong, 8},
+    {"<i4", at::kInt, 4},   {"<i2", at::kShort, 2},  {"|u1", at::kByte, 1},
+    {"|i1", at::kChar, 1},  {"|b1", at::kBool, 1},   {"<f2", at::kHalf, 2},
 };
 
 const DtypeInfo* dtype_of(at::ScalarType t) {
@@ -185,8 +185,8 @@ NpyHeader parse_npy_header(std::string_view bytes, const std::string& name) {
     hlen = b(8) | b(9) << 8 | b(10) << 16 | b(11) << 24;
     prefix = 12;
   }
-  TT_CHECK_AS(ConfigError, bytes.size() >= prefix + hlen, name, ": .npy file cut off inside its header (",
-              hlen, " header bytes announced, ", bytes.size() - prefix, " present)");
+  TT_CHECK_AS(ConfigError, bytes.size() >= prefix + hlen, name, ": .npy file cut off inside its header (", hlen,
+              " header bytes announced, ", bytes.size() - prefix, " present)");
   std::string_view text = bytes.substr(prefix, hlen);
   NpyHeader h = HeaderParser(text, name).parse();
   h.data_offset = prefix + static_cast<int64_t>(hlen);
@@ -210,7 +210,9 @@ NpyHeader read_npy_header(const std::filesystem::path& path) {
   head.resize(static_cast<size_t>(in.gcount()));
   if (head.size() >= 10 && head.compare(0, 6, "\x93NUMPY") == 0) {
     const auto b = [&](size_t i) { return static_cast<uint64_t>(static_cast<unsigned char>(head[i])); };
-    uint64_t hlen = head[6] == 1 ? (b(8) | b(9) << 8) : head.size() >= 12 ? (b(8) | b(9) << 8 | b(10) << 16 | b(11) << 24) : 0;
+    uint64_t hlen = head[6] == 1        ? (b(8) | b(9) << 8)
+                    : head.size() >= 12 ? (b(8) | b(9) << 8 | b(10) << 16 | b(11) << 24)
+                                        : 0;
     hlen = std::min<uint64_t>(hlen, uint64_t{1} << 24);
     std::string rest(hlen, '\0');
     in.read(rest.data(), static_cast<std::streamsize>(hlen));
@@ -321,8 +323,8 @@ NpyWriter::~NpyWriter() {
 void NpyWriter::append(const at::Tensor& rows) {
   TT_CHECK(rows.scalar_type() == dtype_, "NpyWriter ", path_.string(), ": rows are ", rows.scalar_type(),
            ", the array is ", dtype_);
-  TT_CHECK(rows.dim() == static_cast<int64_t>(shape_.size()), "NpyWriter ", path_.string(), ": rows have ",
-           rows.dim(), " dimensions, the array ", shape_.size());
+  TT_CHECK(rows.dim() == static_cast<int64_t>(shape_.size()), "NpyWriter ", path_.string(), ": rows have ", rows.dim(),
+           " dimensions, the array ", shape_.size());
   for (size_t i = 1; i < shape_.size(); ++i)
     TT_CHECK(rows.size(static_cast<int64_t>(i)) == shape_[i], "NpyWriter ", path_.string(), ": rows have size ",
              rows.size(static_cast<int64_t>(i)), " in dimension ", i, ", the array ", shape_[i]);

@@ -149,8 +149,9 @@ TEST(Events, OomHandlerCanShrinkTheMicroBatchAndRetry) {
   auto out = tt::test::temp_dir("events");
   // Wide documents so that activations dominate: a 16-row micro-batch needs far more than a 4-row one.
   // The reference (dense autograd) loss keeps b x m activations, so memory grows with the micro-batch.
+  // No prefetching: the next batch would be resident (or not) depending on thread timing.
   const std::vector<std::string> wide = {"data.n_terms=20000", "trainer.max_steps=2", "model.fused=false",
-                                         "model.corpus_loss=false"};
+                                         "model.corpus_loss=false", "trainer.prefetch=false"};
   auto peak_with = [&](int micro) {
     auto o = tt::test::temp_dir("events");
     auto ov = wide;

@@ -108,3 +108,19 @@ TEST(Pipeline, ResolvedYamlRoundTrips) {
   EXPECT_EQ(q.resolved_yaml(), resolved);
   EXPECT_EQ(q.trainer.get_int("epochs"), 2);
 }
+
+#include "tt/batch.h"
+#include <torch/torch.h>
+
+TEST(Batch, SlicesPerExampleAndCoordinateTensors) {
+  tt::Batch b;
+  b.set("index", torch::tensor({10, 11, 12, 13}, torch::kLong));
+  b.set_entries("rows", {{"rows", torch::tensor({0, 0, 1, 2, 2, 3}, torch::kLong)},
+                         {"vals", torch::tensor({1.f, 2.f, 3.f, 4.f, 5.f, 6.f})}});
+  EXPECT_EQ(b.size, 4);
+  auto s = b.slice(1, 3);
+  EXPECT_EQ(s.size, 2);
+  EXPECT_TRUE(torch::equal(s.at("index"), torch::tensor({11, 12}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(s.at("rows"), torch::tensor({0, 1, 1}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(s.at("vals"), torch::tensor({3.f, 4.f, 5.f})));
+}

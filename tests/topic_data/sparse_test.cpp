@@ -52,7 +52,8 @@ std::vector<std::map<std::string, float>> as_maps(const tt::topic::TextCorpus& c
   std::vector<std::map<std::string, float>> out(static_cast<size_t>(x.size(0)));
   for (int64_t i = 0; i < x.size(0); ++i)
     for (int64_t j = 0; j < x.size(1); ++j)
-      if (x[i][j].item<float>() != 0) out[static_cast<size_t>(i)][c.vocab[static_cast<size_t>(j)]] = x[i][j].item<float>();
+      if (x[i][j].item<float>() != 0)
+        out[static_cast<size_t>(i)][c.vocab[static_cast<size_t>(j)]] = x[i][j].item<float>();
   return out;
 }
 
@@ -96,8 +97,8 @@ TEST(TopicMtx, SparseBatchesEqualTheDenseRows) {
   EXPECT_TRUE(torch::equal(b.at("rows"), torch::tensor({0, 1, 1, 2, 2, 3, 3}, torch::kLong)));
   EXPECT_HAS(d->describe(), "4 docs x 5 terms, 7 non-zeros");
 
-  data = tt::topic::make_mtx(
-      tt::test::options(schema, "{path: " + (dir / "X.mtx").string() + ", batch_format: dense}"), 0);
+  data = tt::topic::make_mtx(tt::test::options(schema, "{path: " + (dir / "X.mtx").string() + ", batch_format: dense}"),
+                             0);
   auto dense = data.train->get(idx);
   EXPECT_TRUE(torch::equal(dense.at("x"), kMtxDense().index_select(0, idx)));
   auto e = config_error([&] {
@@ -121,7 +122,8 @@ TEST(TopicMtx, RefusesBadFilesNamingThem) {
   EXPECT_HAS(mtx_error(dir, head + "2 2 3\n1 1 1\n2 2 1\n"),
              "bad.mtx: the file is truncated: the size line announces 3 entries, it has 2");
   EXPECT_HAS(mtx_error(dir, head + "2 2 1\n1 1 1\n2 2 1\n"), "bad.mtx: line 4: more entries than the 1");
-  EXPECT_HAS(mtx_error(dir, head + "2 2 2\n1 1 1\n3 1 1\n"), "bad.mtx: line 4: entry (3, 1) is outside the 2 x 2 matrix");
+  EXPECT_HAS(mtx_error(dir, head + "2 2 2\n1 1 1\n3 1 1\n"),
+             "bad.mtx: line 4: entry (3, 1) is outside the 2 x 2 matrix");
   EXPECT_HAS(mtx_error(dir, head + "2 2 2\n1 1 1\n2 0 1\n"), "entry (2, 0) is outside");
   EXPECT_HAS(mtx_error(dir, head + "2 2 2\n1 1 1\n2 2 -3\n"),
              "bad.mtx: line 4: document 1 (row 2) has a negative count (-3 at term 1)");
@@ -204,8 +206,8 @@ TEST(TopicText, TsvLabelsIdsAndTheDataset) {
   EXPECT_EQ(d->lines_, (std::vector<int64_t>{1, 2, 5}));
   EXPECT_EQ(d->vocabulary(), (std::vector<std::string>{"fell", "markets", "match", "stocks", "team", "won"}));
   auto b = d->get(torch::tensor({2, 0}, torch::kLong));
-  EXPECT_TRUE(torch::equal(tt::topic::dense_counts(b, 6), torch::tensor({{0, 1, 0, 0, 1, 0}, {2, 1, 0, 1, 0, 0}},
-                                                                         torch::kFloat)));
+  EXPECT_TRUE(torch::equal(tt::topic::dense_counts(b, 6),
+                           torch::tensor({{0, 1, 0, 0, 1, 0}, {2, 1, 0, 1, 0, 0}}, torch::kFloat)));
   EXPECT_EQ(d->info().at("n_terms"), 6);
 
   write_text(dir / "notsv.tsv", "d1\tnews stocks fell\n");
@@ -224,7 +226,8 @@ TEST(TopicText, TsvLabelsIdsAndTheDataset) {
   e = config_error([&] { tt::topic::make_text(tt::test::options(schema, "{path: no-such-corpus.txt}"), 0); });
   EXPECT_HAS(e, "no such file 'no-such-corpus.txt' (relative to the current directory");
   write_text(dir / "empty.txt", "");
-  e = config_error([&] { tt::topic::make_text(tt::test::options(schema, "{path: " + (dir / "empty.txt").string() + "}"), 0); });
+  e = config_error(
+      [&] { tt::topic::make_text(tt::test::options(schema, "{path: " + (dir / "empty.txt").string() + "}"), 0); });
   EXPECT_HAS(e, "empty.txt: no documents in the file");
 }
 

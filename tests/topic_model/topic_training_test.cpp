@@ -102,3 +102,28 @@ TEST(TopicTraining, BadModelOptionsAreRefused) {
   EXPECT_NE(error_of({"model.k=51"}).find("must not exceed the number of terms (50)"), std::string::npos);
   EXPECT_NE(error_of({"model.lazy=true", "model.fused=false"}).find("needs fused: true"), std::string::npos);
 }
+
+TEST(TopicTraining, SparseBatchesAccumulateLikeFullBatches) {
+  // A small text corpus read as sparse batches; micro-batches of 3 must give the loss and
+  // update of whole batches of 8.
+  auto dir = tt::test::temp_dir("topic");
+  {
+    std::ofstream corpus(dir / "docs.txt");
+    const char* words[] = {"apple", "banana", "cherry", "dates", "elder", "figs", "grape", "honey", "icing", "jelly"};
+    for (int d = 0; d < 24; ++d) {
+      for (int w = 0; w < 12; ++w) corpus << words[(d * 7 + w * (d % 3 + 1)) % 10] << ' ';
+      corpus << '\n';
+    }
+  }
+  auto run = [&](const std::string& micro) {
+    auto yaml = "data: {name: topic-text, path: " + (dir / "docs.txt").string() + "}\nmodel: {name: topic, k: 3}\n" +
+                "trainer: {batch_size: 8, micro_batch_size: " + micro + ", max_steps: 6, threads: 1, progress: off}\n" +
+                "output: {dir: " + dir.string() + ", plots: false}\n";
+    tt::Trainer t(tt::parse_pipeline(yaml, "p.yaml"), {dir / ("run" + micro), false, true});
+    t.fit();
+    return t.step_losses();
+  };
+  auto whole = run("8"), micro = run("3");
+  ASSERT_EQ(whole.size(), micro.size());
+  for (size_t i = 0; i < whole.size(); ++i) EXPECT_NEAR(micro[i], whole[i], 1e-5 * std::abs(whole[i])) << i;
+}

@@ -2,14 +2,13 @@
 // tt-data's subcommands. Each adds itself to the app and returns what runs it, so a new one
 // (a tokenizer, fetch) is a new file with one add_* function listed in main.cpp.
 #include <CLI/CLI.hpp>
-
 #include <functional>
 
 namespace tt::data {
 
 struct Command {
-  CLI::App* app;               // the subcommand, to know whether it was chosen
-  std::function<void()> run;   // throws tt::Error (ConfigError: bad arguments) on failure
+  CLI::App* app;              // the subcommand, to know whether it was chosen
+  std::function<void()> run;  // throws tt::Error (ConfigError: bad arguments) on failure
 };
 
 // tt-data synth-topics: a synthetic document-term corpus streamed to .npy files.

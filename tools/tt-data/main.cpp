@@ -3,12 +3,11 @@
 //   tt-data synth-topics --n N --m M --k K --avg-doc-length A --seed S --out DIR [--threads T]
 //
 // Exit codes: 0 done, 1 error, 2 bad command line or arguments, 130 interrupted.
+#include <c10/util/Exception.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
-
-#include <c10/util/Exception.h>
 
 #include "commands.h"
 #include "tt/error.h"

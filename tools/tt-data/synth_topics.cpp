@@ -45,11 +45,12 @@ void check_args(const SynthArgs& a) {
   TT_CHECK_AS(ConfigError, a.m >= 1, "synth-topics: --m (terms) must be at least 1, got ", a.m);
   TT_CHECK_AS(ConfigError, a.k >= 2, "synth-topics: --k (topics) must be at least 2, got ", a.k);
   TT_CHECK_AS(ConfigError, a.k <= a.m, "synth-topics: --k (", a.k, " topics) must not exceed --m (", a.m, " terms)");
-  TT_CHECK_AS(ConfigError, a.m < (int64_t{1} << 31) && a.n <= (int64_t{1} << 58) / a.m,
-              "synth-topics: --n x --m (", a.n, " x ", a.m, ") is too large");
+  TT_CHECK_AS(ConfigError, a.m < (int64_t{1} << 31) && a.n <= (int64_t{1} << 58) / a.m, "synth-topics: --n x --m (",
+              a.n, " x ", a.m, ") is too large");
   TT_CHECK_AS(ConfigError, std::isfinite(a.avg_doc_length) && a.avg_doc_length > 0,
               "synth-topics: --avg-doc-length must be positive, got ", a.avg_doc_length);
-  TT_CHECK_AS(ConfigError, a.threads >= 0, "synth-topics: --threads must be 0 (all cores) or positive, got ", a.threads);
+  TT_CHECK_AS(ConfigError, a.threads >= 0, "synth-topics: --threads must be 0 (all cores) or positive, got ",
+              a.threads);
   TT_CHECK_AS(ConfigError, a.chunk_rows >= 0, "synth-topics: --chunk-rows must be 0 (automatic) or positive");
   TT_CHECK_AS(ConfigError, !a.out.empty(), "synth-topics: name the output directory with --out DIR");
 }
@@ -65,8 +66,8 @@ void prepare_dir(const fs::path& dir, int64_t bytes) {
               "' is not writable; choose another --out");
   const auto space = fs::space(dir, ec);
   TT_CHECK_AS(ConfigError, ec || static_cast<int64_t>(space.available) >= bytes, "synth-topics: the files need ",
-              format_bytes(bytes), " but '", dir.string(), "' has ", format_bytes(static_cast<int64_t>(space.available)),
-              " free; lower --n or --m, or choose another --out");
+              format_bytes(bytes), " but '", dir.string(), "' has ",
+              format_bytes(static_cast<int64_t>(space.available)), " free; lower --n or --m, or choose another --out");
 }
 
 void run_synth_topics(const SynthArgs& a) {
@@ -77,21 +78,19 @@ void run_synth_topics(const SynthArgs& a) {
   const int threads = configure_threads(a.threads);
 
   const auto start = std::chrono::steady_clock::now();
-  const auto seconds = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
+  const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   topic::SyntheticCorpus corpus(a.n, a.m, a.k, a.avg_doc_length, a.seed);
   // Chunks of documents: at most 1024, and at most ~64 MiB of counts, so memory stays bounded.
-  const int64_t chunk =
-      a.chunk_rows > 0 ? a.chunk_rows : std::clamp<int64_t>((int64_t{64} << 20) / (a.m * 4), 1, 1024);
+  const int64_t chunk = a.chunk_rows > 0 ? a.chunk_rows : std::clamp<int64_t>((int64_t{64} << 20) / (a.m * 4), 1, 1024);
   std::vector<float> L(static_cast<size_t>(chunk * a.k)), X(static_cast<size_t>(chunk * a.m));
   NpyWriter x_out(dir / "X.npy", at::kFloat, {a.n, a.m});
   NpyWriter l_out(dir / "true_L.npy", at::kFloat, {a.n, a.k});
   if (!a.quiet)
-    std::fprintf(stderr, "synth-topics: %lld docs x %lld terms, k=%lld, avg length %g, seed %llu -> %s (%s), %d thread%s\n",
-                 static_cast<long long>(a.n), static_cast<long long>(a.m), static_cast<long long>(a.k), a.avg_doc_length,
-                 static_cast<unsigned long long>(a.seed), dir.c_str(), format_bytes(total_bytes).c_str(), threads,
-                 threads == 1 ? "" : "s");
+    std::fprintf(stderr,
+                 "synth-topics: %lld docs x %lld terms, k=%lld, avg length %g, seed %llu -> %s (%s), %d thread%s\n",
+                 static_cast<long long>(a.n), static_cast<long long>(a.m), static_cast<long long>(a.k),
+                 a.avg_doc_length, static_cast<unsigned long long>(a.seed), dir.c_str(),
+                 format_bytes(total_bytes).c_str(), threads, threads == 1 ? "" : "s");
   double last_report = 0;
   int64_t words = 0;
   for (int64_t begin = 0; begin < a.n; begin += chunk) {
@@ -106,8 +105,7 @@ void run_synth_topics(const SynthArgs& a) {
       last_report = t;
       const double frac = static_cast<double>(end) / static_cast<double>(a.n);
       std::fprintf(stderr, "synth-topics: %lld / %lld rows (%.1f%%), %s, %.0f s left\n", static_cast<long long>(end),
-                   static_cast<long long>(a.n), 100 * frac, mb_per_s(x_out.bytes_written(), t).c_str(),
-                   t / frac - t);
+                   static_cast<long long>(a.n), 100 * frac, mb_per_s(x_out.bytes_written(), t).c_str(), t / frac - t);
     }
   }
   // each file appears whole (written as .partial, renamed on close), the three together
@@ -118,9 +116,10 @@ void run_synth_topics(const SynthArgs& a) {
   f_out.close();
   const double t = seconds();
   if (!a.quiet) {
-    std::fprintf(stderr, "synth-topics: wrote %s (%lld x %lld float32, %lld words), true_L.npy, true_F.npy in %.1f s (%s)\n",
-                 (dir / "X.npy").c_str(), static_cast<long long>(a.n), static_cast<long long>(a.m), static_cast<long long>(words), t,
-                 mb_per_s(x_out.bytes_written(), t).c_str());
+    std::fprintf(stderr,
+                 "synth-topics: wrote %s (%lld x %lld float32, %lld words), true_L.npy, true_F.npy in %.1f s (%s)\n",
+                 (dir / "X.npy").c_str(), static_cast<long long>(a.n), static_cast<long long>(a.m),
+                 static_cast<long long>(words), t, mb_per_s(x_out.bytes_written(), t).c_str());
     std::fprintf(stderr, "synth-topics: train on it with\n  data: {name: topic-npy, path: %s, true_F: %s}\n",
                  (dir / "X.npy").c_str(), (dir / "true_F.npy").c_str());
   }

@@ -20,12 +20,12 @@ TT_API void write_csv(const std::filesystem::path& path, const at::Tensor& matri
 
 // What a .npy header says.
 struct NpyHeader {
-  std::string descr;                   // as written, e.g. "<f4"
-  at::ScalarType dtype = at::kFloat;   // the tensor dtype of descr
-  int64_t item_size = 4;               // bytes per element
+  std::string descr;                  // as written, e.g. "<f4"
+  at::ScalarType dtype = at::kFloat;  // the tensor dtype of descr
+  int64_t item_size = 4;              // bytes per element
   std::vector<int64_t> shape;
   bool fortran_order = false;
-  int64_t data_offset = 0;             // bytes before the data: magic, version, length, header
+  int64_t data_offset = 0;  // bytes before the data: magic, version, length, header
 
   int64_t numel() const {
     int64_t n = 1;

@@ -29,7 +29,8 @@ bool blank(const char* s) {
 CsrCounts read_mtx(const std::string& path) {
   LineReader in(path);
   const char* line = in.next();
-  TT_CHECK_AS(ConfigError, line, path, ": the file is empty; expected a Matrix Market file "
+  TT_CHECK_AS(ConfigError, line, path,
+              ": the file is empty; expected a Matrix Market file "
               "(%%MatrixMarket matrix coordinate real general)");
   std::istringstream banner(line);
   std::string magic, object, format, field, symmetry;
@@ -38,7 +39,8 @@ CsrCounts read_mtx(const std::string& path) {
               ": not a Matrix Market file (line 1 does not start with %%MatrixMarket); write it with "
               "scipy.io.mmwrite(path, X) where X is a scipy.sparse documents x terms matrix");
   object = lower(object), format = lower(format), field = lower(field), symmetry = lower(symmetry);
-  TT_CHECK_AS(ConfigError, object == "matrix", path, ": line 1: the object is '", object, "', topic-mtx reads a 'matrix'");
+  TT_CHECK_AS(ConfigError, object == "matrix", path, ": line 1: the object is '", object,
+              "', topic-mtx reads a 'matrix'");
   TT_CHECK_AS(ConfigError, format == "coordinate", path, ": line 1: the format is '", format,
               "'; topic-mtx reads sparse 'coordinate' files (save a dense matrix as .npy for topic-npy instead)");
   TT_CHECK_AS(ConfigError, field == "real" || field == "integer", path, ": line 1: the field is '", field,
@@ -53,8 +55,8 @@ CsrCounts read_mtx(const std::string& path) {
   char extra = 0;
   TT_CHECK_AS(ConfigError, std::sscanf(line, "%lld %lld %lld %c", &n, &m, &nnz, &extra) == 3, path, ": line ",
               in.line(), ": expected the size line 'documents terms entries', found '", line, "'");
-  TT_CHECK_AS(ConfigError, n >= 1 && m >= 1 && nnz >= 0, path, ": line ", in.line(), ": bad size ", n, " x ", m, " with ",
-              nnz, " entries");
+  TT_CHECK_AS(ConfigError, n >= 1 && m >= 1 && nnz >= 0, path, ": line ", in.line(), ": bad size ", n, " x ", m,
+              " with ", nnz, " entries");
 
   std::vector<int64_t> rows, cols;
   std::vector<float> vals;
@@ -75,11 +77,11 @@ CsrCounts read_mtx(const std::string& path) {
     const double v = std::strtod(p, &end);
     TT_CHECK_AS(ConfigError, have_ij && end != p && blank(end), path, ": line ", in.line(),
                 ": expected 'document term count', found '", line, "'");
-    TT_CHECK_AS(ConfigError, i >= 1 && i <= n && j >= 1 && j <= m, path, ": line ", in.line(), ": entry (", i, ", ",
-                j, ") is outside the ", n, " x ", m, " matrix (indices count from 1)");
-    TT_CHECK_AS(ConfigError, std::isfinite(v) && v >= 0, path, ": line ", in.line(), ": document ", i - 1,
-                " (row ", i, ") has a ", std::isfinite(v) ? "negative" : "non-finite", " count (", v, " at term ",
-                j - 1, "); counts must be finite and non-negative");
+    TT_CHECK_AS(ConfigError, i >= 1 && i <= n && j >= 1 && j <= m, path, ": line ", in.line(), ": entry (", i, ", ", j,
+                ") is outside the ", n, " x ", m, " matrix (indices count from 1)");
+    TT_CHECK_AS(ConfigError, std::isfinite(v) && v >= 0, path, ": line ", in.line(), ": document ", i - 1, " (row ", i,
+                ") has a ", std::isfinite(v) ? "negative" : "non-finite", " count (", v, " at term ", j - 1,
+                "); counts must be finite and non-negative");
     ++read;
     if (v == 0) continue;
     rows.push_back(i - 1);
@@ -96,7 +98,8 @@ CsrCounts read_mtx(const std::string& path) {
   std::vector<int64_t> order(rows.size());
   {
     std::vector<int64_t> next(row_ptr.begin(), row_ptr.end() - 1);
-    for (size_t e = 0; e < rows.size(); ++e) order[static_cast<size_t>(next[static_cast<size_t>(rows[e])]++)] = static_cast<int64_t>(e);
+    for (size_t e = 0; e < rows.size(); ++e)
+      order[static_cast<size_t>(next[static_cast<size_t>(rows[e])]++)] = static_cast<int64_t>(e);
   }
   std::vector<int64_t> out_ptr(static_cast<size_t>(n) + 1, 0), out_cols;
   std::vector<float> out_vals;

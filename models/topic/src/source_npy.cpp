@@ -36,8 +36,8 @@ void convert_row(const char* src, float* dst, int64_t m) {
 NpyDataset::NpyDataset(const std::string& path) : path_(path), map_(path) {
   const NpyHeader& h = map_.header();
   const auto t = h.dtype;
-  TT_CHECK_AS(ConfigError, t == at::kFloat || t == at::kDouble || t == at::kInt || t == at::kLong, path_,
-              ": dtype ", dtype_name(t), " ('", h.descr,
+  TT_CHECK_AS(ConfigError, t == at::kFloat || t == at::kDouble || t == at::kInt || t == at::kLong, path_, ": dtype ",
+              dtype_name(t), " ('", h.descr,
               "') is not supported for counts; topic-npy reads float32, float64, int32 and int64 "
               "(convert with X.astype(numpy.float32))");
   TT_CHECK_AS(ConfigError, !h.fortran_order, path_,

@@ -17,9 +17,11 @@ torch::Tensor read_pt_counts(const std::string& path) {
   };
   if (!starts("PK\x03\x04", 4)) {
     if (starts("\x80", 1) || starts("\x8a\x0a\x6c\xfc", 4))
-      TT_FAIL_AS(ConfigError, path, ": this is the legacy (non-zip) torch.save format; save it again with "
+      TT_FAIL_AS(ConfigError, path,
+                 ": this is the legacy (non-zip) torch.save format; save it again with "
                  "torch.save(X, path) in PyTorch 1.6 or later (or convert X to .npy for topic-npy)");
-    TT_FAIL_AS(ConfigError, path, ": not a .pt file (not a zip archive as torch.save writes); save the document-term "
+    TT_FAIL_AS(ConfigError, path,
+               ": not a .pt file (not a zip archive as torch.save writes); save the document-term "
                "matrix with torch.save(X, path), or use topic-npy for a .npy file");
   }
   c10::IValue value;
@@ -27,16 +29,19 @@ torch::Tensor read_pt_counts(const std::string& path) {
     value = torch::pickle_load(bytes);
   } catch (const c10::Error& e) {
     TT_FAIL_AS(ConfigError, path, ": cannot unpickle the tensor: ", e.what_without_backtrace(),
-               " (topic-pt reads one tensor saved with torch.save(X, path))");
+               " (topic-pt reads one dense tensor saved with torch.save(X, path), not a dict or a model's state; "
+               "save a sparse matrix as X.to_dense(), or with scipy.io.mmwrite for topic-mtx)");
   }
   TT_CHECK_AS(ConfigError, value.isTensor(), path, ": holds a ", value.tagKind(),
               ", not a tensor; save the document-term matrix alone: torch.save(X, path)");
   torch::Tensor t = value.toTensor();
-  if (t.layout() != torch::kStrided) t = t.to_dense();  // a sparse COO matrix, as saved
+  TT_CHECK_AS(ConfigError, t.layout() == torch::kStrided, path,
+              ": the tensor is sparse; save X.to_dense(), or the "
+              "matrix with scipy.io.mmwrite for topic-mtx");
   TT_CHECK_AS(ConfigError, t.dim() == 2, path, ": expected a 2-D documents x terms tensor, it has ", t.dim(),
               " dimension(s) (shape ", t.sizes(), ")");
-  TT_CHECK_AS(ConfigError, (t.is_floating_point() || c10::isIntegralType(t.scalar_type(), /*includeBool=*/false)) &&
-                               !t.is_complex(),
+  TT_CHECK_AS(ConfigError,
+              (t.is_floating_point() || c10::isIntegralType(t.scalar_type(), /*includeBool=*/false)) && !t.is_complex(),
               path, ": the tensor is ", t.scalar_type(), "; counts must be a float or integer tensor");
   TT_CHECK_AS(ConfigError, t.size(0) >= 1 && t.size(1) >= 1, path, ": the matrix is empty (shape ", t.sizes(), ")");
   t = t.to(torch::kCPU).to(torch::kFloat).contiguous();

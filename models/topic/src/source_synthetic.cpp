@@ -42,7 +42,7 @@ class Rng {
     return result;
   }
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  double exponential() { return -std::log1p(-uniform()); }                 // Exp(1)
+  double exponential() { return -std::log1p(-uniform()); }                    // Exp(1)
   int64_t poisson(double lam) {
     if (lam < 10) {  // multiplication of uniforms (Knuth)
       const double limit = std::exp(-lam);
@@ -159,7 +159,8 @@ int64_t SyntheticCorpus::document(int64_t doc, float* l_row, float* x_row) const
   for (int64_t w = 0; w < length; ++w) {
     const int64_t z = std::min<int64_t>(k_ - 1, std::upper_bound(cdf, cdf + k_, rng.uniform()) - cdf);
     const int64_t j = std::min<int64_t>(m_ - 1, static_cast<int64_t>(rng.uniform() * m));
-    const int64_t term = rng.uniform() < accept_[static_cast<size_t>(z * m_ + j)] ? j : alias_[static_cast<size_t>(z * m_ + j)];
+    const int64_t term =
+        rng.uniform() < accept_[static_cast<size_t>(z * m_ + j)] ? j : alias_[static_cast<size_t>(z * m_ + j)];
     x_row[term] += 1.0f;
   }
   return length;

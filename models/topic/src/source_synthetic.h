@@ -40,9 +40,9 @@ class SyntheticCorpus {
   uint64_t seed_;
   // F's rows as Walker alias tables (Vose's construction): a term is drawn in O(1) as
   // column j ~ U{0..m-1}, kept with probability accept_[j], else alias_[j].
-  std::vector<float> accept_;    // k x m
-  std::vector<int32_t> alias_;   // k x m
-  std::vector<float> F_;         // k x m
+  std::vector<float> accept_;   // k x m
+  std::vector<int32_t> alias_;  // k x m
+  std::vector<float> F_;        // k x m
 };
 
 }  // namespace tt::topic

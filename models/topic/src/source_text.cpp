@@ -51,27 +51,31 @@ std::vector<std::string> tokenize(std::string_view text, bool lowercase) {
 const std::vector<std::string>& english_stopwords() {
   // A small, common list (close to NLTK's English stopwords, without "won"), lowercase.
   static const std::vector<std::string> words = {
-      "a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any", "are", "aren",
-      "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can",
-      "could", "couldn", "did", "didn", "do", "does", "doesn", "doing", "don", "down", "during", "each", "even",
-      "ever", "few", "for", "from", "further", "had", "hadn", "has", "hasn", "have", "haven", "having", "he", "her",
-      "here", "hers", "herself", "him", "himself", "his", "how", "however", "i", "if", "in", "into", "is", "isn",
-      "it", "its", "itself", "just", "ll", "may", "me", "might", "more", "most", "much", "must", "mustn", "my",
-      "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "one", "only", "or", "other", "our", "ours",
-      "ourselves", "out", "over", "own", "re", "said", "same", "shall", "she", "should", "shouldn", "so", "some",
-      "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they",
-      "this", "those", "through", "to", "too", "under", "until", "up", "upon", "us", "ve", "very", "was", "wasn",
-      "we", "were", "weren", "what", "when", "where", "whether", "which", "while", "who", "whom", "whose", "why",
-      "will", "with", "would", "wouldn", "yet", "you", "your", "yours", "yourself", "yourselves"};
+      "a",      "about",   "above",   "after", "again",   "against", "all",     "also",       "am",        "an",
+      "and",    "any",     "are",     "aren",  "as",      "at",      "be",      "because",    "been",      "before",
+      "being",  "below",   "between", "both",  "but",     "by",      "can",     "could",      "couldn",    "did",
+      "didn",   "do",      "does",    "doesn", "doing",   "don",     "down",    "during",     "each",      "even",
+      "ever",   "few",     "for",     "from",  "further", "had",     "hadn",    "has",        "hasn",      "have",
+      "haven",  "having",  "he",      "her",   "here",    "hers",    "herself", "him",        "himself",   "his",
+      "how",    "however", "i",       "if",    "in",      "into",    "is",      "isn",        "it",        "its",
+      "itself", "just",    "ll",      "may",   "me",      "might",   "more",    "most",       "much",      "must",
+      "mustn",  "my",      "myself",  "no",    "nor",     "not",     "now",     "of",         "off",       "on",
+      "once",   "one",     "only",    "or",    "other",   "our",     "ours",    "ourselves",  "out",       "over",
+      "own",    "re",      "said",    "same",  "shall",   "she",     "should",  "shouldn",    "so",        "some",
+      "such",   "than",    "that",    "the",   "their",   "theirs",  "them",    "themselves", "then",      "there",
+      "these",  "they",    "this",    "those", "through", "to",      "too",     "under",      "until",     "up",
+      "upon",   "us",      "ve",      "very",  "was",     "wasn",    "we",      "were",       "weren",     "what",
+      "when",   "where",   "whether", "which", "while",   "who",     "whom",    "whose",      "why",       "will",
+      "with",   "would",   "wouldn",  "yet",   "you",     "your",    "yours",   "yourself",   "yourselves"};
   return words;
 }
 
 TextCorpus read_text_corpus(const std::string& path, const TextOptions& o) {
-  TT_CHECK_AS(ConfigError, o.format == "lines" || o.format == "tsv", "topic-text: format must be 'lines' or 'tsv', not '",
-              o.format, "'");
+  TT_CHECK_AS(ConfigError, o.format == "lines" || o.format == "tsv",
+              "topic-text: format must be 'lines' or 'tsv', not '", o.format, "'");
   TT_CHECK_AS(ConfigError, o.min_df >= 1, "topic-text: min_df must be at least 1 (documents), got ", o.min_df);
-  TT_CHECK_AS(ConfigError, o.max_df > 0 && o.max_df <= 1, "topic-text: max_df is a fraction of the documents in (0, 1], got ",
-              o.max_df);
+  TT_CHECK_AS(ConfigError, o.max_df > 0 && o.max_df <= 1,
+              "topic-text: max_df is a fraction of the documents in (0, 1], got ", o.max_df);
   TT_CHECK_AS(ConfigError, o.max_terms >= 0, "topic-text: max_terms must be 0 (all) or positive, got ", o.max_terms);
   const bool tsv = o.format == "tsv";
   std::unordered_set<std::string> stop;
@@ -142,8 +146,9 @@ TextCorpus read_text_corpus(const std::string& path, const TextOptions& o) {
   TT_CHECK_AS(ConfigError, !kept.empty(), path, ": no terms left: ", voc.terms.size(), " distinct terms in ", n_docs,
               " documents, none in at least min_df = ", o.min_df, " and at most max_df = ", o.max_df,
               " of the documents; lower min_df or raise max_df");
-  std::sort(kept.begin(), kept.end(),
-            [&](int64_t a, int64_t b) { return voc.terms[static_cast<size_t>(a)] < voc.terms[static_cast<size_t>(b)]; });
+  std::sort(kept.begin(), kept.end(), [&](int64_t a, int64_t b) {
+    return voc.terms[static_cast<size_t>(a)] < voc.terms[static_cast<size_t>(b)];
+  });
   std::vector<int64_t> new_id(voc.terms.size(), -1);
   TextCorpus c;
   for (size_t j = 0; j < kept.size(); ++j) {
@@ -221,10 +226,10 @@ Datasets make_text(const Options& o, uint64_t) {
   TT_CHECK_AS(ConfigError, std::filesystem::exists(path), o.context(), ".path: no such file ", describe_path(path));
   TextCorpus corpus = read_text_corpus(path, t);
   if (corpus.dropped > 0)
-    log().warn("{}: dropped {} of {} documents left without words after tokenizing and pruning (min_df {}, max_df {}, "
-               "max_terms {}{})",
-               path, corpus.dropped, corpus.documents_read, t.min_df, t.max_df, t.max_terms,
-               t.stopwords ? ", stopwords" : "");
+    log().warn(
+        "{}: dropped {} of {} documents left without words after tokenizing and pruning (min_df {}, max_df {}, "
+        "max_terms {}{})",
+        path, corpus.dropped, corpus.documents_read, t.min_df, t.max_df, t.max_terms, t.stopwords ? ", stopwords" : "");
   Datasets out;
   out.train = std::make_shared<TextDataset>(std::move(corpus), dense, path);
   return out;

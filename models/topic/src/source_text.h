@@ -15,9 +15,9 @@ struct TextOptions {
   std::string format = "lines";  // lines: one document a line; tsv: id<TAB>label<TAB>text
   bool lowercase = true;
   bool stopwords = false;
-  int64_t min_df = 1;      // keep terms in at least this many documents
-  double max_df = 1.0;     // ... and in at most this fraction of them
-  int64_t max_terms = 0;   // then the most frequent (0: all)
+  int64_t min_df = 1;     // keep terms in at least this many documents
+  double max_df = 1.0;    // ... and in at most this fraction of them
+  int64_t max_terms = 0;  // then the most frequent (0: all)
 };
 
 struct TextCorpus {
@@ -27,7 +27,7 @@ struct TextCorpus {
   std::vector<std::string> ids;     // per kept document (tsv)
   std::vector<int64_t> lines;       // per kept document: its line in the file (from 1)
   int64_t documents_read = 0;
-  int64_t dropped = 0;              // documents with no words left
+  int64_t dropped = 0;  // documents with no words left
 };
 
 std::vector<std::string> tokenize(std::string_view text, bool lowercase);

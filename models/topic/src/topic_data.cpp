@@ -242,10 +242,7 @@ Batch SparseCountsDataset::get(const at::Tensor& indices) {
     std::copy(v + begin, v + begin + len, vo + q);
     q += len;
   }
-  // nnz rows each, not B: straight into the map (see TopicSource)
-  b.tensors["rows"] = rows;
-  b.tensors["cols"] = cols;
-  b.tensors["vals"] = vals;
+  b.set_entries("rows", {{"rows", rows}, {"cols", cols}, {"vals", vals}});
   return b;
 }
 

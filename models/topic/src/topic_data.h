@@ -24,9 +24,9 @@ namespace tt::topic {
 class TopicSource : public Dataset {
  public:
   virtual int64_t n_terms() const = 0;
-  virtual torch::Tensor true_F() const { return {}; }                  // k x m ground truth, when known
-  virtual std::vector<std::string> vocabulary() const { return {}; }    // term names, when known
-  virtual std::vector<std::string> doc_labels() const { return {}; }    // e.g. Brown categories
+  virtual torch::Tensor true_F() const { return {}; }                 // k x m ground truth, when known
+  virtual std::vector<std::string> vocabulary() const { return {}; }  // term names, when known
+  virtual std::vector<std::string> doc_labels() const { return {}; }  // e.g. Brown categories
   std::map<std::string, int64_t> info() const override { return {{"n_docs", size()}, {"n_terms", n_terms()}}; }
 };
 
