@@ -284,6 +284,16 @@ NpyMap::NpyMap(const std::filesystem::path& path) : path_(path), header_(read_np
   base_ = static_cast<const char*>(p);
 }
 
+void NpyMap::release(const char* p, size_t bytes) const {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) & ~(page - 1);
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(base_), hi = lo + length_;
+  begin = std::max(begin, lo & ~(page - 1));
+  end = std::min(end, (hi + page - 1) & ~(page - 1));
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 NpyMap::~NpyMap() {
   if (base_) ::munmap(const_cast<char*>(base_), length_);
 }

@@ -58,6 +58,9 @@ class TT_API NpyMap {
   const NpyHeader& header() const { return header_; }
   const std::filesystem::path& path() const { return path_; }
   const char* data() const { return base_ + header_.data_offset; }
+  // Drops the pages covering [p, p+bytes) from this process's resident set (they stay in the
+  // page cache): data read once per epoch then costs no RSS until it is read again.
+  void release(const char* p, size_t bytes) const;
 
  private:
   std::filesystem::path path_;

@@ -76,6 +76,7 @@ Batch NpyDataset::get(const at::Tensor& indices) {
         case at::kInt: convert_row<int32_t>(src, dst, m_); break;
         default: convert_row<int64_t>(src, dst, m_); break;
       }
+      map_.release(src, static_cast<size_t>(row_bytes));
       problems[static_cast<size_t>(r)] = count_row_problem(dst, m_);
     }
   });
