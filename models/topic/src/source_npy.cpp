@@ -105,8 +105,7 @@ Datasets make_npy(const Options& o, uint64_t) {
   TT_CHECK_AS(ConfigError, std::filesystem::exists(path), o.context(), ".path: no such file ", describe_path(path),
               " (tt-data synth-topics --out DIR writes a synthetic corpus as DIR/X.npy)");
   auto d = std::make_shared<NpyDataset>(path);
-  if (o.is_set("true_F")) d->true_F_ = read_true_F(o.get_string("true_F"), d->n_terms());
-  if (o.is_set("vocab")) d->vocab_ = read_vocabulary(o.get_string("vocab"), d->n_terms());
+  load_reference_options(o, *d);
   Datasets out;
   out.train = d;
   return out;

@@ -16,12 +16,6 @@ class NpyDataset : public TopicSource {
   Batch get(const at::Tensor& indices) override;
   int64_t n_terms() const override { return m_; }
   std::string describe() const override;
-  torch::Tensor true_F() const override { return true_F_; }
-  std::vector<std::string> vocabulary() const override { return vocab_; }
-
-  torch::Tensor true_F_;
-  std::vector<std::string> vocab_;
-
  private:
   std::string path_;
   NpyMap map_;

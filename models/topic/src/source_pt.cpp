@@ -59,8 +59,7 @@ Datasets make_pt(const Options& o, uint64_t) {
   const std::string path = o.get_string("path");
   TT_CHECK_AS(ConfigError, std::filesystem::exists(path), o.context(), ".path: no such file ", describe_path(path));
   auto d = std::make_shared<PtDataset>(path);
-  if (o.is_set("true_F")) d->true_F_ = read_true_F(o.get_string("true_F"), d->n_terms());
-  if (o.is_set("vocab")) d->vocab_ = read_vocabulary(o.get_string("vocab"), d->n_terms());
+  load_reference_options(o, *d);
   Datasets out;
   out.train = d;
   return out;

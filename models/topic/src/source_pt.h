@@ -14,12 +14,6 @@ class PtDataset : public CountsDataset {
  public:
   explicit PtDataset(const std::string& path) : CountsDataset(read_pt_counts(path)), path_(path) {}
   std::string describe() const override { return path_ + ": " + CountsDataset::describe(); }
-  torch::Tensor true_F() const override { return true_F_; }
-  std::vector<std::string> vocabulary() const override { return vocab_; }
-
-  torch::Tensor true_F_;
-  std::vector<std::string> vocab_;
-
  private:
   std::string path_;
 };

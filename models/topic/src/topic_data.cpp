@@ -137,6 +137,11 @@ torch::Tensor read_true_F(const std::string& path, int64_t n_terms) {
   return F;
 }
 
+void load_reference_options(const Options& o, TopicSource& d) {
+  if (o.is_set("true_F")) d.true_F_ = read_true_F(o.get_string("true_F"), d.n_terms());
+  if (o.is_set("vocab")) d.vocab_ = read_vocabulary(o.get_string("vocab"), d.n_terms());
+}
+
 std::vector<std::string> read_vocabulary(const std::string& path, int64_t n_terms) {
   std::ifstream in(path);
   TT_CHECK_AS(ConfigError, in.good(), "vocab: cannot open ", describe_path(path));

@@ -24,10 +24,14 @@ namespace tt::topic {
 class TopicSource : public Dataset {
  public:
   virtual int64_t n_terms() const = 0;
-  virtual torch::Tensor true_F() const { return {}; }                 // k x m ground truth, when known
-  virtual std::vector<std::string> vocabulary() const { return {}; }  // term names, when known
+  virtual torch::Tensor true_F() const { return true_F_; }               // k x m ground truth, when known
+  virtual std::vector<std::string> vocabulary() const { return vocab_; }  // term names, when known
   virtual std::vector<std::string> doc_labels() const { return {}; }  // e.g. Brown categories
   std::map<std::string, int64_t> info() const override { return {{"n_docs", size()}, {"n_terms", n_terms()}}; }
+
+  // Reference data: generated (synthetic) or read from the true_F / vocab options.
+  torch::Tensor true_F_;
+  std::vector<std::string> vocab_;
 };
 
 // A batch of either form as dense float32 counts [B, m].
@@ -54,8 +58,7 @@ class SyntheticDataset : public CountsDataset {
  public:
   SyntheticDataset(int64_t n, int64_t m, int64_t k, double avg_doc_length, uint64_t seed);
   std::string describe() const override;
-  torch::Tensor true_F() const override { return true_F_; }
-  torch::Tensor true_L_, true_F_;
+  torch::Tensor true_L_;
 };
 
 Schema synthetic_schema();
@@ -76,6 +79,8 @@ void check_count_rows(const torch::Tensor& x, const std::string& file);
 Schema& add_reference_options(Schema& s);
 torch::Tensor read_true_F(const std::string& path, int64_t n_terms);
 std::vector<std::string> read_vocabulary(const std::string& path, int64_t n_terms);
+// Sets d's reference data from the true_F and vocab options (add_reference_options' keys).
+void load_reference_options(const Options& o, TopicSource& d);
 // A path as the user gave it, and where that is when relative: for error messages.
 std::string describe_path(const std::string& path);
 
@@ -120,13 +125,10 @@ class SparseCountsDataset : public TopicSource {
   Batch get(const at::Tensor& indices) override;
   int64_t n_terms() const override { return csr_.n_terms; }
   std::string describe() const override;
-  torch::Tensor true_F() const override { return true_F_; }
-  std::vector<std::string> vocabulary() const override { return vocab_; }
   std::vector<std::string> doc_labels() const override { return labels_; }
   const CsrCounts& csr() const { return csr_; }
 
-  torch::Tensor true_F_;
-  std::vector<std::string> vocab_, labels_;
+  std::vector<std::string> labels_;
 
  private:
   CsrCounts csr_;
