@@ -4,29 +4,12 @@
 //
 // Exit codes: 0 done, 1 error, 2 bad command line or arguments, 130 interrupted.
 #include <c10/util/Exception.h>
-#include <unistd.h>
 
-#include <csignal>
 #include <cstdio>
 
 #include "commands.h"
 #include "tt/error.h"
 #include "tt/runtime.h"
-
-namespace {
-
-void on_signal(int sig) {
-  if (tt::interrupt_requested()) {  // second Ctrl-C: stop now
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-    return;
-  }
-  tt::request_interrupt();
-  const char msg[] = "\ntt-data: stopping after this chunk (Ctrl-C again to abort)\n";
-  (void)!write(2, msg, sizeof msg - 1);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tt-data: make and convert data sets for tt's models"};
@@ -39,8 +22,7 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  tt::install_interrupt_handlers("\ntt-data: stopping after this chunk (Ctrl-C again to abort)\n");
   try {
     for (auto& c : commands)
       if (c.app->parsed()) c.run();

@@ -9,9 +9,7 @@
 // Exit codes: 0 done, 1 error, 2 bad pipeline or command line, 3 plugin/model library
 // refused, 4 out of memory, 5 NaN/inf loss, 130 interrupted (checkpoint written).
 #include <CLI/CLI.hpp>
-#include <unistd.h>
 
-#include <csignal>
 #include <cstdio>
 #include <iostream>
 
@@ -31,17 +29,6 @@
 #endif
 
 namespace {
-
-void on_signal(int sig) {
-  if (tt::interrupt_requested()) {  // second Ctrl-C: stop now
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-    return;
-  }
-  tt::request_interrupt();
-  const char msg[] = "\ntt-run: stopping after this batch to write a checkpoint (Ctrl-C again to abort)\n";
-  (void)!write(2, msg, sizeof msg - 1);
-}
 
 void print_list() {
   auto refusals = tt::ModuleLoader::global().load_all();
@@ -133,8 +120,7 @@ int main(int argc, char** argv) {
       std::fputs(pipeline.resolved_yaml().c_str(), stdout);
       return 0;
     }
-    std::signal(SIGINT, on_signal);
-    std::signal(SIGTERM, on_signal);
+    tt::install_interrupt_handlers("\ntt-run: stopping after this batch to write a checkpoint (Ctrl-C again to abort)\n");
     tt::TrainerConfig cfg;
     cfg.quiet = quiet;
     if (!resume_dir.empty()) {

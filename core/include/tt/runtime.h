@@ -12,6 +12,9 @@ TT_API void set_flush_denormal(bool on);
 TT_API void seed_everything(uint64_t seed);
 
 TT_API void request_interrupt();  // async-signal-safe
+// SIGINT/SIGTERM request an interrupt and print `message` (keep it short, it is written from
+// the handler); a second signal kills the process as the default would.
+TT_API void install_interrupt_handlers(const char* message);
 TT_API bool interrupt_requested();
 TT_API void clear_interrupt();
 }  // namespace tt

@@ -16,7 +16,7 @@ class PoissonNmfLoss : public torch::autograd::Function<PoissonNmfLoss> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& L_raw, const torch::Tensor& F_raw,
                                const torch::Tensor& index, const torch::Tensor& rows, const torch::Tensor& cols,
-                               const torch::Tensor& vals, int64_t batch_rows, bool sparse_grad) {
+                               const torch::Tensor& vals, bool sparse_grad) {
     torch::NoGradGuard no_grad;
     const auto P = torch::softmax(L_raw.index_select(0, index), 1).contiguous();  // B x k
     const auto Q = torch::softmax(F_raw, 1);                                      // k x m
@@ -50,7 +50,6 @@ class PoissonNmfLoss : public torch::autograd::Function<PoissonNmfLoss> {
     ctx->save_for_backward({P, QT, index, rows, cols, vals, xhat});
     ctx->saved_data["n"] = L_raw.size(0);
     ctx->saved_data["sparse"] = sparse_grad;
-    (void)batch_rows;
     return torch::tensor(mass - log_term, L_raw.options());
   }
 
@@ -135,13 +134,12 @@ BatchCounts nonzeros_of(const torch::Tensor& x) {
       const float val = px[i * m + j];
       if (val != 0.0f) r[q] = i, c[q] = j, v[q++] = val;
     }
-  b.batch_rows = B;
   return b;
 }
 
 torch::Tensor poisson_nmf_loss(const torch::Tensor& L_raw, const torch::Tensor& F_raw, const torch::Tensor& index,
                                const BatchCounts& counts, bool sparse_grad) {
-  return PoissonNmfLoss::apply(L_raw, F_raw, index, counts.rows, counts.cols, counts.vals, counts.batch_rows,
+  return PoissonNmfLoss::apply(L_raw, F_raw, index, counts.rows, counts.cols, counts.vals,
                                sparse_grad);
 }
 

@@ -15,7 +15,6 @@ namespace tt::topic {
 // Non-zeros of a batch of document-term counts: rows (within the batch), cols, vals.
 struct BatchCounts {
   torch::Tensor rows, cols, vals;  // int64 [nnz], int64 [nnz], float32 [nnz]
-  int64_t batch_rows = 0;
 };
 BatchCounts nonzeros_of(const torch::Tensor& x);  // from dense float32 [B, m]
 

@@ -39,7 +39,6 @@ ModelOutput TopicModel::forward_loss(const Batch& batch) {
       counts.rows = batch.at("rows");
       counts.cols = batch.at("cols");
       counts.vals = batch.at("vals");
-      counts.batch_rows = batch.size;
     }
     loss = poisson_nmf_loss(L_raw_, F_raw_, idx, counts, config_.lazy && is_training());
   } else {
