@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -25,6 +26,25 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_dense(fl
                                                                               const Coeffs c) {
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i];
+    const float pi = p[i] * c.decay;
+    const float mi = m[i] * c.beta1 + c.one_minus_beta1 * gi;
+    const float vi = v[i] * c.beta2 + c.one_minus_beta2 * gi * gi;
+    const float denom = std::sqrt(vi) * c.inv_sqrt_bc2 + c.eps;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi + c.neg_step_size * mi / denom;
+  }
+}
+
+// The same update with g = 0 (a row absent from a sparse gradient under dense semantics).
+// The zero is a literal, not folded away: without -ffast-math x*0 and x+0 must be computed,
+// so every value rounds exactly as adamw_dense with a zero gradient.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_zero_grad(float* __restrict p,
+                                                                                  float* __restrict m,
+                                                                                  float* __restrict v, int64_t n,
+                                                                                  const Coeffs c) {
+  const float gi = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
     const float pi = p[i] * c.decay;
     const float mi = m[i] * c.beta1 + c.one_minus_beta1 * gi;
     const float vi = v[i] * c.beta2 + c.one_minus_beta2 * gi * gi;
@@ -72,6 +92,15 @@ torch::optim::AdamWParamState& FusedAdamW::state_of(const torch::Tensor& p) {
   return static_cast<torch::optim::AdamWParamState&>(*it->second);
 }
 
+void FusedAdamW::dense_rows(const torch::Tensor& p) {
+  TT_CHECK(p.dim() == 2, "adamw: dense_rows needs a 2-D parameter");
+  dense_rows_.insert(p.unsafeGetTensorImpl());
+}
+
+bool FusedAdamW::has_dense_rows(const torch::Tensor& p) const {
+  return dense_rows_.count(p.unsafeGetTensorImpl()) != 0;
+}
+
 torch::Tensor FusedAdamW::step(LossClosure closure) {
   torch::NoGradGuard no_grad;
   torch::Tensor loss;
@@ -112,14 +141,29 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
       float* mm = st.exp_avg().data_ptr<float>();
       float* vv = st.exp_avg_sq().data_ptr<float>();
       if (grad.is_sparse()) {
-        // Lazy: rows of a 2-D parameter named by the sparse gradient's indices.
         TT_CHECK(p.dim() == 2, "adamw: sparse gradients are supported for 2-D parameters (rows)");
-        auto g = grad.coalesce();
-        auto rows = g.indices()[0].contiguous();
-        auto vals = g.values().contiguous().to(torch::kFloat);
+        auto g = grad.is_coalesced() ? grad : grad.coalesce();
+        auto rows = g._indices()[0].contiguous();
+        auto vals = g._values().contiguous().to(torch::kFloat);
         const int64_t width = p.size(1), nrows = rows.numel();
         const int64_t* r = rows.data_ptr<int64_t>();
         const float* gv = vals.data_ptr<float>();
+        if (has_dense_rows(p)) {
+          // Dense semantics: walk all rows; rows of the gradient (ascending) get theirs.
+          at::parallel_for(0, p.size(0), std::max<int64_t>(1, (int64_t{1} << 15) / width), [&](int64_t b, int64_t e) {
+            int64_t q = std::lower_bound(r, r + nrows, b) - r;
+            for (int64_t row = b; row < e;) {
+              const int64_t next = (q < nrows && r[q] < e) ? r[q] : e;
+              adamw_zero_grad(pp + row * width, mm + row * width, vv + row * width, (next - row) * width, c);
+              if (next == e) break;
+              adamw_dense(pp + next * width, gv + q * width, mm + next * width, vv + next * width, width, c);
+              row = next + 1;
+              ++q;
+            }
+          });
+          continue;
+        }
+        // Lazy: only the rows named by the sparse gradient's indices.
         at::parallel_for(0, nrows, 64, [&](int64_t b, int64_t e) {
           for (int64_t i = b; i < e; ++i) {
             const int64_t off = r[i] * width;

@@ -220,6 +220,7 @@ struct Trainer::Impl {
     });
     fire(Event::OPTIMIZER);
     TT_CHECK(s.optimizer && !s.optimizer->param_groups().empty(), "no optimizer after the OPTIMIZER event");
+    s.model->on_optimizer(*s.optimizer, !plugins.empty() || p.trainer.is_set("grad_clip"));
     base_lr = s.optimizer->param_groups()[0].options().get_lr();
     schedule = reg.schedule(p.schedule.name).factory(p.schedule.options);
     s.schedule = schedule.get();

@@ -159,8 +159,12 @@ TEST(TopicNpy, BatchesAreTheRequestedRowsForEveryDtype) {
     auto b = d.get(idx);
     EXPECT_EQ(b.size, 4);
     EXPECT_TRUE(torch::equal(b.at("index"), idx));
-    EXPECT_EQ(b.at("x").scalar_type(), torch::kFloat);
-    EXPECT_TRUE(torch::equal(b.at("x"), counts.index_select(0, idx).to(torch::kFloat))) << t;
+    EXPECT_FALSE(b.has("x"));  // batch_format: sparse (the default) carries the non-zeros
+    EXPECT_TRUE(torch::equal(tt::topic::dense_counts(b, 4), counts.index_select(0, idx).to(torch::kFloat))) << t;
+    d.dense_batches_ = true;
+    auto dense = d.get(idx);
+    EXPECT_EQ(dense.at("x").scalar_type(), torch::kFloat);
+    EXPECT_TRUE(torch::equal(dense.at("x"), counts.index_select(0, idx).to(torch::kFloat))) << t;
     EXPECT_HAS(d.describe(), "6 docs x 4 terms");
   }
 }
@@ -178,6 +182,7 @@ TEST(TopicNpy, OnlyTheBatchIsAllocated) {
   auto& meter = tt::Meter::global();
   const int64_t before = meter.current();
   tt::topic::NpyDataset d((dir / "X.npy").string());
+  d.dense_batches_ = true;
   EXPECT_EQ(meter.current(), before);
   auto b = d.get(torch::tensor({1999, 0, 1000}, torch::kLong));
   EXPECT_LE(meter.current() - before, 3 * 1000 * 4 + 4096);  // the rows, the index, the problems' bookkeeping
@@ -277,7 +282,7 @@ TEST(TopicPt, ReadsWhatPickleSaveWrites) {
     EXPECT_EQ(d.n_terms(), 4);
     EXPECT_TRUE(torch::equal(d.counts(), counts.to(torch::kFloat)));
     auto b = d.get(torch::tensor({5, 1}, torch::kLong));
-    EXPECT_TRUE(torch::equal(b.at("x"), counts.index_select(0, torch::tensor({5, 1})).to(torch::kFloat)));
+    EXPECT_TRUE(torch::equal(tt::topic::dense_counts(b, 4), counts.index_select(0, torch::tensor({5, 1})).to(torch::kFloat)));
   }
 }
 
@@ -385,7 +390,7 @@ TEST(TopicNpy, ReadsWhatNumpySaves) {
   auto expected = torch::arange(12, torch::kFloat).reshape({3, 4}) + 1;
   for (const char* t : {"float32", "float64", "int32", "int64"}) {
     tt::topic::NpyDataset ds((dir / (std::string(t) + ".npy")).string());
-    EXPECT_TRUE(torch::equal(ds.get(torch::arange(3, torch::kLong)).at("x"), expected)) << t;
+    EXPECT_TRUE(torch::equal(tt::topic::dense_counts(ds.get(torch::arange(3, torch::kLong)), 4), expected)) << t;
   }
   const auto err = [&](const std::string& name) {
     return config_error([&] { tt::topic::NpyDataset ds((dir / name).string()); });

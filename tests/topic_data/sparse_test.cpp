@@ -8,6 +8,8 @@
 
 #include "data_test_util.h"
 #include "source_mtx.h"
+#include "source_npy.h"
+#include "tt/npy.h"
 #include "source_text.h"
 
 namespace fs = std::filesystem;
@@ -261,4 +263,25 @@ TEST(TopicText, BrownCorpus) {
   EXPECT_LE(df.max().item<int64_t>(), 250);
   EXPECT_GT(x.sum(1).min().item<float>(), 0.0f);
   EXPECT_GT(x.sum().item<double>(), 2e5);
+}
+
+// The in-memory CSR sources (counting sort) and the .npy source (dense scan) build the same
+// coordinate batches, entry for entry, in the column-block order the loss kernels rely on —
+// including a last block narrower than eight columns, and rows that repeat nothing.
+TEST(TopicCounts, CsrAndDenseScanBuildTheSameBatches) {
+  torch::manual_seed(4);
+  auto x = torch::randint(0, 4, {23, 37}).to(torch::kFloat) * (torch::rand({23, 37}) < 0.3).to(torch::kFloat);
+  x.select(1, 36).fill_(2);  // the narrow last block is never empty
+  auto dir = tt::test::temp_dir("counts");
+  tt::write_npy(dir / "X.npy", x);
+  tt::topic::CountsDataset mem(x);
+  tt::topic::NpyDataset disk((dir / "X.npy").string());
+  auto idx = torch::tensor({5, 0, 22, 9, 13}, torch::kLong);
+  auto a = mem.get(idx), b = disk.get(idx);
+  for (const char* key : {"rows", "cols", "vals"}) EXPECT_TRUE(torch::equal(a.at(key), b.at(key))) << key;
+  EXPECT_TRUE(torch::equal(tt::topic::dense_counts(a, 37), x.index_select(0, idx)));
+  auto cols = a.at("cols");
+  auto block = torch::div(cols, 8, "floor");
+  EXPECT_TRUE((block.slice(0, 1) >= block.slice(0, 0, -1)).all().item<bool>()) << "ordered by column block";
+  EXPECT_TRUE(torch::equal(mem.counts(), x));
 }

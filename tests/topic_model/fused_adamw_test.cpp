@@ -79,3 +79,33 @@ TEST(FusedAdamW, SparseGradientUpdatesOnlyItsRows) {
   ref.step();
   EXPECT_LT((p.detach().index_select(0, rows) - q.detach()).abs().max().item<double>(), 1e-6);
 }
+
+// dense_rows: a sparse gradient means zeros elsewhere; every row updates, bitwise as if the
+// zeros had been materialized — over many steps, with rows unsorted, uncoalesced and repeated
+// across steps, and with the parallel row walk split at arbitrary places (2 threads).
+TEST(FusedAdamW, DenseRowsFromSparseGradientsEqualDenseGradientsBitwise) {
+  for (int threads : {1, 2}) {
+    at::set_num_threads(threads);
+    torch::manual_seed(9);
+    const int64_t n = 5000, k = 10;  // several parallel chunks
+    auto init = torch::rand({n, k}) * 0.1;
+    auto a = init.clone().requires_grad_(), b = init.clone().requires_grad_();
+    tt::FusedAdamW sparse_opt(std::vector<torch::Tensor>{a}, opts());
+    tt::FusedAdamW dense_opt(std::vector<torch::Tensor>{b}, opts());
+    sparse_opt.dense_rows(a);
+    EXPECT_TRUE(sparse_opt.has_dense_rows(a));
+    EXPECT_FALSE(dense_opt.has_dense_rows(b));
+    for (int s = 0; s < 40; ++s) {
+      auto rows = torch::randperm(n, torch::kLong).narrow(0, 0, 16);  // unsorted, unique
+      if (s % 5 == 0) rows = torch::cat({rows, rows.narrow(0, 0, 3)});  // repeated rows add up
+      if (s == 7) rows = torch::tensor({int64_t{0}, n - 1});     // the first and last rows
+      auto vals = torch::randn({rows.size(0), k});
+      a.mutable_grad() = torch::sparse_coo_tensor(rows.unsqueeze(0), vals, {n, k});
+      b.mutable_grad() = torch::zeros({n, k}).index_add_(0, rows, vals);
+      sparse_opt.step();
+      dense_opt.step();
+      ASSERT_TRUE(torch::equal(a.detach(), b.detach())) << "step " << s << ", " << threads << " threads";
+    }
+  }
+  at::set_num_threads(1);
+}

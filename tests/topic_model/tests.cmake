@@ -2,5 +2,4 @@ tt_add_test_executable(tt_topic_model_tests SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/poisson_loss_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fused_adamw_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/topic_training_test.cpp
-  ${PROJECT_SOURCE_DIR}/models/topic/src/poisson_loss.cpp)
-target_include_directories(tt_topic_model_tests PRIVATE ${PROJECT_SOURCE_DIR}/models/topic/src)
+  LIBRARIES tt_topic_impl)

@@ -9,6 +9,9 @@
 
 #include "test_support.h"
 #include "tt/error.h"
+#include "tt/npy.h"
+#include "tt/plugin.h"
+#include "tt/state.h"
 #include "tt/trainer.h"
 
 namespace {
@@ -126,4 +129,39 @@ TEST(TopicTraining, SparseBatchesAccumulateLikeFullBatches) {
   auto whole = run("8"), micro = run("3");
   ASSERT_EQ(whole.size(), micro.size());
   for (size_t i = 0; i < whole.size(); ++i) EXPECT_NEAR(micro[i], whole[i], 1e-5 * std::abs(whole[i])) << i;
+}
+
+// Without plugins, AdamW gets L's gradient as the batch's rows (FusedAdamW::dense_rows);
+// with a plugin (which may read .grad) it is the dense n x k tensor. Same semantics, so the
+// fitted parameters must be bitwise identical — and the row form must really be in use.
+TEST(TopicTraining, RowGradientsTrainBitwiseLikeDenseGradients) {
+  struct Observer : tt::Plugin {
+    bool* saw_dense;
+    explicit Observer(bool* d) : saw_dense(d) {}
+    void on(tt::Event e, tt::State& s) override {
+      if (e != tt::Event::BEFORE_STEP) return;
+      for (const auto& p : s.model->parameters())
+        if (p.grad().defined() && p.grad().is_sparse()) *saw_dense = false;
+    }
+  };
+  auto run = [](bool with_plugin, bool* saw_dense) {
+    auto out = tt::test::temp_dir("topic");
+    tt::Trainer t(pipe(out, {"trainer.epochs=3"}), {out / "run", false, true});
+    if (with_plugin) t.add_plugin(std::make_unique<Observer>(saw_dense));
+    t.fit();
+    return std::make_pair(tt::read_npy(out / "run" / "L.npy"), tt::read_npy(out / "run" / "F.npy"));
+  };
+  bool dense_seen = true;
+  auto rows = run(false, nullptr);
+  auto dense = run(true, &dense_seen);
+  EXPECT_TRUE(dense_seen) << "a plugin must see dense gradients";
+  EXPECT_TRUE(torch::equal(rows.first, dense.first));
+  EXPECT_TRUE(torch::equal(rows.second, dense.second));
+  // and the row form is what the optimizer got without plugins: its gradient bytes are B rows
+  auto out = tt::test::temp_dir("topic");
+  tt::Trainer t(pipe(out, {"trainer.max_steps=2"}), {out / "run", false, true});
+  t.fit();
+  auto s = nlohmann::json::parse(tt::test::read_file(out / "run" / "summary.json"));
+  const int64_t grad_bytes = s["memory"]["gradients_bytes"].get<int64_t>();
+  EXPECT_LT(grad_bytes, 64 * 4 * 4 + 4 * 50 * 4) << "L's gradient should be 16 rows, not 64";
 }

@@ -9,6 +9,10 @@
 #include "tt/batch.h"
 #include "tt/export.h"
 
+namespace torch::optim {
+class Optimizer;
+}
+
 namespace tt {
 
 struct State;
@@ -34,6 +38,12 @@ class TT_API Model : public torch::nn::Module {
   virtual std::map<std::string, double> evaluate(Dataset& data, int64_t batch_size);
   // Called once at the end of training: write fitted parameters, samples, tables.
   virtual void write_outputs(const std::filesystem::path& run_dir, State& state);
+  // Called once the optimizer exists (after plugins had the OPTIMIZER event, and again after
+  // a resume): a model may hand it hints, e.g. FusedAdamW::dense_rows for a parameter whose
+  // gradient it can produce as a sparse tensor of rows (the topic model's L).
+  // `gradients_read` is true when something besides the optimizer reads .grad (a plugin,
+  // trainer.grad_clip): then gradients must stay the ordinary dense tensors everyone expects.
+  virtual void on_optimizer(torch::optim::Optimizer& /*optimizer*/, bool /*gradients_read*/) {}
   // One line for the summary ("topic model: 1000 docs x 1000 terms, k=10").
   virtual std::string describe() const { return name(); }
 };

@@ -2,7 +2,14 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "nonzeros.h"
+#include "topic_kernels.h"
+#include "tt/error.h"
 
 namespace tt::topic {
 namespace {
@@ -18,36 +25,35 @@ class PoissonNmfLoss : public torch::autograd::Function<PoissonNmfLoss> {
                                const torch::Tensor& index, const torch::Tensor& rows, const torch::Tensor& cols,
                                const torch::Tensor& vals, bool sparse_grad) {
     torch::NoGradGuard no_grad;
-    const auto P = torch::softmax(L_raw.index_select(0, index), 1).contiguous();  // B x k
-    const auto Q = torch::softmax(F_raw, 1);                                      // k x m
-    const auto QT = Q.t().contiguous();                                           // m x k
-    const int64_t k = P.size(1), nnz = vals.numel();
-    auto xhat = torch::empty({nnz}, vals.options());
+    TT_CHECK(L_raw.scalar_type() == torch::kFloat && F_raw.scalar_type() == torch::kFloat && L_raw.is_contiguous() &&
+                 F_raw.is_contiguous() && L_raw.device().is_cpu(),
+             "topic loss: the fused path needs contiguous float32 CPU parameters (set model.fused: false otherwise)");
+    const auto idx = index.to(torch::kLong).contiguous();
+    const int64_t B = idx.numel(), k = L_raw.size(1), m = F_raw.size(1), nnz = vals.numel();
+    auto P = torch::empty({B, k}, L_raw.options());
+    kernels::softmax_gather(L_raw.data_ptr<float>(), idx.data_ptr<int64_t>(), B, k, P.data_ptr<float>());
+    auto Q = torch::empty({k, m}, F_raw.options());
     const float* p = P.data_ptr<float>();
-    const float* qt = QT.data_ptr<float>();
+    const float* q = Q.data_ptr<float>();
+    at::parallel_for(0, k, 1, [&](int64_t t0, int64_t t1) {
+      kernels::softmax_rows(F_raw.data_ptr<float>() + t0 * m, Q.data_ptr<float>() + t0 * m, t1 - t0, m);
+    });
+    auto xhat = torch::empty({nnz}, vals.options());
     const int64_t* r = rows.data_ptr<int64_t>();
     const int64_t* c = cols.data_ptr<int64_t>();
     const float* v = vals.data_ptr<float>();
     float* xh = xhat.data_ptr<float>();
-    double log_term = 0;
-    // Each non-zero: xhat = P[r] . Q[:, c];  accumulate x log(max(xhat, 1e-10)) in double.
-    log_term = at::parallel_reduce(
-        0, nnz, 4096, 0.0,
+    // Each non-zero: xhat = P[r] . Q[:, c]; the loss term x log(max(xhat, 1e-10)) summed in double
+    const double log_term = at::parallel_reduce(
+        0, nnz, 1 << 14, 0.0,
         [&](int64_t b, int64_t e, double acc) {
-          for (int64_t i = b; i < e; ++i) {
-            const float* pr = p + r[i] * k;
-            const float* qc = qt + c[i] * k;
-            float s = 0;
-            for (int64_t t = 0; t < k; ++t) s += pr[t] * qc[t];
-            xh[i] = s;
-            acc += static_cast<double>(v[i]) * std::log(static_cast<double>(std::max(s, kFloor)));
-          }
-          return acc;
+          kernels::xhat(p, q, r, c, xh, b, e, k, m);
+          return acc + kernels::weighted_log(v, xh, b, e, kFloor);
         },
         std::plus<double>());
     // sum_ij Xhat_ij: each row of P sums to 1 against Q's rows that sum to 1.
-    const double mass = P.matmul(Q.sum(1)).sum().item<double>();
-    ctx->save_for_backward({P, QT, index, rows, cols, vals, xhat});
+    const double mass = kernels::reconstruction_mass(p, q, B, k, m);
+    ctx->save_for_backward({P, Q, idx, rows, cols, vals, xhat});
     ctx->saved_data["n"] = L_raw.size(0);
     ctx->saved_data["sparse"] = sparse_grad;
     return torch::tensor(mass - log_term, L_raw.options());
@@ -55,85 +61,85 @@ class PoissonNmfLoss : public torch::autograd::Function<PoissonNmfLoss> {
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grad_out) {
     const auto saved = ctx->get_saved_variables();
-    const auto &P = saved[0], &QT = saved[1], &index = saved[2], &rows = saved[3], &cols = saved[4],
+    const auto &P = saved[0], &Q = saved[1], &index = saved[2], &rows = saved[3], &cols = saved[4],
                &vals = saved[5], &xhat = saved[6];
     const int64_t n = ctx->saved_data["n"].toInt();
     const bool sparse = ctx->saved_data["sparse"].toBool();
     const float go = grad_out[0].item<float>();
-    const int64_t B = P.size(0), k = P.size(1), m = QT.size(0), nnz = vals.numel();
+    const int64_t B = P.size(0), k = P.size(1), m = Q.size(1), nnz = vals.numel();
     // d loss / d xhat = -x / xhat where xhat > 1e-10 (the clamp passes no gradient below it);
     // the mass term's gradient is exactly zero (see the header). The softmax backward below
-    // subtracts nearly equal numbers, so the sums are kept in double.
-    auto dopt = P.options().dtype(torch::kDouble);
-    auto gP = torch::zeros({B, k}, dopt);
-    auto gQT = torch::zeros({m, k}, P.options());  // ~B non-zeros per column: float is plenty
+    // subtracts nearly equal numbers, so those sums are kept in double.
+    std::vector<double> gP(static_cast<size_t>(B * k), 0.0);
+    auto gF = torch::zeros({k, m}, P.options());  // ~B non-zeros per column: float is plenty
     const float* p = P.data_ptr<float>();
-    const float* qt = QT.data_ptr<float>();
-    const int64_t* r = rows.data_ptr<int64_t>();
-    const int64_t* c = cols.data_ptr<int64_t>();
-    const float* v = vals.data_ptr<float>();
-    const float* xh = xhat.data_ptr<float>();
-    double* gp = gP.data_ptr<double>();
-    float* gqt = gQT.data_ptr<float>();
-    for (int64_t i = 0; i < nnz; ++i) {
-      if (xh[i] < kFloor) continue;
-      const double g = -static_cast<double>(go) * v[i] / xh[i];
-      const float* pr = p + r[i] * k;
-      const float* qc = qt + c[i] * k;
-      double* gpr = gp + r[i] * k;
-      float* gqc = gqt + c[i] * k;
-      const float gf = static_cast<float>(g);
-      for (int64_t t = 0; t < k; ++t) {
-        gpr[t] += g * qc[t];
-        gqc[t] += gf * pr[t];
-      }
-    }
-    // softmax backward: dz = s * (ds - sum(ds * s))
-    auto Pd = P.to(torch::kDouble);
-    auto gL_rows = (Pd * (gP - (gP * Pd).sum(1, true))).to(torch::kFloat);
-    // F's softmax backward in two passes over the m x k layout: per-topic sums, then
-    // gF[t][j] = Q[t][j] (gQ[t][j] - sum_j' gQ[t][j'] Q[t][j']), in double.
-    std::vector<double> dot(static_cast<size_t>(k), 0.0);
-    for (int64_t j = 0; j < m; ++j)
-      for (int64_t t = 0; t < k; ++t) dot[t] += static_cast<double>(gqt[j * k + t]) * qt[j * k + t];
-    auto gF = torch::empty({k, m}, P.options());
     float* gf = gF.data_ptr<float>();
-    for (int64_t j = 0; j < m; ++j)
-      for (int64_t t = 0; t < k; ++t)
-        gf[t * m + j] = static_cast<float>(qt[j * k + t] * (static_cast<double>(gqt[j * k + t]) - dot[t]));
-    torch::Tensor gL;
-    if (sparse) {
-      gL = torch::sparse_coo_tensor(index.unsqueeze(0), gL_rows, {n, k});
-    } else {
-      gL = torch::zeros({n, k}, P.options()).index_add_(0, index, gL_rows);
+    kernels::nonzero_grads(go, p, Q.data_ptr<float>(), rows.data_ptr<int64_t>(), cols.data_ptr<int64_t>(),
+                           vals.data_ptr<float>(), xhat.data_ptr<float>(), nnz, k, m, kFloor, gP.data(), gf);
+    // softmax backward of the B rows: dz = s * (ds - sum(ds * s))
+    auto gL_rows = torch::empty({B, k}, P.options());
+    float* gl = gL_rows.data_ptr<float>();
+    for (int64_t i = 0; i < B; ++i) {
+      double dot = 0;
+      for (int64_t t = 0; t < k; ++t) dot += gP[i * k + t] * p[i * k + t];
+      for (int64_t t = 0; t < k; ++t) gl[i * k + t] = static_cast<float>(p[i * k + t] * (gP[i * k + t] - dot));
     }
-    return {gL, gF, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+    // F's softmax backward, topic by topic: gF[t][j] = Q[t][j] (gQ[t][j] - sum_j' gQ Q)
+    at::parallel_for(0, k, 1, [&](int64_t t0, int64_t t1) {
+      kernels::softmax_backward_rows(gf, Q.data_ptr<float>(), t0, t1, m);
+    });
+    return {l_gradient(index, gL_rows, n, sparse), gF, torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+
+  // L_raw's gradient from its B rows: a sparse COO tensor (rows ascending, marked coalesced
+  // when the batch has no repeated document), or the dense n x k tensor.
+  static torch::Tensor l_gradient(const torch::Tensor& index, const torch::Tensor& g_rows, int64_t n, bool sparse) {
+    const int64_t B = index.numel(), k = g_rows.size(1);
+    if (!sparse) return torch::zeros({n, k}, g_rows.options()).index_add_(0, index, g_rows);
+    const int64_t* id = index.data_ptr<int64_t>();
+    std::vector<int64_t> order(static_cast<size_t>(B));
+    std::iota(order.begin(), order.end(), int64_t{0});
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return id[a] < id[b]; });
+    auto ind = torch::empty({1, B}, torch::kLong);
+    auto val = torch::empty({B, k}, g_rows.options());
+    int64_t* io = ind.data_ptr<int64_t>();
+    float* vo = val.data_ptr<float>();
+    const float* gr = g_rows.data_ptr<float>();
+    bool unique = true;
+    for (int64_t i = 0; i < B; ++i) {
+      io[i] = id[order[i]];
+      if (i > 0 && io[i] == io[i - 1]) unique = false;
+      std::copy(gr + order[i] * k, gr + (order[i] + 1) * k, vo + i * k);
+    }
+    auto g = at::_sparse_coo_tensor_unsafe(ind, val, {n, k});
+    if (unique) g._coalesced_(true);
+    return g;
   }
 };
 
 }  // namespace
 
 BatchCounts nonzeros_of(const torch::Tensor& x) {
-  // One scan (torch's nonzero + gather took ~10x longer on 16 x 5000 batches).
   const auto xc = x.to(torch::kFloat).contiguous();
   const int64_t B = xc.size(0), m = xc.size(1);
   const float* px = xc.data_ptr<float>();
   int64_t nnz = 0;
-  for (int64_t i = 0; i < B * m; ++i) nnz += px[i] != 0.0f;
+  for (int64_t i = 0; i < B; ++i) nnz += count_nonzeros(px + i * m, m);
   BatchCounts b;
-  b.rows = torch::empty({nnz}, torch::kLong);
-  b.cols = torch::empty({nnz}, torch::kLong);
-  b.vals = torch::empty({nnz}, torch::kFloat);
+  b.rows = torch::empty({nnz + 8}, torch::kLong);  // room for the gather's overrun, then trimmed
+  b.cols = torch::empty({nnz + 8}, torch::kLong);
+  b.vals = torch::empty({nnz + 8}, torch::kFloat);
   int64_t* r = b.rows.data_ptr<int64_t>();
   int64_t* c = b.cols.data_ptr<int64_t>();
   float* v = b.vals.data_ptr<float>();
   int64_t q = 0;
-  for (int64_t i = 0; i < B; ++i)
-    for (int64_t j = 0; j < m; ++j) {
-      const float val = px[i * m + j];
-      if (val != 0.0f) r[q] = i, c[q] = j, v[q++] = val;
-    }
+  std::vector<const float*> src(static_cast<size_t>(B));
+  for (int64_t i = 0; i < B; ++i) src[static_cast<size_t>(i)] = px + i * m;
+  q = gather_nonzeros(src.data(), B, m, r, c, v);
+  b.rows = b.rows.narrow(0, 0, nnz);
+  b.cols = b.cols.narrow(0, 0, nnz);
+  b.vals = b.vals.narrow(0, 0, nnz);
   return b;
 }
 

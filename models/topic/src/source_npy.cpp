@@ -82,10 +82,13 @@ Batch NpyDataset::get(const at::Tensor& indices) {
   });
   for (int64_t r = 0; r < B; ++r)  // the first bad row in batch order, whatever the threads did
     if (!problems[static_cast<size_t>(r)].empty()) fail_document(path_, id[r], problems[static_cast<size_t>(r)]);
-  Batch b;
-  b.set("index", indices);
-  b.set("x", x);
-  return b;
+  if (dense_batches_) {
+    Batch b;
+    b.set("index", indices);
+    b.set("x", x);
+    return b;
+  }
+  return counts_batch(indices, m_, false, [&](int64_t r) { return out + r * m_; });
 }
 
 std::string NpyDataset::describe() const {
@@ -97,6 +100,7 @@ Schema npy_schema() {
   Schema s;
   s.add("path", Type::String, "~",
         "the documents x terms .npy (float32/float64/int32/int64, C order), e.g. from tt-data synth-topics");
+  add_batch_format_option(s);
   return add_reference_options(s);
 }
 
@@ -106,6 +110,7 @@ Datasets make_npy(const Options& o, uint64_t) {
               " (tt-data synth-topics --out DIR writes a synthetic corpus as DIR/X.npy)");
   auto d = std::make_shared<NpyDataset>(path);
   load_reference_options(o, *d);
+  d->dense_batches_ = dense_batches(o);
   Datasets out;
   out.train = d;
   return out;

@@ -52,6 +52,7 @@ torch::Tensor read_pt_counts(const std::string& path) {
 Schema pt_schema() {
   Schema s;
   s.add("path", Type::String, "~", "a .pt file holding one documents x terms tensor (torch.save(X, path))");
+  add_batch_format_option(s);
   return add_reference_options(s);
 }
 
@@ -60,6 +61,7 @@ Datasets make_pt(const Options& o, uint64_t) {
   TT_CHECK_AS(ConfigError, std::filesystem::exists(path), o.context(), ".path: no such file ", describe_path(path));
   auto d = std::make_shared<PtDataset>(path);
   load_reference_options(o, *d);
+  d->dense_batches_ = dense_batches(o);
   Datasets out;
   out.train = d;
   return out;

@@ -8,6 +8,7 @@
 #include <limits>
 #include <sstream>
 
+#include "nonzeros.h"
 #include "source_synthetic.h"
 #include "tt/error.h"
 #include "tt/npy.h"
@@ -24,38 +25,84 @@ torch::Tensor dense_counts(const Batch& batch, int64_t n_terms) {
 
 // ---- in memory, dense
 
-Batch CountsDataset::get(const at::Tensor& indices) {
+Batch counts_batch(const at::Tensor& indices, int64_t m, bool dense, const std::function<const float*(int64_t)>& row) {
+  const int64_t B = indices.numel();
   Batch b;
   b.set("index", indices);
-  b.set("x", x_.index_select(0, indices));
+  if (dense) {
+    auto x = torch::empty({B, m}, torch::kFloat);
+    float* out = x.data_ptr<float>();
+    for (int64_t r = 0; r < B; ++r) std::memcpy(out + r * m, row(r), static_cast<size_t>(m) * sizeof(float));
+    b.set("x", x);
+    return b;
+  }
+  std::vector<const float*> src(static_cast<size_t>(B));
+  int64_t nnz = 0;
+  for (int64_t r = 0; r < B; ++r) {
+    src[static_cast<size_t>(r)] = row(r);
+    nnz += count_nonzeros(src[static_cast<size_t>(r)], m);
+  }
+  // room for the gather's overrun, then trimmed
+  auto rows = torch::empty({nnz + 8}, torch::kLong), cols = torch::empty({nnz + 8}, torch::kLong);
+  auto vals = torch::empty({nnz + 8}, torch::kFloat);
+  int64_t* ro = rows.data_ptr<int64_t>();
+  int64_t* co = cols.data_ptr<int64_t>();
+  float* vo = vals.data_ptr<float>();
+  int64_t q = 0;
+  q = gather_nonzeros(src.data(), B, m, ro, co, vo);
+  TT_CHECK(q == nnz, "non-zero count changed while reading the batch");
+  rows = rows.narrow(0, 0, nnz);
+  cols = cols.narrow(0, 0, nnz);
+  vals = vals.narrow(0, 0, nnz);
+  b.set_entries("rows", {{"rows", rows}, {"cols", cols}, {"vals", vals}});
   return b;
 }
 
-std::string CountsDataset::describe() const {
-  return std::to_string(x_.size(0)) + " docs x " + std::to_string(x_.size(1)) + " terms";
+CountsDataset::CountsDataset(const torch::Tensor& counts, std::string name)
+    : CountsDataset(CsrCounts::from_dense(counts), std::move(name)) {}
+
+namespace {
+// CSR of documents generated in chunks: the dense n x m matrix never exists at once.
+CsrCounts generate_csr(const SyntheticCorpus& corpus, torch::Tensor& true_L) {
+  const int64_t n = corpus.n_docs(), m = corpus.n_terms(), k = corpus.k();
+  true_L = torch::empty({n, k}, torch::kFloat);
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{16} << 20) / (m * 4));  // ~16 MiB of rows
+  std::vector<float> x(static_cast<size_t>(chunk * m));
+  std::vector<int64_t> row_ptr{0}, cols;
+  std::vector<float> vals;
+  for (int64_t b = 0; b < n; b += chunk) {
+    const int64_t e = std::min(n, b + chunk);
+    corpus.documents(b, e, true_L.data_ptr<float>() + b * k, x.data());
+    for (int64_t i = 0; i < e - b; ++i) {
+      const float* row = x.data() + i * m;
+      for (int64_t j = 0; j < m; ++j)
+        if (row[j] != 0.0f) cols.push_back(j), vals.push_back(row[j]);
+      row_ptr.push_back(static_cast<int64_t>(cols.size()));
+    }
+  }
+  return CsrCounts::from_vectors(row_ptr, cols, vals, m);
 }
+}  // namespace
 
 SyntheticDataset::SyntheticDataset(int64_t n, int64_t m, int64_t k, double avg_len, uint64_t seed)
-    : CountsDataset(torch::Tensor()) {
+    : CountsDataset(CsrCounts{}, "synthetic") {
   SyntheticCorpus corpus(n, m, k, avg_len, seed);
-  true_L_ = torch::empty({n, k}, torch::kFloat);
-  x_ = torch::empty({n, m}, torch::kFloat);
-  corpus.documents(0, n, true_L_.data_ptr<float>(), x_.data_ptr<float>());
+  csr_ = generate_csr(corpus, true_L_);
   true_F_ = corpus.true_F();
 }
 
 std::string SyntheticDataset::describe() const {
-  return "synthetic " + CountsDataset::describe() + ", " + std::to_string(true_F_.size(0)) + " true topics, " +
-         std::to_string(static_cast<int64_t>(x_.sum().item<double>())) + " words";
+  return SparseCountsDataset::describe() + ", " + std::to_string(true_F_.size(0)) + " true topics";
 }
 
 Schema synthetic_schema() {
-  return Schema()
-      .add("n_docs", Type::Int, "1000", "documents (n)")
+  Schema s;
+  s.add("n_docs", Type::Int, "1000", "documents (n)")
       .add("n_terms", Type::Int, "1000", "vocabulary size (m)")
       .add("k", Type::Int, "10", "true topics")
       .add("avg_doc_length", Type::Float, "150", "mean words per document (Poisson, at least 1)")
       .add("seed", Type::Int, "~", "generator seed (default: the pipeline seed)");
+  return add_batch_format_option(s);
 }
 
 Datasets make_synthetic(const Options& o, uint64_t pipeline_seed) {
@@ -64,8 +111,10 @@ Datasets make_synthetic(const Options& o, uint64_t pipeline_seed) {
   o.check(o.get_int("k") <= o.get_int("n_terms"), "k", "must not exceed n_terms");
   uint64_t seed = o.is_set("seed") ? static_cast<uint64_t>(o.get_int("seed")) : pipeline_seed;
   Datasets d;
-  d.train = std::make_shared<SyntheticDataset>(o.get_int("n_docs"), o.get_int("n_terms"), o.get_int("k"),
+  auto ds = std::make_shared<SyntheticDataset>(o.get_int("n_docs"), o.get_int("n_terms"), o.get_int("k"),
                                                o.get_float("avg_doc_length"), seed);
+  ds->dense_batches_ = dense_batches(o);
+  d.train = ds;
   return d;
 }
 
@@ -194,6 +243,21 @@ CsrCounts CsrCounts::from_vectors(const std::vector<int64_t>& row_ptr, const std
   return c;
 }
 
+CsrCounts CsrCounts::from_dense(const torch::Tensor& counts) {
+  TT_CHECK(counts.dim() == 2, "counts must be a 2-D documents x terms matrix");
+  const auto x = counts.to(torch::kFloat).contiguous();
+  const int64_t n = x.size(0), m = x.size(1);
+  const float* px = x.data_ptr<float>();
+  std::vector<int64_t> row_ptr{0}, cols;
+  std::vector<float> vals;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < m; ++j)
+      if (px[i * m + j] != 0.0f) cols.push_back(j), vals.push_back(px[i * m + j]);
+    row_ptr.push_back(static_cast<int64_t>(cols.size()));
+  }
+  return from_vectors(row_ptr, cols, vals, m);
+}
+
 torch::Tensor CsrCounts::dense() const {
   const int64_t n = n_docs();
   auto x = torch::zeros({n, n_terms}, torch::kFloat);
@@ -207,7 +271,9 @@ torch::Tensor CsrCounts::dense() const {
 }
 
 SparseCountsDataset::SparseCountsDataset(CsrCounts counts, bool dense_batches, std::string name)
-    : csr_(std::move(counts)), dense_batches_(dense_batches), name_(std::move(name)) {}
+    : csr_(std::move(counts)), name_(std::move(name)) {
+  dense_batches_ = dense_batches;
+}
 
 Batch SparseCountsDataset::get(const at::Tensor& indices) {
   auto idx = indices.to(torch::kLong).contiguous();
@@ -229,24 +295,27 @@ Batch SparseCountsDataset::get(const at::Tensor& indices) {
     b.set("x", x);
     return b;
   }
+  // The non-zeros ordered as gather_nonzeros orders them (nonzeros.h: by blocks of eight
+  // columns, then row, then column), by a counting sort on the column block.
+  const int64_t nblocks = (m + 7) / 8;
+  std::vector<int64_t> start(static_cast<size_t>(nblocks + 1), 0);
   int64_t nnz = 0;
   for (int64_t r = 0; r < B; ++r) {
     TT_CHECK(id[r] >= 0 && id[r] < n, name_, ": document ", id[r], " out of range (", n, " documents)");
+    for (int64_t p = rp[id[r]]; p < rp[id[r] + 1]; ++p) ++start[static_cast<size_t>(c[p] / 8 + 1)];
     nnz += rp[id[r] + 1] - rp[id[r]];
   }
+  for (int64_t q = 0; q < nblocks; ++q) start[static_cast<size_t>(q + 1)] += start[static_cast<size_t>(q)];
   auto rows = torch::empty({nnz}, torch::kLong), cols = torch::empty({nnz}, torch::kLong);
   auto vals = torch::empty({nnz}, torch::kFloat);
   int64_t* ro = rows.data_ptr<int64_t>();
   int64_t* co = cols.data_ptr<int64_t>();
   float* vo = vals.data_ptr<float>();
-  int64_t q = 0;
-  for (int64_t r = 0; r < B; ++r) {
-    const int64_t begin = rp[id[r]], len = rp[id[r] + 1] - begin;
-    std::fill(ro + q, ro + q + len, r);
-    std::copy(c + begin, c + begin + len, co + q);
-    std::copy(v + begin, v + begin + len, vo + q);
-    q += len;
-  }
+  for (int64_t r = 0; r < B; ++r)
+    for (int64_t p = rp[id[r]]; p < rp[id[r] + 1]; ++p) {
+      const int64_t q = start[static_cast<size_t>(c[p] / 8)]++;
+      ro[q] = r, co[q] = c[p], vo[q] = v[p];
+    }
   b.set_entries("rows", {{"rows", rows}, {"cols", cols}, {"vals", vals}});
   return b;
 }

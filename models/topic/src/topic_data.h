@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 
 #include "tt/dataset.h"
 #include "tt/options.h"
@@ -32,34 +33,17 @@ class TopicSource : public Dataset {
   // Reference data: generated (synthetic) or read from the true_F / vocab options.
   torch::Tensor true_F_;
   std::vector<std::string> vocab_;
+  // batch_format: dense — batches carry "x" rows instead of the non-zeros.
+  bool dense_batches_ = false;
 };
 
 // A batch of either form as dense float32 counts [B, m].
 torch::Tensor dense_counts(const Batch& batch, int64_t n_terms);
 
-// Document-term counts held in memory: batches are {"index": doc ids, "x": count rows}.
-class CountsDataset : public TopicSource {
- public:
-  explicit CountsDataset(torch::Tensor counts) : x_(std::move(counts)) {}
-  int64_t size() const override { return x_.size(0); }
-  Batch get(const at::Tensor& indices) override;
-  int64_t n_terms() const override { return x_.size(1); }
-  std::string describe() const override;
-  const torch::Tensor& counts() const { return x_; }
-
- protected:
-  torch::Tensor x_;
-};
-
-// Synthetic corpus as tinytopics' generate_synthetic_data (the model of SyntheticCorpus in
-// source_synthetic.h; tt-data synth-topics with the same seed writes the same counts):
-// true L and F kept for alignment.
-class SyntheticDataset : public CountsDataset {
- public:
-  SyntheticDataset(int64_t n, int64_t m, int64_t k, double avg_doc_length, uint64_t seed);
-  std::string describe() const override;
-  torch::Tensor true_L_;
-};
+// The batch of B = indices.numel() dense count rows, row(r) giving the m floats of the r-th:
+// the non-zeros in coordinate form, or "x" [B, m] when `dense`. Sources call it from get(),
+// so the scan for non-zeros runs on the data loader's thread, not the training step's.
+Batch counts_batch(const at::Tensor& indices, int64_t m, bool dense, const std::function<const float*(int64_t)>& row);
 
 Schema synthetic_schema();
 Datasets make_synthetic(const Options& o, uint64_t pipeline_seed);
@@ -114,6 +98,7 @@ struct CsrCounts {
   int64_t nnz() const { return cols.size(0); }
   static CsrCounts from_vectors(const std::vector<int64_t>& row_ptr, const std::vector<int64_t>& cols,
                                 const std::vector<float>& vals, int64_t n_terms);
+  static CsrCounts from_dense(const torch::Tensor& x);  // [n, m], any numeric dtype
   torch::Tensor dense() const;  // n x m float32
 };
 
@@ -130,10 +115,31 @@ class SparseCountsDataset : public TopicSource {
 
   std::vector<std::string> labels_;
 
- private:
+ protected:
   CsrCounts csr_;
-  bool dense_batches_;
   std::string name_;
+};
+
+// Document-term counts given as a dense [n, m] matrix (topic-pt, tests), held as CSR: a
+// document-term matrix is mostly zeros, so this is several times smaller, and batches are
+// built from the non-zeros without scanning m columns per document.
+class CountsDataset : public SparseCountsDataset {
+ public:
+  explicit CountsDataset(const torch::Tensor& counts, std::string name = "counts");
+  torch::Tensor counts() const { return csr().dense(); }
+
+ protected:
+  CountsDataset(CsrCounts csr, std::string name) : SparseCountsDataset(std::move(csr), false, std::move(name)) {}
+};
+
+// Synthetic corpus as tinytopics' generate_synthetic_data (the model of SyntheticCorpus in
+// source_synthetic.h; tt-data synth-topics with the same seed writes the same counts):
+// true L and F kept for alignment.
+class SyntheticDataset : public CountsDataset {
+ public:
+  SyntheticDataset(int64_t n, int64_t m, int64_t k, double avg_doc_length, uint64_t seed);
+  std::string describe() const override;
+  torch::Tensor true_L_;
 };
 
 // The "batch_format" option of sparse sources: "sparse" (coordinate triplets) or "dense".

@@ -7,6 +7,7 @@
 #include "poisson_loss.h"
 #include "topic_model.h"
 #include "tt/error.h"
+#include "tt/fused_adamw.h"
 #include "tt/log.h"
 #include "tt/npy.h"
 #include "tt/state.h"
@@ -40,7 +41,7 @@ ModelOutput TopicModel::forward_loss(const Batch& batch) {
       counts.cols = batch.at("cols");
       counts.vals = batch.at("vals");
     }
-    loss = poisson_nmf_loss(L_raw_, F_raw_, idx, counts, config_.lazy && is_training());
+    loss = poisson_nmf_loss(L_raw_, F_raw_, idx, counts, (config_.lazy || rows_gradient_) && is_training());
   } else {
     TT_CHECK(!config_.lazy, "model (topic): lazy: true needs fused: true");
     loss = poisson_nmf_loss_reference(L_raw_, F_raw_, idx, dense_rows(batch, m_));
@@ -50,6 +51,15 @@ ModelOutput TopicModel::forward_loss(const Batch& batch) {
   out.reduction = Reduction::Sum;
   out.items = batch.size;
   return out;
+}
+
+void TopicModel::on_optimizer(torch::optim::Optimizer& optimizer, bool gradients_read) {
+  rows_gradient_ = config_.lazy;
+  if (config_.lazy || !config_.fused || gradients_read) return;
+  if (auto* adamw = dynamic_cast<FusedAdamW*>(&optimizer)) {
+    adamw->dense_rows(L_raw_);
+    rows_gradient_ = true;
+  }
 }
 
 torch::Tensor TopicModel::L() const { return torch::softmax(L_raw_.detach(), 1); }

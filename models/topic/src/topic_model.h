@@ -23,6 +23,10 @@ class TopicModel : public Model {
   ModelOutput forward_loss(const Batch& batch) override;
   void write_outputs(const std::filesystem::path& run_dir, State& state) override;
   std::string describe() const override;
+  // AdamW (fused) takes L's gradient as the batch's rows and still updates every row
+  // (FusedAdamW::dense_rows): no n x k gradient tensor is built each step — unless plugins
+  // or gradient clipping read the gradients, which then stay dense.
+  void on_optimizer(torch::optim::Optimizer& optimizer, bool gradients_read) override;
   torch::Tensor L() const;  // softmax(L_raw, 1): document-topic proportions
   torch::Tensor F() const;  // softmax(F_raw, 1): topic-term distributions
 
@@ -31,6 +35,7 @@ class TopicModel : public Model {
   Config config_;
   std::shared_ptr<TopicSource> data_;  // for ground truth, vocabulary and whole-corpus figures
   torch::Tensor L_raw_, F_raw_;
+  bool rows_gradient_ = false;  // L's gradient as rows: lazy, or dense semantics in the optimizer
 };
 
 Schema model_schema();

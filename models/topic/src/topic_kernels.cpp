@@ -1,0 +1,90 @@
+#include "topic_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+
+#define TT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+namespace tt::topic::kernels {
+
+TT_CLONES void softmax_rows(const float* in, float* out, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = in + r * cols;
+    float* y = out + r * cols;
+    float mx = x[0];
+    for (int64_t j = 1; j < cols; ++j) mx = std::max(mx, x[j]);
+    float sum = 0;
+    for (int64_t j = 0; j < cols; ++j) {
+      y[j] = std::exp(x[j] - mx);
+      sum += y[j];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < cols; ++j) y[j] *= inv;
+  }
+}
+
+void softmax_gather(const float* L, const int64_t* id, int64_t B, int64_t k, float* out) {
+  for (int64_t r = 0; r < B; ++r) softmax_rows(L + id[r] * k, out + r * k, 1, k);
+}
+
+// The non-zeros' loops are scalar: k is small and the reads of Q are strided, which GCC's
+// vectorizer turns into insert/extract sequences slower than plain loads.
+#define TT_SCALAR __attribute__((optimize("no-tree-vectorize")))
+
+TT_CLONES TT_SCALAR void xhat(const float* P, const float* Q, const int64_t* r, const int64_t* c, float* xh, int64_t b,
+                    int64_t e, int64_t k, int64_t m) {
+  for (int64_t i = b; i < e; ++i) {
+    const float* pr = P + r[i] * k;
+    const float* qc = Q + c[i];
+    float s = 0;
+    for (int64_t t = 0; t < k; ++t) s += pr[t] * qc[t * m];
+    xh[i] = s;
+  }
+}
+
+TT_CLONES double weighted_log(const float* v, const float* xh, int64_t b, int64_t e, float floor) {
+  double s = 0;
+  for (int64_t i = b; i < e; ++i) s += static_cast<double>(v[i] * std::log(std::max(xh[i], floor)));
+  return s;
+}
+
+TT_CLONES double reconstruction_mass(const float* P, const float* Q, int64_t B, int64_t k, int64_t m) {
+  double mass = 0;
+  for (int64_t t = 0; t < k; ++t) {
+    double qsum = 0, psum = 0;
+    for (int64_t j = 0; j < m; ++j) qsum += Q[t * m + j];
+    for (int64_t i = 0; i < B; ++i) psum += P[i * k + t];
+    mass += psum * qsum;
+  }
+  return mass;
+}
+
+TT_CLONES TT_SCALAR void nonzero_grads(float go, const float* P, const float* Q, const int64_t* r, const int64_t* c,
+                             const float* v, const float* xh, int64_t nnz, int64_t k, int64_t m, float floor,
+                             double* gP, float* gQ) {
+  for (int64_t i = 0; i < nnz; ++i) {
+    if (xh[i] < floor) continue;
+    const double g = -static_cast<double>(go) * v[i] / xh[i];
+    const float gf = static_cast<float>(g);
+    const float* pr = P + r[i] * k;
+    const float* qc = Q + c[i];
+    double* gpr = gP + r[i] * k;
+    float* gqc = gQ + c[i];
+    for (int64_t t = 0; t < k; ++t) {
+      gpr[t] += g * qc[t * m];
+      gqc[t * m] += gf * pr[t];
+    }
+  }
+}
+
+TT_CLONES void softmax_backward_rows(float* g, const float* s, int64_t b, int64_t e, int64_t cols) {
+  for (int64_t r = b; r < e; ++r) {
+    float* gr = g + r * cols;
+    const float* sr = s + r * cols;
+    double dot = 0;
+    for (int64_t j = 0; j < cols; ++j) dot += static_cast<double>(gr[j]) * sr[j];
+    for (int64_t j = 0; j < cols; ++j) gr[j] = static_cast<float>(sr[j] * (static_cast<double>(gr[j]) - dot));
+  }
+}
+
+}  // namespace tt::topic::kernels
