@@ -18,14 +18,16 @@ struct Coeffs {
 };
 
 // One element at a time in the order torch's kernels round: p*decay; m*b1 + (1-b1)*g;
-// v*b2 + (1-b2)*g*g; p + (-step) * m / (sqrt(v)/sqrt(bc2) + eps).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_dense(float* __restrict p,
-                                                                              const float* __restrict g,
-                                                                              float* __restrict m,
-                                                                              float* __restrict v, int64_t n,
-                                                                              const Coeffs c) {
+// v*b2 + (1-b2)*g*g; p + (-step) * m / (sqrt(v)/sqrt(bc2) + eps). With kZeroGrad the
+// gradient is a literal zero (a row absent from a sparse gradient under dense semantics):
+// without -ffast-math x*0 and x+0 are still computed, so every value rounds exactly as a
+// materialized zero gradient would.
+template <bool kZeroGrad>
+inline __attribute__((always_inline)) void adamw_loop(float* __restrict p, const float* __restrict g,
+                                                      float* __restrict m, float* __restrict v, int64_t n,
+                                                      const Coeffs c) {
   for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i];
+    const float gi = kZeroGrad ? 0.0f : g[i];
     const float pi = p[i] * c.decay;
     const float mi = m[i] * c.beta1 + c.one_minus_beta1 * gi;
     const float vi = v[i] * c.beta2 + c.one_minus_beta2 * gi * gi;
@@ -36,23 +38,14 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_dense(fl
   }
 }
 
-// The same update with g = 0 (a row absent from a sparse gradient under dense semantics).
-// The zero is a literal, not folded away: without -ffast-math x*0 and x+0 must be computed,
-// so every value rounds exactly as adamw_dense with a zero gradient.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_zero_grad(float* __restrict p,
-                                                                                  float* __restrict m,
-                                                                                  float* __restrict v, int64_t n,
-                                                                                  const Coeffs c) {
-  const float gi = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float pi = p[i] * c.decay;
-    const float mi = m[i] * c.beta1 + c.one_minus_beta1 * gi;
-    const float vi = v[i] * c.beta2 + c.one_minus_beta2 * gi * gi;
-    const float denom = std::sqrt(vi) * c.inv_sqrt_bc2 + c.eps;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = pi + c.neg_step_size * mi / denom;
-  }
+__attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_dense(float* p, const float* g, float* m,
+                                                                              float* v, int64_t n, const Coeffs c) {
+  adamw_loop<false>(p, g, m, v, n, c);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_zero_grad(float* p, float* m, float* v,
+                                                                                  int64_t n, const Coeffs c) {
+  adamw_loop<true>(p, nullptr, m, v, n, c);
 }
 
 Coeffs coeffs_for(const torch::optim::AdamWOptions& o, int64_t step) {
