@@ -108,12 +108,7 @@ Datasets make_npy(const Options& o, uint64_t) {
   const std::string path = o.get_string("path");
   TT_CHECK_AS(ConfigError, std::filesystem::exists(path), o.context(), ".path: no such file ", describe_path(path),
               " (tt-data synth-topics --out DIR writes a synthetic corpus as DIR/X.npy)");
-  auto d = std::make_shared<NpyDataset>(path);
-  load_reference_options(o, *d);
-  d->dense_batches_ = dense_batches(o);
-  Datasets out;
-  out.train = d;
-  return out;
+  return file_source(o, std::make_shared<NpyDataset>(path));
 }
 
 }  // namespace tt::topic

@@ -59,12 +59,7 @@ Schema pt_schema() {
 Datasets make_pt(const Options& o, uint64_t) {
   const std::string path = o.get_string("path");
   TT_CHECK_AS(ConfigError, std::filesystem::exists(path), o.context(), ".path: no such file ", describe_path(path));
-  auto d = std::make_shared<PtDataset>(path);
-  load_reference_options(o, *d);
-  d->dense_batches_ = dense_batches(o);
-  Datasets out;
-  out.train = d;
-  return out;
+  return file_source(o, std::make_shared<PtDataset>(path));
 }
 
 }  // namespace tt::topic

@@ -331,6 +331,14 @@ std::string SparseCountsDataset::describe() const {
   return s.str();
 }
 
+Datasets file_source(const Options& o, std::shared_ptr<TopicSource> d) {
+  load_reference_options(o, *d);
+  d->dense_batches_ = dense_batches(o);
+  Datasets out;
+  out.train = std::move(d);
+  return out;
+}
+
 Schema& add_batch_format_option(Schema& s) {
   return s.add("batch_format", Type::String, "sparse",
                "sparse: batches carry the non-zeros (rows, cols, vals); dense: batches carry count rows x [B, m]");
