@@ -13,6 +13,10 @@ OutOfMemory::~OutOfMemory() = default;
 NumericError::~NumericError() = default;
 Interrupted::~Interrupted() = default;
 Dataset::~Dataset() = default;
+StreamDataset::~StreamDataset() = default;
+Batch StreamDataset::get(const at::Tensor&) {
+  TT_FAIL("this dataset is a stream (", describe(), "): it is read in order with next(), not by index");
+}
 Schedule::~Schedule() = default;
 Scope::~Scope() = default;
 Plugin::~Plugin() = default;

@@ -11,6 +11,7 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> data, int64_t batch_size, bool s
     : data_(std::move(data)), batch_size_(batch_size), shuffle_(shuffle), seed_(seed), prefetch_(prefetch) {
   TT_CHECK(data_ && data_->size() > 0, "the training dataset is empty");
   TT_CHECK(batch_size_ > 0, "trainer.batch_size must be positive");
+  stream_ = dynamic_cast<StreamDataset*>(data_.get());
   if (prefetch_) thread_ = std::thread([this] { worker(); });
 }
 
@@ -42,11 +43,38 @@ at::Tensor DataLoader::order(int64_t epoch) {
   return order_;
 }
 
-Batch DataLoader::fetch(int64_t epoch, int64_t index) {
+DataLoader::Fetched DataLoader::fetch(int64_t epoch, int64_t index) {
+  if (stream_) {
+    if (epoch != stream_epoch_ || index != stream_next_) {
+      TT_CHECK(index == 0, "the text stream is at batch ", stream_next_, " of epoch ", stream_epoch_,
+               " and cannot jump to batch ", index, " of epoch ", epoch, " (streams are read in order)");
+      stream_->start_epoch(epoch);
+      stream_epoch_ = epoch;
+    }
+    Fetched f;
+    f.batch = stream_->next(batch_size_);
+    TT_CHECK(f.batch.size > 0, "the stream ", data_->describe(), " ended at batch ", index, " of epoch ", epoch,
+             " but was counted at ", batches_per_epoch(), " batches: did its files change during the run?");
+    stream_next_ = index + 1;
+    f.position = stream_->position();
+    return f;
+  }
   at::Tensor o = order(epoch);
   int64_t begin = index * batch_size_, end = std::min(begin + batch_size_, data_->size());
   TT_CHECK(begin < end, "batch ", index, " is past the end of the epoch");
-  return data_->get(o.slice(0, begin, end));
+  return {data_->get(o.slice(0, begin, end)), {}};
+}
+
+void DataLoader::restore(int64_t epoch, int64_t index, const std::string& position) {
+  TT_CHECK(stream_, "restore() applies to streams only");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TT_CHECK(!requested_, "restore() must come before the first batch is read");
+  }
+  stream_->restore(position);
+  stream_epoch_ = epoch;
+  stream_next_ = index;
+  position_ = position;
 }
 
 void DataLoader::worker() {
@@ -56,7 +84,7 @@ void DataLoader::worker() {
     if (stop_) return;
     const int64_t e = req_epoch_, i = req_index_;
     lock.unlock();
-    Batch b;
+    Fetched b;
     std::exception_ptr err;
     try {
       b = fetch(e, i);
@@ -81,8 +109,12 @@ void DataLoader::request(int64_t epoch, int64_t index) {
 }
 
 Batch DataLoader::get(int64_t epoch, int64_t index) {
-  if (!prefetch_) return fetch(epoch, index);
-  Batch b;
+  if (!prefetch_) {
+    Fetched f = fetch(epoch, index);
+    position_ = std::move(f.position);
+    return std::move(f.batch);
+  }
+  Fetched b;
   bool have = false;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -94,7 +126,7 @@ Batch DataLoader::get(int64_t epoch, int64_t index) {
         b = std::move(result_);
         have = true;
       }
-      result_ = Batch();
+      result_ = Fetched();
       error_ = nullptr;
     }
   }
@@ -102,7 +134,8 @@ Batch DataLoader::get(int64_t epoch, int64_t index) {
   const int64_t next = index + 1;
   if (next < batches_per_epoch()) request(epoch, next);
   else request(epoch + 1, 0);
-  return b;
+  position_ = std::move(b.position);
+  return std::move(b.batch);
 }
 
 }  // namespace tt

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "tt/dataset.h"
+#include "tt/error.h"
 
 namespace tt {
 
@@ -16,6 +17,18 @@ std::map<std::string, double> Model::evaluate(Dataset& data, int64_t batch_size)
   int64_t n = data.size();
   auto params = parameters();
   const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params[0].device();
+  if (auto* stream = dynamic_cast<StreamDataset*>(&data)) {  // read in order, one pass
+    n = 0;
+    stream->start_epoch(0);
+    for (Batch b = stream->next(batch_size); b.size > 0; b = stream->next(batch_size)) {
+      ModelOutput out = forward_loss(b.to(device));
+      const double l = out.loss.item<double>();
+      total += out.reduction == Reduction::Mean ? l * static_cast<double>(b.size) : l;
+      n += b.size;
+    }
+    train(was_training);
+    return {{"val_loss", n > 0 ? total / static_cast<double>(n) : 0.0}};
+  }
   for (int64_t begin = 0; begin < n; begin += batch_size) {
     int64_t end = std::min(n, begin + batch_size);
     ModelOutput out = forward_loss(data.get(torch::arange(begin, end, torch::kLong)).to(device));
@@ -27,5 +40,10 @@ std::map<std::string, double> Model::evaluate(Dataset& data, int64_t batch_size)
 }
 
 void Model::write_outputs(const std::filesystem::path&, State&) {}
+
+std::string Model::generate(const std::string&, const GenerateOptions&) {
+  TT_FAIL_AS(ConfigError, "the model (", describe(), ") does not generate text: --sample needs a language model "
+             "such as model: {name: transformer}");
+}
 
 }  // namespace tt

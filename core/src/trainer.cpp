@@ -102,6 +102,8 @@ struct Trainer::Impl {
   std::string resumed_from;
   struct rusage usage0 {}, usage1 {};  // around the training loop
   std::map<std::string, double> model_metrics;  // what write_outputs reported
+  int64_t last_eval_step = -1;
+  std::map<std::string, double> last_eval;
 
   ~Impl() {
     if (file_sink) {
@@ -267,6 +269,11 @@ struct Trainer::Impl {
     ar.write("trainer/epoch_loss_sum", c10::IValue(epoch_loss_sum));
     ar.write("trainer/epoch_batches", c10::IValue(epoch_batches));
     ar.write("trainer/micro_batch_size", c10::IValue(s.micro_batch_size));
+    if (loader->streaming()) {  // where the text stream stands, so a resume continues it exactly
+      const std::string& pos = loader->position();
+      ar.write("trainer/data_position",
+               torch::from_blob(const_cast<char*>(pos.data()), {static_cast<int64_t>(pos.size())}, torch::kUInt8).clone());
+    }
     const fs::path dir = s.run_dir / "checkpoints";
     save_archive_atomic(ar, checkpoint_path(dir, s.step));
     prune_checkpoints(dir, static_cast<int>(p.trainer.get_int("keep_checkpoints")));
@@ -337,6 +344,13 @@ struct Trainer::Impl {
     epoch_batches = read_int(ar, "trainer/epoch_batches");
     s.micro_batch_size = read_int(ar, "trainer/micro_batch_size");
     set_lr(read_double(ar, "trainer/lr"));
+    if (loader->streaming()) {
+      at::Tensor pos;
+      TT_CHECK(ar.try_read("trainer/data_position", pos), file.string(),
+               " has no stream position (it was written for a map-style dataset): resume with the pipeline it was made with");
+      pos = pos.contiguous();
+      loader->restore(next_epoch, next_batch, std::string(static_cast<const char*>(pos.data_ptr()), pos.numel()));
+    }
     resumed = true;
   }
 
@@ -469,6 +483,11 @@ struct Trainer::Impl {
 
   void evaluate(json* into) {
     if (!data.validation) return;
+    if (last_eval_step == s.step) {  // the final evaluation right after a periodic one at this step
+      if (into)
+        for (const auto& [k, v] : last_eval) (*into)[k] = v;
+      return;
+    }
     int64_t bs = p.trainer.is_set("eval_batch_size") ? p.trainer.get_int("eval_batch_size") : s.batch_size;
     auto m = s.model->evaluate(*data.validation, bs);
     json line{{"step", s.step}};
@@ -477,11 +496,28 @@ struct Trainer::Impl {
       line[k] = v;
       if (into) (*into)[k] = v;
     }
+    last_eval_step = s.step;
+    last_eval = m;
     fire(Event::EVAL);
     metrics.write(line.dump());
     std::string text;
     for (const auto& [k, v] : m) text += fmt::format(" {} {:.6g}", k, v);
     log().info("step {}:{}", s.step, text);
+  }
+
+  // What the breakdown should be from the parameters, the optimizer's kind and the model's
+  // own activation estimate, before measuring: the measured figures are checked against it.
+  json memory_estimate() const {
+    int64_t trainable_bytes = 0;
+    for (const auto& t : trainable) trainable_bytes += static_cast<int64_t>(t.nbytes());
+    json e = {{"parameters_bytes", mem.parameters}, {"gradients_bytes", trainable_bytes}};
+    const std::string& opt = p.optimizer.name;
+    if (opt == "adam" || opt == "adamw") e["optimizer_state_bytes"] = 2 * trainable_bytes;  // two moments
+    else if (opt == "sgd")
+      e["optimizer_state_bytes"] = p.optimizer.options.get_float("momentum") != 0 ? trainable_bytes : 0;
+    const int64_t act = s.model->estimate_activation_bytes(s.micro_batch_size);
+    if (act >= 0) e["activations_bytes"] = act;
+    return e;
   }
 
   // ---------------------------------------------------------------- fit
@@ -657,6 +693,7 @@ struct Trainer::Impl {
         {"outputs", json::array()},
     };
     for (const auto& pl : plugins) summary["plugins"].push_back(pl->name());
+    summary["memory_estimate"] = memory_estimate();
     auto secs = [](const timeval& a, const timeval& b) { return (b.tv_sec - a.tv_sec) + 1e-6 * (b.tv_usec - a.tv_usec); };
     summary["process"] = {{"user_cpu_seconds", secs(usage0.ru_utime, usage1.ru_utime)},
                           {"system_cpu_seconds", secs(usage0.ru_stime, usage1.ru_stime)},
@@ -736,6 +773,20 @@ const Pipeline& Trainer::pipeline() const { return impl_->p; }
 const fs::path& Trainer::run_dir() const { return impl_->s.run_dir; }
 const std::vector<double>& Trainer::step_losses() const { return impl_->step_losses; }
 const MemoryBreakdown& Trainer::memory() const { return impl_->mem; }
+
+std::string Trainer::generate(const std::string& prompt, const GenerateOptions& options) {
+  Model& model = *impl_->s.model;
+  torch::NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  std::string text = model.generate(prompt, options);
+  model.train(was_training);
+  std::ofstream out(impl_->s.run_dir / "samples.txt", std::ios::app);
+  out << "--- prompt: " << prompt << " (tokens " << options.tokens << ", temperature " << options.temperature
+      << ", top_k " << options.top_k << ", seed " << options.seed << ")\n"
+      << text << "\n";
+  return text;
+}
 std::string Trainer::summary_json() const { return impl_->summary.dump(2); }
 
 Pipeline Trainer::pipeline_of_run(const fs::path& run_dir, const std::vector<std::string>& overrides) {

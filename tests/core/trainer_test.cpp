@@ -187,7 +187,7 @@ TEST(Trainer, WritesRunDirectory) {
     epochs += j.contains("epoch_loss");
   }
   EXPECT_EQ(steps, 12);
-  EXPECT_EQ(evals, 4);  // steps 4, 8, 12 and the final evaluation
+  EXPECT_EQ(evals, 3);  // steps 4, 8, 12; the final evaluation at step 12 is not repeated
   EXPECT_EQ(epochs, 3);
   if (system("command -v gnuplot >/dev/null") == 0) {
     EXPECT_TRUE(fs::exists(dir / "loss.png"));

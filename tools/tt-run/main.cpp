@@ -12,6 +12,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "tt/compat.h"
 #include "tt/error.h"
@@ -70,6 +71,8 @@ int main(int argc, char** argv) {
   std::string pipeline_file, resume_dir, run_dir;
   std::vector<std::string> overrides;
   bool dry_run = false, list = false, version = false, quiet = false;
+  std::optional<std::string> sample_prompt;
+  tt::GenerateOptions gen;
   app.add_option("pipeline", pipeline_file, "pipeline YAML file (e.g. configs/quickstart.yaml)");
   app.add_option("overrides", overrides, "key=value overrides, e.g. trainer.batch_size=64 plugins.0.dtype=bf16");
   app.add_flag("--dry-run", dry_run, "print the resolved pipeline (every default filled in) and exit");
@@ -78,6 +81,12 @@ int main(int argc, char** argv) {
   app.add_flag("--list", list, "list models, datasets, plugins, optimizers and schedules with their options");
   app.add_flag("--quiet,-q", quiet, "no progress display and no summary (still written to the run dir)");
   app.add_flag("--version", version, "print versions and exit");
+  app.add_option("--sample", sample_prompt,
+                 "after training (or, with --resume of a finished run, at once) continue PROMPT with the model");
+  app.add_option("--tokens", gen.tokens, "tokens to generate with --sample")->capture_default_str();
+  app.add_option("--temperature", gen.temperature, "sampling temperature (0: greedy)")->capture_default_str();
+  app.add_option("--top-k", gen.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
+  app.add_option("--seed", gen.seed, "random seed of the sampling")->capture_default_str();
   app.footer(
       "Exit codes: 0 done, 1 error, 2 bad pipeline or command line, 3 plugin/model library refused, "
       "4 out of memory, 5 NaN/inf loss, 130 interrupted (checkpoint written; resume with --resume).");
@@ -131,6 +140,14 @@ int main(int argc, char** argv) {
     }
     tt::Trainer trainer(std::move(pipeline), cfg);
     trainer.fit();
+    if (sample_prompt) {
+      if (gen.tokens < 1 || gen.temperature < 0 || gen.top_k < 0) {
+        std::fprintf(stderr, "tt-run: --tokens must be positive, --temperature and --top-k not negative\n");
+        return 2;
+      }
+      const std::string text = trainer.generate(*sample_prompt, gen);
+      std::printf("%s%s\n", quiet ? "" : "\nsample:\n", text.c_str());
+    }
     return 0;
   } catch (const tt::Interrupted& e) {
     std::fprintf(stderr, "tt-run: %s\n", e.what());

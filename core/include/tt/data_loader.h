@@ -1,6 +1,8 @@
 #pragma once
 // Batches over a map-style Dataset: shuffled per epoch from (seed, epoch), so a resumed
 // run sees the same order from its (epoch, batch) position; the last partial batch kept.
+// Over a StreamDataset: batches in order from next(); the stream's position after each
+// batch handed out is kept (position()) for checkpoints, and restore() puts it back.
 // With prefetch on, a background thread fetches the next batch while the current one
 // trains, so only the current and the next batch are resident.
 #include <ATen/core/Tensor.h>
@@ -9,6 +11,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "tt/dataset.h"
@@ -28,8 +31,18 @@ class TT_API DataLoader {
   Batch get(int64_t epoch, int64_t index);
   Dataset& dataset() { return *data_; }
 
+  bool streaming() const { return stream_ != nullptr; }
+  // Streams: where the stream stands after the last batch get() returned ("" for map-style).
+  const std::string& position() const { return position_; }
+  // Streams: continue at batch `index` of `epoch` from a saved position (before any get()).
+  void restore(int64_t epoch, int64_t index, const std::string& position);
+
  private:
-  Batch fetch(int64_t epoch, int64_t index);
+  struct Fetched {
+    Batch batch;
+    std::string position;
+  };
+  Fetched fetch(int64_t epoch, int64_t index);
   at::Tensor order(int64_t epoch);
   void request(int64_t epoch, int64_t index);
   void worker();
@@ -43,6 +56,11 @@ class TT_API DataLoader {
   int64_t order_epoch_ = -1;
   at::Tensor order_;
 
+  // streams: read strictly in order
+  StreamDataset* stream_ = nullptr;
+  int64_t stream_epoch_ = -1, stream_next_ = 0;
+  std::string position_;
+
   // prefetching: one slot, one worker thread
   bool prefetch_;
   std::thread thread_;
@@ -50,7 +68,7 @@ class TT_API DataLoader {
   std::condition_variable cv_;
   bool stop_ = false, requested_ = false, ready_ = false;
   int64_t req_epoch_ = -1, req_index_ = -1;
-  Batch result_;
+  Fetched result_;
   std::exception_ptr error_;
 };
 

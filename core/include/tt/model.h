@@ -30,6 +30,14 @@ struct ModelOutput {
   std::map<std::string, at::Tensor> extra; // anything plugins or metrics may want
 };
 
+// Text generation settings (tt-run --sample PROMPT --tokens N --temperature T --top-k K).
+struct GenerateOptions {
+  int64_t tokens = 200;
+  double temperature = 0.8;  // 0: greedy
+  int64_t top_k = 40;        // 0: sample from the whole vocabulary
+  uint64_t seed = 0;
+};
+
 class TT_API Model : public torch::nn::Module {
  public:
   ~Model() override;
@@ -44,6 +52,11 @@ class TT_API Model : public torch::nn::Module {
   // `gradients_read` is true when something besides the optimizer reads .grad (a plugin,
   // trainer.grad_clip): then gradients must stay the ordinary dense tensors everyone expects.
   virtual void on_optimizer(torch::optim::Optimizer& /*optimizer*/, bool /*gradients_read*/) {}
+  // Continues `prompt` (language models). The default refuses: this model does not generate.
+  virtual std::string generate(const std::string& prompt, const GenerateOptions& options);
+  // Predicted bytes of the tensors one forward pass keeps for backward at this micro-batch
+  // size, before running it (planning, and checked against the meter); -1: no estimate.
+  virtual int64_t estimate_activation_bytes(int64_t /*micro_batch_size*/) const { return -1; }
   // One line for the summary ("topic model: 1000 docs x 1000 terms, k=10").
   virtual std::string describe() const { return name(); }
 };

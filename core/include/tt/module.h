@@ -12,7 +12,7 @@
 #include "tt/compat.h"
 
 // Bump when tt_module_info, Registry, Plugin, Model, Dataset or State change layout.
-#define TT_API_VERSION 2u
+#define TT_API_VERSION 3u
 #define TT_MODULE_ENTRY_SYMBOL "tt_module_entry"
 
 namespace tt {

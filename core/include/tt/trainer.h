@@ -36,6 +36,10 @@ class TT_API Trainer {
   // Runs the whole fit. Throws tt::Error subclasses with a message for the user.
   void fit();
 
+  // After fit(): the model continues `prompt` (language models; others refuse with a
+  // ConfigError). Also written to RUN_DIR/samples.txt.
+  std::string generate(const std::string& prompt, const GenerateOptions& options);
+
   State& state();
   const Pipeline& pipeline() const;
   const std::filesystem::path& run_dir() const;

@@ -1,0 +1,517 @@
+#include "text_stream.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "tt/error.h"
+#include "tt/log.h"
+
+namespace tt::lm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// "5.37M", "12.3k", "917".
+std::string count_text(int64_t n) {
+  char buf[32];
+  const double v = static_cast<double>(n);
+  if (n < 10000)
+    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(n));
+  else if (n < 1000000)
+    std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
+  else if (n < 1000000000)
+    std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
+  else
+    std::snprintf(buf, sizeof buf, "%.2fG", v / 1e9);
+  return buf;
+}
+
+std::string join_paths(const std::vector<std::string>& paths) {
+  std::string out;
+  for (size_t i = 0; i < paths.size(); ++i) out += (i ? ", " : "") + paths[i];
+  return out;
+}
+
+// Length of the UTF-8 sequence a lead byte starts (1 for a stray byte).
+int utf8_length(unsigned char c) {
+  if (c < 0x80) return 1;
+  if ((c & 0xE0) == 0xC0) return 2;
+  if ((c & 0xF0) == 0xE0) return 3;
+  if ((c & 0xF8) == 0xF0) return 4;
+  return 1;
+}
+
+// Little-endian fixed-width fields for position().
+class ByteWriter {
+ public:
+  void u64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  }
+  void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
+  void i32(int32_t v) {
+    const auto u = static_cast<uint32_t>(v);
+    for (int i = 0; i < 4; ++i) out_.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
+  }
+  void bytes(const std::string& s) {
+    u64(s.size());
+    out_ += s;
+  }
+  void raw(const char* s, size_t n) { out_.append(s, n); }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class ByteReader {
+ public:
+  explicit ByteReader(const std::string& s) : s_(s) {}
+  bool ok() const { return ok_; }
+  bool done() const { return ok_ && pos_ == s_.size(); }
+  uint64_t u64() {
+    if (!need(8)) return 0;
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(s_[pos_ + i])) << (8 * i);
+    pos_ += 8;
+    return v;
+  }
+  int64_t i64() { return static_cast<int64_t>(u64()); }
+  int32_t i32() {
+    if (!need(4)) return 0;
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<unsigned char>(s_[pos_ + i])) << (8 * i);
+    pos_ += 4;
+    return static_cast<int32_t>(v);
+  }
+  // A count of `unit`-byte items that must fit in what is left.
+  uint64_t count(size_t unit) {
+    const uint64_t n = u64();
+    if (ok_ && unit > 0 && n > (s_.size() - pos_) / unit) ok_ = false;
+    return ok_ ? n : 0;
+  }
+  std::string bytes() {
+    const uint64_t n = count(1);
+    if (!need(n)) return {};
+    std::string out = s_.substr(pos_, n);
+    pos_ += n;
+    return out;
+  }
+  bool expect(const char* tag, size_t n) {
+    if (!need(n) || s_.compare(pos_, n, tag, n) != 0) return ok_ = false;
+    pos_ += n;
+    return true;
+  }
+
+ private:
+  bool need(uint64_t n) {
+    if (!ok_ || n > s_.size() - pos_) ok_ = false;
+    return ok_;
+  }
+  const std::string& s_;
+  size_t pos_ = 0;
+  bool ok_ = true;
+};
+
+constexpr char kTag[] = "tt-text-stream/1";
+constexpr size_t kTagLen = sizeof(kTag) - 1;
+
+}  // namespace
+
+TextStream::TextStream(TextStreamOptions o, std::shared_ptr<Tokenizer> tokenizer, std::string what)
+    : o_(std::move(o)), tokenizer_(std::move(tokenizer)), what_(std::move(what)) {
+  TT_CHECK(tokenizer_ != nullptr, what_, ": no tokenizer");
+  TT_CHECK_AS(ConfigError, o_.seq_len >= 1, what_, ": seq_len must be at least 1, got ", o_.seq_len);
+  TT_CHECK_AS(ConfigError, o_.stride >= 0, what_, ": stride must be 0 (seq_len) or positive, got ", o_.stride);
+  TT_CHECK_AS(ConfigError, o_.shuffle_buffer >= 0, what_, ": shuffle_buffer must be 0 (in order) or positive, got ",
+              o_.shuffle_buffer);
+  TT_CHECK_AS(ConfigError, o_.max_examples >= 0, what_, ": max_examples must be 0 (all) or positive, got ",
+              o_.max_examples);
+  TT_CHECK_AS(ConfigError, o_.chunk_bytes >= 1, what_, ": chunk_bytes must be positive, got ", o_.chunk_bytes);
+  if (o_.stride == 0) o_.stride = o_.seq_len;
+  TT_CHECK_AS(ConfigError, !o_.paths.empty(), what_, ": give the text files or directories to read");
+
+  // The files, in order: a directory contributes its regular files, recursively, sorted by path.
+  int64_t total_bytes = 0;
+  for (const auto& path : o_.paths) {
+    std::error_code ec;
+    const auto st = fs::status(path, ec);
+    TT_CHECK_AS(ConfigError, !ec && fs::exists(st), what_, ": no such file or directory: ", path);
+    if (fs::is_directory(st)) {
+      std::vector<std::string> found;
+      for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+        std::error_code ec2;
+        if (it->is_regular_file(ec2)) found.push_back(it->path().string());
+      }
+      TT_CHECK_AS(ConfigError, !ec, what_, ": cannot list the directory ", path, ": ", ec.message());
+      TT_CHECK_AS(ConfigError, !found.empty(), what_, ": no files in the directory ", path);
+      std::sort(found.begin(), found.end());
+      files_.insert(files_.end(), found.begin(), found.end());
+    } else {
+      TT_CHECK_AS(ConfigError, fs::is_regular_file(st), what_, ": not a regular file or directory: ", path);
+      files_.push_back(path);
+    }
+  }
+  for (const auto& f : files_) {
+    std::error_code ec;
+    const auto size = fs::file_size(f, ec);
+    TT_CHECK_AS(ConfigError, !ec, what_, ": cannot read ", f, ": ", ec.message());
+    total_bytes += static_cast<int64_t>(size);
+  }
+  if (total_bytes == 0) {
+    if (o_.paths.size() == 1 && files_.size() == 1)
+      TT_FAIL_AS(ConfigError, what_, ": ", o_.paths[0], " is empty (0 bytes): no text to read");
+    TT_FAIL_AS(ConfigError, what_, ": every file of ", join_paths(o_.paths), " is empty (", files_.size(),
+               " files, 0 bytes): no text to read");
+  }
+
+  // The counting pass: the same chunks and tokenizer as the epochs, one chunk at a time.
+  const auto t0 = std::chrono::steady_clock::now();
+  Reader reader;
+  Chunk c;
+  for (size_t f = 0; f < files_.size(); ++f) {
+    int64_t offset = 0;
+    do {
+      read_chunk(reader, f, offset, c);
+      tokens_ += static_cast<int64_t>(tokenizer_->encode(c.text).size());
+      chars_ += utf8_chars(c.text);
+      offset = c.next_offset;
+    } while (!c.last);
+  }
+  const int64_t need = o_.seq_len + 1;
+  TT_CHECK_AS(ConfigError, tokens_ >= need, what_, ": ", join_paths(o_.paths), " has ", tokens_, " tokens (",
+              tokenizer_->describe(), "); seq_len ", o_.seq_len, " needs at least ", need,
+              " for one window: lower seq_len or give more text");
+  windows_ = (tokens_ - need) / o_.stride + 1;
+  if (o_.max_examples > 0) windows_ = std::min(windows_, o_.max_examples);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (seconds > 1.0)
+    log().info("{}: {} files, {} chars, {} tokens, {} windows of {} (counted in {:.1f} s)", what_, files_.size(),
+               chars_, tokens_, windows_, o_.seq_len, seconds);
+}
+
+void TextStream::read_chunk(Reader& r, size_t file, int64_t offset, Chunk& c) const {
+  const std::string& path = files_[file];
+  if (r.file != file) {
+    r.in.close();
+    r.in.clear();
+    r.file = std::numeric_limits<size_t>::max();
+    r.in.open(path, std::ios::binary);
+    TT_CHECK(r.in.is_open(), what_, ": cannot open ", path);
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    TT_CHECK(!ec, what_, ": cannot read ", path, ": ", ec.message());
+    r.size = static_cast<int64_t>(size);
+    r.file = file;
+  }
+  const int64_t remaining = std::max<int64_t>(0, r.size - offset);
+  c.last = remaining <= o_.chunk_bytes;
+  const int64_t want = c.last ? remaining : o_.chunk_bytes;
+  c.text.resize(static_cast<size_t>(want));
+  int64_t got = 0;
+  if (want > 0) {
+    r.in.clear();
+    r.in.seekg(offset);
+    r.in.read(c.text.data(), want);
+    got = static_cast<int64_t>(r.in.gcount());
+  }
+  if (got < want) {  // the file shrank since it was opened: what is there is its end
+    c.text.resize(static_cast<size_t>(got));
+    c.last = true;
+  }
+  if (!c.last) {
+    // End at the last line break; a longer line is cut at chunk_bytes, before an incomplete
+    // UTF-8 sequence.
+    size_t cut = c.text.rfind('\n');
+    if (cut != std::string::npos) {
+      ++cut;
+    } else {
+      cut = c.text.size();
+      size_t k = cut - 1;
+      while (k > 0 && cut - k < 4 && (static_cast<unsigned char>(c.text[k]) & 0xC0) == 0x80) --k;
+      if (k > 0 && k + static_cast<size_t>(utf8_length(static_cast<unsigned char>(c.text[k]))) > cut) cut = k;
+    }
+    c.text.resize(cut);
+    c.next_offset = offset + static_cast<int64_t>(cut);
+  } else {
+    c.next_offset = offset + got;
+    if (!c.text.empty() && c.text.back() != '\n') c.text.push_back('\n');
+  }
+}
+
+bool TextStream::fill() {
+  if (file_ >= files_.size()) return false;
+  Chunk c;
+  read_chunk(reader_, file_, offset_, c);
+  const auto ids = tokenizer_->encode(c.text);
+  pending_.insert(pending_.end(), ids.begin(), ids.end());
+  if (c.last) {
+    ++file_;
+    offset_ = 0;
+  } else {
+    offset_ = c.next_offset;
+  }
+  return true;
+}
+
+bool TextStream::next_window(std::vector<int32_t>& out) {
+  const int64_t need = o_.seq_len + 1;
+  while (static_cast<int64_t>(pending_.size()) - pending_begin_ < need) {
+    if (file_ >= files_.size()) return false;
+    // Drop what was consumed (at most a window is left to move) before reading more.
+    const int64_t drop = std::min<int64_t>(pending_begin_, static_cast<int64_t>(pending_.size()));
+    pending_.erase(pending_.begin(), pending_.begin() + drop);
+    pending_begin_ -= drop;
+    fill();
+  }
+  out.assign(pending_.begin() + pending_begin_, pending_.begin() + pending_begin_ + need);
+  pending_begin_ += o_.stride;
+  return true;
+}
+
+bool TextStream::next_example(std::vector<int32_t>& out) {
+  if (o_.max_examples > 0 && emitted_ >= o_.max_examples) return false;
+  const auto capacity = static_cast<size_t>(o_.shuffle_buffer);
+  if (!exhausted_) {
+    if (capacity == 0 && buffer_.empty()) {
+      if (next_window(out)) {
+        ++emitted_;
+        return true;
+      }
+      exhausted_ = true;
+    } else {
+      while (buffer_.size() < capacity) {
+        std::vector<int32_t> w;
+        if (!next_window(w)) {
+          exhausted_ = true;
+          break;
+        }
+        buffer_.push_back(std::move(w));
+      }
+      if (!exhausted_) {
+        std::vector<int32_t> w;
+        if (next_window(w)) {
+          std::uniform_int_distribution<size_t> pick(0, buffer_.size() - 1);
+          const size_t j = pick(rng_);
+          out = std::move(buffer_[j]);
+          buffer_[j] = std::move(w);
+          ++emitted_;
+          return true;
+        }
+        exhausted_ = true;
+      }
+    }
+  }
+  // The stream is over: what is left in the buffer, in a random order.
+  if (buffer_.empty()) return false;
+  std::uniform_int_distribution<size_t> pick(0, buffer_.size() - 1);
+  const size_t j = pick(rng_);
+  out = std::move(buffer_[j]);
+  if (j + 1 != buffer_.size()) buffer_[j] = std::move(buffer_.back());
+  buffer_.pop_back();
+  ++emitted_;
+  return true;
+}
+
+void TextStream::start_epoch(int64_t epoch) {
+  epoch_ = epoch;
+  file_ = 0;
+  offset_ = 0;
+  pending_.clear();
+  pending_.shrink_to_fit();
+  pending_begin_ = 0;
+  emitted_ = 0;
+  exhausted_ = false;
+  buffer_.clear();
+  rng_.seed(splitmix64(o_.seed * 1000003ULL + static_cast<uint64_t>(epoch) + 1));
+}
+
+Batch TextStream::next(int64_t n) {
+  TT_CHECK(n >= 1, what_, ": next() needs a positive number of examples, got ", n);
+  if (epoch_ < 0) start_epoch(0);
+  const int64_t width = o_.seq_len + 1;
+  std::vector<int64_t> data;
+  std::vector<int32_t> w;
+  int64_t rows = 0;
+  while (rows < n && next_example(w)) {
+    data.insert(data.end(), w.begin(), w.end());
+    ++rows;
+  }
+  Batch b;
+  if (rows == 0) return b;
+  auto all = torch::empty({rows, width}, torch::kLong);
+  std::memcpy(all.data_ptr<int64_t>(), data.data(), data.size() * sizeof(int64_t));
+  b.set("input", all.narrow(1, 0, o_.seq_len).contiguous());
+  b.set("target", all.narrow(1, 1, o_.seq_len).contiguous());
+  return b;
+}
+
+std::string TextStream::position() const {
+  ByteWriter w;
+  w.raw(kTag, kTagLen);
+  w.u64(files_.size());
+  w.i64(o_.seq_len);
+  w.i64(tokenizer_->vocab_size());
+  w.i64(epoch_);
+  w.u64(file_);
+  w.i64(offset_);
+  const int64_t kept_from = std::min<int64_t>(pending_begin_, static_cast<int64_t>(pending_.size()));
+  w.i64(pending_begin_ - kept_from);  // tokens still to skip (a stride longer than a window)
+  w.u64(pending_.size() - static_cast<size_t>(kept_from));
+  for (size_t i = static_cast<size_t>(kept_from); i < pending_.size(); ++i) w.i32(pending_[i]);
+  w.i64(emitted_);
+  w.u64(exhausted_ ? 1 : 0);
+  w.u64(buffer_.size());
+  for (const auto& win : buffer_) {
+    w.u64(win.size());
+    for (int32_t t : win) w.i32(t);
+  }
+  std::ostringstream rng;
+  rng << rng_;
+  w.bytes(rng.str());
+  return w.take();
+}
+
+void TextStream::position_mismatch(const std::string& what_differs) const {
+  TT_FAIL(what_, ": the checkpoint's data position does not match this dataset: ", what_differs);
+}
+
+void TextStream::restore(const std::string& position) {
+  ByteReader r(position);
+  if (!r.expect(kTag, kTagLen))
+    position_mismatch("it is not a text stream position (" + std::to_string(position.size()) +
+                      " bytes without the tag '" + kTag + "')");
+  const auto truncated = [&] {
+    position_mismatch("the position is truncated or corrupt (" + std::to_string(position.size()) + " bytes)");
+  };
+  const uint64_t n_files = r.u64();
+  const int64_t seq_len = r.i64();
+  const int64_t vocab = r.i64();
+  if (!r.ok()) truncated();
+  if (n_files != files_.size())
+    position_mismatch("it was saved from " + std::to_string(n_files) + " files, this dataset has " +
+                      std::to_string(files_.size()));
+  if (seq_len != o_.seq_len)
+    position_mismatch("it was saved with seq_len " + std::to_string(seq_len) + ", this dataset has seq_len " +
+                      std::to_string(o_.seq_len));
+  if (vocab != tokenizer_->vocab_size())
+    position_mismatch("it was saved with a tokenizer of " + std::to_string(vocab) + " tokens, this one (" +
+                      tokenizer_->describe() + ") has " + std::to_string(tokenizer_->vocab_size()));
+  const auto in_vocab = [&](int32_t t) { return t >= 0 && t < vocab; };
+
+  const int64_t epoch = r.i64();
+  const uint64_t file = r.u64();
+  const int64_t offset = r.i64();
+  const int64_t skip = r.i64();
+  std::vector<int32_t> pending(r.count(4));
+  for (auto& t : pending) t = r.i32();
+  const int64_t emitted = r.i64();
+  const uint64_t exhausted = r.u64();
+  std::vector<std::vector<int32_t>> buffer(r.count(8));
+  for (auto& win : buffer) {
+    win.resize(r.count(4));
+    for (auto& t : win) t = r.i32();
+    if (!r.ok()) break;
+    if (static_cast<int64_t>(win.size()) != seq_len + 1) truncated();
+  }
+  const std::string rng_text = r.bytes();
+  if (!r.done()) truncated();
+  if (epoch < -1 || file > files_.size() || offset < 0 || skip < 0 || emitted < 0 || exhausted > 1) truncated();
+  for (int32_t t : pending)
+    if (!in_vocab(t)) truncated();
+  for (const auto& win : buffer)
+    for (int32_t t : win)
+      if (!in_vocab(t)) truncated();
+  std::mt19937_64 rng;
+  std::istringstream rs(rng_text);
+  rs >> rng;
+  if (rs.fail()) truncated();
+
+  epoch_ = epoch;
+  file_ = static_cast<size_t>(file);
+  offset_ = offset;
+  pending_ = std::move(pending);
+  pending_begin_ = skip;
+  emitted_ = emitted;
+  exhausted_ = exhausted != 0;
+  buffer_ = std::move(buffer);
+  rng_ = rng;
+  reader_.in.close();
+  reader_.file = std::numeric_limits<size_t>::max();
+}
+
+std::map<std::string, int64_t> TextStream::info() const {
+  return {{"vocab_size", tokenizer_->vocab_size()}, {"seq_len", o_.seq_len}, {"tokens", tokens_}};
+}
+
+std::string TextStream::describe() const {
+  std::string s = "text: " + std::to_string(files_.size()) + (files_.size() == 1 ? " file, " : " files, ") +
+                  count_text(chars_) + " chars, " + count_text(tokens_) + " tokens (" + tokenizer_->describe() +
+                  "), " + std::to_string(windows_) + " windows of " + std::to_string(o_.seq_len);
+  if (o_.stride != o_.seq_len) s += " every " + std::to_string(o_.stride) + " tokens";
+  if (o_.shuffle_buffer > 0) s += ", shuffle buffer " + std::to_string(o_.shuffle_buffer);
+  return s;
+}
+
+Schema text_schema() {
+  Schema s;
+  s.add("train", Type::List, "~", "text files or directories (their files, recursively, sorted by path) to train on")
+      .add("validation", Type::List, "~", "text files or directories for validation (optional)")
+      .add("tokenizer", Type::String, "bytes", "bytes, or a SentencePiece .model made with tt-data tokenizer")
+      .add("seq_len", Type::Int, "256", "tokens a window predicts (a window is seq_len + 1 tokens)")
+      .add("stride", Type::Int, "0", "tokens between window starts (0: seq_len, no overlap)")
+      .add("shuffle_buffer", Type::Int, "2048", "windows held to shuffle the stream (0: in order)")
+      .add("max_examples", Type::Int, "0", "training windows per epoch (0: all)")
+      .add("validation_max_examples", Type::Int, "0", "validation windows (0: all)")
+      .add("chunk_bytes", Type::Bytes, "1MiB", "text read and tokenized at once (ends at a line break)");
+  return s;
+}
+
+Datasets make_text(const Options& o, uint64_t seed) {
+  TT_CHECK_AS(ConfigError, o.is_set("train"), o.context(), ".train: give the text files or directories to train on");
+  TextStreamOptions t;
+  t.paths = o.get_list("train");
+  t.seq_len = o.get_int("seq_len");
+  t.stride = o.get_int("stride");
+  t.shuffle_buffer = o.get_int("shuffle_buffer");
+  t.max_examples = o.get_int("max_examples");
+  t.chunk_bytes = o.get_bytes("chunk_bytes");
+  t.seed = seed;
+  const int64_t validation_max = o.get_int("validation_max_examples");
+  o.check(!t.paths.empty(), "train", "must name at least one text file or directory");
+  o.check(t.seq_len >= 1, "seq_len", "must be at least 1");
+  o.check(t.stride >= 0, "stride", "must be 0 (seq_len) or positive");
+  o.check(t.shuffle_buffer >= 0, "shuffle_buffer", "must be 0 (in order) or positive");
+  o.check(t.max_examples >= 0, "max_examples", "must be 0 (all) or positive");
+  o.check(validation_max >= 0, "validation_max_examples", "must be 0 (all) or positive");
+  o.check(t.chunk_bytes >= 1, "chunk_bytes", "must be positive");
+
+  auto tokenizer = load_tokenizer(o.get_string("tokenizer"));
+  Datasets out;
+  out.train = std::make_shared<TextStream>(t, tokenizer, o.context() + ".train");
+  if (o.is_set("validation")) {
+    TextStreamOptions v = t;
+    v.paths = o.get_list("validation");
+    o.check(!v.paths.empty(), "validation", "must name at least one text file or directory, or be left out");
+    v.stride = v.seq_len;  // every token predicted once
+    v.shuffle_buffer = 0;
+    v.max_examples = validation_max;
+    out.validation = std::make_shared<TextStream>(v, tokenizer, o.context() + ".validation");
+  }
+  return out;
+}
+
+}  // namespace tt::lm

@@ -1,0 +1,348 @@
+// Tokenizers: bytes, and SentencePiece over Debian's libsentencepiece (0.1.97).
+//
+// SentencePiece models are trained for exact, cut-independent round trips:
+//  - normalization_rule_name=identity, remove_extra_whitespaces=false: the text is not
+//    rewritten (nmt_nfkc would change some characters and collapse runs of spaces);
+//  - add_dummy_prefix=false: no space is invented before the first word, so
+//    decode(encode(a) + encode(b)) == a + b, and a text tokenizes the same wherever the text
+//    stream cuts it into chunks (it cuts at line breaks);
+//  - byte_fallback: characters the model never saw (newlines included: training reads lines)
+//    become their UTF-8 bytes, so nothing is <unk>.
+// What does not round trip: U+2581 '▁' (SentencePiece's space marker, decoded as ' ') and
+// invalid UTF-8 (decoded as U+FFFD).
+//
+// Nothing here links against libsentencepiece. It exports its own copy of protobuf (3.14), and
+// LibTorch loads libprotobuf 3.21: linked normally, one copy's symbols replace the other's
+// (a crash at start, or protobuf's version check aborting on first use). So the library is
+// opened on first use with RTLD_LOCAL | RTLD_DEEPBIND, where it binds to its own protobuf and
+// stays out of everyone else's way. Its classes come from its headers; virtual functions are
+// called through its vtables; the few other functions are looked up by name (SentencePieceLib).
+#include "tokenizer.h"
+
+#include <dlfcn.h>
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <new>
+#include <thread>
+#include <type_traits>
+#include <unordered_map>
+
+#include "tt/error.h"
+
+namespace fs = std::filesystem;
+namespace sp = sentencepiece;
+
+namespace tt::lm {
+
+namespace {
+
+const char* const kMakeOne =
+    "make one with: tt-data tokenizer --input FILES --vocab-size N --out tok.model, or use tokenizer: bytes";
+
+using TrainArgs = std::unordered_map<std::string, std::string>;
+
+// The functions used that are neither virtual nor inline, as member functions are called in
+// the Itanium C++ ABI (`this` first).
+struct SentencePieceLib {
+  void (*construct_processor)(sp::SentencePieceProcessor*);
+  void (*destroy_status)(sp::util::Status*);
+  const char* (*status_message)(const sp::util::Status*);
+  sp::util::Status (*train)(const TrainArgs&, sp::SentenceIterator*, std::string*);
+  int (*log_level)();
+  void (*set_log_level)(int);
+};
+
+const SentencePieceLib& sentencepiece() {
+  static const SentencePieceLib lib = [] {
+    const char* const file = "libsentencepiece_train.so.0";  // and libsentencepiece.so.0, which it needs
+    void* handle = ::dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    TT_CHECK(handle, "cannot load SentencePiece (", ::dlerror(),
+             "): apt-get install libsentencepiece0 (Debian), or use tokenizer: bytes");
+    const auto find = [&](const char* name) {
+      void* p = ::dlsym(handle, name);
+      TT_CHECK(p, "SentencePiece (", file, ") has no ", name, "; tt is built for libsentencepiece 0.1.97");
+      return p;
+    };
+    SentencePieceLib l{};
+    l.construct_processor = reinterpret_cast<decltype(l.construct_processor)>(
+        find("_ZN13sentencepiece22SentencePieceProcessorC1Ev"));
+    l.destroy_status = reinterpret_cast<decltype(l.destroy_status)>(find("_ZN13sentencepiece4util6StatusD1Ev"));
+    l.status_message =
+        reinterpret_cast<decltype(l.status_message)>(find("_ZNK13sentencepiece4util6Status13error_messageEv"));
+    l.train = reinterpret_cast<decltype(l.train)>(
+        find("_ZN13sentencepiece20SentencePieceTrainer5TrainERKSt13unordered_mapINSt7__cxx1112basic_stringIcSt11char_"
+             "traitsIcESaIcEEES7_St4hashIS7_ESt8equal_toIS7_ESaISt4pairIKS7_S7_EEEPNS_16SentenceIteratorEPS7_"));
+    l.log_level = reinterpret_cast<decltype(l.log_level)>(find("_ZN13sentencepiece7logging14GetMinLogLevelEv"));
+    l.set_log_level = reinterpret_cast<decltype(l.set_log_level)>(find("_ZN13sentencepiece7logging14SetMinLogLevelEi"));
+    return l;
+  }();
+  return lib;
+}
+
+// A util::Status that SentencePiece returned, built in place and destroyed by the library.
+class Status {
+ public:
+  template <class Call>
+  explicit Status(Call&& call) {
+    new (&storage_) sp::util::Status(call());  // the returned prvalue is built right here
+  }
+  ~Status() { sentencepiece().destroy_status(get()); }
+  Status(const Status&) = delete;
+  Status& operator=(const Status&) = delete;
+
+  bool ok() const { return get()->ok(); }
+  // Its message without the "file.cc(line) [condition] " SentencePiece puts first.
+  std::string message() const {
+    const char* raw = sentencepiece().status_message(get());
+    std::string m = raw ? raw : "";
+    if (const auto cc = m.find(".cc("); cc != std::string::npos) {
+      const auto end = m.find("] ", cc);
+      m = end == std::string::npos ? "" : m.substr(end + 2);
+    }
+    while (!m.empty() && m.back() == ' ') m.pop_back();
+    return m;
+  }
+
+ private:
+  sp::util::Status* get() const {
+    return std::launder(reinterpret_cast<sp::util::Status*>(const_cast<Storage*>(&storage_)));
+  }
+  using Storage = std::aligned_storage_t<sizeof(sp::util::Status), alignof(sp::util::Status)>;
+  Storage storage_;
+};
+
+// The model type from a .model file, a serialized ModelProto (field 2: TrainerSpec; its field
+// 3: the ModelType enum), read from the protobuf wire format: the .pb.h is not installed.
+std::string model_type_of(const std::string& proto) {
+  size_t at = 0;
+  const auto varint = [&](size_t end) {
+    uint64_t v = 0;
+    for (int shift = 0; at < end && shift < 64; shift += 7) {
+      const auto b = static_cast<uint8_t>(proto[at++]);
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) break;
+    }
+    return v;
+  };
+  // Moves `at` to the value of `field` within [at, end); false if absent or malformed.
+  const auto find = [&](size_t end, uint64_t field, uint64_t wire_type) {
+    while (at < end) {
+      const uint64_t key = varint(end);
+      if (key >> 3 == field && (key & 7) == wire_type) return true;
+      switch (key & 7) {
+        case 0: varint(end); break;
+        case 1: at += 8; break;
+        case 2: at += varint(end); break;
+        case 5: at += 4; break;
+        default: return false;
+      }
+    }
+    return false;
+  };
+  if (!find(proto.size(), 2, 2)) return "unigram";  // absent: the proto's default
+  const size_t spec_end = std::min(proto.size(), at + varint(proto.size()));
+  if (!find(spec_end, 3, 0)) return "unigram";
+  switch (varint(spec_end)) {
+    case 2: return "bpe";
+    case 3: return "word";
+    case 4: return "char";
+    default: return "unigram";
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::string bytes;
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    char buf[1 << 16];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) bytes.append(buf, n);
+    std::fclose(f);
+  }
+  return bytes;
+}
+
+class SentencePieceTokenizer : public Tokenizer {
+ public:
+  explicit SentencePieceTokenizer(const std::string& path) : path_(path) {
+    std::error_code ec;
+    TT_CHECK(fs::is_regular_file(path, ec), "tokenizer model '", path, "' not found; ", kMakeOne);
+    const std::string proto = read_file(path);
+    TT_CHECK(!proto.empty(), "tokenizer model '", path, "' is empty; ", kMakeOne);
+    auto* processor = static_cast<sp::SentencePieceProcessor*>(::operator new(sizeof(sp::SentencePieceProcessor)));
+    sentencepiece().construct_processor(processor);
+    sp_.reset(processor);
+    const Status status([&] { return sp_->Load(path); });
+    if (!status.ok()) {
+      const std::string why = status.message();
+      TT_FAIL("cannot load the tokenizer model '", path, "': not a SentencePiece model (",
+              why.empty() ? "it does not parse" : why, "); ", kMakeOne);
+    }
+    vocab_ = sp_->GetPieceSize();
+    type_ = model_type_of(proto);
+  }
+
+  int64_t vocab_size() const override { return vocab_; }
+
+  std::vector<int32_t> encode(std::string_view text) const override {
+    std::vector<int> ids;
+    const Status status([&] { return sp_->Encode(text, &ids); });
+    TT_CHECK(status.ok(), "SentencePiece (", path_, ") could not encode text: ", status.message());
+    return {ids.begin(), ids.end()};
+  }
+
+  std::string decode(const std::vector<int32_t>& ids) const override {
+    for (const int32_t id : ids)
+      TT_CHECK(id >= 0 && id < vocab_, "token id ", id, " is outside the vocabulary of ", describe(), " (0..",
+               vocab_ - 1, ")");
+    std::string text;
+    const std::vector<int> sp_ids(ids.begin(), ids.end());
+    const Status status([&] { return sp_->Decode(sp_ids, &text); });
+    TT_CHECK(status.ok(), "SentencePiece (", path_, ") could not decode: ", status.message());
+    return text;
+  }
+
+  std::string describe() const override {
+    return "sentencepiece " + path_ + " (" + type_ + ", " + std::to_string(vocab_) + ")";
+  }
+  std::string spec() const override { return path_; }
+
+ private:
+  std::string path_;
+  // Encode and Decode are const and thread-safe; deleting calls the library's virtual destructor.
+  std::unique_ptr<sp::SentencePieceProcessor> sp_;
+  int64_t vocab_ = 0;
+  std::string type_;
+};
+
+// Restores SentencePiece's log level when training ends, however it ends.
+struct QuietLog {
+  int saved = sentencepiece().log_level();
+  QuietLog() { sentencepiece().set_log_level(1); }  // warnings and errors; not every merge step
+  ~QuietLog() { sentencepiece().set_log_level(saved); }
+};
+
+}  // namespace
+
+Tokenizer::~Tokenizer() = default;
+
+std::vector<int32_t> ByteTokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids(text.size());
+  std::transform(text.begin(), text.end(), ids.begin(), [](char c) { return static_cast<uint8_t>(c); });
+  return ids;
+}
+
+std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string text(ids.size(), '\0');
+  for (size_t i = 0; i < ids.size(); ++i) {
+    TT_CHECK(ids[i] >= 0 && ids[i] < 256, "token id ", ids[i], " is not a byte (the bytes tokenizer has ids 0..255)");
+    text[i] = static_cast<char>(ids[i]);
+  }
+  return text;
+}
+
+std::shared_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
+  if (spec == "bytes") return std::make_shared<ByteTokenizer>();
+  TT_CHECK(!spec.empty(), "no tokenizer named: use tokenizer: bytes, or a SentencePiece .model path (", kMakeOne,
+           ")");
+  return std::make_shared<SentencePieceTokenizer>(spec);
+}
+
+std::vector<std::string> text_files(const std::vector<std::string>& inputs) {
+  std::vector<std::string> files;
+  for (const auto& input : inputs) {
+    std::error_code ec;
+    if (fs::is_directory(input, ec)) {
+      std::vector<std::string> found;
+      for (auto it = fs::recursive_directory_iterator(input, fs::directory_options::follow_directory_symlink, ec);
+           !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+        if (it->is_regular_file(ec)) found.push_back(it->path().string());
+      TT_CHECK_AS(ConfigError, !ec, "cannot list the directory '", input, "': ", ec.message());
+      TT_CHECK_AS(ConfigError, !found.empty(), "the directory '", input, "' holds no files");
+      std::sort(found.begin(), found.end());
+      files.insert(files.end(), found.begin(), found.end());
+    } else {
+      TT_CHECK_AS(ConfigError, fs::is_regular_file(input, ec), "input '", input, "' not found");
+      files.push_back(input);
+    }
+  }
+  return files;
+}
+
+void train_sentencepiece(const TokenizerTraining& t) {
+  const std::string ext = ".model";
+  TT_CHECK_AS(ConfigError, t.out.size() > ext.size() && t.out.compare(t.out.size() - ext.size(), ext.size(), ext) == 0,
+              "--out must end in .model (got '", t.out, "'); the .vocab is written beside it");
+  TT_CHECK_AS(ConfigError, !t.inputs.empty(), "name the training text with --input FILES (files or directories)");
+  TT_CHECK_AS(ConfigError,
+              t.model_type == "bpe" || t.model_type == "unigram" || t.model_type == "char" || t.model_type == "word",
+              "--model-type must be bpe, unigram, char or word, got '", t.model_type, "'");
+  TT_CHECK_AS(ConfigError, t.vocab_size > 0, "--vocab-size must be positive, got ", t.vocab_size);
+  TT_CHECK_AS(ConfigError, t.character_coverage > 0 && t.character_coverage <= 1,
+              "--character-coverage must be in (0, 1], got ", t.character_coverage);
+  TT_CHECK_AS(ConfigError, t.max_sentences >= 0, "--max-sentences must be 0 (all lines) or positive, got ",
+              t.max_sentences);
+  TT_CHECK_AS(ConfigError, t.threads >= 0, "--threads must be 0 (all cores) or positive, got ", t.threads);
+
+  const std::vector<std::string> files = text_files(t.inputs);
+  uintmax_t bytes = 0;
+  std::string input;  // SentencePiece's list: comma-separated
+  for (const auto& f : files) {
+    TT_CHECK_AS(ConfigError, f.find(',') == std::string::npos, "SentencePiece cannot read '", f,
+                "': it splits its input list at commas; rename the file");
+    bytes += fs::file_size(f);
+    input += (input.empty() ? "" : ",") + f;
+  }
+  TT_CHECK_AS(ConfigError, bytes > 0, "the training text is empty (", files.size(), " file",
+              files.size() == 1 ? "" : "s", ")");
+
+  const fs::path dir = fs::absolute(t.out).parent_path();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  TT_CHECK_AS(ConfigError, fs::is_directory(dir) && ::access(dir.c_str(), W_OK) == 0, "cannot write '", t.out,
+              "': the directory '", dir.string(), "' is not writable", ec ? " (" + ec.message() + ")" : "");
+
+  const int threads = t.threads > 0 ? t.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const TrainArgs args = {
+      {"input", input},
+      {"model_prefix", t.out.substr(0, t.out.size() - ext.size())},
+      {"vocab_size", std::to_string(t.vocab_size)},
+      {"model_type", t.model_type},
+      {"byte_fallback", t.byte_fallback ? "true" : "false"},
+      {"character_coverage", std::to_string(t.character_coverage)},
+      {"input_sentence_size", std::to_string(t.max_sentences)},
+      {"shuffle_input_sentence", "true"},
+      {"num_threads", std::to_string(threads)},
+      // exact round trips (see the top of this file)
+      {"normalization_rule_name", "identity"},
+      {"remove_extra_whitespaces", "false"},
+      {"add_dummy_prefix", "false"},
+      // numbers digit by digit: a small vocabulary is not spent on them
+      {"split_digits", "true"},
+      // lines are sentences; the default (4192 bytes) would skip paragraph-per-line text
+      {"max_sentence_length", std::to_string(1 << 20)},
+  };
+  const auto& lib = sentencepiece();
+  std::string why;
+  {
+    const QuietLog quiet;
+    const Status status([&] { return lib.train(args, nullptr, nullptr); });
+    if (status.ok()) return;
+    why = status.message();
+  }
+  if (why.find("too high") != std::string::npos)
+    TT_FAIL_AS(ConfigError, "SentencePiece: ", why, " The text is too small for this vocabulary: try a smaller ",
+               "--vocab-size");
+  if (why.find("smaller than required_chars") != std::string::npos)  // its advice names spm_train's flags
+    TT_FAIL_AS(ConfigError, "SentencePiece: ", why.substr(0, why.find(" Increase")), " Try a larger --vocab-size ",
+               "(byte fallback alone takes 259 ids) or a lower --character-coverage");
+  TT_FAIL("SentencePiece training failed: ", why.empty() ? "no reason given" : why);
+}
+
+int64_t utf8_chars(std::string_view s) {
+  return std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<uint8_t>(c) & 0xC0) != 0x80; });
+}
+
+}  // namespace tt::lm

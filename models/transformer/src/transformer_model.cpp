@@ -1,0 +1,333 @@
+#include "transformer_model.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <vector>
+
+#include "text_stream.h"
+#include "tt/error.h"
+#include "tt/log.h"
+#include "tt/state.h"
+
+namespace tt::lm {
+
+std::string Shape::to_string() const {
+  return detail::cat("d_model ", d_model, ", ", n_layers, " layers, ", n_heads, " heads, d_ff ", d_ff, ", seq_len ",
+                     seq_len, ", vocab ", vocab, learned_positions ? ", learned positions" : ", rotary positions",
+                     tie_embeddings ? ", tied embeddings" : "", rms_norm ? ", RMSNorm" : "");
+}
+
+int64_t count_parameters(const Shape& s) {
+  const int64_t d = s.d_model, f = s.d_ff, b = s.bias ? 1 : 0;
+  const int64_t norm = s.rms_norm ? d : 2 * d;
+  const int64_t block = 2 * norm + (3 * d * d + b * 3 * d) + (d * d + b * d) + (d * f + b * f) + (f * d + b * d);
+  int64_t n = s.vocab * d + s.n_layers * block + norm;
+  if (s.learned_positions) n += s.seq_len * d;
+  if (!s.tie_embeddings) n += s.vocab * d;  // head (no bias)
+  return n;
+}
+
+namespace {
+// Heads for a width: head dimension 64 (32 below d_model 256), else the divisor of d_model
+// whose head dimension comes closest.
+int64_t heads_for(int64_t d) {
+  const int64_t want = d < 256 ? 32 : 64;
+  int64_t best = 1;
+  for (int64_t h = 1; h <= d; ++h)
+    if (d % h == 0 && std::abs(d / h - want) < std::abs(d / best - want)) best = h;
+  return best;
+}
+}  // namespace
+
+Shape shape_for_parameters(int64_t target, Shape base) {
+  TT_CHECK_AS(ConfigError, target > 0, "model.target_params must be positive");
+  // Among shapes whose count is within 5% of the target (or as close as any gets), the one
+  // nearest a small-GPT width/depth ratio: d_model about 32 x layers, 64 x above 20M.
+  const double aspect = target < 20'000'000 ? 32.0 : 64.0;
+  struct Candidate {
+    Shape s;
+    double miss, shape;
+  };
+  std::vector<Candidate> all;
+  double best_miss = std::numeric_limits<double>::infinity();
+  for (int64_t layers = 1; layers <= 96; ++layers)
+    for (int64_t d = 16; d <= 8192; d += d < 256 ? 8 : 32) {
+      Shape s = base;
+      s.n_layers = layers;
+      s.d_model = d;
+      s.n_heads = heads_for(d);
+      s.d_ff = 4 * d;
+      if (!s.learned_positions && (d / s.n_heads) % 2 != 0) continue;
+      const double miss = std::abs(std::log(static_cast<double>(count_parameters(s)) / static_cast<double>(target)));
+      if (miss > 0.5) continue;
+      best_miss = std::min(best_miss, miss);
+      all.push_back({s, miss, std::abs(std::log(static_cast<double>(d) / (aspect * static_cast<double>(layers))))});
+    }
+  TT_CHECK_AS(ConfigError, !all.empty(), "model.target_params ", target, " is out of reach for vocab ", base.vocab,
+              " and seq_len ", base.seq_len, " (the embeddings alone are larger, or the target is huge)");
+  const double tolerance = std::max(best_miss, std::log(1.05));
+  const Candidate* pick = nullptr;
+  for (const auto& c : all)
+    if (c.miss <= tolerance && (!pick || c.shape < pick->shape)) pick = &c;
+  return pick->s;
+}
+
+// ---------------------------------------------------------------- block
+
+TransformerBlock::TransformerBlock(const Shape& s) : rms_(s.rms_norm) {
+  auto make_norm = [&]() -> std::shared_ptr<torch::nn::Module> {
+    if (rms_) return tt::nn::RMSNorm(s.d_model).ptr();
+    return tt::nn::LayerNorm(s.d_model).ptr();
+  };
+  ln1 = register_module("ln1", make_norm());
+  tt::nn::AttentionImpl::Options a;
+  a.d_model = s.d_model;
+  a.n_heads = s.n_heads;
+  a.causal = true;
+  a.rotary = !s.learned_positions;
+  a.bias = s.bias;
+  a.dropout = s.dropout;
+  attn = register_module("attn", tt::nn::Attention(a));
+  ln2 = register_module("ln2", make_norm());
+  mlp = register_module("mlp", tt::nn::MLP(s.d_model, s.d_ff, s.dropout, s.bias));
+}
+
+at::Tensor TransformerBlock::norm(torch::nn::Module& m, const at::Tensor& x) const {
+  if (rms_) return static_cast<tt::nn::RMSNormImpl&>(m).forward(x);
+  return static_cast<tt::nn::LayerNormImpl&>(m).forward(x);
+}
+
+at::Tensor TransformerBlock::forward(const at::Tensor& x) {
+  at::Tensor a = attn->forward(norm(*ln1, x));
+  if (attn->options.dropout > 0) a = torch::dropout(a, attn->options.dropout, is_training());
+  at::Tensor h = x + a;
+  return h + mlp->forward(norm(*ln2, h));
+}
+
+// ---------------------------------------------------------------- model
+
+TransformerLM::TransformerLM(const Shape& s, std::shared_ptr<Tokenizer> tokenizer, Sampling sampling,
+                             std::string sample_prompt)
+    : s_(s), tokenizer_(std::move(tokenizer)), sampling_(sampling), sample_prompt_(std::move(sample_prompt)) {
+  tok = register_module("tok", tt::nn::Embedding(s.vocab, s.d_model));
+  if (s.learned_positions) pos = register_module("pos", tt::nn::Embedding(s.seq_len, s.d_model));
+  blocks = register_module("blocks", tt::nn::BlockStack());
+  for (int64_t i = 0; i < s.n_layers; ++i) blocks->push_back(std::make_shared<TransformerBlock>(s));
+  ln_f = register_module("ln_f", s.rms_norm ? tt::nn::RMSNorm(s.d_model).ptr()
+                                            : std::shared_ptr<torch::nn::Module>(tt::nn::LayerNorm(s.d_model).ptr()));
+  if (!s.tie_embeddings) head = register_module("head", tt::nn::Linear(s.d_model, s.vocab, false));
+
+  // GPT-2 initialisation: N(0, 0.02) weights, zero biases, residual projections / sqrt(2 L).
+  torch::NoGradGuard no_grad;
+  const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(s.n_layers));
+  for (auto& [name, lin] : tt::nn::find_modules<tt::nn::LinearImpl>(*this)) {
+    const bool residual = name.size() > 5 && (name.rfind(".proj") == name.size() - 5 || name.rfind(".fc2") == name.size() - 4);
+    lin->weight.normal_(0.0, residual ? resid_std : 0.02);
+    if (lin->bias.defined()) lin->bias.zero_();
+  }
+}
+
+at::Tensor TransformerLM::logits(const at::Tensor& ids) {
+  TT_CHECK(ids.dim() == 2, "transformer: token ids must be [batch, time], got ", ids.sizes());
+  const int64_t T = ids.size(1);
+  TT_CHECK(T <= s_.seq_len || !s_.learned_positions, "transformer: ", T,
+           " tokens exceed the model's seq_len ", s_.seq_len, " (learned positions)");
+  at::Tensor x = tok->forward(ids);
+  if (s_.learned_positions) x = x + pos->forward(torch::arange(T, torch::dtype(torch::kLong).device(ids.device())));
+  if (s_.dropout > 0) x = torch::dropout(x, s_.dropout, is_training());
+  x = blocks->forward(x);
+  x = s_.rms_norm ? static_cast<tt::nn::RMSNormImpl&>(*ln_f).forward(x)
+                  : static_cast<tt::nn::LayerNormImpl&>(*ln_f).forward(x);
+  return s_.tie_embeddings ? torch::matmul(x, tok->weight.t()) : head->forward(x);
+}
+
+ModelOutput TransformerLM::forward_loss(const Batch& batch) {
+  const at::Tensor& input = batch.at("input");
+  const at::Tensor& target = batch.at("target");
+  at::Tensor out = logits(input);
+  ModelOutput o;
+  o.loss = torch::nn::functional::cross_entropy(out.view({-1, s_.vocab}), target.reshape({-1}));
+  o.reduction = Reduction::Mean;
+  o.items = target.numel();
+  return o;
+}
+
+std::map<std::string, double> TransformerLM::evaluate(Dataset& data, int64_t batch_size) {
+  auto* stream = dynamic_cast<TextStream*>(&data);
+  if (!stream) return Model::evaluate(data, batch_size);
+  torch::NoGradGuard no_grad;
+  const bool was_training = is_training();
+  eval();
+  double nll = 0;
+  int64_t tokens = 0;
+  const auto device = tok->weight.device();
+  stream->start_epoch(0);
+  for (Batch b = stream->next(batch_size); b.size > 0; b = stream->next(batch_size)) {
+    b = b.to(device);
+    at::Tensor out = logits(b.at("input"));
+    nll += torch::nn::functional::cross_entropy(out.view({-1, s_.vocab}), b.at("target").reshape({-1}),
+                                               torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+               .item<double>();
+    tokens += b.at("target").numel();
+  }
+  train(was_training);
+  TT_CHECK(tokens > 0, "the validation stream ", stream->describe(), " produced no windows");
+  const double nats = nll / static_cast<double>(tokens);
+  // The whole validation text's tokens per character converts nats/token to bits/char.
+  const double tokens_per_char =
+      static_cast<double>(stream->total_tokens()) / static_cast<double>(std::max<int64_t>(1, stream->total_chars()));
+  return {{"val_loss", nats},
+          {"val_bits_per_char", nats / std::log(2.0) * tokens_per_char},
+          {"val_perplexity", std::exp(nats)},
+          {"val_tokens", static_cast<double>(tokens)}};
+}
+
+std::string TransformerLM::sample(const std::string& prompt, const Sampling& o) {
+  TT_CHECK_AS(ConfigError, tokenizer_, "transformer: no tokenizer to encode the prompt with");
+  torch::NoGradGuard no_grad;
+  std::vector<int32_t> ids = tokenizer_->encode(prompt);
+  if (ids.empty()) ids.push_back(tokenizer_->encode("\n").at(0));  // start from a line break
+  const size_t prompt_len = ids.size();
+  auto gen = at::detail::createCPUGenerator(o.seed);
+  const auto device = tok->weight.device();
+  for (int64_t i = 0; i < o.tokens; ++i) {
+    const size_t from = ids.size() > static_cast<size_t>(s_.seq_len) ? ids.size() - s_.seq_len : 0;
+    std::vector<int64_t> window(ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end());
+    at::Tensor x = torch::tensor(window, torch::kLong).view({1, -1}).to(device);
+    at::Tensor last = logits(x).select(1, x.size(1) - 1).squeeze(0).to(torch::kCPU, torch::kFloat);  // [V]
+    int64_t next;
+    if (o.temperature <= 0) {
+      next = last.argmax().item<int64_t>();
+    } else {
+      last = last / o.temperature;
+      if (o.top_k > 0 && o.top_k < s_.vocab) {
+        const double kth = std::get<0>(last.topk(o.top_k)).min().item<double>();
+        last = last.masked_fill(last < kth, -std::numeric_limits<float>::infinity());
+      }
+      next = torch::multinomial(torch::softmax(last, 0), 1, false, gen).item<int64_t>();
+    }
+    ids.push_back(static_cast<int32_t>(next));
+  }
+  return prompt + tokenizer_->decode(std::vector<int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(prompt_len), ids.end()));
+}
+
+std::string TransformerLM::generate(const std::string& prompt, const GenerateOptions& o) {
+  Sampling s;
+  s.tokens = o.tokens;
+  s.temperature = o.temperature;
+  s.top_k = o.top_k;
+  s.seed = o.seed;
+  return sample(prompt, s);
+}
+
+int64_t TransformerLM::estimate_activation_bytes(int64_t micro_batch_size) const {
+  // What autograd keeps per block for backward (fp32), per token: the norms' outputs (2 d),
+  // qkv's output (3 d), the attention output made contiguous for proj (d), the residual
+  // sum (d), the block output (d), fc1's output and GELU's (2 d_ff), and per head one row
+  // of softmax probabilities (T); then the logits and their log-softmax (2 vocab).
+  const double B = static_cast<double>(micro_batch_size), T = static_cast<double>(s_.seq_len);
+  const double d = static_cast<double>(s_.d_model), f = static_cast<double>(s_.d_ff);
+  const double per_token_block = 8 * d + 2 * f + static_cast<double>(s_.n_heads) * T;
+  const double per_token = static_cast<double>(s_.n_layers) * per_token_block + 2 * d /* embedding sum, ln_f */ +
+                           2 * static_cast<double>(s_.vocab);
+  return static_cast<int64_t>(B * T * per_token * 4.0);
+}
+
+void TransformerLM::write_outputs(const std::filesystem::path& run_dir, State& state) {
+  if (!tokenizer_ || sampling_.tokens <= 0) return;
+  const std::string text = sample(sample_prompt_, sampling_);
+  std::ofstream out(run_dir / "samples.txt", std::ios::app);
+  out << "--- prompt: " << sample_prompt_ << " (end of training, step " << state.step << ", temperature "
+      << sampling_.temperature << ", top_k " << sampling_.top_k << ")\n"
+      << text << "\n";
+  log().info("sample ({} tokens, temperature {}): {}", sampling_.tokens, sampling_.temperature,
+             text.size() > 400 ? text.substr(0, 400) + " ..." : text);
+}
+
+std::string TransformerLM::describe() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return detail::cat("transformer LM: ", n, " parameters (", s_.to_string(), ")");
+}
+
+// ---------------------------------------------------------------- options
+
+Schema model_schema() {
+  Schema s;
+  s.add("target_params", Type::Int, "~", "pick d_model, n_layers, n_heads, d_ff for about this many parameters")
+      .add("d_model", Type::Int, "~", "width (default 256)")
+      .add("n_layers", Type::Int, "~", "blocks (default 4)")
+      .add("n_heads", Type::Int, "~", "attention heads (default: heads of 64 dimensions, 32 below d_model 256)")
+      .add("d_ff", Type::Int, "~", "MLP hidden size (default 4 d_model)")
+      .add("seq_len", Type::Int, "~", "longest context (default: the data's seq_len)")
+      .add("vocab", Type::Int, "~", "vocabulary size (default: the tokenizer's)")
+      .add("positions", Type::String, "learned", "learned | rotary")
+      .add("tie_embeddings", Type::Bool, "true", "the output layer shares the token embedding")
+      .add("norm", Type::String, "layernorm", "layernorm | rmsnorm")
+      .add("bias", Type::Bool, "true", "biases in the Linear layers")
+      .add("dropout", Type::Float, "0.0", "dropout on embeddings, attention probabilities, residual branches")
+      .add("sample_prompt", Type::String, "\"The \"", "text sampled at the end of training starts with this")
+      .add("sample_tokens", Type::Int, "200", "tokens sampled at the end (0: none)")
+      .add("temperature", Type::Float, "0.8", "sampling temperature (0: greedy)")
+      .add("top_k", Type::Int, "40", "sample among the k most likely tokens (0: all)");
+  return s;
+}
+
+std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
+  auto text = std::dynamic_pointer_cast<TextStream>(data.train);
+  TT_CHECK_AS(ConfigError, text, "model (transformer) needs a text dataset (data: {name: text, train: FILES}); "
+              "this dataset is not one");
+  Shape s;
+  const int64_t data_vocab = text->tokenizer().vocab_size();
+  const int64_t data_seq = text->options().seq_len;
+  s.vocab = o.is_set("vocab") ? o.get_int("vocab") : data_vocab;
+  o.check(s.vocab >= data_vocab, "vocab",
+          detail::cat("(", s.vocab, ") is smaller than the tokenizer's vocabulary (", data_vocab, ", ",
+                      text->tokenizer().describe(), "): leave it unset to take the tokenizer's"));
+  s.seq_len = o.is_set("seq_len") ? o.get_int("seq_len") : data_seq;
+  o.check(s.seq_len >= 1, "seq_len", "must be positive");
+  TT_CHECK_AS(ConfigError, data_seq <= s.seq_len, "data.seq_len (", data_seq, ") is larger than the model's seq_len (",
+              s.seq_len, "): windows would not fit the model's context; make them equal or leave model.seq_len unset");
+  const std::string positions = o.get_string("positions");
+  o.check(positions == "learned" || positions == "rotary", "positions", "must be learned or rotary, not '" + positions + "'");
+  s.learned_positions = positions == "learned";
+  s.tie_embeddings = o.get_bool("tie_embeddings");
+  const std::string norm = o.get_string("norm");
+  o.check(norm == "layernorm" || norm == "rmsnorm", "norm", "must be layernorm or rmsnorm, not '" + norm + "'");
+  s.rms_norm = norm == "rmsnorm";
+  s.bias = o.get_bool("bias");
+  s.dropout = o.get_float("dropout");
+  o.check(s.dropout >= 0 && s.dropout < 1, "dropout", "must be in [0, 1)");
+
+  if (o.is_set("target_params")) {
+    for (const char* k : {"d_model", "n_layers", "n_heads", "d_ff"})
+      o.check(!o.is_set(k), k, "cannot be set together with target_params (which picks the shape); drop one");
+    const int64_t target = o.get_int("target_params");
+    o.check(target > 0, "target_params", "must be positive");
+    s = shape_for_parameters(target, s);
+    log().info("transformer: target_params {} -> {} parameters ({})", target, count_parameters(s), s.to_string());
+  } else {
+    s.d_model = o.is_set("d_model") ? o.get_int("d_model") : 256;
+    s.n_layers = o.is_set("n_layers") ? o.get_int("n_layers") : 4;
+    o.check(s.d_model >= 1, "d_model", "must be positive");
+    o.check(s.n_layers >= 1, "n_layers", "must be positive");
+    s.n_heads = o.is_set("n_heads") ? o.get_int("n_heads") : heads_for(s.d_model);
+    o.check(s.n_heads >= 1 && s.d_model % s.n_heads == 0, "n_heads",
+            detail::cat("(", s.n_heads, ") must divide d_model (", s.d_model, ")"));
+    o.check(s.learned_positions || (s.d_model / s.n_heads) % 2 == 0, "positions",
+            "rotary needs an even head dimension (d_model / n_heads)");
+    s.d_ff = o.is_set("d_ff") ? o.get_int("d_ff") : 4 * s.d_model;
+    o.check(s.d_ff >= 1, "d_ff", "must be positive");
+  }
+  Sampling sampling;
+  sampling.tokens = o.get_int("sample_tokens");
+  sampling.temperature = o.get_float("temperature");
+  sampling.top_k = o.get_int("top_k");
+  o.check(sampling.tokens >= 0, "sample_tokens", "must not be negative");
+  o.check(sampling.temperature >= 0, "temperature", "must not be negative");
+  o.check(sampling.top_k >= 0, "top_k", "must not be negative");
+  return std::make_shared<TransformerLM>(s, text->tokenizer_ptr(), sampling, o.get_string("sample_prompt"));
+}
+
+}  // namespace tt::lm

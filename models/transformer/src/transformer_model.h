@@ -1,0 +1,87 @@
+#pragma once
+// A GPT-style decoder-only LM built from core's hookable blocks (tt/nn.h), so technique
+// plugins act on it by name: "tok", "pos", "blocks.<i>.{ln1,attn.{qkv,proj},ln2,mlp.{fc1,fc2}}",
+// "ln_f", "head" (absent when the embeddings are tied).
+// Pre-norm blocks: x + attn(norm1(x)), then x + mlp(norm2(x)); causal multi-head attention
+// with a fused qkv projection; GELU MLP; learned or rotary positions; GPT-2 initialisation
+// (N(0, 0.02), residual projections scaled by 1/sqrt(2 n_layers)).
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+#include "tokenizer.h"
+#include "tt/dataset.h"
+#include "tt/model.h"
+#include "tt/nn.h"
+#include "tt/options.h"
+
+namespace tt::lm {
+
+struct Shape {
+  int64_t vocab = 256, d_model = 256, n_layers = 4, n_heads = 4, d_ff = 1024, seq_len = 256;
+  bool learned_positions = true;  // false: rotary
+  bool tie_embeddings = true;
+  bool bias = true;
+  bool rms_norm = false;  // false: LayerNorm
+  double dropout = 0;
+  std::string to_string() const;  // "d_model 256, 4 layers, 4 heads, d_ff 1024, seq_len 256, vocab 256"
+};
+
+// Exact number of parameters of a TransformerLM of this shape.
+int64_t count_parameters(const Shape& s);
+// A shape with about `target` parameters for the given vocab/seq_len/position/tying choices:
+// d_model a multiple of 32 (heads of 32..64 dims), d_ff = 4 d_model, layers and width chosen
+// for the closest count with a GPT-like width/depth ratio.
+Shape shape_for_parameters(int64_t target, Shape base);
+
+class TransformerBlock : public tt::nn::Block {
+ public:
+  explicit TransformerBlock(const Shape& s);
+  at::Tensor forward(const at::Tensor& x) override;
+  std::shared_ptr<torch::nn::Module> ln1, ln2;  // tt::nn::LayerNorm or RMSNorm
+  tt::nn::Attention attn{nullptr};
+  tt::nn::MLP mlp{nullptr};
+
+ private:
+  at::Tensor norm(torch::nn::Module& m, const at::Tensor& x) const;
+  bool rms_;
+};
+
+struct Sampling {
+  int64_t tokens = 200;
+  double temperature = 0.8;  // 0: greedy
+  int64_t top_k = 40;        // 0: the whole vocabulary
+  uint64_t seed = 0;
+};
+
+class TransformerLM : public Model {
+ public:
+  TransformerLM(const Shape& s, std::shared_ptr<Tokenizer> tokenizer, Sampling sampling, std::string sample_prompt);
+  at::Tensor logits(const at::Tensor& ids);  // [B, T] -> [B, T, vocab]
+  ModelOutput forward_loss(const Batch& batch) override;  // mean cross-entropy over tokens (nats)
+  // Over a text stream: val_loss (nats/token), val_bits_per_char, val_perplexity, val_tokens.
+  std::map<std::string, double> evaluate(Dataset& data, int64_t batch_size) override;
+  std::string generate(const std::string& prompt, const GenerateOptions& o) override;
+  int64_t estimate_activation_bytes(int64_t micro_batch_size) const override;
+  void write_outputs(const std::filesystem::path& run_dir, State& state) override;
+  std::string describe() const override;
+
+  const Shape& shape() const { return s_; }
+  tt::nn::BlockStack blocks{nullptr};
+
+ private:
+  std::string sample(const std::string& prompt, const Sampling& o);
+  Shape s_;
+  std::shared_ptr<Tokenizer> tokenizer_;
+  Sampling sampling_;
+  std::string sample_prompt_;
+  tt::nn::Embedding tok{nullptr}, pos{nullptr};
+  std::shared_ptr<torch::nn::Module> ln_f;
+  tt::nn::Linear head{nullptr};
+};
+
+Schema model_schema();
+std::shared_ptr<Model> make_model(const Options& o, const Datasets& data);
+
+}  // namespace tt::lm

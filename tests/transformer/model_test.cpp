@@ -1,0 +1,259 @@
+// The transformer LM: causality, parameter counts and sizing, training through tt's trainer
+// on a text stream (learning, bitwise resume of the stream, memory estimate vs meter),
+// sampling, and the errors a user meets first.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+#include "text_stream.h"
+#include "transformer_model.h"
+#include "tt/error.h"
+#include "tt/plugin.h"
+#include "tt/registry.h"
+#include "tt/runtime.h"
+#include "tt/trainer.h"
+
+namespace fs = std::filesystem;
+using tt::lm::Shape;
+using tt::lm::TransformerLM;
+
+namespace {
+
+// The model and dataset in-process (the .so is the same code behind hidden symbols).
+void register_lm() {
+  static bool done = [] {
+    auto& r = tt::Registry::global();
+    r.add_model("transformer", "test", tt::lm::model_schema(), &tt::lm::make_model);
+    r.add_dataset("text", "test", tt::lm::text_schema(), &tt::lm::make_text);
+    return true;
+  }();
+  (void)done;
+}
+
+Shape small_shape() {
+  Shape s;
+  s.vocab = 50;
+  s.d_model = 32;
+  s.n_layers = 2;
+  s.n_heads = 4;
+  s.d_ff = 64;
+  s.seq_len = 16;
+  return s;
+}
+
+int64_t numel_of(torch::nn::Module& m) {
+  int64_t n = 0;
+  for (const auto& p : m.parameters()) n += p.numel();
+  return n;
+}
+
+// Text with structure a small LM learns quickly (a short vocabulary of repeated phrases).
+fs::path write_text(const fs::path& dir, const std::string& name, int lines, uint32_t seed) {
+  static const char* words[] = {"the cat", "sat on", "a mat", "and the", "dog ran", "to the", "park", "today"};
+  std::mt19937 rng(seed);
+  fs::create_directories(dir);
+  std::ofstream out(dir / name);
+  for (int i = 0; i < lines; ++i) {
+    for (int w = 0; w < 6; ++w) out << (w ? " " : "") << words[rng() % 8];
+    out << ".\n";
+  }
+  return dir / name;
+}
+
+const char* kSmall = "d_model: 32, n_layers: 2, n_heads: 2";
+
+std::string lm_yaml(const fs::path& dir, const std::string& trainer_extra, const std::string& model = kSmall,
+                    const std::string& data_extra = "") {
+  std::ostringstream y;
+  y << "name: lm-test\nseed: 1\n"
+    << "data: {name: text, train: " << (dir / "train.txt").string() << ", validation: " << (dir / "val.txt").string()
+    << ", seq_len: 32, shuffle_buffer: 64, chunk_bytes: 4096" << data_extra << "}\n"
+    << "model: {name: transformer, sample_tokens: 20, " << model << "}\n"
+    << "optimizer: {name: adamw, lr: 0.003}\n"
+    << "trainer:\n  batch_size: 8\n  threads: 1\n  progress: off\n" << trainer_extra
+    << "output:\n  dir: " << dir.string() << "\n  plots: false\n";
+  return y.str();
+}
+
+class StopAt : public tt::Plugin {
+ public:
+  explicit StopAt(int64_t step) : step_(step) {}
+  void on(tt::Event e, tt::State& s) override {
+    if (e == tt::Event::AFTER_STEP && s.step == step_) tt::request_interrupt();
+  }
+
+ private:
+  int64_t step_;
+};
+
+}  // namespace
+
+TEST(TransformerLM, IsCausal) {
+  for (bool learned : {true, false}) {
+    torch::manual_seed(0);
+    Shape s = small_shape();
+    s.learned_positions = learned;
+    TransformerLM m(s, nullptr, {}, "");
+    m.eval();
+    torch::NoGradGuard ng;
+    auto ids = torch::randint(0, s.vocab, {2, s.seq_len}, torch::kLong);
+    auto a = m.logits(ids);
+    const int64_t t = 6;
+    auto changed = ids.clone();
+    changed.slice(1, t + 1) = (changed.slice(1, t + 1) + 1) % s.vocab;  // every token after t
+    auto b = m.logits(changed);
+    EXPECT_TRUE(torch::allclose(a.slice(1, 0, t + 1), b.slice(1, 0, t + 1), 1e-5, 1e-6))
+        << (learned ? "learned" : "rotary") << ": logits up to t changed when only later tokens did";
+    EXPECT_FALSE(torch::allclose(a.slice(1, t + 1), b.slice(1, t + 1), 1e-5, 1e-6));
+  }
+}
+
+TEST(TransformerLM, ParameterCountIsExact) {
+  for (int variant = 0; variant < 5; ++variant) {
+    Shape s = small_shape();
+    if (variant == 1) s.tie_embeddings = false;
+    if (variant == 2) s.learned_positions = false;
+    if (variant == 3) s.rms_norm = true;
+    if (variant == 4) s.bias = false;
+    TransformerLM m(s, nullptr, {}, "");
+    EXPECT_EQ(tt::lm::count_parameters(s), numel_of(m)) << "variant " << variant;
+  }
+}
+
+TEST(TransformerLM, TargetParamsPicksAShapeOfThatSize) {
+  for (int64_t target : {200'000LL, 1'000'000LL, 10'000'000LL, 100'000'000LL}) {
+    Shape base = small_shape();
+    base.vocab = 1024;
+    base.seq_len = 256;
+    Shape s = tt::lm::shape_for_parameters(target, base);
+    const double ratio = static_cast<double>(tt::lm::count_parameters(s)) / static_cast<double>(target);
+    EXPECT_NEAR(ratio, 1.0, 0.06) << target << ": " << s.to_string();
+    EXPECT_EQ(s.d_model % s.n_heads, 0);
+    if (target >= 1000000) EXPECT_GE(s.n_layers, 2) << s.to_string();
+    EXPECT_EQ(s.d_ff, 4 * s.d_model);
+  }
+  // through the pipeline, the model reports the exact count it built
+  register_lm();
+  auto dir = tt::test::temp_dir("lm-target");
+  write_text(dir, "train.txt", 200, 1);
+  write_text(dir, "val.txt", 20, 2);
+  auto p = tt::parse_pipeline(lm_yaml(dir, "  max_steps: 1\n", "target_params: 300000"),
+                              "p.yaml");
+  tt::Trainer t(p, {dir / "run", false, true});
+  t.fit();
+  const int64_t n = numel_of(*t.state().model);
+  EXPECT_NEAR(static_cast<double>(n) / 300000.0, 1.0, 0.06);
+  EXPECT_NE(t.state().model->describe().find(std::to_string(n) + " parameters"), std::string::npos);
+}
+
+TEST(TransformerLM, LearnsAndSamples) {
+  register_lm();
+  auto dir = tt::test::temp_dir("lm-learn");
+  write_text(dir, "train.txt", 600, 1);
+  write_text(dir, "val.txt", 60, 2);
+  auto p = tt::parse_pipeline(lm_yaml(dir, "  max_steps: 150\n"), "p.yaml");
+  tt::Trainer t(p, {dir / "run", false, true});
+  t.fit();
+  const auto& losses = t.step_losses();
+  ASSERT_EQ(losses.size(), 150u);
+  EXPECT_NEAR(losses.front(), std::log(256.0), 0.3);  // uniform over bytes at the start
+  auto summary = nlohmann::json::parse(t.summary_json());
+  const double bpc = summary["validation"]["val_bits_per_char"].get<double>();
+  // 8 phrases: a model that learned the phrases is far below the 8 bits of uniform bytes
+  EXPECT_LT(bpc, 2.5) << summary.dump();
+  EXPECT_LT(losses.back(), 0.5 * losses.front());
+  // greedy sampling is deterministic and continues the prompt with text it was trained on
+  tt::GenerateOptions g;
+  g.tokens = 30;
+  g.temperature = 0;
+  const std::string a = t.generate("the cat", g), b = t.generate("the cat", g);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a.rfind("the cat", 0), 0u);
+  EXPECT_GT(a.size(), std::string("the cat").size());
+  g.temperature = 1.0;
+  g.top_k = 1;  // top-1 sampling is greedy
+  EXPECT_EQ(t.generate("the cat", g), a);
+  EXPECT_TRUE(fs::exists(dir / "run" / "samples.txt"));
+}
+
+TEST(TransformerLM, ResumeContinuesTheStreamBitwise) {
+  register_lm();
+  auto dir = tt::test::temp_dir("lm-resume");
+  write_text(dir, "train.txt", 120, 3);  // several 4 KiB chunks; ~ 3 epochs in 40 steps of 8 windows
+  write_text(dir, "val.txt", 20, 4);
+  const std::string yaml = lm_yaml(dir, "  max_steps: 40\n");
+  tt::Trainer straight(tt::parse_pipeline(yaml, "p.yaml"), {dir / "straight", false, true});
+  straight.fit();
+  ASSERT_GE(straight.state().epoch, 1) << "the test wants an epoch boundary after the resume point";
+
+  tt::Trainer first(tt::parse_pipeline(yaml, "p.yaml"), {dir / "split", false, true});
+  first.add_plugin(std::make_unique<StopAt>(7));
+  EXPECT_THROW(first.fit(), tt::Interrupted);
+  tt::clear_interrupt();
+  tt::Trainer resumed(tt::Trainer::pipeline_of_run(dir / "split", {}), {dir / "split", true, true});
+  resumed.add_plugin(std::make_unique<StopAt>(-1));
+  resumed.fit();
+  std::vector<double> joined = first.step_losses();
+  joined.insert(joined.end(), resumed.step_losses().begin(), resumed.step_losses().end());
+  ASSERT_EQ(joined.size(), straight.step_losses().size());
+  for (size_t i = 0; i < joined.size(); ++i) EXPECT_EQ(joined[i], straight.step_losses()[i]) << "step " << i + 1;
+}
+
+TEST(TransformerLM, MemoryEstimateMatchesTheMeter) {
+  register_lm();
+  auto dir = tt::test::temp_dir("lm-memory");
+  write_text(dir, "train.txt", 400, 5);
+  write_text(dir, "val.txt", 20, 6);
+  // A shape where activations dominate, as on real runs: seq 128, d 64, 2 layers, batch 8.
+  auto p = tt::parse_pipeline(lm_yaml(dir, "  max_steps: 2\n", "d_model: 64, n_layers: 2, n_heads: 4", ", seq_len: 128"), "p.yaml");
+  tt::Trainer t(p, {dir / "run", false, true});
+  t.fit();
+  auto s = nlohmann::json::parse(t.summary_json());
+  const auto& m = s["memory"];
+  const auto& e = s["memory_estimate"];
+  for (const char* k : {"parameters_bytes", "gradients_bytes", "optimizer_state_bytes"}) {
+    const double measured = m[k].get<double>(), estimate = e[k].get<double>();
+    EXPECT_NEAR(estimate / measured, 1.0, 0.2) << k << ": estimate " << estimate << ", measured " << measured;
+  }
+  const double act = m["activations_bytes"].get<double>(), act_est = e["activations_bytes"].get<double>();
+  EXPECT_NEAR(act_est / act, 1.0, 0.5) << "activations: estimate " << act_est << ", measured " << act;
+}
+
+TEST(TransformerLM, ClearErrorsForMismatchedSettings) {
+  register_lm();
+  auto dir = tt::test::temp_dir("lm-errors");
+  write_text(dir, "train.txt", 100, 7);
+  write_text(dir, "val.txt", 10, 8);
+  auto fails_with_model = [&](const std::string& model, const std::string& data_extra, const std::string& needle) {
+    auto p = tt::parse_pipeline(lm_yaml(dir, "  max_steps: 1\n", model, data_extra), "p.yaml");
+    try {
+      tt::Trainer t(p, {dir / "run-err", false, true});
+      t.fit();
+      ADD_FAILURE() << "no error for " << model << data_extra;
+    } catch (const tt::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  auto fails_with = [&](const std::string& model_extra, const std::string& data_extra, const std::string& needle) {
+    fails_with_model(std::string(kSmall) + model_extra, data_extra, needle);
+  };
+  fails_with(", seq_len: 16", "", "larger than the model's seq_len");
+  fails_with(", vocab: 100", "", "smaller than the tokenizer's vocabulary");
+  fails_with_model("d_model: 32, n_layers: 2, n_heads: 3", "", "must divide d_model");
+  fails_with(", target_params: 100000", "", "cannot be set together with target_params");
+  fails_with(", positions: alibi", "", "learned or rotary");
+  fs::path bad_model = dir / "broken.model";
+  std::ofstream(bad_model) << "not a sentencepiece model";
+  fails_with("", ", tokenizer: " + bad_model.string(), bad_model.string());
+  fails_with("", ", tokenizer: " + (dir / "missing.model").string(), "missing.model");
+}
+
+TEST(TransformerLM, NonLanguageModelsRefuseToSample) {
+  auto dir = tt::test::temp_dir("lm-topic-sample");
+  tt::Trainer t(tt::parse_pipeline(tt::test::topic_yaml(dir, "  max_steps: 1\n"), "p.yaml"), {dir / "run", false, true});
+  t.fit();
+  EXPECT_THROW(t.generate("x", {}), tt::ConfigError);
+}

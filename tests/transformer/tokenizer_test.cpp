@@ -1,0 +1,291 @@
+// Tokenizers (bytes, SentencePiece), their training, and tt-data tokenizer / fetch (without
+// the network: fetch brown itself is not run here).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "test_support.h"
+#include "tokenizer.h"
+#include "tt/error.h"
+
+namespace fs = std::filesystem;
+using tt::lm::load_tokenizer;
+using tt::test::run;
+
+namespace {
+
+std::string tt_data() { return TT_DATA_BIN; }
+std::string quote(const fs::path& p) { return "'" + p.string() + "'"; }
+
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+// Deterministic English-like sentences, one a line (~65 bytes each).
+std::string english_like(int sentences, unsigned seed) {
+  static const char* const kWords[] = {
+      "the",   "of",     "and",    "to",    "in",      "a",     "is",     "that",   "for",     "it",
+      "was",   "with",   "be",     "by",    "on",      "not",   "he",     "this",   "are",     "or",
+      "his",   "from",   "at",     "which", "but",     "have",  "an",     "they",   "you",     "were",
+      "her",   "she",    "there",  "been",  "one",     "all",   "we",     "their",  "would",   "when",
+      "river", "garden", "letter", "quiet", "morning", "house", "city",   "market", "history", "window",
+      "said",  "walked", "found",  "under", "between", "after", "before", "little", "strange", "people"};
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<size_t> word(0, std::size(kWords) - 1);
+  std::uniform_int_distribution<int> length(4, 16), mark(0, 9), number(0, 1999);
+  std::string text;
+  for (int s = 0; s < sentences; ++s) {
+    std::string sentence;
+    const int n = length(rng);
+    for (int i = 0; i < n; ++i) {
+      if (i > 0) sentence += mark(rng) == 0 ? ", " : " ";
+      sentence += mark(rng) == 1 && i > 0 ? std::to_string(number(rng)) : kWords[word(rng)];
+    }
+    sentence[0] = static_cast<char>(std::toupper(sentence[0]));
+    text += sentence + (mark(rng) == 2 ? "?" : ".") + "\n";
+  }
+  return text;
+}
+
+// Expects `f` to throw a tt::Error (or subclass E) whose message contains every one of `parts`.
+template <class E = tt::Error, class F>
+void expect_error(F f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const E& e) {
+    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
+}
+
+const std::vector<std::string> kRoundTrip = {
+    "The river walked under the quiet garden.",
+    "  two leading spaces, two  inside and trailing  ",
+    "lines\nand\n\nblank lines\n",
+    "tabs\tand\r\ncarriage returns",
+    "Zürich, naïve café — «quotes» ½ 日本語 🙂 never seen in training",
+    "digits 0123456789 and 3.14159",
+    "",
+    " ",
+    "\x01 control \x7f",
+};
+
+}  // namespace
+
+TEST(ByteTokenizer, RoundTripsUtf8) {
+  tt::lm::ByteTokenizer t;
+  const std::string text = "héllo wörld — 日本語 🙂\n\t\x01";
+  const auto ids = t.encode(text);
+  ASSERT_EQ(ids.size(), text.size());
+  for (size_t i = 0; i < text.size(); ++i) EXPECT_EQ(ids[i], static_cast<uint8_t>(text[i]));
+  EXPECT_EQ(t.decode(ids), text);
+  EXPECT_EQ(t.vocab_size(), 256);
+  EXPECT_EQ(t.spec(), "bytes");
+  EXPECT_EQ(t.describe(), "bytes (256)");
+}
+
+TEST(ByteTokenizer, OutOfRangeIdIsAnErrorNamingIt) {
+  tt::lm::ByteTokenizer t;
+  expect_error([&] { t.decode({72, 105, 256}); }, {"256", "0..255"});
+  expect_error([&] { t.decode({-1}); }, {"-1"});
+}
+
+TEST(ByteTokenizer, Utf8CharsCountsCodePoints) {
+  EXPECT_EQ(tt::lm::utf8_chars(""), 0);
+  EXPECT_EQ(tt::lm::utf8_chars("abc"), 3);
+  EXPECT_EQ(tt::lm::utf8_chars("héllo"), 5);
+  EXPECT_EQ(tt::lm::utf8_chars("日本語"), 3);
+  EXPECT_EQ(tt::lm::utf8_chars("🙂 ok"), 4);
+}
+
+TEST(LoadTokenizer, BytesSpecAndMissingEmptyOrGarbageFiles) {
+  EXPECT_EQ(load_tokenizer("bytes")->spec(), "bytes");
+  const fs::path dir = tt::test::temp_dir("tok-load");
+  const fs::path missing = dir / "missing.model", empty = dir / "empty.model", garbage = dir / "garbage.model";
+  write_text(empty, "");
+  write_text(garbage, "this is not a SentencePiece model, just some text\n");
+  expect_error([&] { load_tokenizer(missing.string()); }, {missing.string(), "not found", "tt-data tokenizer"});
+  expect_error([&] { load_tokenizer(empty.string()); }, {empty.string(), "empty", "tt-data tokenizer"});
+  expect_error([&] { load_tokenizer(garbage.string()); },
+               {garbage.string(), "not a SentencePiece model", "tt-data tokenizer", "tokenizer: bytes"});
+  fs::remove_all(dir);
+}
+
+// One model trained for the suite: bpe, 400 tokens, byte fallback, on ~300 KB of text.
+class SentencePieceTokenizer : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = tt::test::temp_dir("tok-sp");
+    write_text(dir_ / "train.txt", english_like(4500, 1));
+    tt::lm::TokenizerTraining t;
+    t.inputs = {(dir_ / "train.txt").string()};
+    t.vocab_size = 400;
+    t.threads = 2;
+    t.out = (dir_ / "tok.model").string();
+    tt::lm::train_sentencepiece(t);
+    tok_ = load_tokenizer(t.out);
+  }
+  static void TearDownTestSuite() {
+    tok_.reset();
+    fs::remove_all(dir_);
+  }
+  static const tt::lm::Tokenizer& tok() { return *tok_; }
+  static inline fs::path dir_;
+  static inline std::shared_ptr<tt::lm::Tokenizer> tok_;
+};
+
+TEST_F(SentencePieceTokenizer, DescribesItself) {
+  EXPECT_EQ(tok().vocab_size(), 400);
+  const std::string model = (dir_ / "tok.model").string();
+  EXPECT_EQ(tok().spec(), model);
+  EXPECT_EQ(tok().describe(), "sentencepiece " + model + " (bpe, 400)");
+  std::ifstream vocab(dir_ / "tok.vocab");
+  int lines = 0;
+  for (std::string line; std::getline(vocab, line);) ++lines;
+  EXPECT_EQ(lines, 400);
+}
+
+// Identity normalization, no dummy prefix, byte fallback: exact, even for unseen characters,
+// leading/trailing/repeated spaces and newlines (never in training: lines are sentences).
+TEST_F(SentencePieceTokenizer, RoundTripsExactly) {
+  for (const auto& text : kRoundTrip) {
+    const auto ids = tok().encode(text);
+    for (const int32_t id : ids) ASSERT_TRUE(id >= 0 && id < 400) << id;
+    EXPECT_EQ(tok().decode(ids), text);
+  }
+  EXPECT_TRUE(tok().encode("").empty());
+}
+
+// What the text stream relies on: chunks tokenized apart decode to the whole text.
+TEST_F(SentencePieceTokenizer, ConcatenatedChunksDecodeToTheWholeText) {
+  const std::string a = "The city was quiet.\n", b = "She walked after the market.\n";
+  auto ids = tok().encode(a);
+  const auto more = tok().encode(b);
+  ids.insert(ids.end(), more.begin(), more.end());
+  EXPECT_EQ(tok().decode(ids), a + b);
+  EXPECT_EQ(ids, tok().encode(a + b));  // cut at a line break: the same tokens
+}
+
+TEST_F(SentencePieceTokenizer, CompressesTheTextItWasTrainedOn) {
+  const std::string text = english_like(300, 2);  // unseen sentences, the same language
+  const auto ids = tok().encode(text);
+  EXPECT_EQ(tok().decode(ids), text);
+  // 400 tokens are mostly the 256 bytes: ~1.9 characters a token here (bytes: 1)
+  EXPECT_GT(static_cast<double>(tt::lm::utf8_chars(text)) / static_cast<double>(ids.size()), 1.5);
+}
+
+TEST_F(SentencePieceTokenizer, OutOfRangeIdIsAnErrorNamingIt) {
+  expect_error([&] { tok().decode({5, 400}); }, {"400", "0..399"});
+  expect_error([&] { tok().decode({-3}); }, {"-3"});
+}
+
+TEST_F(SentencePieceTokenizer, ConcurrentEncodesAgree) {
+  const std::string text = english_like(200, 3);
+  const auto expected = tok().encode(text);
+  std::vector<std::vector<int32_t>> got(4);
+  std::vector<std::thread> threads;
+  for (auto& g : got)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) g = tok().encode(text);
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& g : got) EXPECT_EQ(g, expected);
+}
+
+TEST(SentencePieceTraining, DirectoriesAreExpandedRecursivelySorted) {
+  const fs::path dir = tt::test::temp_dir("tok-dirs");
+  fs::create_directories(dir / "b" / "c");
+  write_text(dir / "b" / "c" / "z.txt", "z");
+  write_text(dir / "b" / "a.txt", "a");
+  write_text(dir / "one.txt", "1");
+  const auto files = tt::lm::text_files({(dir / "one.txt").string(), (dir / "b").string()});
+  EXPECT_EQ(files, (std::vector<std::string>{(dir / "one.txt").string(), (dir / "b" / "a.txt").string(),
+                                             (dir / "b" / "c" / "z.txt").string()}));
+  fs::create_directories(dir / "empty");
+  expect_error<tt::ConfigError>([&] { tt::lm::text_files({(dir / "empty").string()}); },
+                                {(dir / "empty").string(), "no files"});
+  fs::remove_all(dir);
+}
+
+TEST(SentencePieceTraining, BadArgumentsAreConfigErrorsNamingTheFix) {
+  const fs::path dir = tt::test::temp_dir("tok-bad");
+  write_text(dir / "small.txt", english_like(40, 4));
+  tt::lm::TokenizerTraining t;
+  t.inputs = {(dir / "small.txt").string()};
+  t.threads = 1;
+  t.out = (dir / "tok.bin").string();
+  expect_error<tt::ConfigError>([&] { tt::lm::train_sentencepiece(t); }, {"--out must end in .model"});
+  t.out = (dir / "tok.model").string();
+  t.inputs = {(dir / "nowhere.txt").string()};
+  expect_error<tt::ConfigError>([&] { tt::lm::train_sentencepiece(t); }, {(dir / "nowhere.txt").string()});
+  t.inputs = {(dir / "small.txt").string()};
+  t.vocab_size = 5000;
+  expect_error<tt::ConfigError>([&] { tt::lm::train_sentencepiece(t); },
+                                {"Vocabulary size too high", "try a smaller --vocab-size"});
+  t.vocab_size = 100;
+  expect_error<tt::ConfigError>([&] { tt::lm::train_sentencepiece(t); }, {"a larger --vocab-size", "259"});
+  t.vocab_size = 400;
+  t.model_type = "bigram";
+  expect_error<tt::ConfigError>([&] { tt::lm::train_sentencepiece(t); }, {"--model-type", "bigram"});
+  fs::remove_all(dir);
+}
+
+TEST(TtDataTokenizer, TrainsAModelAndReportsIt) {
+  const fs::path dir = tt::test::temp_dir("tok-cli");
+  fs::create_directories(dir / "text");
+  write_text(dir / "text" / "a.txt", english_like(1500, 5));
+  write_text(dir / "text" / "b.txt", english_like(1500, 6));
+  const fs::path model = dir / "out" / "tok.model";
+  const auto r = run(tt_data() + " tokenizer --input " + quote(dir / "text") + " --vocab-size 350 --threads 1 --out " +
+                     quote(model));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("characters per token"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find((dir / "out" / "tok.vocab").string()), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "out" / "tok.vocab"));
+  EXPECT_EQ(load_tokenizer(model.string())->vocab_size(), 350);
+  fs::remove_all(dir);
+}
+
+TEST(TtDataTokenizer, BadArgumentsExitTwoWithAMessage) {
+  const fs::path dir = tt::test::temp_dir("tok-cli-bad");
+  write_text(dir / "a.txt", english_like(100, 7));
+  auto r = run(tt_data() + " tokenizer --input " + quote(dir / "a.txt") + " --vocab-size 300 --out " +
+               quote(dir / "tok.bin"));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("--out must end in .model"), std::string::npos) << r.output;
+  r = run(tt_data() + " tokenizer --input " + quote(dir / "missing.txt") + " --vocab-size 300 --out " +
+          quote(dir / "tok.model"));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("missing.txt"), std::string::npos) << r.output;
+  r = run(tt_data() + " tokenizer --input " + quote(dir / "a.txt") + " --out " + quote(dir / "tok.model"));
+  EXPECT_EQ(r.rc, 2) << r.output;  // no --vocab-size
+  fs::remove_all(dir);
+}
+
+TEST(TtDataFetch, UnknownCorpusFailsClearly) {
+  const fs::path dir = tt::test::temp_dir("fetch-bad");
+  auto r = run(tt_data() + " fetch nonsense --out " + quote(dir));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("unknown corpus 'nonsense': only 'brown' is known"), std::string::npos) << r.output;
+  r = run(tt_data() + " fetch");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("corpus"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
+// Both fail before anything is downloaded.
+TEST(TtDataFetch, NoNpmOrABadOutDirFailsClearly) {
+  const fs::path dir = tt::test::temp_dir("fetch-env");
+  auto r = run("env PATH=" + quote(dir) + " " + tt_data() + " fetch brown --out " + quote(dir / "brown"));
+  EXPECT_EQ(r.rc, 1) << r.output;
+  EXPECT_NE(r.output.find("npm not found: apt-get install npm"), std::string::npos) << r.output;
+  write_text(dir / "file", "");
+  r = run(tt_data() + " fetch brown --out " + quote(dir / "file"));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find((dir / "file").string() + "' exists and is not a directory"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
