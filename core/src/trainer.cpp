@@ -525,6 +525,11 @@ struct Trainer::Impl {
     t_start = Clock::now();
     setup();
     if (cfg.resume) load_checkpoint();
+    if (resumed && s.step >= s.total_steps) {  // e.g. tt-run --resume RUN --sample PROMPT on a finished run
+      log().info("{}: the run in {} is complete at step {} (of {}); nothing to train, outputs kept as they are",
+                 p.name, s.run_dir.string(), s.step, s.total_steps);
+      return;
+    }
     metrics.open(s.run_dir / "metrics.jsonl", resumed ? s.step : (cfg.resume ? 0 : -1));
     start_step = s.step;
     setup_seconds = seconds_since(t_start);

@@ -132,7 +132,9 @@ TEST(TransformerLM, TargetParamsPicksAShapeOfThatSize) {
     const double ratio = static_cast<double>(tt::lm::count_parameters(s)) / static_cast<double>(target);
     EXPECT_NEAR(ratio, 1.0, 0.06) << target << ": " << s.to_string();
     EXPECT_EQ(s.d_model % s.n_heads, 0);
-    if (target >= 1000000) EXPECT_GE(s.n_layers, 2) << s.to_string();
+    if (target >= 1000000) {
+      EXPECT_GE(s.n_layers, 2) << s.to_string();
+    }
     EXPECT_EQ(s.d_ff, 4 * s.d_model);
   }
   // through the pipeline, the model reports the exact count it built
@@ -256,4 +258,27 @@ TEST(TransformerLM, NonLanguageModelsRefuseToSample) {
   tt::Trainer t(tt::parse_pipeline(tt::test::topic_yaml(dir, "  max_steps: 1\n"), "p.yaml"), {dir / "run", false, true});
   t.fit();
   EXPECT_THROW(t.generate("x", {}), tt::ConfigError);
+}
+
+TEST(TransformerLM, TtRunSamplesFromAFinishedRunWithoutTouchingIt) {
+  auto dir = tt::test::temp_dir("lm-ttrun-sample");
+  write_text(dir, "train.txt", 200, 9);
+  write_text(dir, "val.txt", 20, 10);
+  {
+    std::ofstream(dir / "p.yaml") << lm_yaml(dir, "  max_steps: 5\n");
+  }
+  const std::string run = (dir / "run").string();
+  auto r = tt::test::run(tt::test::tt_run_bin() + " " + (dir / "p.yaml").string() + " --run-dir " + run + " -q");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const std::string summary = tt::test::read_file(dir / "run" / "summary.json");
+  r = tt::test::run(tt::test::tt_run_bin() + " --resume " + run +
+                    " --sample 'the cat' --tokens 12 --temperature 0");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("the cat"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("complete at step 5"), std::string::npos) << r.output;
+  EXPECT_EQ(tt::test::read_file(dir / "run" / "summary.json"), summary);  // the finished run is left alone
+  EXPECT_NE(tt::test::read_file(dir / "run" / "samples.txt").find("--- prompt: the cat"), std::string::npos);
+  // bad sampling options are a command-line error
+  r = tt::test::run(tt::test::tt_run_bin() + " --resume " + run + " --sample x --tokens 0 -q");
+  EXPECT_EQ(r.rc, 2) << r.output;
 }

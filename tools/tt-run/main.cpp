@@ -107,6 +107,11 @@ int main(int argc, char** argv) {
     pipeline_file.clear();
   }
 
+  if (sample_prompt && (gen.tokens < 1 || gen.temperature < 0 || gen.top_k < 0)) {
+    std::fprintf(stderr, "tt-run: --tokens must be positive, --temperature and --top-k not negative\n");
+    return 2;
+  }
+
   try {
     if (version) {
       std::printf("tt-run %s\nLibTorch %s (%s)\nmodule API %u, C++ ABI %d, _GLIBCXX_USE_CXX11_ABI=%d\ncompiler %s\n",
@@ -141,10 +146,6 @@ int main(int argc, char** argv) {
     tt::Trainer trainer(std::move(pipeline), cfg);
     trainer.fit();
     if (sample_prompt) {
-      if (gen.tokens < 1 || gen.temperature < 0 || gen.top_k < 0) {
-        std::fprintf(stderr, "tt-run: --tokens must be positive, --temperature and --top-k not negative\n");
-        return 2;
-      }
       const std::string text = trainer.generate(*sample_prompt, gen);
       std::printf("%s%s\n", quiet ? "" : "\nsample:\n", text.c_str());
     }

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# tt's transformer LM against plain PyTorch on the same shapes, machine and threads, back to
+# back in one run (the machine is shared: compare ratios, not absolute times).
+#   tools/bench-lm.sh [--config "A B"] [--threads 2] [--steps 10] [--warmup 3] [--build DIR]
+# Config A: vocab 1024, d_model 256, 8 layers, 4 heads, seq 512, batch 8; B: 4 layers, seq 2048,
+# batch 2 (../shared/reference/pytorch_gpt_bench.py; it needs Debian's python3-torch).
+# Both train on the UTF-8 bytes of the Brown training text with AdamW(1e-3, wd 0.01).
+# Prints median step time (after the warm-up steps), peak tensor bytes and peak RSS per side.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="$ROOT/build"; CONFIGS="A"; THREADS=2; STEPS=10; WARMUP=3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --config) CONFIGS="$2"; shift 2 ;; --threads) THREADS="$2"; shift 2 ;; --steps) STEPS="$2"; shift 2 ;;
+    --warmup) WARMUP="$2"; shift 2 ;; --build) BUILD="$2"; shift 2 ;;
+    *) echo "bench-lm: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+REF="$ROOT/../shared/reference/pytorch_gpt_bench.py"
+TEXT="$ROOT/../shared/datasets/brown/brown_train.txt"
+[ -f "$REF" ] || { echo "bench-lm: $REF not found (the shared reference sits beside the repository)"; exit 1; }
+[ -f "$TEXT" ] || { echo "bench-lm: $TEXT not found"; exit 1; }
+/usr/bin/python3 -c "import torch" 2>/dev/null || { echo "bench-lm: needs Debian's python3-torch: apt-get install python3-torch"; exit 1; }
+WORK="$(mktemp -d /tmp/tt-bench-lm-XXXXXX)"
+trap 'rm -rf "$WORK"' EXIT
+
+shape() {  # config -> "layers seq batch"
+  case "$1" in A) echo "8 512 8" ;; B) echo "4 2048 2" ;; *) echo "bench-lm: unknown config $1" >&2; exit 2 ;; esac
+}
+
+printf '%-6s %-8s %12s %14s %12s\n' config side "step (ms)" "peak tensors" "peak RSS"
+for C in $CONFIGS; do
+  read -r LAYERS SEQ BATCH <<<"$(shape "$C")"
+  /usr/bin/python3 "$REF" run --config "$C" --variant baseline --threads "$THREADS" --warmup "$WARMUP" \
+    --steps "$STEPS" --json "$WORK/ref.json" > "$WORK/ref.log" 2>&1 || { cat "$WORK/ref.log"; exit 1; }
+  /usr/bin/python3 "$REF" tensorpeak --config "$C" --variant baseline --threads "$THREADS" \
+    --json "$WORK/refpeak.json" > "$WORK/refpeak.log" 2>&1 || { cat "$WORK/refpeak.log"; exit 1; }
+  cat > "$WORK/tt.yaml" <<YAML
+name: bench-lm
+seed: 0
+data: {name: text, train: $TEXT, tokenizer: bytes, seq_len: $SEQ, shuffle_buffer: 256}
+model: {name: transformer, vocab: 1024, d_model: 256, n_layers: $LAYERS, n_heads: 4, sample_tokens: 0}
+optimizer: {name: adamw, lr: 1.0e-3, weight_decay: 0.01}
+trainer: {batch_size: $BATCH, max_steps: $((WARMUP + STEPS)), threads: $THREADS, progress: off}
+output: {dir: $WORK/runs, plots: false}
+YAML
+  "$BUILD/bin/tt-run" "$WORK/tt.yaml" --run-dir "$WORK/tt" -q
+  python3 - "$C" "$WORK" "$WARMUP" <<'PY'
+import json, statistics, sys
+c, work, warmup = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ref = json.load(open(f"{work}/ref.json")); refpeak = json.load(open(f"{work}/refpeak.json"))
+steps = [json.loads(l) for l in open(f"{work}/tt/metrics.jsonl") if '"loss"' in l]
+tt_ms = statistics.median(s["step_seconds"] for s in steps[warmup:]) * 1e3
+summ = json.load(open(f"{work}/tt/summary.json"))
+mib = lambda b: f"{b / 2**20:.0f} MiB"
+print(f"{c:<6} {'pytorch':<8} {ref['median_ms']:12.0f} {mib(refpeak['tensor_peak_bytes']):>14} {mib(ref['peak_rss_kb'] * 1024):>12}")
+print(f"{c:<6} {'tt':<8} {tt_ms:12.0f} {mib(summ['memory']['peak_tensor_bytes']):>14} {mib(summ['memory']['peak_rss_bytes']):>12}")
+print(f"{c:<6} {'tt/pt':<8} {tt_ms / ref['median_ms']:12.3f} {summ['memory']['peak_tensor_bytes'] / refpeak['tensor_peak_bytes']:14.3f}")
+PY
+done
