@@ -282,17 +282,24 @@ NpyMap::NpyMap(const std::filesystem::path& path) : path_(path), header_(read_np
   ::close(fd);  // the mapping keeps the file open
   TT_CHECK(p != MAP_FAILED, path.string(), ": cannot memory-map ", length_, " bytes: ", why);
   base_ = static_cast<const char*>(p);
+  // Batches read rows in shuffled order: the kernel's read-around on a fault (pages beside the
+  // row, which belong to other documents) only evicts useful pages when the file exceeds memory.
+  ::madvise(p, length_, MADV_RANDOM);
 }
 
-void NpyMap::release(const char* p, size_t bytes) const {
+void NpyMap::advise(const char* p, size_t bytes, int advice) const {
   static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
   uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) & ~(page - 1);
   const uintptr_t lo = reinterpret_cast<uintptr_t>(base_), hi = lo + length_;
   begin = std::max(begin, lo & ~(page - 1));
   end = std::min(end, (hi + page - 1) & ~(page - 1));
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, advice);
 }
+
+void NpyMap::release(const char* p, size_t bytes) const { advise(p, bytes, MADV_DONTNEED); }
+
+void NpyMap::will_need(const char* p, size_t bytes) const { advise(p, bytes, MADV_WILLNEED); }
 
 NpyMap::~NpyMap() {
   if (base_) ::munmap(const_cast<char*>(base_), length_);

@@ -61,8 +61,13 @@ class TT_API NpyMap {
   // Drops the pages covering [p, p+bytes) from this process's resident set (they stay in the
   // page cache): data read once per epoch then costs no RSS until it is read again.
   void release(const char* p, size_t bytes) const;
+  // Starts reading [p, p+bytes) from disk without waiting (MADV_WILLNEED): a batch's rows are
+  // requested together, so a file larger than memory is read with many I/Os in flight rather
+  // than one page fault at a time.
+  void will_need(const char* p, size_t bytes) const;
 
  private:
+  void advise(const char* p, size_t bytes, int advice) const;
   std::filesystem::path path_;
   NpyHeader header_;
   const char* base_ = nullptr;

@@ -63,6 +63,7 @@ Batch NpyDataset::get(const at::Tensor& indices) {
   const char* data = map_.data();
   const auto dtype = map_.header().dtype;
   const int64_t row_bytes = m_ * map_.header().item_size;
+  for (int64_t r = 0; r < B; ++r) map_.will_need(data + id[r] * row_bytes, static_cast<size_t>(row_bytes));
   std::vector<std::string> problems(static_cast<size_t>(B));
   // rows in parallel when the batch is big enough to be worth it (~256 KiB a task)
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / m_);
