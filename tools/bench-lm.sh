@@ -2,17 +2,19 @@
 # tt's transformer LM against plain PyTorch on the same shapes, machine and threads, back to
 # back in one run (the machine is shared: compare ratios, not absolute times).
 #   tools/bench-lm.sh [--config "A B"] [--threads 2] [--steps 10] [--warmup 3] [--build DIR]
+#                     [--variants "baseline checkpoint checkpoint-every2"]
 # Config A: vocab 1024, d_model 256, 8 layers, 4 heads, seq 512, batch 8; B: 4 layers, seq 2048,
 # batch 2 (../shared/reference/pytorch_gpt_bench.py; it needs Debian's python3-torch).
 # Both train on the UTF-8 bytes of the Brown training text with AdamW(1e-3, wd 0.01).
-# Prints median step time (after the warm-up steps), peak tensor bytes and peak RSS per side.
+# Prints median step time (after the warm-up steps), peak tensor bytes and peak RSS per side;
+# tt's variants (plugins) also as ratios to tt's baseline.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="$ROOT/build"; CONFIGS="A"; THREADS=2; STEPS=10; WARMUP=3
+BUILD="$ROOT/build"; CONFIGS="A"; THREADS=2; STEPS=10; WARMUP=3; VARIANTS="baseline"
 while [ $# -gt 0 ]; do
   case "$1" in
     --config) CONFIGS="$2"; shift 2 ;; --threads) THREADS="$2"; shift 2 ;; --steps) STEPS="$2"; shift 2 ;;
-    --warmup) WARMUP="$2"; shift 2 ;; --build) BUILD="$2"; shift 2 ;;
+    --warmup) WARMUP="$2"; shift 2 ;; --build) BUILD="$2"; shift 2 ;; --variants) VARIANTS="$2"; shift 2 ;;
     *) echo "bench-lm: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -24,11 +26,20 @@ TEXT="$ROOT/../shared/datasets/brown/brown_train.txt"
 WORK="$(mktemp -d /tmp/tt-bench-lm-XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
 
+plugins_of() {  # tt variant -> its plugins list
+  case "$1" in
+    baseline) echo "[]" ;;
+    checkpoint) echo "[checkpoint]" ;;
+    checkpoint-every2) echo "[{name: checkpoint, policy: every, every: 2}]" ;;
+    *) echo "bench-lm: unknown variant $1 (baseline, checkpoint, checkpoint-every2)" >&2; exit 2 ;;
+  esac
+}
+
 shape() {  # config -> "layers seq batch"
   case "$1" in A) echo "8 512 8" ;; B) echo "4 2048 2" ;; *) echo "bench-lm: unknown config $1" >&2; exit 2 ;; esac
 }
 
-printf '%-6s %-8s %12s %14s %12s\n' config side "step (ms)" "peak tensors" "peak RSS"
+printf '%-6s %-18s %10s %13s %10s\n' config side "step (ms)" "peak tensors" "peak RSS"
 for C in $CONFIGS; do
   read -r LAYERS SEQ BATCH <<<"$(shape "$C")"
   /usr/bin/python3 "$REF" run --config "$C" --variant baseline --threads "$THREADS" --warmup "$WARMUP" \
@@ -44,17 +55,23 @@ optimizer: {name: adamw, lr: 1.0e-3, weight_decay: 0.01}
 trainer: {batch_size: $BATCH, max_steps: $((WARMUP + STEPS)), threads: $THREADS, progress: off}
 output: {dir: $WORK/runs, plots: false}
 YAML
-  "$BUILD/bin/tt-run" "$WORK/tt.yaml" --run-dir "$WORK/tt" -q
-  python3 - "$C" "$WORK" "$WARMUP" <<'PY'
+  for V in $VARIANTS; do
+    "$BUILD/bin/tt-run" "$WORK/tt.yaml" "plugins=$(plugins_of "$V")" --run-dir "$WORK/tt-$V" -q
+  done
+  python3 - "$C" "$WORK" "$WARMUP" $VARIANTS <<'PY'
 import json, statistics, sys
-c, work, warmup = sys.argv[1], sys.argv[2], int(sys.argv[3])
+c, work, warmup, variants = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 ref = json.load(open(f"{work}/ref.json")); refpeak = json.load(open(f"{work}/refpeak.json"))
-steps = [json.loads(l) for l in open(f"{work}/tt/metrics.jsonl") if '"loss"' in l]
-tt_ms = statistics.median(s["step_seconds"] for s in steps[warmup:]) * 1e3
-summ = json.load(open(f"{work}/tt/summary.json"))
 mib = lambda b: f"{b / 2**20:.0f} MiB"
-print(f"{c:<6} {'pytorch':<8} {ref['median_ms']:12.0f} {mib(refpeak['tensor_peak_bytes']):>14} {mib(ref['peak_rss_kb'] * 1024):>12}")
-print(f"{c:<6} {'tt':<8} {tt_ms:12.0f} {mib(summ['memory']['peak_tensor_bytes']):>14} {mib(summ['memory']['peak_rss_bytes']):>12}")
-print(f"{c:<6} {'tt/pt':<8} {tt_ms / ref['median_ms']:12.3f} {summ['memory']['peak_tensor_bytes'] / refpeak['tensor_peak_bytes']:14.3f}")
+print(f"{c:<6} {'pytorch':<18} {ref['median_ms']:10.0f} {mib(refpeak['tensor_peak_bytes']):>13} {mib(ref['peak_rss_kb'] * 1024):>10}")
+base = None
+for v in variants:
+    steps = [json.loads(l) for l in open(f"{work}/tt-{v}/metrics.jsonl") if '"loss"' in l]
+    ms = statistics.median(s["step_seconds"] for s in steps[warmup:]) * 1e3
+    peak = json.load(open(f"{work}/tt-{v}/summary.json"))["memory"]
+    base = base or (ms, peak["peak_tensor_bytes"])
+    print(f"{c:<6} {'tt ' + v:<18} {ms:10.0f} {mib(peak['peak_tensor_bytes']):>13} {mib(peak['peak_rss_bytes']):>10}"
+          f"   vs pytorch {ms / ref['median_ms']:.3f}x time {peak['peak_tensor_bytes'] / refpeak['tensor_peak_bytes']:.3f}x peak"
+          f"   vs tt baseline {ms / base[0]:.3f}x time {peak['peak_tensor_bytes'] / base[1]:.3f}x peak")
 PY
 done

@@ -201,6 +201,8 @@ struct Trainer::Impl {
       std::unique_ptr<Plugin> pl;
       try {
         pl = comp.factory(spec.options);
+      } catch (const ConfigError&) {
+        throw;  // the plugin's own check of its options: already names the option and the fix
       } catch (const std::exception& e) {
         TT_FAIL_AS(ModuleError, "plugin '", spec.name, "' (", comp.origin, "): factory threw: ", e.what());
       }

@@ -1,0 +1,113 @@
+// Activation checkpointing: gradients equal the baseline's (dropout on: the re-run must draw
+// the same masks), policies, and the plugin's effect on the activations tt's meter measures.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint.h"
+#include "test_support.h"
+#include "transformer_model.h"
+#include "tt/error.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+tt::lm::Shape shape(double dropout) {
+  tt::lm::Shape s;
+  s.vocab = 64;
+  s.d_model = 32;
+  s.n_layers = 3;
+  s.n_heads = 4;
+  s.d_ff = 64;
+  s.seq_len = 24;
+  s.dropout = dropout;
+  return s;
+}
+
+// Loss and parameter gradients of one forward/backward from the same random state.
+std::pair<double, std::vector<at::Tensor>> loss_and_grads(tt::lm::TransformerLM& m, const at::Tensor& ids,
+                                                          uint64_t seed) {
+  m.zero_grad();
+  torch::manual_seed(seed);
+  tt::Batch b;
+  b.set("input", ids.slice(1, 0, -1));
+  b.set("target", ids.slice(1, 1));
+  auto out = m.forward_loss(b);
+  out.loss.backward();
+  std::vector<at::Tensor> grads;
+  for (const auto& p : m.parameters()) grads.push_back(p.grad().clone());
+  return {out.loss.item<double>(), grads};
+}
+
+double max_abs_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+  return worst;
+}
+
+}  // namespace
+
+TEST(Checkpoint, GradientsEqualTheBaselineWithDropoutOn) {
+  torch::manual_seed(0);
+  tt::lm::TransformerLM m(shape(0.1), nullptr, {}, "");
+  m.train();
+  auto ids = torch::randint(0, 64, {4, 25}, torch::kLong);
+  auto [loss_a, base] = loss_and_grads(m, ids, 7);
+  auto [loss_other_seed, unused] = loss_and_grads(m, ids, 8);
+  ASSERT_NE(loss_a, loss_other_seed) << "dropout is not active: the test would prove nothing about RNG replay";
+  for (const char* policy : {"all", "every", "blocks"}) {
+    m.blocks->set_runner(std::make_shared<tt::ckpt::CheckpointRunner>(tt::ckpt::select_blocks(policy, 3, 2, {1})));
+    auto [loss_b, ckpt] = loss_and_grads(m, ids, 7);
+    EXPECT_EQ(loss_a, loss_b) << policy;
+    ASSERT_EQ(base.size(), ckpt.size());
+    EXPECT_LE(max_abs_diff(base, ckpt), 1e-6) << policy;
+  }
+  m.blocks->set_runner(nullptr);
+}
+
+TEST(Checkpoint, PoliciesAndBadOptions) {
+  EXPECT_EQ(tt::ckpt::select_blocks("all", 4, 1, {}), (std::set<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(tt::ckpt::select_blocks("every", 5, 2, {}), (std::set<int64_t>{0, 2, 4}));
+  EXPECT_EQ(tt::ckpt::select_blocks("blocks", 4, 1, {3, 1}), (std::set<int64_t>{1, 3}));
+  EXPECT_THROW(tt::ckpt::select_blocks("every", 4, 0, {}), tt::ConfigError);
+  EXPECT_THROW(tt::ckpt::select_blocks("blocks", 4, 1, {4}), tt::ConfigError);
+  EXPECT_THROW(tt::ckpt::select_blocks("selectiv", 4, 1, {}), tt::ConfigError);
+}
+
+TEST(Checkpoint, PluginCutsMeasuredActivationsAndRefusesModelsWithoutBlocks) {
+  auto dir = tt::test::temp_dir("ckpt-plugin");
+  {
+    std::ofstream out(dir / "train.txt");
+    for (int i = 0; i < 400; ++i) out << "the quick brown fox jumps over the lazy dog " << i << "\n";
+  }
+  auto run = [&](const std::string& plugins, const std::string& tag) {
+    std::ofstream(dir / (tag + ".yaml"))
+        << "name: ckpt\nseed: 0\n"
+        << "data: {name: text, train: " << (dir / "train.txt").string() << ", seq_len: 128}\n"
+        << "model: {name: transformer, d_model: 64, n_layers: 4, n_heads: 4, sample_tokens: 0}\n"
+        << "plugins: " << plugins << "\n"
+        << "trainer: {batch_size: 8, max_steps: 2, threads: 1, progress: off}\n"
+        << "output: {dir: " << dir.string() << ", plots: false}\n";
+    auto r = tt::test::run(tt::test::tt_run_bin() + " " + (dir / (tag + ".yaml")).string() + " -q --run-dir " +
+                           (dir / tag).string());
+    EXPECT_EQ(r.rc, 0) << r.output;
+    return nlohmann::json::parse(tt::test::read_file(dir / tag / "summary.json"));
+  };
+  auto base = run("[]", "base"), ckpt = run("[checkpoint]", "ckpt");
+  const double a = base["memory"]["activations_bytes"].get<double>(), b = ckpt["memory"]["activations_bytes"].get<double>();
+  EXPECT_LT(b, 0.3 * a) << "activations: " << a << " -> " << b;
+  EXPECT_EQ(base["final_loss"], ckpt["final_loss"]);  // same trajectory, bitwise
+  // a model without a block stack is refused, naming the plugin
+  std::ofstream(dir / "topic.yaml") << tt::test::topic_yaml(dir, "  max_steps: 1\n", "plugins: [checkpoint]\n");
+  auto r = tt::test::run(tt::test::tt_run_bin() + " " + (dir / "topic.yaml").string() + " -q");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("plugins.checkpoint"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("BlockStack"), std::string::npos) << r.output;
+  r = tt::test::run(tt::test::tt_run_bin() + " " + (dir / "base.yaml").string() +
+                    " -q 'plugins=[{name: checkpoint, policy: sometimes}]'");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("sometimes"), std::string::npos) << r.output;
+}
