@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <vector>
 #include <type_traits>
 
 #include "tt/compat.h"
@@ -69,6 +71,70 @@ bool fusable(const torch::Tensor& p, const torch::optim::AdamWOptions& o) {
   return p.device().is_cpu() && p.scalar_type() == torch::kFloat && p.is_contiguous() && !o.amsgrad();
 }
 
+// The closed form of s zero-gradient steps from a row's last update (see the header): the
+// scalars of steps from+1 .. from+s, accumulated in double from the float coefficients the
+// dense loop would have used.
+struct Catchup {
+  int64_t steps = 0;
+  double B1 = 1, B2 = 1, D = 1, K0 = 0, K1 = 0, K2 = 0, amin = std::numeric_limits<double>::infinity();
+  void push(const Coeffs& c) {
+    ++steps;
+    B1 *= c.beta1;
+    B2 *= c.beta2;
+    const double a = std::sqrt(B2) * c.inv_sqrt_bc2;  // sqrt(v_k) = sqrt(v_0) sqrt(b2^k), over sqrt(bc2)
+    const double coef = c.neg_step_size * B1 / a;     // -lr/bc1 * b1^k / a_k, times m_0 / sqrt(v_0)
+    D *= c.decay;
+    K0 = K0 * c.decay + coef;
+    K1 = K1 * c.decay + coef / a;
+    K2 = K2 * c.decay + coef / (a * a);
+    amin = std::min(amin, a);
+  }
+};
+
+// The closed form for `count` elements at p, m, v (in float, vectorized); elements whose eps is
+// not small against sqrt(v) are left as they were and flagged in `slow` (returns their count).
+__attribute__((target_clones("avx512f", "avx2", "default"))) int64_t closed_form(
+    float* __restrict p, float* __restrict m, float* __restrict v, int64_t count, const float D, const float K0,
+    const float K1, const float K2, const float B1, const float B2, const float eps, const float w_min,
+    uint8_t* __restrict slow) {
+  int64_t n_slow = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const float u = m[i], vv = v[i];
+    const float w = std::sqrt(vv);
+    const bool moving = u != 0.0f;
+    const bool fallback = moving && w < w_min;
+    const float r = moving && !fallback ? u / w : 0.0f;  // m_0 / sqrt(v_0)
+    const float e = moving && !fallback ? eps / w : 0.0f;
+    const float closed = p[i] * D + r * (K0 - e * K1 + e * e * K2);
+    p[i] = fallback ? p[i] : closed;
+    m[i] = fallback ? u : u * B1;
+    v[i] = fallback ? vv : vv * B2;
+    slow[i] = fallback;
+    n_slow += fallback;
+  }
+  return n_slow;
+}
+
+// `count` elements at p, m, v: k.steps zero-gradient steps with coefficients cs[0..steps).
+void catch_up_block(float* p, float* m, float* v, int64_t count, const Catchup& k, const Coeffs* cs) {
+  if (k.steps == 0) return;
+  const float eps = cs[0].eps;
+  // the series in e = eps / sqrt(v) holds to float precision while e <= a / 256
+  const float w_min = static_cast<float>(256 * static_cast<double>(eps) / k.amin);
+  constexpr int64_t kChunk = 1024;
+  uint8_t slow[kChunk];
+  for (int64_t b = 0; b < count; b += kChunk) {
+    const int64_t n = std::min(kChunk, count - b);
+    if (closed_form(p + b, m + b, v + b, n, static_cast<float>(k.D), static_cast<float>(k.K0),
+                    static_cast<float>(k.K1), static_cast<float>(k.K2), static_cast<float>(k.B1),
+                    static_cast<float>(k.B2), eps, w_min, slow) == 0)
+      continue;
+    for (int64_t i = 0; i < n; ++i)  // step by step, as the dense loop
+      if (slow[i])
+        for (int64_t j = 0; j < k.steps; ++j) adamw_loop<true>(p + b + i, nullptr, m + b + i, v + b + i, 1, cs[j]);
+  }
+}
+
 }  // namespace
 
 torch::optim::AdamWParamState& FusedAdamW::state_of(const torch::Tensor& p) {
@@ -92,6 +158,115 @@ void FusedAdamW::dense_rows(const torch::Tensor& p) {
 
 bool FusedAdamW::has_dense_rows(const torch::Tensor& p) const {
   return dense_rows_.count(p.unsafeGetTensorImpl()) != 0;
+}
+
+// A deferred parameter: every row is current at least to step `base`; a row touched since is
+// current to last[row] (> base). hist holds the coefficients of steps base+1 .. base+hist.size(),
+// from_base their closed form from `base`.
+struct FusedAdamW::Deferred {
+  torch::Tensor param;
+  int64_t base = 0;
+  std::vector<int64_t> last;
+  std::vector<Coeffs> hist;
+  Catchup from_base;
+  int64_t current() const { return base + static_cast<int64_t>(hist.size()); }
+  void reset(int64_t step) {
+    base = step;
+    std::fill(last.begin(), last.end(), int64_t{0});
+    hist.clear();
+    from_base = Catchup();
+  }
+};
+
+void FusedAdamW::defer_rows(const torch::Tensor& p) {
+  dense_rows(p);
+  auto d = std::make_shared<Deferred>();
+  d->param = p;
+  d->last.assign(static_cast<size_t>(p.size(0)), 0);
+  deferred_[p.unsafeGetTensorImpl()] = std::move(d);
+}
+
+FusedAdamW::Deferred* FusedAdamW::deferred_of(const torch::Tensor& p) {
+  auto it = deferred_.find(p.unsafeGetTensorImpl());
+  if (it == deferred_.end()) return nullptr;
+  Deferred& d = *it->second;
+  auto& st = state_of(p);
+  // A loaded or fresh state: everything it holds is current (flush() precedes every save).
+  if (d.current() != st.step()) d.reset(st.step());
+  return &d;
+}
+
+// Catch one row up to the deferred parameter's current step.
+void FusedAdamW::catch_up_row(Deferred& d, int64_t row, float* p, float* m, float* v, int64_t width) {
+  const int64_t from = std::max(d.base, d.last[row]), to = d.current();
+  if (from >= to) return;
+  const int64_t off = row * width;
+  if (from == d.base) {
+    catch_up_block(p + off, m + off, v + off, width, d.from_base, d.hist.data());
+  } else {
+    Catchup k;
+    for (int64_t j = from - d.base; j < to - d.base; ++j) k.push(d.hist[j]);
+    catch_up_block(p + off, m + off, v + off, width, k, d.hist.data() + (from - d.base));
+  }
+  d.last[row] = to;
+}
+
+void FusedAdamW::catch_up_rows(const torch::Tensor& p, const torch::Tensor& rows) {
+  torch::NoGradGuard no_grad;
+  Deferred* d = deferred_of(p);
+  if (!d || d->hist.empty()) return;
+  auto& st = state_of(p);
+  const auto r = rows.to(torch::kLong).contiguous();
+  const int64_t* id = r.data_ptr<int64_t>();
+  const int64_t width = p.size(1), n = p.size(0);
+  float* pp = p.data_ptr<float>();
+  float* mm = st.exp_avg().data_ptr<float>();
+  float* vv = st.exp_avg_sq().data_ptr<float>();
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    TT_CHECK(id[i] >= 0 && id[i] < n, "adamw: row ", id[i], " out of range for a parameter of ", n, " rows");
+    catch_up_row(*d, id[i], pp, mm, vv, width);
+  }
+}
+
+void FusedAdamW::flush_one(Deferred& d) {
+  if (d.hist.empty()) return;
+  auto& st = state_of(d.param);
+  const int64_t width = d.param.size(1), n = d.param.size(0);
+  float* pp = d.param.data_ptr<float>();
+  float* mm = st.exp_avg().data_ptr<float>();
+  float* vv = st.exp_avg_sq().data_ptr<float>();
+  at::parallel_for(0, n, std::max<int64_t>(1, 4096 / width), [&](int64_t b, int64_t e) {
+    for (int64_t row = b; row < e;) {
+      if (d.last[row] > d.base) {  // touched since the last full catch-up: its own window
+        catch_up_row(d, row, pp, mm, vv, width);
+        ++row;
+        continue;
+      }
+      int64_t end = row + 1;  // a run of rows current at `base` shares from_base
+      while (end < e && d.last[end] <= d.base) ++end;
+      catch_up_block(pp + row * width, mm + row * width, vv + row * width, (end - row) * width, d.from_base,
+                     d.hist.data());
+      row = end;
+    }
+  });
+  d.reset(d.current());
+}
+
+void FusedAdamW::flush() {
+  torch::NoGradGuard no_grad;
+  for (auto& [key, d] : deferred_) {
+    if (deferred_of(d->param)) flush_one(*d);
+  }
+}
+
+void FusedAdamW::save(torch::serialize::OutputArchive& archive) const {
+  const_cast<FusedAdamW*>(this)->flush();  // the saved state is the dense one
+  torch::optim::AdamW::save(archive);
+}
+
+void FusedAdamW::load(torch::serialize::InputArchive& archive) {
+  torch::optim::AdamW::load(archive);
+  for (auto& [key, d] : deferred_) d->reset(-1);  // re-based on the loaded step at next use
 }
 
 torch::Tensor FusedAdamW::step(LossClosure closure) {
@@ -127,6 +302,11 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
         p.addcdiv_(st.exp_avg(), denom, -o.lr() / bc1);
         continue;
       }
+      Deferred* d = deferred_of(p);
+      if (d && !grad.is_sparse()) {  // a dense gradient updates every row: bring them all up to date first
+        flush_one(*d);
+        d = nullptr;
+      }
       auto& st = state_of(p);
       st.step(st.step() + 1);
       const Coeffs c = coeffs_for(o, st.step());
@@ -141,6 +321,20 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
         const int64_t width = p.size(1), nrows = rows.numel();
         const int64_t* r = rows.data_ptr<int64_t>();
         const float* gv = vals.data_ptr<float>();
+        if (d) {
+          // Deferred dense semantics: the gradient's rows catch up to the previous step and take
+          // this one; the other rows' zero-gradient step is recorded (see the header).
+          for (int64_t i = 0; i < nrows; ++i) catch_up_row(*d, r[i], pp, mm, vv, width);
+          d->hist.push_back(c);
+          d->from_base.push(c);
+          for (int64_t i = 0; i < nrows; ++i) {
+            const int64_t off = r[i] * width;
+            adamw_dense(pp + off, gv + i * width, mm + off, vv + off, width, c);
+            d->last[r[i]] = d->current();
+          }
+          if (static_cast<int64_t>(d->hist.size()) >= kDeferWindow) flush_one(*d);
+          continue;
+        }
         if (has_dense_rows(p)) {
           // Dense semantics: walk all rows; rows of the gradient (ascending) get theirs.
           at::parallel_for(0, p.size(0), std::max<int64_t>(1, (int64_t{1} << 15) / width), [&](int64_t b, int64_t e) {

@@ -15,6 +15,7 @@
 #include "tt/checkpoint.h"
 #include "tt/data_loader.h"
 #include "tt/error.h"
+#include "tt/fused_adamw.h"
 #include "tt/log.h"
 #include "tt/meter.h"
 #include "tt/plugin.h"
@@ -249,7 +250,14 @@ struct Trainer::Impl {
     return names;
   }
 
+  // An optimizer that defers updates (FusedAdamW::defer_rows) brings every parameter up to
+  // date before anything reads them whole: evaluation, checkpoints, outputs, epoch ends.
+  void flush_optimizer() {
+    if (auto* f = dynamic_cast<FusedAdamW*>(s.optimizer.get())) f->flush();
+  }
+
   void save_checkpoint() {
+    flush_optimizer();
     torch::serialize::OutputArchive ar;
     torch::serialize::OutputArchive model_ar, opt_ar;
     s.model->save(model_ar);
@@ -491,6 +499,7 @@ struct Trainer::Impl {
       return;
     }
     int64_t bs = p.trainer.is_set("eval_batch_size") ? p.trainer.get_int("eval_batch_size") : s.batch_size;
+    flush_optimizer();
     auto m = s.model->evaluate(*data.validation, bs);
     json line{{"step", s.step}};
     for (const auto& [k, v] : m) {
@@ -576,6 +585,7 @@ struct Trainer::Impl {
     mem.peak_tensor = peak();  // the training loop's; evaluation and outputs come after
     mem.peak_rss = Meter::rss_peak();
     mem.rss_anon_end = Meter::rss_anon();
+    flush_optimizer();
     json val;
     evaluate(&val);
     if (last_checkpoint_step != s.step && s.step > start_step) save_checkpoint();
@@ -646,6 +656,7 @@ struct Trainer::Impl {
                          {"rss", Meter::rss()},
                          {"rss_anon", Meter::rss_anon()}}
                         .dump());
+      flush_optimizer();
       fire(Event::EPOCH_END);
       ++s.epoch;
       start_batch = 0;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test_support.h"
+#include "tt/checkpoint.h"
 #include "tt/error.h"
 #include "tt/npy.h"
 #include "tt/plugin.h"
@@ -146,7 +147,7 @@ TEST(TopicTraining, RowGradientsTrainBitwiseLikeDenseGradients) {
   };
   auto run = [](bool with_plugin, bool* saw_dense) {
     auto out = tt::test::temp_dir("topic");
-    tt::Trainer t(pipe(out, {"trainer.epochs=3"}), {out / "run", false, true});
+    tt::Trainer t(pipe(out, {"trainer.epochs=3", "model.defer_updates=false"}), {out / "run", false, true});
     if (with_plugin) t.add_plugin(std::make_unique<Observer>(saw_dense));
     t.fit();
     return std::make_pair(tt::read_npy(out / "run" / "L.npy"), tt::read_npy(out / "run" / "F.npy"));
@@ -164,4 +165,45 @@ TEST(TopicTraining, RowGradientsTrainBitwiseLikeDenseGradients) {
   auto s = nlohmann::json::parse(tt::test::read_file(out / "run" / "summary.json"));
   const int64_t grad_bytes = s["memory"]["gradients_bytes"].get<int64_t>();
   EXPECT_LT(grad_bytes, 64 * 4 * 4 + 4 * 50 * 4) << "L's gradient should be 16 rows, not 64";
+}
+
+// The default defers the absent rows' zero-gradient updates (FusedAdamW::defer_rows): the
+// same training to float rounding, checkpoints included (a resumed deferred run matches too).
+TEST(TopicTraining, DeferredRowUpdatesTrainLikeDenseOnes) {
+  auto run = [](std::vector<std::string> sets) {
+    auto out = tt::test::temp_dir("topic");
+    sets.push_back("trainer.epochs=4");
+    tt::Trainer t(pipe(out, sets), {out / "run", false, true});
+    t.fit();
+    return std::make_tuple(tt::read_npy(out / "run" / "L.npy"), tt::read_npy(out / "run" / "F.npy"), t.step_losses());
+  };
+  auto [L0, F0, loss0] = run({"model.defer_updates=false"});
+  auto [L1, F1, loss1] = run({});
+  EXPECT_FALSE(torch::equal(L0, L1)) << "deferred updates should round differently somewhere";
+  EXPECT_LT((L0 - L1).abs().max().item<double>(), 1e-5);
+  EXPECT_LT((F0 - F1).abs().max().item<double>(), 1e-5);
+  ASSERT_EQ(loss0.size(), loss1.size());
+  for (size_t i = 0; i < loss0.size(); ++i) EXPECT_NEAR(loss1[i], loss0[i], 1e-5 * std::abs(loss0[i])) << i;
+}
+
+// A deferred run restarted from a mid-run checkpoint: the checkpoint holds the caught-up
+// (dense) state, so the resumed run goes on from the same values as the uninterrupted one
+// and ends equal to float rounding (bitwise resume needs model.defer_updates: false).
+TEST(TopicTraining, DeferredRowUpdatesResumeToRounding) {
+  auto out = tt::test::temp_dir("topic");
+  const std::vector<std::string> sets{"trainer.max_steps=20", "trainer.checkpoint_every=6", "trainer.keep_checkpoints=10"};
+  tt::Trainer straight(pipe(out, sets), {out / "straight", false, true});
+  straight.fit();
+  // crash after step 12: drop the newer checkpoints, resume from step 12
+  for (const auto& c : tt::list_checkpoints(out / "straight" / "checkpoints"))
+    if (c.filename().string() > "step-00000012.pt") std::filesystem::remove(c);
+  std::filesystem::copy(out / "straight", out / "resumed", std::filesystem::copy_options::recursive);
+  tt::Trainer resumed(tt::Trainer::pipeline_of_run(out / "resumed", {}), {out / "resumed", true, true});
+  resumed.fit();
+  const auto& a = straight.step_losses();
+  const auto& b = resumed.step_losses();
+  ASSERT_EQ(b.size(), 8u);
+  for (size_t i = 0; i < b.size(); ++i) EXPECT_NEAR(b[i], a[12 + i], 1e-6 * std::abs(a[12 + i])) << "step " << 13 + i;
+  auto La = tt::read_npy(out / "straight" / "L.npy"), Lb = tt::read_npy(out / "resumed" / "L.npy");
+  EXPECT_LT((La - Lb).abs().max().item<double>(), 1e-6);
 }

@@ -13,10 +13,25 @@
 // marked with dense_rows() instead gets AdamW's dense semantics from a sparse gradient: the
 // absent rows have gradient zero and every row is updated, exactly as if the zeros had been
 // materialized (bitwise: the same arithmetic with g = 0), without the n-row gradient tensor.
+//
+// defer_rows() goes further for such a parameter: the zero-gradient updates of the absent
+// rows are not applied step by step but accumulated as per-step coefficients and applied in
+// closed form when a row is next needed (catch_up_rows, before a forward reads it) and for
+// all rows every kDeferWindow steps and at flush() (before anything reads the whole
+// parameter or the optimizer state: evaluation, checkpoints, outputs). Over s zero-gradient
+// steps m and v only decay (b1^s, b2^s) and the parameter follows
+//   p_s = p_0 D + (m_0 / sqrt(v_0)) (K0 - e K1 + e^2 K2),  e = eps / sqrt(v_0),
+// with D, K0..K2 scalars of the recorded learning rates and bias corrections (the series in
+// e is AdamW's eps expanded to third order; elements whose eps is not small against
+// sqrt(v) -- e > a/256 -- take the step-by-step loop instead). The result agrees with the
+// dense update to float rounding (not bitwise), at a cost of O(rows touched) per step
+// instead of O(all rows): the topic model's n x k document matrix no longer bounds its step.
 // Anything else the kernel does not cover (non-float32, non-contiguous, amsgrad, CUDA)
 // falls back to torch::optim::AdamW's own step for that parameter group.
 #include <torch/optim/adamw.h>
 
+#include <map>
+#include <memory>
 #include <set>
 
 #include "tt/export.h"
@@ -30,10 +45,24 @@ class TT_API FusedAdamW : public torch::optim::AdamW {
   // Sparse gradients of `p` (a 2-D float32 parameter) mean "zero in the other rows".
   void dense_rows(const torch::Tensor& p);
   bool has_dense_rows(const torch::Tensor& p) const;
+  // dense_rows() with the absent rows' updates deferred (see above).
+  void defer_rows(const torch::Tensor& p);
+  // Bring `rows` (int64 indices, repeats allowed) of a deferred parameter up to date.
+  void catch_up_rows(const torch::Tensor& p, const torch::Tensor& rows);
+  // Bring every deferred parameter up to date (parameters and optimizer state).
+  void flush();
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+  static constexpr int64_t kDeferWindow = 128;  // steps between full catch-ups
 
  private:
   torch::optim::AdamWParamState& state_of(const torch::Tensor& p);
   std::set<const void*> dense_rows_;  // TensorImpl of parameters marked with dense_rows()
+  struct Deferred;
+  std::map<const void*, std::shared_ptr<Deferred>> deferred_;  // parameters marked with defer_rows()
+  Deferred* deferred_of(const torch::Tensor& p);
+  void flush_one(Deferred& d);
+  void catch_up_row(Deferred& d, int64_t row, float* p, float* m, float* v, int64_t width);
 };
 
 }  // namespace tt

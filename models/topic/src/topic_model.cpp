@@ -41,6 +41,7 @@ ModelOutput TopicModel::forward_loss(const Batch& batch) {
       counts.cols = batch.at("cols");
       counts.vals = batch.at("vals");
     }
+    if (deferring_ && is_training()) deferring_->catch_up_rows(L_raw_, idx);  // rows current before reading
     loss = poisson_nmf_loss(L_raw_, F_raw_, idx, counts, (config_.lazy || rows_gradient_) && is_training());
   } else {
     TT_CHECK(!config_.lazy, "model (topic): lazy: true needs fused: true");
@@ -55,9 +56,15 @@ ModelOutput TopicModel::forward_loss(const Batch& batch) {
 
 void TopicModel::on_optimizer(torch::optim::Optimizer& optimizer, bool gradients_read) {
   rows_gradient_ = config_.lazy;
+  deferring_ = nullptr;
   if (config_.lazy || !config_.fused || gradients_read) return;
   if (auto* adamw = dynamic_cast<FusedAdamW*>(&optimizer)) {
-    adamw->dense_rows(L_raw_);
+    if (config_.defer) {
+      adamw->defer_rows(L_raw_);
+      deferring_ = adamw;
+    } else {
+      adamw->dense_rows(L_raw_);
+    }
     rows_gradient_ = true;
   }
 }
@@ -120,6 +127,10 @@ Schema model_schema() {
       .add("fused", Type::Bool, "true",
            "compute the loss and its gradient directly over the non-zeros (false: tinytopics' dense autograd)")
       .add("corpus_loss", Type::Bool, "true", "compute the whole-corpus loss at the end (one pass over the data)")
+      .add("defer_updates", Type::Bool, "true",
+           "AdamW's zero-gradient updates of the rows of L outside the batch are applied in closed form when "
+           "a row is next used (same result to float rounding, O(batch) instead of O(n) per step); false: "
+           "every row every step, bitwise as a dense gradient")
       .add("lazy", Type::Bool, "false",
            "update only the batch's rows of L (sparse gradient, as sparse Adam); not tinytopics' semantics");
 }
@@ -134,6 +145,7 @@ std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
   c.init_scale = o.get_float("init_scale");
   c.fused = o.get_bool("fused");
   c.lazy = o.get_bool("lazy");
+  c.defer = o.get_bool("defer_updates");
   c.corpus_loss = o.get_bool("corpus_loss");
   o.check(c.k >= 2, "k", "must be at least 2 (one topic explains nothing)");
   o.check(c.k <= source->n_terms(), "k",

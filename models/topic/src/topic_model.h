@@ -5,6 +5,7 @@
 
 #include "topic_data.h"
 #include "tt/dataset.h"
+#include "tt/fused_adamw.h"
 #include "tt/model.h"
 #include "tt/options.h"
 
@@ -17,6 +18,7 @@ class TopicModel : public Model {
     double init_scale = 0.1;
     bool fused = true;  // direct loss/gradient over the non-zeros (poisson_loss.h)
     bool lazy = false;  // sparse gradient for L: only the batch's rows are updated
+    bool defer = true;  // dense semantics with the absent rows' updates deferred (FusedAdamW::defer_rows)
     bool corpus_loss = true;  // whole-corpus loss at the end
   };
   TopicModel(int64_t n_docs, int64_t n_terms, Config config, std::shared_ptr<TopicSource> data);
@@ -36,6 +38,7 @@ class TopicModel : public Model {
   std::shared_ptr<TopicSource> data_;  // for ground truth, vocabulary and whole-corpus figures
   torch::Tensor L_raw_, F_raw_;
   bool rows_gradient_ = false;  // L's gradient as rows: lazy, or dense semantics in the optimizer
+  FusedAdamW* deferring_ = nullptr;  // the optimizer deferring L's absent rows, set by on_optimizer
 };
 
 Schema model_schema();
