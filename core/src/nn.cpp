@@ -1,5 +1,7 @@
 #include "tt/nn.h"
 
+#include "tt/autocast.h"
+
 #include <torch/torch.h>
 
 #include <cmath>
@@ -24,6 +26,14 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias) : in_features(in
 }
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
+  if (keep_fp32 && x.scalar_type() != torch::kFloat) {
+    amp::NoAutocast off;
+    return forward(x.to(torch::kFloat));
+  }
+  if (keep_fp32 && amp::current_autocast().any()) {
+    amp::NoAutocast off;
+    return forward(x);
+  }
   auto y = torch::nn::functional::linear(x, weight, bias);
   for (auto& [name, a] : adapters_) y = y + a->forward(x);
   return y;
@@ -118,6 +128,10 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double e) : eps(e) { weight = register_par
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
   auto xf = x.to(torch::kFloat);
   auto y = xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps);
+  if (keep_fp32) {
+    amp::NoAutocast off;
+    return y * weight;
+  }
   return y.to(x.scalar_type()) * weight;
 }
 
@@ -127,6 +141,10 @@ LayerNormImpl::LayerNormImpl(int64_t dim, double e) : eps(e) {
 }
 
 at::Tensor LayerNormImpl::forward(const at::Tensor& x) {
+  if (keep_fp32) {
+    amp::NoAutocast off;
+    return torch::layer_norm(x.to(torch::kFloat), {weight.size(0)}, weight, bias, eps);
+  }
   return torch::layer_norm(x, {weight.size(0)}, weight, bias, eps);
 }
 

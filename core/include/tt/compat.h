@@ -15,6 +15,10 @@
 #define TT_ALLOCATOR_HAS_COPY_DATA 0
 #endif
 
+// Autocast state: per-device functions (is_cpu_enabled, set_autocast_cpu_dtype, ...) up to
+// 2.3, one API taking a DeviceType (is_autocast_enabled(type), set_autocast_dtype) from 2.4.
+#define TT_AUTOCAST_DEVICE_API TT_TORCH_AT_LEAST(2, 4)
+
 #define TT_STRINGIFY_(x) #x
 #define TT_STRINGIFY(x) TT_STRINGIFY_(x)
 #define TT_TORCH_VERSION_STRING \

@@ -45,6 +45,7 @@ class TT_API LinearImpl : public torch::nn::Module {
 
   int64_t in_features, out_features;
   at::Tensor weight, bias;  // weight [out, in] (torch's layout), bias [out] or undefined
+  bool keep_fp32 = false;   // run in float32 with autocast off (amp's keep_fp32)
 
  private:
   std::vector<std::pair<std::string, std::shared_ptr<LinearAdapter>>> adapters_;
@@ -109,6 +110,7 @@ class TT_API RMSNormImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);
   at::Tensor weight;
   double eps;
+  bool keep_fp32 = false;  // output float32 with autocast off (amp's keep_fp32)
 };
 TORCH_MODULE(RMSNorm);
 
@@ -118,6 +120,7 @@ class TT_API LayerNormImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);
   at::Tensor weight, bias;
   double eps;
+  bool keep_fp32 = false;  // run in float32 with autocast off (amp's keep_fp32)
 };
 TORCH_MODULE(LayerNorm);
 

@@ -5,6 +5,7 @@
 
 #include <mutex>
 
+#include "tt/autocast.h"
 #include "tt/error.h"
 
 namespace tt::ckpt {
@@ -33,6 +34,12 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
     at::Generator gen = generator_for(x);
     ctx->saved_data["rng"] = rng_state(gen);
     ctx->saved_data["block"] = block_address;
+    // autocast as the forward ran (amp): the recomputation in backward re-enters it
+    const tt::amp::AutocastState ac = tt::amp::current_autocast();
+    ctx->saved_data["ac_cpu"] = ac.cpu;
+    ctx->saved_data["ac_cuda"] = ac.cuda;
+    ctx->saved_data["ac_cpu_dtype"] = static_cast<int64_t>(ac.cpu_dtype);
+    ctx->saved_data["ac_cuda_dtype"] = static_cast<int64_t>(ac.cuda_dtype);
     ctx->save_for_backward({x});
     torch::NoGradGuard no_grad;  // nothing inside the block is recorded
     return reinterpret_cast<tt::nn::Block*>(block_address)->forward(x);
@@ -48,6 +55,12 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
     at::Tensor y;
     {
       torch::AutoGradMode grad(true);
+      tt::amp::AutocastState ac;
+      ac.cpu = ctx->saved_data["ac_cpu"].toBool();
+      ac.cuda = ctx->saved_data["ac_cuda"].toBool();
+      ac.cpu_dtype = static_cast<c10::ScalarType>(ctx->saved_data["ac_cpu_dtype"].toInt());
+      ac.cuda_dtype = static_cast<c10::ScalarType>(ctx->saved_data["ac_cuda_dtype"].toInt());
+      tt::amp::AutocastScope autocast(ac);
       y = block->forward(input);
     }
     set_rng_state(gen, now);

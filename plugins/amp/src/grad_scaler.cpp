@@ -1,0 +1,64 @@
+#include "grad_scaler.h"
+
+#include <cmath>
+
+#include "tt/error.h"
+
+namespace tt::amp {
+
+GradScaler::GradScaler(Options o) : o_(o), scale_(o.init_scale) {
+  TT_CHECK_AS(ConfigError, o.init_scale > 0 && std::isfinite(o.init_scale),
+              "plugins.amp.init_scale must be a positive finite number (got ", o.init_scale, ")");
+  TT_CHECK_AS(ConfigError, o.growth > 1, "plugins.amp.growth_factor must be > 1 (got ", o.growth, ")");
+  TT_CHECK_AS(ConfigError, o.backoff > 0 && o.backoff < 1, "plugins.amp.backoff_factor must be in (0, 1) (got ",
+              o.backoff, ")");
+  TT_CHECK_AS(ConfigError, o.growth_interval >= 1, "plugins.amp.growth_interval must be at least 1 (got ",
+              o.growth_interval, ")");
+}
+
+bool GradScaler::unscale(const std::vector<at::Tensor>& params) {
+  torch::NoGradGuard no_grad;
+  const double inv = 1.0 / scale_;
+  at::Tensor bad;  // accumulated on the gradients' device: one host sync at the end
+  for (const auto& p : params) {
+    if (!p.grad().defined()) continue;
+    at::Tensor g = p.mutable_grad();
+    at::Tensor values = g.is_sparse() ? g._values() : g;
+    values.mul_(inv);
+    at::Tensor here = values.isfinite().logical_not().any();
+    bad = bad.defined() ? bad.logical_or(here.to(bad.device())) : here;
+  }
+  return bad.defined() && bad.item<bool>();
+}
+
+void GradScaler::update(bool found_inf) {
+  if (found_inf) {
+    scale_ *= o_.backoff;
+    growth_tracker_ = 0;
+    ++skipped_;
+    return;
+  }
+  if (++growth_tracker_ >= o_.growth_interval) {
+    const double grown = scale_ * o_.growth;
+    if (std::isfinite(grown)) scale_ = grown;  // as torch: never grow to inf
+    growth_tracker_ = 0;
+  }
+}
+
+void GradScaler::save(torch::serialize::OutputArchive& ar) const {
+  ar.write("scale", c10::IValue(scale_));
+  ar.write("growth_tracker", c10::IValue(growth_tracker_));
+  ar.write("skipped", c10::IValue(skipped_));
+}
+
+void GradScaler::load(torch::serialize::InputArchive& ar) {
+  c10::IValue v;
+  TT_CHECK(ar.try_read("scale", v), "amp: the checkpoint has no GradScaler state (was it written with amp's scaler?)");
+  scale_ = v.toDouble();
+  ar.read("growth_tracker", v);
+  growth_tracker_ = v.toInt();
+  ar.read("skipped", v);
+  skipped_ = v.toInt();
+}
+
+}  // namespace tt::amp

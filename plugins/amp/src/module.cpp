@@ -1,0 +1,180 @@
+// amp: automatic mixed precision. Autocast around the forward pass on the model's device
+// (bf16 on CPU and CUDA, fp16 on CUDA only), a GradScaler (on for fp16, optional for bf16),
+// and keep_fp32 for layers that must stay in float32.
+#include <fnmatch.h>
+
+#include <torch/torch.h>
+
+#include "grad_scaler.h"
+#include "tt/autocast.h"
+#include "tt/error.h"
+#include "tt/log.h"
+#include "tt/model.h"
+#include "tt/module.h"
+#include "tt/nn.h"
+#include "tt/plugin.h"
+#include "tt/registry.h"
+#include "tt/state.h"
+
+namespace {
+
+// A pattern names a module by its dotted name (shell wildcards), a whole subtree
+// ("blocks.0.attn" covers blocks.0.attn.qkv), or, without a dot, the last part of any name
+// ("head", "ln*" for every LayerNorm named ln1/ln2/ln_f).
+bool matches(const std::string& pattern, const std::string& name) {
+  if (fnmatch(pattern.c_str(), name.c_str(), 0) == 0) return true;
+  if (name.rfind(pattern + ".", 0) == 0) return true;
+  if (pattern.find('.') == std::string::npos) {
+    const std::string last = name.substr(name.rfind('.') + 1);
+    return fnmatch(pattern.c_str(), last.c_str(), 0) == 0;
+  }
+  return false;
+}
+
+class AmpScope final : public tt::Scope {
+ public:
+  explicit AmpScope(const tt::amp::AutocastState& s) : scope_(s) {}
+
+ private:
+  tt::amp::AutocastScope scope_;
+};
+
+class AmpPlugin final : public tt::Plugin {
+ public:
+  AmpPlugin(c10::ScalarType dtype, bool scaler, tt::amp::GradScaler::Options so, std::vector<std::string> keep)
+      : dtype_(dtype), keep_(std::move(keep)) {
+    if (scaler) scaler_ = std::make_unique<tt::amp::GradScaler>(so);
+  }
+
+  void on(tt::Event event, tt::State& s) override {
+    switch (event) {
+      case tt::Event::INIT: init(s); break;
+      case tt::Event::AFTER_LOSS:
+        if (scaler_ && s.loss.defined()) s.loss = scaler_->scale_loss(s.loss);
+        break;
+      case tt::Event::BEFORE_STEP: before_step(s); break;
+      default: break;
+    }
+  }
+
+  std::unique_ptr<tt::Scope> forward_scope(tt::State&) override { return std::make_unique<AmpScope>(autocast_); }
+
+  void save_state(torch::serialize::OutputArchive& ar) const override {
+    if (scaler_) scaler_->save(ar);
+  }
+  void load_state(torch::serialize::InputArchive& ar) override {
+    if (scaler_) scaler_->load(ar);
+  }
+
+ private:
+  void init(tt::State& s) {
+    const bool cuda = s.device.is_cuda();
+    TT_CHECK_AS(ConfigError, cuda || dtype_ == c10::ScalarType::BFloat16,
+                "plugins.amp.dtype: fp16 autocast needs a CUDA device (LibTorch autocasts fp16 on CUDA only) and this "
+                "run is on ", s.device.str(), ". Use dtype: bf16 on CPU.");
+    if (cuda) {
+      autocast_.cuda = true;
+      autocast_.cuda_dtype = dtype_;
+    } else {
+      autocast_.cpu = true;
+      autocast_.cpu_dtype = dtype_;
+    }
+    std::string kept;
+    int64_t n_kept = 0;
+    for (const auto& pattern : keep_) {
+      int64_t hits = 0;
+      std::string names;
+      for (const auto& item : s.model->named_modules("", /*include_self=*/false)) {
+        if (!matches(pattern, item.key())) continue;
+        bool* flag = nullptr;
+        if (auto* l = item.value()->as<tt::nn::LinearImpl>()) flag = &l->keep_fp32;
+        if (auto* l = item.value()->as<tt::nn::LayerNormImpl>()) flag = &l->keep_fp32;
+        if (auto* l = item.value()->as<tt::nn::RMSNormImpl>()) flag = &l->keep_fp32;
+        if (!flag) continue;
+        *flag = true;
+        ++hits;
+      }
+      if (hits == 0) {
+        std::string some;
+        int shown = 0;
+        for (const auto& item : s.model->named_modules("", false)) {
+          auto* m = item.value().get();
+          if (!m->as<tt::nn::LinearImpl>() && !m->as<tt::nn::LayerNormImpl>() && !m->as<tt::nn::RMSNormImpl>())
+            continue;
+          if (shown++ < 8) some += (some.empty() ? "" : ", ") + item.key();
+        }
+        TT_FAIL_AS(ConfigError, "plugins.amp.keep_fp32: '", pattern,
+                   "' matches no Linear/LayerNorm/RMSNorm layer of the model (",
+                   some.empty() ? std::string("it has none") : "some of its layers: " + some, ")");
+      }
+      n_kept += hits;
+      kept += (kept.empty() ? "" : ", ") + pattern;
+    }
+    tt::log().info("amp: {} autocast on {}; GradScaler {}{}", dtype_ == c10::ScalarType::BFloat16 ? "bf16" : "fp16",
+                   cuda ? "cuda" : "cpu",
+                   scaler_ ? "on (initial scale " + std::to_string(static_cast<int64_t>(scaler_->scale())) + ")"
+                           : std::string("off"),
+                   kept.empty() ? std::string() : "; float32 layers (" + std::to_string(n_kept) + "): " + kept);
+  }
+
+  void before_step(tt::State& s) {
+    if (!scaler_) return;
+    if (!s.skip_step) {  // a batch already dropped (NaN loss) has no gradients to judge
+      std::vector<at::Tensor> params;
+      for (auto& g : s.optimizer->param_groups())
+        for (auto& p : g.params()) params.push_back(p);
+      const bool found_inf = scaler_->unscale(params);
+      if (found_inf) {
+        s.skip_step = true;
+        tt::log().warn("amp: inf/NaN gradients at step {} with loss scale {}: step skipped, scale -> {}", s.step + 1,
+                       scaler_->scale(), scaler_->scale() * 0.5);
+      }
+      scaler_->update(found_inf);
+    }
+    s.metrics["amp_scale"] = scaler_->scale();
+    s.metrics["amp_skipped_steps"] = static_cast<double>(scaler_->skipped());
+  }
+
+  c10::ScalarType dtype_;
+  std::vector<std::string> keep_;
+  std::unique_ptr<tt::amp::GradScaler> scaler_;
+  tt::amp::AutocastState autocast_;
+};
+
+void register_amp(tt::Registry& r) {
+  r.add_plugin(
+      "amp", "automatic mixed precision: autocast forward (bf16, or fp16 on CUDA) with a GradScaler",
+      tt::Schema()
+          .add("dtype", tt::Type::String, "bf16", "bf16 (CPU and CUDA) | fp16 (CUDA only)")
+          .add("grad_scaler", tt::Type::String, "auto", "auto (on for fp16, off for bf16) | on | off")
+          .add("init_scale", tt::Type::Float, "65536", "initial loss scale (2^16)")
+          .add("growth_factor", tt::Type::Float, "2.0", "scale x this after growth_interval finite steps")
+          .add("backoff_factor", tt::Type::Float, "0.5", "scale x this after a step with inf/NaN gradients")
+          .add("growth_interval", tt::Type::Int, "2000", "finite steps in a row before the scale grows")
+          .add("keep_fp32", tt::Type::List, "~",
+               "layers kept in float32: dotted names with wildcards, a subtree, or a last name part, e.g. [head, ln_f]"),
+      [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
+        const std::string dtype = o.get_string("dtype"), scaler = o.get_string("grad_scaler");
+        o.check(dtype == "bf16" || dtype == "fp16", "dtype", "must be bf16 or fp16, not '" + dtype + "'");
+        o.check(scaler == "auto" || scaler == "on" || scaler == "off", "grad_scaler",
+                "must be auto, on or off, not '" + scaler + "'");
+        tt::amp::GradScaler::Options so;
+        so.init_scale = o.get_float("init_scale");
+        so.growth = o.get_float("growth_factor");
+        so.backoff = o.get_float("backoff_factor");
+        so.growth_interval = o.get_int("growth_interval");
+        o.check(so.init_scale > 0, "init_scale", "must be positive");
+        o.check(so.growth > 1, "growth_factor", "must be greater than 1");
+        o.check(so.backoff > 0 && so.backoff < 1, "backoff_factor", "must be between 0 and 1");
+        o.check(so.growth_interval >= 1, "growth_interval", "must be at least 1");
+        std::vector<std::string> keep;
+        if (o.is_set("keep_fp32")) keep = o.get_list("keep_fp32");
+        const bool use_scaler = scaler == "on" || (scaler == "auto" && dtype == "fp16");
+        return std::make_unique<AmpPlugin>(dtype == "bf16" ? c10::ScalarType::BFloat16 : c10::ScalarType::Half,
+                                           use_scaler, so, std::move(keep));
+      });
+}
+
+}  // namespace
+
+TT_MODULE("plugin", "amp", "automatic mixed precision (autocast + GradScaler + keep_fp32)", register_amp)
