@@ -2,7 +2,7 @@
 # tt's transformer LM against plain PyTorch on the same shapes, machine and threads, back to
 # back in one run (the machine is shared: compare ratios, not absolute times).
 #   tools/bench-lm.sh [--config "A B"] [--threads 2] [--steps 10] [--warmup 3] [--build DIR]
-#                     [--variants "baseline checkpoint checkpoint-every2"]
+#                     [--variants "baseline checkpoint checkpoint-every2 amp amp-checkpoint chunked all3"]
 # Config A: vocab 1024, d_model 256, 8 layers, 4 heads, seq 512, batch 8; B: 4 layers, seq 2048,
 # batch 2 (../shared/reference/pytorch_gpt_bench.py; it needs Debian's python3-torch).
 # Both train on the UTF-8 bytes of the Brown training text with AdamW(1e-3, wd 0.01).
@@ -31,7 +31,12 @@ plugins_of() {  # tt variant -> its plugins list
     baseline) echo "[]" ;;
     checkpoint) echo "[checkpoint]" ;;
     checkpoint-every2) echo "[{name: checkpoint, policy: every, every: 2}]" ;;
-    *) echo "bench-lm: unknown variant $1 (baseline, checkpoint, checkpoint-every2)" >&2; exit 2 ;;
+    amp) echo "[amp]" ;;
+    amp-checkpoint) echo "[checkpoint, amp]" ;;
+    chunked) echo "[{name: attention, kernel: chunked}]" ;;
+    all3) echo "[checkpoint, amp, {name: attention, kernel: chunked}]" ;;
+    *) echo "bench-lm: unknown variant $1 (baseline, checkpoint, checkpoint-every2, amp, amp-checkpoint, chunked, all3)" >&2
+       exit 2 ;;
   esac
 }
 

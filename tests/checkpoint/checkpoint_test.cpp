@@ -111,3 +111,72 @@ TEST(Checkpoint, PluginCutsMeasuredActivationsAndRefusesModelsWithoutBlocks) {
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find("sometimes"), std::string::npos) << r.output;
 }
+
+TEST(Checkpoint, SelectiveAndBudgetChoicesOnMeasuredSizes) {
+  const std::vector<int64_t> held{10, 50, 30, 50};
+  EXPECT_EQ(tt::ckpt::choose_selective(held, 0.5), (std::set<int64_t>{1, 3}));
+  EXPECT_EQ(tt::ckpt::choose_selective(held, 0.25), (std::set<int64_t>{1}));
+  EXPECT_EQ(tt::ckpt::choose_selective(held, 0.75), (std::set<int64_t>{1, 2, 3}));
+  EXPECT_EQ(tt::ckpt::choose_selective(held, 1.0).size(), 4u);
+  EXPECT_THROW(tt::ckpt::choose_selective(held, 0), tt::ConfigError);
+  // four equal blocks of 100; the all-checkpointed step peaks at 1000 (900 + one re-run)
+  const std::vector<int64_t> eq{100, 100, 100, 100};
+  auto c = tt::ckpt::choose_budget(eq, 1000, 1150);
+  EXPECT_TRUE(c.fits);
+  EXPECT_EQ(c.which.size(), 3u);  // one block left alone: 900 + 100 + 100 re-run = 1100
+  EXPECT_EQ(c.predicted_peak, 1100);
+  c = tt::ckpt::choose_budget(eq, 1000, 950);
+  EXPECT_FALSE(c.fits);
+  EXPECT_EQ(c.predicted_peak, 1000);
+  c = tt::ckpt::choose_budget(eq, 1000, 1 << 20);
+  EXPECT_TRUE(c.which.empty());
+  EXPECT_EQ(c.predicted_peak, 1300);
+  // unequal: the small blocks are left alone first (fewest checkpointed)
+  c = tt::ckpt::choose_budget({10, 500, 20, 500}, 1500, 1530);
+  EXPECT_EQ(c.which, (std::set<int64_t>{1, 3}));
+  EXPECT_EQ(c.predicted_peak, 1530);
+}
+
+// The budget policy through tt-run: with a budget halfway between the all-checkpointed and the
+// plain peak, the run's measured peak fits the budget; one below anything possible is refused
+// with how far over it is; selective logs its choice.
+TEST(Checkpoint, BudgetPolicyFitsItsBudgetOnTheMeter) {
+  auto dir = tt::test::temp_dir("ckpt-budget");
+  {
+    std::ofstream out(dir / "train.txt");
+    for (int i = 0; i < 400; ++i) out << "the quick brown fox jumps over the lazy dog " << i << "\n";
+  }
+  auto run = [&](const std::string& plugins, const std::string& tag) {
+    std::ofstream(dir / (tag + ".yaml"))
+        << "name: ckpt\nseed: 0\n"
+        << "data: {name: text, train: " << (dir / "train.txt").string() << ", seq_len: 128}\n"
+        << "model: {name: transformer, d_model: 64, n_layers: 4, n_heads: 4, sample_tokens: 0}\n"
+        << "plugins: " << plugins << "\n"
+        << "trainer: {batch_size: 8, max_steps: 3, threads: 1, progress: off}\n"
+        << "output: {dir: " << dir.string() << ", plots: false}\n";
+    return tt::test::run(tt::test::tt_run_bin() + " " + (dir / (tag + ".yaml")).string() + " -q --run-dir " +
+                         (dir / tag).string());
+  };
+  auto peak = [&](const std::string& tag) {
+    return nlohmann::json::parse(tt::test::read_file(dir / tag / "summary.json"))["memory"]["peak_tensor_bytes"]
+        .get<int64_t>();
+  };
+  ASSERT_EQ(run("[]", "base").rc, 0);
+  ASSERT_EQ(run("[checkpoint]", "all").rc, 0);
+  const int64_t hi = peak("base"), lo = peak("all"), budget = (hi + lo) / 2;
+  ASSERT_LT(lo, hi);
+  auto r = run("[{name: checkpoint, policy: budget, budget: " + std::to_string(budget) + "}]", "budget");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_LE(peak("budget"), budget) << "base " << hi << ", all " << lo;
+  EXPECT_GT(peak("budget"), lo) << "the budget allowed fewer checkpointed blocks";
+  r = run("[{name: checkpoint, policy: budget, budget: " + std::to_string(lo / 4) + "}]", "tiny");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("below the predicted peak"), std::string::npos) << r.output;
+  r = run("[{name: checkpoint, policy: budget, budget: abc}]", "unparsable");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("budget"), std::string::npos) << r.output;
+  r = run("[{name: checkpoint, policy: selective, fraction: 0.5}]", "selective");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(tt::test::read_file(dir / "selective" / "log.txt").find("selective (fraction 0.5): blocks"),
+            std::string::npos);
+}

@@ -3,10 +3,14 @@
 #include <ATen/core/Generator.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cmath>
 #include <mutex>
+#include <numeric>
 
 #include "tt/autocast.h"
 #include "tt/error.h"
+#include "tt/meter.h"
 
 namespace tt::ckpt {
 
@@ -30,7 +34,10 @@ void set_rng_state(at::Generator& gen, const at::Tensor& state) {
 }
 
 struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t block_address) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t block_address, int64_t probe_address,
+                            int64_t index) {
+    ctx->saved_data["probe"] = probe_address;
+    ctx->saved_data["index"] = index;
     at::Generator gen = generator_for(x);
     ctx->saved_data["rng"] = rng_state(gen);
     ctx->saved_data["block"] = block_address;
@@ -61,23 +68,92 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
       ac.cpu_dtype = static_cast<c10::ScalarType>(ctx->saved_data["ac_cpu_dtype"].toInt());
       ac.cuda_dtype = static_cast<c10::ScalarType>(ctx->saved_data["ac_cuda_dtype"].toInt());
       tt::amp::AutocastScope autocast(ac);
+      const int64_t before = tt::Meter::global().current();
       y = block->forward(input);
+      if (auto* probe = reinterpret_cast<CheckpointRunner*>(ctx->saved_data["probe"].toInt()))
+        probe->record(ctx->saved_data["index"].toInt(), tt::Meter::global().current() - before);
     }
     set_rng_state(gen, now);
     torch::autograd::backward({y}, {grad_outputs.at(0)});
-    return {x.requires_grad() ? input.grad() : at::Tensor(), at::Tensor()};
+    return {x.requires_grad() ? input.grad() : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor checkpoint(tt::nn::Block& block, const at::Tensor& x) {
-  return CheckpointFunction::apply(x, reinterpret_cast<int64_t>(&block));
+  return CheckpointFunction::apply(x, reinterpret_cast<int64_t>(&block), int64_t{0}, int64_t{0});
 }
 
 at::Tensor CheckpointRunner::run(int64_t index, tt::nn::Block& block, const at::Tensor& x) {
   if (!torch::GradMode::is_enabled() || which_.count(index) == 0) return block.forward(x);
+  if (probing_) return CheckpointFunction::apply(x, reinterpret_cast<int64_t>(&block), reinterpret_cast<int64_t>(this), index);
   return checkpoint(block, x);
+}
+
+void CheckpointRunner::start_probe(int64_t n) {
+  which_.clear();
+  for (int64_t i = 0; i < n; ++i) which_.insert(i);
+  held_.assign(static_cast<size_t>(n), -1);
+  probing_ = true;
+}
+
+bool CheckpointRunner::measured() const {
+  return !held_.empty() && std::all_of(held_.begin(), held_.end(), [](int64_t b) { return b >= 0; });
+}
+
+void CheckpointRunner::record(int64_t index, int64_t bytes) {
+  if (index >= 0 && index < static_cast<int64_t>(held_.size())) held_[static_cast<size_t>(index)] = std::max<int64_t>(0, bytes);
+  if (measured()) probing_ = false;
+}
+
+namespace {
+std::vector<int64_t> by_size_descending(const std::vector<int64_t>& held) {
+  std::vector<int64_t> order(held.size());
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return held[a] > held[b]; });
+  return order;
+}
+}  // namespace
+
+std::set<int64_t> choose_selective(const std::vector<int64_t>& held, double fraction) {
+  TT_CHECK_AS(ConfigError, fraction > 0 && fraction <= 1, "plugins.checkpoint.fraction must be in (0, 1] (got ",
+              fraction, ")");
+  const auto order = by_size_descending(held);
+  const auto count = static_cast<size_t>(std::ceil(fraction * static_cast<double>(held.size()) - 1e-9));
+  return std::set<int64_t>(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(std::min(count, order.size())));
+}
+
+BudgetChoice choose_budget(const std::vector<int64_t>& held, int64_t base_peak, int64_t budget) {
+  const int64_t largest = held.empty() ? 0 : *std::max_element(held.begin(), held.end());
+  const int64_t base = base_peak - largest;  // without any block's recomputation in flight
+  auto predict = [&](const std::set<int64_t>& ckpt) {
+    int64_t peak = base, recompute = 0;
+    for (size_t i = 0; i < held.size(); ++i) {
+      if (ckpt.count(static_cast<int64_t>(i)))
+        recompute = std::max(recompute, held[i]);
+      else
+        peak += held[i];
+    }
+    return peak + recompute;
+  };
+  BudgetChoice c;
+  for (size_t i = 0; i < held.size(); ++i) c.which.insert(static_cast<int64_t>(i));
+  c.predicted_peak = predict(c.which);
+  c.fits = c.predicted_peak <= budget;
+  if (!c.fits) return c;
+  // leave the smallest blocks alone first: the most blocks un-checkpointed within the budget
+  auto order = by_size_descending(held);
+  std::reverse(order.begin(), order.end());
+  for (int64_t i : order) {
+    auto trial = c.which;
+    trial.erase(i);
+    const int64_t p = predict(trial);
+    if (p > budget) break;
+    c.which = std::move(trial);
+    c.predicted_peak = p;
+  }
+  return c;
 }
 
 std::set<int64_t> select_blocks(const std::string& policy, int64_t n, int64_t every,
@@ -96,7 +172,8 @@ std::set<int64_t> select_blocks(const std::string& policy, int64_t n, int64_t ev
       out.insert(i);
     }
   } else {
-    TT_FAIL_AS(ConfigError, "plugins.checkpoint.policy: unknown policy '", policy, "' (all, every, blocks)");
+    TT_FAIL_AS(ConfigError, "plugins.checkpoint.policy: unknown policy '", policy,
+               "' (all, every, blocks, selective, budget)");
   }
   return out;
 }

@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "tt/nn.h"
 
@@ -22,16 +23,42 @@ at::Tensor checkpoint(tt::nn::Block& block, const at::Tensor& x);
 
 // Runs the blocks whose index is in `which` through checkpoint(), the others as usual.
 // Without grad mode (evaluation, sampling) every block runs directly.
+//
+// Probing (the selective and budget policies): every block is checkpointed and each
+// recomputation in backward records the bytes the block holds once re-run with gradients
+// (tt's meter: live bytes after its forward minus before), i.e. what the block would keep
+// if it were not checkpointed. After one backward every block is measured (measured()).
 class CheckpointRunner : public tt::nn::BlockRunner {
  public:
   explicit CheckpointRunner(std::set<int64_t> which) : which_(std::move(which)) {}
   std::string name() const override { return "checkpoint"; }
   at::Tensor run(int64_t index, tt::nn::Block& block, const at::Tensor& x) override;
   const std::set<int64_t>& blocks() const { return which_; }
+  void set_blocks(std::set<int64_t> which) { which_ = std::move(which); }
+
+  void start_probe(int64_t n);  // checkpoint all n blocks and measure them
+  bool measured() const;        // every block's bytes known
+  const std::vector<int64_t>& held_bytes() const { return held_; }
+  void record(int64_t index, int64_t bytes);  // from the recomputation in backward
 
  private:
   std::set<int64_t> which_;
+  std::vector<int64_t> held_;  // per block, -1 until measured
+  bool probing_ = false;
 };
+
+// selective: the ceil(fraction * n) blocks holding the most bytes (ties: lower index first).
+std::set<int64_t> choose_selective(const std::vector<int64_t>& held, double fraction);
+
+// budget: the fewest checkpointed blocks whose predicted peak fits `budget`. `base_peak` is
+// the step peak with every block checkpointed; a block left alone adds its held bytes, and
+// the largest checkpointed block is recomputed (held) once at a time during backward.
+struct BudgetChoice {
+  std::set<int64_t> which;
+  int64_t predicted_peak = 0;
+  bool fits = false;  // false: even checkpointing every block is predicted above the budget
+};
+BudgetChoice choose_budget(const std::vector<int64_t>& held, int64_t base_peak, int64_t budget);
 
 // The blocks a policy picks in a stack of `n`: "all"; "every" k (0, k, 2k, ...); "blocks" (a
 // list). Bad settings throw tt::ConfigError naming plugins.checkpoint and the option.

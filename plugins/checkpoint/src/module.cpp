@@ -3,6 +3,9 @@
 #include "checkpoint.h"
 #include "tt/error.h"
 #include "tt/log.h"
+#include "tt/meter.h"
+#include "tt/options.h"
+#include "tt/report.h"
 #include "tt/module.h"
 #include "tt/plugin.h"
 #include "tt/registry.h"
@@ -12,29 +15,91 @@ namespace {
 
 class CheckpointPlugin final : public tt::Plugin {
  public:
-  CheckpointPlugin(std::string policy, int64_t every, std::vector<int64_t> blocks)
-      : policy_(std::move(policy)), every_(every), blocks_(std::move(blocks)) {}
+  CheckpointPlugin(std::string policy, int64_t every, std::vector<int64_t> blocks, double fraction, int64_t budget)
+      : policy_(std::move(policy)), every_(every), blocks_(std::move(blocks)), fraction_(fraction), budget_(budget) {}
 
   void on(tt::Event event, tt::State& s) override {
-    if (event != tt::Event::INIT) return;
+    if (event == tt::Event::INIT) init(s);
+    if (event == tt::Event::BATCH_START && !decided_ && bytes_at_start_ < 0) bytes_at_start_ = tt::Meter::global().current();
+    if (event == tt::Event::BATCH_END && !decided_) decide();
+  }
+
+ private:
+  bool probing() const { return policy_ == "selective" || policy_ == "budget"; }
+
+  void init(tt::State& s) {
     auto stacks = tt::nn::find_modules<tt::nn::BlockStackImpl>(*s.model);
     TT_CHECK_AS(ConfigError, !stacks.empty(), "plugins.checkpoint: the model (", s.model->describe(),
                 ") has no tt::nn::BlockStack to checkpoint; the plugin acts on models built from core's block stack "
                 "(e.g. model: transformer)");
+    TT_CHECK_AS(ConfigError, policy_ != "budget" || stacks.size() == 1, "plugins.checkpoint.policy: budget needs a "
+                "model with one block stack (this one has ", stacks.size(), "); use selective or blocks");
     for (auto& [name, stack] : stacks) {
-      auto which = tt::ckpt::select_blocks(policy_, static_cast<int64_t>(stack->size()), every_, blocks_);
-      std::string list;
-      for (int64_t i : which) list += (list.empty() ? "" : ",") + std::to_string(i);
-      tt::log().info("checkpoint: {} of {} blocks of '{}' recomputed in backward ({})", which.size(), stack->size(),
-                     name, list);
+      const auto n = static_cast<int64_t>(stack->size());
+      if (probing()) {
+        auto runner = std::make_shared<tt::ckpt::CheckpointRunner>(std::set<int64_t>{});
+        runner->start_probe(n);
+        runners_.emplace_back(name, runner);
+        stack->set_runner(runner);
+        tt::log().info("checkpoint: policy {}: the first step checkpoints all {} blocks of '{}' and measures each",
+                       policy_, n, name);
+        continue;
+      }
+      auto which = tt::ckpt::select_blocks(policy_, n, every_, blocks_);
+      tt::log().info("checkpoint: {} of {} blocks of '{}' recomputed in backward ({})", which.size(), n, name,
+                     list(which));
       stack->set_runner(std::make_shared<tt::ckpt::CheckpointRunner>(std::move(which)));
+    }
+    decided_ = !probing();
+  }
+
+  static std::string list(const std::set<int64_t>& which) {
+    std::string out;
+    for (int64_t i : which) out += (out.empty() ? "" : ",") + std::to_string(i);
+    return out.empty() ? "none" : out;
+  }
+
+  void decide() {
+    for (auto& [name, r] : runners_)
+      if (!r->measured()) return;  // no backward yet (a dropped batch)
+    decided_ = true;
+    auto& meter = tt::Meter::global();
+    for (auto& [name, r] : runners_) {
+      const auto& held = r->held_bytes();
+      std::string sizes;
+      for (size_t i = 0; i < held.size(); ++i)
+        sizes += (i ? ", " : "") + std::to_string(i) + ": " + tt::format_bytes(held[i]);
+      tt::log().info("checkpoint: activation bytes per block of '{}' (measured on re-run): {}", name, sizes);
+      if (policy_ == "selective") {
+        auto which = tt::ckpt::choose_selective(held, fraction_);
+        tt::log().info("checkpoint: selective (fraction {}): blocks {} of '{}' recomputed in backward", fraction_,
+                       list(which), name);
+        r->set_blocks(std::move(which));
+        continue;
+      }
+      // the step peak with every block checkpointed, plus what the first step left behind for
+      // good (optimizer state, gradients): the next steps start from there
+      const int64_t base = meter.peak() + std::max<int64_t>(0, meter.current() - bytes_at_start_);
+      auto c = tt::ckpt::choose_budget(held, base, budget_);
+      TT_CHECK_AS(ConfigError, c.fits, "plugins.checkpoint.budget: ", tt::format_bytes(budget_),
+                  " is below the predicted peak with every block checkpointed (", tt::format_bytes(c.predicted_peak),
+                  ", ", tt::format_bytes(c.predicted_peak - budget_),
+                  " over). Raise the budget, lower trainer.micro_batch_size, or add plugins such as amp.");
+      tt::log().info("checkpoint: budget {}: {} of {} blocks of '{}' recomputed in backward ({}), predicted peak {}",
+                     tt::format_bytes(budget_), c.which.size(), held.size(), name, list(c.which),
+                     tt::format_bytes(c.predicted_peak));
+      r->set_blocks(std::move(c.which));
     }
   }
 
- private:
   std::string policy_;
   int64_t every_;
   std::vector<int64_t> blocks_;
+  double fraction_;
+  int64_t budget_;
+  bool decided_ = true;
+  int64_t bytes_at_start_ = -1;
+  std::vector<std::pair<std::string, std::shared_ptr<tt::ckpt::CheckpointRunner>>> runners_;
 };
 
 void register_checkpoint(tt::Registry& r) {
@@ -42,7 +107,11 @@ void register_checkpoint(tt::Registry& r) {
                tt::Schema()
                    .add("policy", tt::Type::String, "all", "all | every (every k-th block: 0, k, 2k, ...) | blocks (a list)")
                    .add("every", tt::Type::Int, "2", "k for policy: every")
-                   .add("blocks", tt::Type::List, "~", "block indices for policy: blocks, e.g. [0, 2]"),
+                   .add("blocks", tt::Type::List, "~", "block indices for policy: blocks, e.g. [0, 2]")
+                   .add("fraction", tt::Type::Float, "0.5",
+                        "policy: selective: checkpoint this fraction of the blocks, those holding the most bytes")
+                   .add("budget", tt::Type::String, "~",
+                        "policy: budget: the fewest checkpointed blocks whose predicted step peak fits, e.g. 1.5GiB"),
                [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
                  std::vector<int64_t> blocks;
                  if (o.is_set("blocks"))
@@ -54,10 +123,24 @@ void register_checkpoint(tt::Registry& r) {
                      }
                    }
                  const std::string policy = o.get_string("policy");
-                 o.check(policy == "all" || policy == "every" || policy == "blocks", "policy",
-                         "must be all, every or blocks, not '" + policy + "'");
+                 o.check(policy == "all" || policy == "every" || policy == "blocks" || policy == "selective" ||
+                             policy == "budget",
+                         "policy", "must be all, every, blocks, selective or budget, not '" + policy + "'");
                  o.check(o.get_int("every") >= 1, "every", "must be at least 1");
-                 return std::make_unique<CheckpointPlugin>(policy, o.get_int("every"), std::move(blocks));
+                 const double fraction = o.get_float("fraction");
+                 o.check(fraction > 0 && fraction <= 1, "fraction", "must be in (0, 1]");
+                 int64_t budget = 0;
+                 if (policy == "budget") {
+                   o.check(o.is_set("budget"), "budget", "policy: budget needs a budget, e.g. budget: 1.5GiB");
+                   try {
+                     budget = tt::parse_bytes(o.get_string("budget"));
+                   } catch (const std::exception& e) {
+                     o.fail("budget", std::string("is not a size: ") + e.what());
+                   }
+                   o.check(budget > 0, "budget", "must be positive");
+                 }
+                 return std::make_unique<CheckpointPlugin>(policy, o.get_int("every"), std::move(blocks), fraction,
+                                                           budget);
                });
 }
 
