@@ -20,8 +20,9 @@ class CheckpointPlugin final : public tt::Plugin {
 
   void on(tt::Event event, tt::State& s) override {
     if (event == tt::Event::INIT) init(s);
-    if (event == tt::Event::BATCH_START && !decided_ && bytes_at_start_ < 0) bytes_at_start_ = tt::Meter::global().current();
-    if (event == tt::Event::BATCH_END && !decided_) decide();
+    // decide after the second step: the first measures the blocks, the second shows the steady
+    // all-checkpointed peak (optimizer state and gradients already exist as it starts)
+    if (event == tt::Event::BATCH_END && !decided_ && ++probe_steps_ >= 2) decide();
   }
 
  private:
@@ -41,7 +42,7 @@ class CheckpointPlugin final : public tt::Plugin {
         runner->start_probe(n);
         runners_.emplace_back(name, runner);
         stack->set_runner(runner);
-        tt::log().info("checkpoint: policy {}: the first step checkpoints all {} blocks of '{}' and measures each",
+        tt::log().info("checkpoint: policy {}: the first two steps checkpoint all {} blocks of '{}' and measure them",
                        policy_, n, name);
         continue;
       }
@@ -77,9 +78,7 @@ class CheckpointPlugin final : public tt::Plugin {
         r->set_blocks(std::move(which));
         continue;
       }
-      // the step peak with every block checkpointed, plus what the first step left behind for
-      // good (optimizer state, gradients): the next steps start from there
-      const int64_t base = meter.peak() + std::max<int64_t>(0, meter.current() - bytes_at_start_);
+      const int64_t base = meter.peak();  // the training loop's peak so far: every block checkpointed
       auto c = tt::ckpt::choose_budget(held, base, budget_);
       TT_CHECK_AS(ConfigError, c.fits, "plugins.checkpoint.budget: ", tt::format_bytes(budget_),
                   " is below the predicted peak with every block checkpointed (", tt::format_bytes(c.predicted_peak),
@@ -98,7 +97,7 @@ class CheckpointPlugin final : public tt::Plugin {
   double fraction_;
   int64_t budget_;
   bool decided_ = true;
-  int64_t bytes_at_start_ = -1;
+  int64_t probe_steps_ = 0;
   std::vector<std::pair<std::string, std::shared_ptr<tt::ckpt::CheckpointRunner>>> runners_;
 };
 
