@@ -39,6 +39,14 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) {
   return y;
 }
 
+at::Tensor TiedLinearImpl::forward(const at::Tensor& x) {
+  if (keep_fp32 && (x.scalar_type() != torch::kFloat || amp::current_autocast().any())) {
+    amp::NoAutocast off;
+    return torch::matmul(x.to(torch::kFloat), weight.t());
+  }
+  return torch::matmul(x, weight.t());
+}
+
 void LinearImpl::add_adapter(const std::string& name, std::shared_ptr<LinearAdapter> adapter) {
   TT_CHECK(adapter, "Linear: adapter '", name, "' is null");
   for (const auto& [n, a] : adapters_) TT_CHECK(n != name, "Linear: an adapter named '", name, "' is already attached");

@@ -143,6 +143,22 @@ TEST(Autocast, KeepFp32LayersStayFloat32) {
   EXPECT_EQ(rms->forward(x.to(torch::kBFloat16)).scalar_type(), torch::kFloat);
 }
 
+TEST(Autocast, TiedHeadSharesTheEmbeddingAndCanStayFloat32) {
+  auto w = torch::randn({16, 8}, torch::requires_grad());
+  tt::nn::TiedLinear head(w);
+  EXPECT_TRUE(head->parameters().empty()) << "the tied weight belongs to the embedding";
+  auto x = torch::randn({2, 8});
+  tt::amp::AutocastState on;
+  on.cpu = true;
+  tt::amp::AutocastScope scope(on);
+  EXPECT_EQ(head->forward(x).scalar_type(), torch::kBFloat16);
+  head->keep_fp32 = true;
+  auto y = head->forward(x.to(torch::kBFloat16));
+  EXPECT_EQ(y.scalar_type(), torch::kFloat);
+  y.sum().backward();
+  EXPECT_TRUE(w.grad().defined()) << "gradients must reach the embedding weight";
+}
+
 // Checkpointed blocks re-run in backward under the autocast state of their forward: the
 // gradients equal the non-checkpointed bf16 ones (without re-entry the recomputation would
 // run in float32 and differ at bf16's precision).

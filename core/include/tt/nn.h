@@ -52,6 +52,18 @@ class TT_API LinearImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Linear);
 
+// The output projection of tied embeddings: y = x W^T where W is another module's weight (the
+// token embedding), not a parameter of this one. keep_fp32 as Linear's (the LM head is where
+// bf16 rounding of the logits costs most).
+class TT_API TiedLinearImpl : public torch::nn::Module {
+ public:
+  explicit TiedLinearImpl(at::Tensor tied_weight) : weight(std::move(tied_weight)) {}
+  at::Tensor forward(const at::Tensor& x);
+  at::Tensor weight;
+  bool keep_fp32 = false;
+};
+TORCH_MODULE(TiedLinear);
+
 // ---------------------------------------------------------------- Attention with a kernel
 
 struct AttentionInputs {

@@ -116,7 +116,10 @@ TransformerLM::TransformerLM(const Shape& s, std::shared_ptr<Tokenizer> tokenize
   for (int64_t i = 0; i < s.n_layers; ++i) blocks->push_back(std::make_shared<TransformerBlock>(s));
   ln_f = register_module("ln_f", s.rms_norm ? tt::nn::RMSNorm(s.d_model).ptr()
                                             : std::shared_ptr<torch::nn::Module>(tt::nn::LayerNorm(s.d_model).ptr()));
-  if (!s.tie_embeddings) head = register_module("head", tt::nn::Linear(s.d_model, s.vocab, false));
+  if (s.tie_embeddings)
+    tied_head = register_module("head", tt::nn::TiedLinear(tok->weight));
+  else
+    head = register_module("head", tt::nn::Linear(s.d_model, s.vocab, false));
 
   // GPT-2 initialisation: N(0, 0.02) weights, zero biases, residual projections / sqrt(2 L).
   torch::NoGradGuard no_grad;
@@ -139,7 +142,7 @@ at::Tensor TransformerLM::logits(const at::Tensor& ids) {
   x = blocks->forward(x);
   x = s_.rms_norm ? static_cast<tt::nn::RMSNormImpl&>(*ln_f).forward(x)
                   : static_cast<tt::nn::LayerNormImpl&>(*ln_f).forward(x);
-  return s_.tie_embeddings ? torch::matmul(x, tok->weight.t()) : head->forward(x);
+  return s_.tie_embeddings ? tied_head->forward(x) : head->forward(x);
 }
 
 ModelOutput TransformerLM::forward_loss(const Batch& batch) {

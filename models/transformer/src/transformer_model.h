@@ -1,7 +1,7 @@
 #pragma once
 // A GPT-style decoder-only LM built from core's hookable blocks (tt/nn.h), so technique
 // plugins act on it by name: "tok", "pos", "blocks.<i>.{ln1,attn.{qkv,proj},ln2,mlp.{fc1,fc2}}",
-// "ln_f", "head" (absent when the embeddings are tied).
+// "ln_f", "head" (with tied embeddings a parameterless tt::nn::TiedLinear over tok's weight).
 // Pre-norm blocks: x + attn(norm1(x)), then x + mlp(norm2(x)); causal multi-head attention
 // with a fused qkv projection; GELU MLP; learned or rotary positions; GPT-2 initialisation
 // (N(0, 0.02), residual projections scaled by 1/sqrt(2 n_layers)).
@@ -79,6 +79,7 @@ class TransformerLM : public Model {
   tt::nn::Embedding tok{nullptr}, pos{nullptr};
   std::shared_ptr<torch::nn::Module> ln_f;
   tt::nn::Linear head{nullptr};
+  tt::nn::TiedLinear tied_head{nullptr};  // "head" when the embeddings are tied
 };
 
 Schema model_schema();
