@@ -32,22 +32,35 @@ function(tt_add_model name)
 endfunction()
 
 # tt_add_model_library(<name> [PUBLIC_LIBRARIES ...] [PRIVATE_LIBRARIES ...])
-# A model whose sources, everything in src/ but module.cpp, form the static library
-# tt_<name>_impl (PIC, hidden symbols), linked into the module tt_model_<name>, the tests and
-# tools: each source compiled once. Call it from the model's directory.
-function(tt_add_model_library name)
+# tt_add_plugin_library(<name> [PUBLIC_LIBRARIES ...] [PRIVATE_LIBRARIES ...])
+# A model or plugin whose sources, everything in src/ but module.cpp, form the static library
+# tt_<name>_impl (PIC, hidden symbols), linked into the module (tt_model_<name> or
+# tt_plugin_<name>), the tests and tools: each source compiled once. Call it from the
+# module's directory.
+function(_tt_add_impl_library name)
   cmake_parse_arguments(ARG "" "" "PUBLIC_LIBRARIES;PRIVATE_LIBRARIES" ${ARGN})
   set(impl tt_${name}_impl)
   file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/*.cpp)
   list(REMOVE_ITEM sources ${CMAKE_CURRENT_SOURCE_DIR}/src/module.cpp)
   add_library(${impl} STATIC ${sources})
-  target_link_libraries(${impl} PUBLIC tt::core nlohmann_json::nlohmann_json ${ARG_PUBLIC_LIBRARIES}
-                                PRIVATE ${ARG_PRIVATE_LIBRARIES})
+  target_link_libraries(${impl} PUBLIC tt::core ${ARG_PUBLIC_LIBRARIES} PRIVATE ${ARG_PRIVATE_LIBRARIES})
   target_include_directories(${impl} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/src)
   set_target_properties(${impl} PROPERTIES POSITION_INDEPENDENT_CODE ON CXX_VISIBILITY_PRESET hidden
                                            VISIBILITY_INLINES_HIDDEN ON)
   if(COMMAND tt_use_pch)
     tt_use_pch(${impl})
   endif()
-  tt_add_model(${name} SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/module.cpp LIBRARIES ${impl})
+endfunction()
+
+function(tt_add_model_library name)
+  cmake_parse_arguments(ARG "" "" "PUBLIC_LIBRARIES;PRIVATE_LIBRARIES" ${ARGN})
+  _tt_add_impl_library(${name} PUBLIC_LIBRARIES nlohmann_json::nlohmann_json ${ARG_PUBLIC_LIBRARIES}
+                       PRIVATE_LIBRARIES ${ARG_PRIVATE_LIBRARIES})
+  tt_add_model(${name} SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/module.cpp LIBRARIES tt_${name}_impl)
+endfunction()
+
+function(tt_add_plugin_library name)
+  cmake_parse_arguments(ARG "" "" "PUBLIC_LIBRARIES;PRIVATE_LIBRARIES" ${ARGN})
+  _tt_add_impl_library(${name} PUBLIC_LIBRARIES ${ARG_PUBLIC_LIBRARIES} PRIVATE_LIBRARIES ${ARG_PRIVATE_LIBRARIES})
+  tt_add_plugin(${name} SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/module.cpp LIBRARIES tt_${name}_impl)
 endfunction()

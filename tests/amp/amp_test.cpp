@@ -28,12 +28,7 @@ tt::amp::GradScaler::Options scaler_options(int64_t interval = 2000) {
 
 std::vector<nlohmann::json> metric_lines(const fs::path& file) {
   std::vector<nlohmann::json> out;
-  std::ifstream in(file);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out.push_back(j);
-  }
+  for (const auto& line : tt::test::step_lines(file)) out.push_back(nlohmann::json::parse(line));
   return out;
 }
 }  // namespace
@@ -205,28 +200,16 @@ TEST(Autocast, CheckpointRecomputesUnderTheForwardsAutocast) {
 }
 
 namespace {
-struct LmRun {
-  fs::path dir;
-  LmRun() : dir(tt::test::temp_dir("amp")) {
-    std::ofstream out(dir / "train.txt");
-    for (int i = 0; i < 300; ++i) out << "the quick brown fox jumps over the lazy dog number " << i << "\n";
+// The tiny LM at 2 layers, seq 64, AdamW 3e-3, 2 threads.
+struct LmRun : tt::test::TinyLm {
+  LmRun() : TinyLm("amp") {
+    model = "{name: transformer, d_model: 64, n_layers: 2, n_heads: 4, sample_tokens: 0}";
+    seq_len = 64;
   }
-  tt::test::RunResult run(const std::string& tag, const std::string& plugins, const std::string& trainer,
-                          const std::string& extra = "") {
-    std::ofstream(dir / (tag + ".yaml"))
-        << "name: amp\nseed: 0\n"
-        << "data: {name: text, train: " << (dir / "train.txt").string() << ", seq_len: 64}\n"
-        << "model: {name: transformer, d_model: 64, n_layers: 2, n_heads: 4, sample_tokens: 0}\n"
-        << "optimizer: {name: adamw, lr: 0.003}\n"
-        << "plugins: " << plugins << "\n"
-        << "trainer: {batch_size: 8, threads: 2, progress: off, " << trainer << "}\n"
-        << "output: {dir: " << dir.string() << ", plots: false}\n";
-    return tt::test::run(tt::test::tt_run_bin() + " " + (dir / (tag + ".yaml")).string() + " -q --run-dir " +
-                         (dir / tag).string() + " " + extra);
+  tt::test::RunResult run(const std::string& tag, const std::string& plugins, const std::string& trainer) const {
+    return TinyLm::run(tag, plugins, "batch_size: 8, threads: 2, " + trainer, "optimizer: {name: adamw, lr: 0.003}\n");
   }
-  nlohmann::json summary(const std::string& tag) {
-    return nlohmann::json::parse(tt::test::read_file(dir / tag / "summary.json"));
-  }
+  nlohmann::json summary(const std::string& tag) const { return nlohmann::json::parse(TinyLm::summary(tag)); }
 };
 }  // namespace
 

@@ -78,23 +78,12 @@ TEST(Checkpoint, PoliciesAndBadOptions) {
 }
 
 TEST(Checkpoint, PluginCutsMeasuredActivationsAndRefusesModelsWithoutBlocks) {
-  auto dir = tt::test::temp_dir("ckpt-plugin");
-  {
-    std::ofstream out(dir / "train.txt");
-    for (int i = 0; i < 400; ++i) out << "the quick brown fox jumps over the lazy dog " << i << "\n";
-  }
+  const tt::test::TinyLm lm("ckpt-plugin");
+  const auto& dir = lm.dir;
   auto run = [&](const std::string& plugins, const std::string& tag) {
-    std::ofstream(dir / (tag + ".yaml"))
-        << "name: ckpt\nseed: 0\n"
-        << "data: {name: text, train: " << (dir / "train.txt").string() << ", seq_len: 128}\n"
-        << "model: {name: transformer, d_model: 64, n_layers: 4, n_heads: 4, sample_tokens: 0}\n"
-        << "plugins: " << plugins << "\n"
-        << "trainer: {batch_size: 8, max_steps: 2, threads: 1, progress: off}\n"
-        << "output: {dir: " << dir.string() << ", plots: false}\n";
-    auto r = tt::test::run(tt::test::tt_run_bin() + " " + (dir / (tag + ".yaml")).string() + " -q --run-dir " +
-                           (dir / tag).string());
+    auto r = lm.run(tag, plugins, "batch_size: 8, max_steps: 2, threads: 1");
     EXPECT_EQ(r.rc, 0) << r.output;
-    return nlohmann::json::parse(tt::test::read_file(dir / tag / "summary.json"));
+    return nlohmann::json::parse(lm.summary(tag));
   };
   auto base = run("[]", "base"), ckpt = run("[checkpoint]", "ckpt");
   const double a = base["memory"]["activations_bytes"].get<double>(), b = ckpt["memory"]["activations_bytes"].get<double>();
@@ -141,21 +130,10 @@ TEST(Checkpoint, SelectiveAndBudgetChoicesOnMeasuredSizes) {
 // plain peak, the run's measured peak fits the budget; one below anything possible is refused
 // with how far over it is; selective logs its choice.
 TEST(Checkpoint, BudgetPolicyFitsItsBudgetOnTheMeter) {
-  auto dir = tt::test::temp_dir("ckpt-budget");
-  {
-    std::ofstream out(dir / "train.txt");
-    for (int i = 0; i < 400; ++i) out << "the quick brown fox jumps over the lazy dog " << i << "\n";
-  }
+  const tt::test::TinyLm lm("ckpt-budget");
+  const auto& dir = lm.dir;
   auto run = [&](const std::string& plugins, const std::string& tag) {
-    std::ofstream(dir / (tag + ".yaml"))
-        << "name: ckpt\nseed: 0\n"
-        << "data: {name: text, train: " << (dir / "train.txt").string() << ", seq_len: 128}\n"
-        << "model: {name: transformer, d_model: 64, n_layers: 4, n_heads: 4, sample_tokens: 0}\n"
-        << "plugins: " << plugins << "\n"
-        << "trainer: {batch_size: 8, max_steps: 3, threads: 1, progress: off}\n"
-        << "output: {dir: " << dir.string() << ", plots: false}\n";
-    return tt::test::run(tt::test::tt_run_bin() + " " + (dir / (tag + ".yaml")).string() + " -q --run-dir " +
-                         (dir / tag).string());
+    return lm.run(tag, plugins, "batch_size: 8, max_steps: 3, threads: 1");
   };
   auto peak = [&](const std::string& tag) {
     return nlohmann::json::parse(tt::test::read_file(dir / tag / "summary.json"))["memory"]["peak_tensor_bytes"]

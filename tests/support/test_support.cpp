@@ -125,4 +125,31 @@ void register_test_components() {
               });
 }
 
+std::vector<std::string> step_lines(const fs::path& metrics_jsonl) {
+  std::vector<std::string> out;
+  std::ifstream in(metrics_jsonl);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.find("\"loss\":") != std::string::npos) out.push_back(line);
+  return out;
+}
+
+TinyLm::TinyLm(const std::string& tag) : dir(temp_dir(tag)) {
+  std::ofstream out(dir / "train.txt");
+  for (int i = 0; i < 400; ++i) out << "the quick brown fox jumps over the lazy dog " << i << "\n";
+}
+
+RunResult TinyLm::run(const std::string& tag, const std::string& plugins, const std::string& trainer,
+                      const std::string& extra_top) const {
+  std::ofstream(dir / (tag + ".yaml")) << "name: tiny-lm\nseed: 0\n"
+                                       << "data: {name: text, train: " << (dir / "train.txt").string()
+                                       << ", seq_len: " << seq_len << "}\n"
+                                       << "model: " << model << "\n"
+                                       << "plugins: " << plugins << "\n"
+                                       << "trainer: {progress: off, " << trainer << "}\n"
+                                       << "output: {dir: " << dir.string() << ", plots: false}\n"
+                                       << extra_top;
+  return tt::test::run(tt_run_bin() + " " + (dir / (tag + ".yaml")).string() + " -q --run-dir " + (dir / tag).string());
+}
+
 }  // namespace tt::test

@@ -29,4 +29,19 @@ void register_test_components();
 
 std::string read_file(const std::filesystem::path& p);
 
+// The per-step lines (those with a "loss") of a run's metrics.jsonl, as JSON text.
+std::vector<std::string> step_lines(const std::filesystem::path& metrics_jsonl);
+
+// A tiny transformer LM pipeline on a generated text file in `dir`, run through tt-run:
+// run(tag, plugins, trainer) writes dir/tag.yaml and trains into dir/tag.
+struct TinyLm {
+  std::filesystem::path dir;
+  std::string model = "{name: transformer, d_model: 64, n_layers: 4, n_heads: 4, sample_tokens: 0}";
+  int seq_len = 128;
+  explicit TinyLm(const std::string& tag);
+  RunResult run(const std::string& tag, const std::string& plugins, const std::string& trainer,
+                const std::string& extra_top = "") const;
+  std::string summary(const std::string& tag) const { return read_file(dir / tag / "summary.json"); }
+};
+
 }  // namespace tt::test

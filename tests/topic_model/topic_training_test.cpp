@@ -22,12 +22,7 @@ tt::Pipeline pipe(const std::filesystem::path& out, const std::vector<std::strin
 
 std::vector<nlohmann::json> step_lines(const std::filesystem::path& metrics) {
   std::vector<nlohmann::json> out;
-  std::ifstream in(metrics);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out.push_back(j);
-  }
+  for (const auto& line : tt::test::step_lines(metrics)) out.push_back(nlohmann::json::parse(line));
   return out;
 }
 }  // namespace
