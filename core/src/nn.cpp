@@ -26,13 +26,9 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias) : in_features(in
 }
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
-  if (keep_fp32 && x.scalar_type() != torch::kFloat) {
-    amp::NoAutocast off;
+  if (keep_fp32 && (x.scalar_type() != torch::kFloat || amp::current_autocast().any())) {
+    amp::NoAutocast off;  // with autocast off and a float32 input, the call below runs plainly
     return forward(x.to(torch::kFloat));
-  }
-  if (keep_fp32 && amp::current_autocast().any()) {
-    amp::NoAutocast off;
-    return forward(x);
   }
   auto y = torch::nn::functional::linear(x, weight, bias);
   for (auto& [name, a] : adapters_) y = y + a->forward(x);

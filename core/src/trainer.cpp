@@ -585,7 +585,7 @@ struct Trainer::Impl {
     mem.peak_tensor = peak();  // the training loop's; evaluation and outputs come after
     mem.peak_rss = Meter::rss_peak();
     mem.rss_anon_end = Meter::rss_anon();
-    flush_optimizer();
+    flush_optimizer();  // outputs read the parameters whole, even without evaluation or a checkpoint
     json val;
     evaluate(&val);
     if (last_checkpoint_step != s.step && s.step > start_step) save_checkpoint();

@@ -31,6 +31,16 @@ bool matches(const std::string& pattern, const std::string& name) {
   return false;
 }
 
+// The keep_fp32 switch of the layers that have one (core's Linear, TiedLinear, LayerNorm,
+// RMSNorm), or null.
+bool* keep_fp32_flag(torch::nn::Module& m) {
+  if (auto* l = m.as<tt::nn::LinearImpl>()) return &l->keep_fp32;
+  if (auto* l = m.as<tt::nn::TiedLinearImpl>()) return &l->keep_fp32;
+  if (auto* l = m.as<tt::nn::LayerNormImpl>()) return &l->keep_fp32;
+  if (auto* l = m.as<tt::nn::RMSNormImpl>()) return &l->keep_fp32;
+  return nullptr;
+}
+
 class AmpScope final : public tt::Scope {
  public:
   explicit AmpScope(const tt::amp::AutocastState& s) : scope_(s) {}
@@ -83,15 +93,10 @@ class AmpPlugin final : public tt::Plugin {
     int64_t n_kept = 0;
     for (const auto& pattern : keep_) {
       int64_t hits = 0;
-      std::string names;
       for (const auto& item : s.model->named_modules("", /*include_self=*/false)) {
         if (!matches(pattern, item.key())) continue;
-        bool* flag = nullptr;
-        if (auto* l = item.value()->as<tt::nn::LinearImpl>()) flag = &l->keep_fp32;
-        if (auto* l = item.value()->as<tt::nn::LayerNormImpl>()) flag = &l->keep_fp32;
-        if (auto* l = item.value()->as<tt::nn::RMSNormImpl>()) flag = &l->keep_fp32;
-        if (auto* l = item.value()->as<tt::nn::TiedLinearImpl>()) flag = &l->keep_fp32;
-        if (!flag) continue;
+        bool* flag = keep_fp32_flag(*item.value());
+        if (!flag) continue;  // a container: its layers match through the subtree rule
         *flag = true;
         ++hits;
       }
@@ -99,10 +104,7 @@ class AmpPlugin final : public tt::Plugin {
         std::string some;
         int shown = 0;
         for (const auto& item : s.model->named_modules("", false)) {
-          auto* m = item.value().get();
-          if (!m->as<tt::nn::LinearImpl>() && !m->as<tt::nn::LayerNormImpl>() && !m->as<tt::nn::RMSNormImpl>() &&
-              !m->as<tt::nn::TiedLinearImpl>())
-            continue;
+          if (!keep_fp32_flag(*item.value())) continue;
           if (shown++ < 8) some += (some.empty() ? "" : ", ") + item.key();
         }
         TT_FAIL_AS(ConfigError, "plugins.amp.keep_fp32: '", pattern,
