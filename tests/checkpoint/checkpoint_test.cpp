@@ -4,12 +4,14 @@
 #include <torch/torch.h>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint.h"
 #include "test_support.h"
 #include "transformer_model.h"
 #include "tt/error.h"
+#include "tt/meter.h"
 
 namespace fs = std::filesystem;
 
@@ -65,6 +67,33 @@ TEST(Checkpoint, GradientsEqualTheBaselineWithDropoutOn) {
     ASSERT_EQ(base.size(), ckpt.size());
     EXPECT_LE(max_abs_diff(base, ckpt), 1e-6) << policy;
   }
+  m.blocks->set_runner(nullptr);
+}
+
+TEST(Checkpoint, RecomputedActivationKeepsGradientsAndLowersTheBackwardPeak) {
+  // dropout 0: the re-run's MLPs take the recompute-GELU path (dropout would turn it off)
+  torch::manual_seed(0);
+  tt::lm::TransformerLM m(shape(0.0), nullptr, {}, "");
+  m.train();
+  auto ids = torch::randint(0, 64, {4, 25}, torch::kLong);
+  auto [loss_a, base] = loss_and_grads(m, ids, 7);
+  auto& meter = tt::Meter::global();
+  meter.install();
+  std::map<bool, int64_t> peak;
+  for (bool lean : {false, true}) {
+    auto runner = std::make_shared<tt::ckpt::CheckpointRunner>(tt::ckpt::select_blocks("all", 3, 1, {}));
+    runner->set_recompute_activation(lean);
+    m.blocks->set_runner(runner);
+    loss_and_grads(m, ids, 7);  // gradients allocated, so both measured steps start alike
+    meter.reset_peak();
+    const int64_t before = meter.current();
+    auto [loss_b, ckpt] = loss_and_grads(m, ids, 7);
+    peak[lean] = meter.peak() - before;
+    EXPECT_EQ(loss_a, loss_b) << "recompute_activation " << lean;
+    EXPECT_LE(max_abs_diff(base, ckpt), 1e-6) << "recompute_activation " << lean;
+  }
+  // the backward peak of a re-run block drops by d_ff-wide tensors ([4, 24, 64] floats = 24 KiB each)
+  EXPECT_LT(peak[true], peak[false]) << "recompute_activation did not lower the step's peak";
   m.blocks->set_runner(nullptr);
 }
 

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "tt/autocast.h"
 #include "tt/nn.h"
 
 namespace {
@@ -156,4 +157,110 @@ TEST(NnBlockStack, RunnerSeesEveryBlockAndNamesAreDotted) {
   EXPECT_NE(std::find(names.begin(), names.end(), "blocks.1.attn.qkv"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "blocks.2.mlp.fc2"), names.end());
   EXPECT_EQ(names.size(), 12u);  // 3 blocks x (qkv, proj, fc1, fc2)
+}
+
+namespace {
+
+// Gradients of sum(out * w) with respect to each of `inputs`, for a fixed random weighting w.
+std::vector<at::Tensor> grads_of(const at::Tensor& out, const std::vector<at::Tensor>& inputs) {
+  torch::manual_seed(99);
+  auto w = torch::randn(out.sizes(), out.options().dtype(torch::kFloat));
+  return torch::autograd::grad({(out.to(torch::kFloat) * w).sum()}, inputs);
+}
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(torch::kFloat) - b.to(torch::kFloat)).abs().max().item<double>();
+}
+
+}  // namespace
+
+TEST(NnAttention, NaiveKernelGradientsAreTheFormulas) {
+  // the naive kernel's own backward (softmax-times-v in place) against autograd through the
+  // textbook composite: causal with T == S and T < S (scale and mask inside one product), T > S
+  // (queries without keys), and not causal
+  for (auto [T, S, causal] : std::vector<std::tuple<int64_t, int64_t, bool>>{
+           {9, 9, true}, {5, 11, true}, {11, 5, true}, {9, 7, false}}) {
+    torch::manual_seed(10 + T + S);
+    tt::nn::AttentionInputs in;
+    in.q = torch::randn({2, 3, T, 8}, torch::requires_grad());
+    in.k = torch::randn({2, 3, S, 8}, torch::requires_grad());
+    in.v = torch::randn({2, 3, S, 8}, torch::requires_grad());
+    in.causal = causal;
+    auto out = tt::nn::NaiveAttentionKernel().forward(in);
+    auto s = torch::matmul(in.q, in.k.transpose(-2, -1)) / std::sqrt(8.0);
+    if (causal)
+      s = s.masked_fill(torch::ones({T, S}, torch::kBool).tril(S - T).logical_not(),
+                        -std::numeric_limits<float>::infinity());
+    auto expect = torch::matmul(torch::softmax(s, -1), in.v);
+    const auto label = "T=" + std::to_string(T) + " S=" + std::to_string(S) + (causal ? " causal" : "");
+    auto finite = expect.isfinite();  // T > S: the first rows attend to nothing (NaN both ways)
+    EXPECT_TRUE(torch::equal(out.isfinite(), finite)) << label;
+    EXPECT_TRUE(torch::allclose(out.masked_fill(finite.logical_not(), 0), expect.masked_fill(finite.logical_not(), 0),
+                                1e-5, 1e-6))
+        << label;
+    if (T > S) continue;  // NaN rows make every gradient NaN in both
+    auto got = grads_of(out, {in.q, in.k, in.v}), want = grads_of(expect, {in.q, in.k, in.v});
+    for (size_t i = 0; i < 3; ++i) EXPECT_LE(max_diff(got[i], want[i]), 1e-5) << label << " grad " << "qkv"[i];
+  }
+}
+
+TEST(NnMlp, RecomputedActivationGivesTheSameOutputAndGradients) {
+  torch::manual_seed(11);
+  tt::nn::MLP mlp(16, 48);
+  auto x = torch::randn({3, 5, 16}, torch::requires_grad());
+  std::vector<at::Tensor> inputs{x, mlp->fc1->weight, mlp->fc1->bias, mlp->fc2->weight, mlp->fc2->bias};
+  auto plain = mlp->forward(x);
+  auto want = grads_of(plain, inputs);
+  mlp->recompute_activation = true;
+  auto lean = mlp->forward(x);
+  auto got = grads_of(lean, inputs);
+  EXPECT_LE(max_diff(lean, plain), 1e-6);
+  for (size_t i = 0; i < inputs.size(); ++i) EXPECT_LE(max_diff(got[i], want[i]), 1e-5) << "input " << i;
+  {  // under bf16 autocast: the same bf16 products, so the same values to bf16 rounding
+    tt::amp::AutocastState ac;
+    ac.cpu = true;
+    ac.cpu_dtype = torch::kBFloat16;
+    tt::amp::AutocastScope scope(ac);
+    mlp->recompute_activation = false;
+    auto p16 = mlp->forward(x);
+    auto w16 = grads_of(p16, inputs);
+    mlp->recompute_activation = true;
+    auto l16 = mlp->forward(x);
+    auto g16 = grads_of(l16, inputs);
+    EXPECT_EQ(l16.scalar_type(), torch::kBFloat16);
+    EXPECT_LE(max_diff(l16, p16), 1e-6);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      EXPECT_EQ(g16[i].scalar_type(), inputs[i].scalar_type()) << "input " << i;
+      EXPECT_LE(max_diff(g16[i], w16[i]), 2e-2 * w16[i].abs().max().item<double>()) << "input " << i;
+    }
+  }
+}
+
+TEST(NnLoss, CrossEntropyIsTorchsWithLessMemory) {
+  torch::manual_seed(12);
+  // 1000 rows of 700 classes: several row blocks and a partial last one
+  auto logits = (torch::randn({1000, 700}) * 3).requires_grad_();
+  auto target = torch::randint(0, 700, {1000}, torch::kLong);
+  auto want = torch::nn::functional::cross_entropy(logits, target);
+  auto got = tt::nn::cross_entropy(logits, target);
+  EXPECT_NEAR(got.item<double>(), want.item<double>(), 1e-6 * want.item<double>());
+  auto gw = torch::autograd::grad({want * 3.0}, {logits})[0];
+  auto gg = torch::autograd::grad({got * 3.0}, {logits})[0];
+  EXPECT_LE(max_diff(gg, gw), 1e-8);
+  // bf16 logits: float32 math on the bf16 values, the gradient in bf16
+  auto l16 = logits.detach().to(torch::kBFloat16).requires_grad_();
+  auto ref16 = torch::nn::functional::cross_entropy(l16.detach().to(torch::kFloat).requires_grad_(), target);
+  auto got16 = tt::nn::cross_entropy(l16, target);
+  EXPECT_EQ(got16.scalar_type(), torch::kFloat);
+  EXPECT_NEAR(got16.item<double>(), ref16.item<double>(), 1e-5 * ref16.item<double>());
+  auto g16 = torch::autograd::grad({got16}, {l16})[0];
+  EXPECT_EQ(g16.scalar_type(), torch::kBFloat16);
+  auto l32 = l16.detach().to(torch::kFloat).requires_grad_();
+  auto r16 = torch::autograd::grad({torch::nn::functional::cross_entropy(l32, target)}, {l32})[0];
+  EXPECT_LE(max_diff(g16, r16), 1e-2 * r16.abs().max().item<double>());
+  // bad input
+  EXPECT_THROW(tt::nn::cross_entropy(logits, torch::full({1000}, 700, torch::kLong)), std::exception);
+  EXPECT_THROW(tt::nn::cross_entropy(logits, torch::full({1000}, -1, torch::kLong)), std::exception);
+  EXPECT_THROW(tt::nn::cross_entropy(logits, target.slice(0, 0, 10)), std::exception);
+  EXPECT_THROW(tt::nn::cross_entropy(logits.view({10, 100, 700}), target), std::exception);
 }

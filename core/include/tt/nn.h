@@ -143,8 +143,20 @@ class TT_API MLPImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);
   Linear fc1{nullptr}, fc2{nullptr};
   double dropout;
+  // Keep only fc1's output for backward and recompute GELU from it in fc2's backward, instead
+  // of also keeping GELU's output (d_ff wide): one [B, T, d_ff] tensor less per block, for one
+  // elementwise GELU more. The checkpoint plugin turns it on in the blocks it recomputes.
+  // Applies when fc2 is a plain Linear (no adapters, no keep_fp32) and dropout is 0.
+  bool recompute_activation = false;
 };
 TORCH_MODULE(MLP);
+
+// Mean cross-entropy of logits [N, C] (any float dtype) against class ids [N], as
+// torch.nn.functional.cross_entropy computes it, with less memory: the log-softmax is formed in
+// float32 a block of rows at a time and only the logits and each row's log-sum-exp are kept, so
+// forward and backward together hold the logits and their gradient, where log_softmax + nll_loss
+// also keep the float32 log-probabilities and a separate gradient of them.
+TT_API at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& target);
 
 class TT_API EmbeddingImpl : public torch::nn::Module {
  public:

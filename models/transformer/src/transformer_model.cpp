@@ -150,7 +150,7 @@ ModelOutput TransformerLM::forward_loss(const Batch& batch) {
   const at::Tensor& target = batch.at("target");
   at::Tensor out = logits(input);
   ModelOutput o;
-  o.loss = torch::nn::functional::cross_entropy(out.view({-1, s_.vocab}), target.reshape({-1}));
+  o.loss = tt::nn::cross_entropy(out.view({-1, s_.vocab}), target.reshape({-1}));
   o.reduction = Reduction::Mean;
   o.items = target.numel();
   return o;

@@ -1,6 +1,7 @@
 #include "checkpoint.h"
 
 #include <ATen/core/Generator.h>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -35,8 +36,9 @@ void set_rng_state(at::Generator& gen, const at::Tensor& state) {
 
 struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t block_address, int64_t probe_address,
-                            int64_t index) {
+                            int64_t index, bool recompute_activation) {
     ctx->saved_data["probe"] = probe_address;
+    ctx->saved_data["lean"] = recompute_activation;
     ctx->saved_data["index"] = index;
     at::Generator gen = generator_for(x);
     ctx->saved_data["rng"] = rng_state(gen);
@@ -59,7 +61,7 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
     const at::Tensor now = rng_state(gen);
     set_rng_state(gen, ctx->saved_data["rng"].toTensor());  // the forward's random draws again
     at::Tensor input = x.detach().requires_grad_(x.requires_grad());
-    at::Tensor y;
+    torch::autograd::Edge root;  // the recomputed output's place in the graph
     {
       torch::AutoGradMode grad(true);
       tt::amp::AutocastState ac;
@@ -68,27 +70,48 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
       ac.cpu_dtype = static_cast<c10::ScalarType>(ctx->saved_data["ac_cpu_dtype"].toInt());
       ac.cuda_dtype = static_cast<c10::ScalarType>(ctx->saved_data["ac_cuda_dtype"].toInt());
       tt::amp::AutocastScope autocast(ac);
+      std::vector<std::shared_ptr<tt::nn::MLPImpl>> lean;  // MLPs switched to recompute GELU for this re-run
+      if (ctx->saved_data["lean"].toBool())
+        for (auto& [name, mlp] : tt::nn::find_modules<tt::nn::MLPImpl>(*block))
+          if (!mlp->recompute_activation) {
+            mlp->recompute_activation = true;
+            lean.push_back(mlp);
+          }
+      struct Restore {
+        std::vector<std::shared_ptr<tt::nn::MLPImpl>>& mlps;
+        ~Restore() {
+          for (auto& m : mlps) m->recompute_activation = false;
+        }
+      } restore{lean};
       const int64_t before = tt::Meter::global().current();
-      y = block->forward(input);
+      at::Tensor y = block->forward(input);
       if (auto* probe = reinterpret_cast<CheckpointRunner*>(ctx->saved_data["probe"].toInt()))
         probe->record(ctx->saved_data["index"].toInt(), tt::Meter::global().current() - before);
+      TT_CHECK(y.requires_grad(), "checkpoint: block ", ctx->saved_data["index"].toInt(),
+               " recomputed an output that does not require grad");
+      root = torch::autograd::impl::gradient_edge(y);
+      // y's values are not needed for backward, only its graph: letting them go here keeps one
+      // block output less alive through the block's backward (the graph holds no reference to them)
     }
     set_rng_state(gen, now);
-    torch::autograd::backward({y}, {grad_outputs.at(0)});
-    return {x.requires_grad() ? input.grad() : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    torch::autograd::Engine::get_default_engine().execute({root}, {grad_outputs.at(0)}, /*keep_graph=*/false,
+                                                          /*create_graph=*/false, /*accumulate_grad=*/true);
+    return {x.requires_grad() ? input.grad() : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
-at::Tensor checkpoint(tt::nn::Block& block, const at::Tensor& x) {
-  return CheckpointFunction::apply(x, reinterpret_cast<int64_t>(&block), int64_t{0}, int64_t{0});
+at::Tensor checkpoint(tt::nn::Block& block, const at::Tensor& x, bool recompute_activation) {
+  return CheckpointFunction::apply(x, reinterpret_cast<int64_t>(&block), int64_t{0}, int64_t{0}, recompute_activation);
 }
 
 at::Tensor CheckpointRunner::run(int64_t index, tt::nn::Block& block, const at::Tensor& x) {
   if (!torch::GradMode::is_enabled() || which_.count(index) == 0) return block.forward(x);
-  if (probing_) return CheckpointFunction::apply(x, reinterpret_cast<int64_t>(&block), reinterpret_cast<int64_t>(this), index);
-  return checkpoint(block, x);
+  if (probing_)
+    return CheckpointFunction::apply(x, reinterpret_cast<int64_t>(&block), reinterpret_cast<int64_t>(this), index,
+                                     recompute_activation_);
+  return checkpoint(block, x, recompute_activation_);
 }
 
 void CheckpointRunner::start_probe(int64_t n) {

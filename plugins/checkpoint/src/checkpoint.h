@@ -18,8 +18,10 @@
 
 namespace tt::ckpt {
 
-// y = block(x), keeping only x for backward (see above).
-at::Tensor checkpoint(tt::nn::Block& block, const at::Tensor& x);
+// y = block(x), keeping only x for backward (see above). With recompute_activation, the re-run
+// in backward also keeps its MLPs' GELU outputs unsaved (tt::nn::MLPImpl::recompute_activation):
+// the block's backward then holds one [B, T, d_ff] tensor less at its peak.
+at::Tensor checkpoint(tt::nn::Block& block, const at::Tensor& x, bool recompute_activation = true);
 
 // Runs the blocks whose index is in `which` through checkpoint(), the others as usual.
 // Without grad mode (evaluation, sampling) every block runs directly.
@@ -35,6 +37,7 @@ class CheckpointRunner : public tt::nn::BlockRunner {
   at::Tensor run(int64_t index, tt::nn::Block& block, const at::Tensor& x) override;
   const std::set<int64_t>& blocks() const { return which_; }
   void set_blocks(std::set<int64_t> which) { which_ = std::move(which); }
+  void set_recompute_activation(bool on) { recompute_activation_ = on; }
 
   void start_probe(int64_t n);  // checkpoint all n blocks and measure them
   bool measured() const;        // every block's bytes known
@@ -45,6 +48,7 @@ class CheckpointRunner : public tt::nn::BlockRunner {
   std::set<int64_t> which_;
   std::vector<int64_t> held_;  // per block, -1 until measured
   bool probing_ = false;
+  bool recompute_activation_ = true;
 };
 
 // selective: the ceil(fraction * n) blocks holding the most bytes (ties: lower index first).

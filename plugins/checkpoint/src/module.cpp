@@ -15,8 +15,14 @@ namespace {
 
 class CheckpointPlugin final : public tt::Plugin {
  public:
-  CheckpointPlugin(std::string policy, int64_t every, std::vector<int64_t> blocks, double fraction, int64_t budget)
-      : policy_(std::move(policy)), every_(every), blocks_(std::move(blocks)), fraction_(fraction), budget_(budget) {}
+  CheckpointPlugin(std::string policy, int64_t every, std::vector<int64_t> blocks, double fraction, int64_t budget,
+                   bool recompute_activation)
+      : policy_(std::move(policy)),
+        every_(every),
+        blocks_(std::move(blocks)),
+        fraction_(fraction),
+        budget_(budget),
+        recompute_activation_(recompute_activation) {}
 
   void on(tt::Event event, tt::State& s) override {
     if (event == tt::Event::INIT) init(s);
@@ -39,6 +45,7 @@ class CheckpointPlugin final : public tt::Plugin {
       const auto n = static_cast<int64_t>(stack->size());
       if (probing()) {
         auto runner = std::make_shared<tt::ckpt::CheckpointRunner>(std::set<int64_t>{});
+        runner->set_recompute_activation(recompute_activation_);
         runner->start_probe(n);
         runners_.emplace_back(name, runner);
         stack->set_runner(runner);
@@ -49,7 +56,9 @@ class CheckpointPlugin final : public tt::Plugin {
       auto which = tt::ckpt::select_blocks(policy_, n, every_, blocks_);
       tt::log().info("checkpoint: {} of {} blocks of '{}' recomputed in backward ({})", which.size(), n, name,
                      list(which));
-      stack->set_runner(std::make_shared<tt::ckpt::CheckpointRunner>(std::move(which)));
+      auto runner = std::make_shared<tt::ckpt::CheckpointRunner>(std::move(which));
+      runner->set_recompute_activation(recompute_activation_);
+      stack->set_runner(runner);
     }
     decided_ = !probing();
   }
@@ -96,6 +105,7 @@ class CheckpointPlugin final : public tt::Plugin {
   std::vector<int64_t> blocks_;
   double fraction_;
   int64_t budget_;
+  bool recompute_activation_ = true;
   bool decided_ = true;
   int64_t probe_steps_ = 0;
   std::vector<std::pair<std::string, std::shared_ptr<tt::ckpt::CheckpointRunner>>> runners_;
@@ -110,7 +120,10 @@ void register_checkpoint(tt::Registry& r) {
                    .add("fraction", tt::Type::Float, "0.5",
                         "policy: selective: checkpoint this fraction of the blocks, those holding the most bytes")
                    .add("budget", tt::Type::String, "~",
-                        "policy: budget: the fewest checkpointed blocks whose predicted step peak fits, e.g. 1.5GiB"),
+                        "policy: budget: the fewest checkpointed blocks whose predicted step peak fits, e.g. 1.5GiB")
+                   .add("recompute_activation", tt::Type::Bool, "true",
+                        "in a block's re-run, keep fc1's output only and recompute GELU in fc2's backward (one "
+                        "d_ff-wide tensor less at the backward peak, for one more GELU)"),
                [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
                  std::vector<int64_t> blocks;
                  if (o.is_set("blocks"))
@@ -139,7 +152,7 @@ void register_checkpoint(tt::Registry& r) {
                    o.check(budget > 0, "budget", "must be positive");
                  }
                  return std::make_unique<CheckpointPlugin>(policy, o.get_int("every"), std::move(blocks), fraction,
-                                                           budget);
+                                                           budget, o.get_bool("recompute_activation"));
                });
 }
 
