@@ -47,7 +47,8 @@ for v, label in (("bf16", "amp bf16"), ("bf16-head32", "amp bf16, head fp32")):
     print(f"  {label:<22}{b[0]:8.4f}{1e3 * b[2]:9.0f} ms{b[3] / 2**20:8.0f} MiB   vs fp32: loss {b[0] / a[0]:.4f} "
           f"({100 * abs(b[0] - a[0]) / a[0]:.2f}% apart), time {b[2] / a[2]:.3f}x, peak {b[3] / a[3]:.3f}x")
 # the trajectories: mean loss over windows of 10 steps, so a gap can be told from a shifted curve
-marks = [m for m in range(10, steps + 1, max(10, steps // 10))] + ([steps] if steps % max(10, steps // 10) else [])
+every = max(10, steps // 10)
+marks = sorted(set(list(range(every, steps + 1, every)) + [steps]))
 print("mean loss of the 10 steps ending at step: " + " ".join(f"{m:>7}" for m in marks))
 for v in ("fp32", "bf16", "bf16-head32"):
     losses = [json.loads(l)["loss"] for l in open(f"{work}/{v}/metrics.jsonl") if '"loss"' in l]
