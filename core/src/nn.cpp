@@ -67,8 +67,8 @@ namespace {
 
 // out = softmax(scores, -1) @ v, keeping P = softmax(scores) and v for backward. Autograd's own
 // softmax backward allocates dS beside P and dP: three N x N tensors live at once, the peak of a
-// transformer's backward. Here dS = P * (dP - rowsum(P * dP)) is formed in dP's storage, a block
-// of rows at a time (the row sums need only a block-sized temporary).
+// transformer's backward. Here dS = P * (dP - rowsum(P * dP)) replaces dP a block of rows at a
+// time (softmax's own backward kernel on ~2 MiB of rows, then copied over them).
 struct SoftmaxMatmul : torch::autograd::Function<SoftmaxMatmul> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& scores, const at::Tensor& v) {
     // v is usually a view into the fused qkv output: a contiguous copy of it alone lets that
@@ -86,7 +86,7 @@ struct SoftmaxMatmul : torch::autograd::Function<SoftmaxMatmul> {
     const at::Tensor d_out = grads[0].to(v.scalar_type());
     at::Tensor dv = torch::matmul(probs.transpose(-2, -1), d_out);
     at::Tensor ds = torch::matmul(d_out, v.transpose(-2, -1));  // dP, turned into dS in place
-    // softmax's own backward kernel (float accumulation for bf16), on ~2 MiB of rows at a time
+    // float accumulation for bf16 rows, as autograd's softmax backward does
     const int64_t S = ds.size(-1), R = ds.numel() / std::max<int64_t>(1, S);
     const at::Tensor p_rows = probs.reshape({R, S});
     at::Tensor d_rows = ds.view({R, S});
