@@ -12,18 +12,10 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> data, int64_t batch_size, bool s
   TT_CHECK(data_ && data_->size() > 0, "the training dataset is empty");
   TT_CHECK(batch_size_ > 0, "trainer.batch_size must be positive");
   stream_ = dynamic_cast<StreamDataset*>(data_.get());
-  if (prefetch_) thread_ = std::thread([this] { worker(); });
+  if (prefetch_) helper_ = std::make_unique<Helper>();
 }
 
-DataLoader::~DataLoader() {
-  if (!thread_.joinable()) return;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
+DataLoader::~DataLoader() = default;
 
 int64_t DataLoader::batches_per_epoch() const { return (data_->size() + batch_size_ - 1) / batch_size_; }
 
@@ -77,35 +69,26 @@ void DataLoader::restore(int64_t epoch, int64_t index, const std::string& positi
   position_ = position;
 }
 
-void DataLoader::worker() {
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [this] { return stop_ || (requested_ && !ready_); });
-    if (stop_) return;
-    const int64_t e = req_epoch_, i = req_index_;
-    lock.unlock();
-    Fetched b;
-    std::exception_ptr err;
-    try {
-      b = fetch(e, i);
-    } catch (...) {
-      err = std::current_exception();
-    }
-    lock.lock();
-    result_ = std::move(b);
-    error_ = err;
-    ready_ = true;
-    cv_.notify_all();
-  }
-}
-
 void DataLoader::request(int64_t epoch, int64_t index) {
   std::lock_guard<std::mutex> lock(mu_);
   req_epoch_ = epoch;
   req_index_ = index;
   requested_ = true;
   ready_ = false;
-  cv_.notify_all();
+  helper_->post([this, epoch, index] {
+    Fetched b;
+    std::exception_ptr err;
+    try {
+      b = fetch(epoch, index);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    result_ = std::move(b);
+    error_ = err;
+    ready_ = true;
+    cv_.notify_all();
+  });
 }
 
 Batch DataLoader::get(int64_t epoch, int64_t index) {

@@ -1,4 +1,5 @@
 #include "tt/fused_adamw.h"
+#include "tt/helper.h"
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
@@ -235,7 +236,7 @@ void FusedAdamW::flush_one(Deferred& d) {
   float* pp = d.param.data_ptr<float>();
   float* mm = st.exp_avg().data_ptr<float>();
   float* vv = st.exp_avg_sq().data_ptr<float>();
-  at::parallel_for(0, n, std::max<int64_t>(1, 4096 / width), [&](int64_t b, int64_t e) {
+  tt::parallel_for(0, n, std::max<int64_t>(1, 4096 / width), [&](int64_t b, int64_t e) {
     for (int64_t row = b; row < e;) {
       if (d.last[row] > d.base) {  // touched since the last full catch-up: its own window
         catch_up_row(d, row, pp, mm, vv, width);
@@ -337,7 +338,7 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
         }
         if (has_dense_rows(p)) {
           // Dense semantics: walk all rows; rows of the gradient (ascending) get theirs.
-          at::parallel_for(0, p.size(0), std::max<int64_t>(1, (int64_t{1} << 15) / width), [&](int64_t b, int64_t e) {
+          tt::parallel_for(0, p.size(0), std::max<int64_t>(1, (int64_t{1} << 15) / width), [&](int64_t b, int64_t e) {
             int64_t q = std::lower_bound(r, r + nrows, b) - r;
             for (int64_t row = b; row < e;) {
               const int64_t next = (q < nrows && r[q] < e) ? r[q] : e;
@@ -351,7 +352,7 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
           continue;
         }
         // Lazy: only the rows named by the sparse gradient's indices.
-        at::parallel_for(0, nrows, 64, [&](int64_t b, int64_t e) {
+        tt::parallel_for(0, nrows, 64, [&](int64_t b, int64_t e) {
           for (int64_t i = b; i < e; ++i) {
             const int64_t off = r[i] * width;
             adamw_dense(pp + off, gv + i * width, mm + off, vv + off, width, c);
@@ -361,7 +362,7 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
       }
       auto g = grad.contiguous();
       const float* gg = g.data_ptr<float>();
-      at::parallel_for(0, p.numel(), 1 << 15, [&](int64_t b, int64_t e) {
+      tt::parallel_for(0, p.numel(), 1 << 15, [&](int64_t b, int64_t e) {
         adamw_dense(pp + b, gg + b, mm + b, vv + b, e - b, c);
       });
     }

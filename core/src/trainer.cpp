@@ -14,6 +14,7 @@
 
 #include "tt/checkpoint.h"
 #include "tt/data_loader.h"
+#include "tt/helper.h"
 #include "tt/error.h"
 #include "tt/fused_adamw.h"
 #include "tt/log.h"
@@ -233,6 +234,10 @@ struct Trainer::Impl {
     loader = std::make_unique<DataLoader>(data.train, s.batch_size, T.get_bool("shuffle"), p.seed,
                                           T.get_bool("prefetch"));
     s.batches_per_epoch = loader->batches_per_epoch();
+    if (threads >= 2 && loader->helper() && s.model->small_steps()) {
+      Helper::use_for_loops(loader->helper());
+      log().debug("small steps: the prefetch thread joins the model's loops (tt::parallel_for) as the second thread");
+    }
     int64_t by_epochs = max_epochs > 0 ? max_epochs * s.batches_per_epoch : -1;
     s.total_steps = by_epochs < 0 ? max_steps : (max_steps < 0 ? by_epochs : std::min(by_epochs, max_steps));
     set_lr(schedule->lr({0, s.total_steps, 0.0, base_lr}));

@@ -3,8 +3,9 @@
 // run sees the same order from its (epoch, batch) position; the last partial batch kept.
 // Over a StreamDataset: batches in order from next(); the stream's position after each
 // batch handed out is kept (position()) for checkpoints, and restore() puts it back.
-// With prefetch on, a background thread fetches the next batch while the current one
-// trains, so only the current and the next batch are resident.
+// With prefetch on, a background thread (a tt::Helper, which the trainer may also lend to
+// the model's loops) fetches the next batch while the current one trains, so only the
+// current and the next batch are resident.
 #include <ATen/core/Tensor.h>
 
 #include <condition_variable>
@@ -12,10 +13,10 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "tt/dataset.h"
 #include "tt/export.h"
+#include "tt/helper.h"
 
 namespace tt {
 
@@ -30,6 +31,8 @@ class TT_API DataLoader {
   // Batch `index` of `epoch` (then starts fetching the one after it, when prefetching).
   Batch get(int64_t epoch, int64_t index);
   Dataset& dataset() { return *data_; }
+  // The prefetch thread, or nullptr without prefetch.
+  Helper* helper() { return helper_.get(); }
 
   bool streaming() const { return stream_ != nullptr; }
   // Streams: where the stream stands after the last batch get() returned ("" for map-style).
@@ -45,7 +48,6 @@ class TT_API DataLoader {
   Fetched fetch(int64_t epoch, int64_t index);
   at::Tensor order(int64_t epoch);
   void request(int64_t epoch, int64_t index);
-  void worker();
 
   std::shared_ptr<Dataset> data_;
   int64_t batch_size_;
@@ -61,15 +63,15 @@ class TT_API DataLoader {
   int64_t stream_epoch_ = -1, stream_next_ = 0;
   std::string position_;
 
-  // prefetching: one slot, one worker thread
+  // prefetching: one slot, filled by a job on the helper thread
   bool prefetch_;
-  std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false, requested_ = false, ready_ = false;
+  bool requested_ = false, ready_ = false;
   int64_t req_epoch_ = -1, req_index_ = -1;
   Fetched result_;
   std::exception_ptr error_;
+  std::unique_ptr<Helper> helper_;  // last: destroyed first, finishing its job while the rest is alive
 };
 
 }  // namespace tt

@@ -57,6 +57,10 @@ class TT_API Model : public torch::nn::Module {
   // Predicted bytes of the tensors one forward pass keeps for backward at this micro-batch
   // size, before running it (planning, and checked against the meter); -1: no estimate.
   virtual int64_t estimate_activation_bytes(int64_t /*micro_batch_size*/) const { return -1; }
+  // True for a model whose steps are too small (a few hundred microseconds) for an OpenMP
+  // team: with trainer.threads >= 2 and prefetch on, the trainer lends the prefetch thread
+  // to tt::parallel_for (tt/helper.h) instead, and the model's loops use that.
+  virtual bool small_steps() const { return false; }
   // One line for the summary ("topic model: 1000 docs x 1000 terms, k=10").
   virtual std::string describe() const { return name(); }
 };

@@ -1,7 +1,5 @@
 #include "poisson_loss.h"
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -9,6 +7,7 @@
 
 #include "nonzeros.h"
 #include "topic_kernels.h"
+#include "tt/helper.h"
 #include "tt/error.h"
 
 namespace tt::topic {
@@ -35,25 +34,40 @@ class PoissonNmfLoss : public torch::autograd::Function<PoissonNmfLoss> {
     auto Q = torch::empty({k, m}, F_raw.options());
     const float* p = P.data_ptr<float>();
     const float* q = Q.data_ptr<float>();
-    at::parallel_for(0, k, 1, [&](int64_t t0, int64_t t1) {
+    // F's softmax topic by topic, each topic's sum kept for the reconstruction's mass
+    std::vector<double> qsum(static_cast<size_t>(k));
+    tt::parallel_for(0, k, 1, [&](int64_t t0, int64_t t1) {
       kernels::softmax_rows(F_raw.data_ptr<float>() + t0 * m, Q.data_ptr<float>() + t0 * m, t1 - t0, m);
+      for (int64_t t = t0; t < t1; ++t) qsum[static_cast<size_t>(t)] = kernels::row_sum(q + t * m, m);
     });
     auto xhat = torch::empty({nnz}, vals.options());
+    auto w = torch::empty({nnz}, vals.options().dtype(torch::kDouble));
     const int64_t* r = rows.data_ptr<int64_t>();
     const int64_t* c = cols.data_ptr<int64_t>();
     const float* v = vals.data_ptr<float>();
     float* xh = xhat.data_ptr<float>();
-    // Each non-zero: xhat = P[r] . Q[:, c]; the loss term x log(max(xhat, 1e-10)) summed in double
-    const double log_term = at::parallel_reduce(
-        0, nnz, 1 << 14, 0.0,
-        [&](int64_t b, int64_t e, double acc) {
-          kernels::xhat(p, q, r, c, xh, b, e, k, m);
-          return acc + kernels::weighted_log(v, xh, b, e, kFloor);
-        },
-        std::plus<double>());
-    // sum_ij Xhat_ij: each row of P sums to 1 against Q's rows that sum to 1.
-    const double mass = kernels::reconstruction_mass(p, q, B, k, m);
-    ctx->save_for_backward({P, Q, idx, rows, cols, vals, xhat});
+    double* pw = w.data_ptr<double>();
+    // Each non-zero: xhat = P[r] . Q[:, c]; the loss term x log(max(xhat, 1e-10)) summed in
+    // double per chunk, the chunks' sums added in chunk order (the same whoever ran them);
+    // and the weight -x / xhat the backward scatters.
+    constexpr int64_t kGrain = 1024;
+    std::vector<double> logs(static_cast<size_t>(tt::parallel_chunks(0, nnz, kGrain)), 0.0);
+    const int64_t chunk_size = nnz > 0 ? tt::parallel_chunk(0, nnz, kGrain, 0).second : 1;
+    tt::parallel_for(0, nnz, kGrain, [&](int64_t b, int64_t e) {
+      kernels::xhat(p, q, r, c, xh, b, e, k, m);
+      kernels::loss_weights(v, xh, pw, b, e, kFloor);
+      logs[static_cast<size_t>(b / chunk_size)] = kernels::weighted_log(v, xh, b, e, kFloor);
+    });
+    double log_term = 0;
+    for (double l : logs) log_term += l;
+    // sum_ij Xhat_ij = sum_t (sum_i P[i][t]) (sum_j Q[t][j]): rows of P and Q sum to 1.
+    double mass = 0;
+    for (int64_t t = 0; t < k; ++t) {
+      double psum = 0;
+      for (int64_t i = 0; i < B; ++i) psum += p[i * k + t];
+      mass += psum * qsum[static_cast<size_t>(t)];
+    }
+    ctx->save_for_backward({P, Q, idx, rows, cols, w});
     ctx->saved_data["n"] = L_raw.size(0);
     ctx->saved_data["sparse"] = sparse_grad;
     return torch::tensor(mass - log_term, L_raw.options());
@@ -61,33 +75,39 @@ class PoissonNmfLoss : public torch::autograd::Function<PoissonNmfLoss> {
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grad_out) {
     const auto saved = ctx->get_saved_variables();
-    const auto &P = saved[0], &Q = saved[1], &index = saved[2], &rows = saved[3], &cols = saved[4],
-               &vals = saved[5], &xhat = saved[6];
+    const auto &P = saved[0], &Q = saved[1], &index = saved[2], &rows = saved[3], &cols = saved[4], &w = saved[5];
     const int64_t n = ctx->saved_data["n"].toInt();
     const bool sparse = ctx->saved_data["sparse"].toBool();
-    const float go = grad_out[0].item<float>();
-    const int64_t B = P.size(0), k = P.size(1), m = Q.size(1), nnz = vals.numel();
-    // d loss / d xhat = -x / xhat where xhat > 1e-10 (the clamp passes no gradient below it);
-    // the mass term's gradient is exactly zero (see the header). The softmax backward below
-    // subtracts nearly equal numbers, so those sums are kept in double.
-    std::vector<double> gP(static_cast<size_t>(B * k), 0.0);
-    auto gF = torch::zeros({k, m}, P.options());  // ~B non-zeros per column: float is plenty
+    const double go = grad_out[0].item<double>();
+    const int64_t B = P.size(0), k = P.size(1), m = Q.size(1), nnz = w.numel();
+    // d loss / d xhat = -x / xhat where xhat > 1e-10 (the weights w); the mass term's gradient
+    // is exactly zero (see the header). Topic by topic: scatter into row t of F's gradient and
+    // topic t of P's (kept in double: the softmax backward below subtracts nearly equal
+    // numbers), then row t's softmax backward. Topics write disjoint rows, so they run in
+    // parallel with nothing to combine.
+    std::vector<double> gP(static_cast<size_t>(k * B), 0.0);  // topic-major: k x B
+    auto gF = torch::empty({k, m}, P.options());  // ~B non-zeros per column: float is plenty
     const float* p = P.data_ptr<float>();
+    const float* q = Q.data_ptr<float>();
     float* gf = gF.data_ptr<float>();
-    kernels::nonzero_grads(go, p, Q.data_ptr<float>(), rows.data_ptr<int64_t>(), cols.data_ptr<int64_t>(),
-                           vals.data_ptr<float>(), xhat.data_ptr<float>(), nnz, k, m, kFloor, gP.data(), gf);
+    const int64_t* r = rows.data_ptr<int64_t>();
+    const int64_t* c = cols.data_ptr<int64_t>();
+    const double* pw = w.data_ptr<double>();
+    tt::parallel_for(0, k, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        std::fill(gf + t * m, gf + (t + 1) * m, 0.0f);
+        kernels::topic_grads(go, p, q, r, c, pw, nnz, t, k, m, gf + t * m, gP.data() + t * B);
+        kernels::softmax_backward_rows(gf, q, t, t + 1, m);
+      }
+    });
     // softmax backward of the B rows: dz = s * (ds - sum(ds * s))
     auto gL_rows = torch::empty({B, k}, P.options());
     float* gl = gL_rows.data_ptr<float>();
     for (int64_t i = 0; i < B; ++i) {
       double dot = 0;
-      for (int64_t t = 0; t < k; ++t) dot += gP[i * k + t] * p[i * k + t];
-      for (int64_t t = 0; t < k; ++t) gl[i * k + t] = static_cast<float>(p[i * k + t] * (gP[i * k + t] - dot));
+      for (int64_t t = 0; t < k; ++t) dot += gP[t * B + i] * p[i * k + t];
+      for (int64_t t = 0; t < k; ++t) gl[i * k + t] = static_cast<float>(p[i * k + t] * (gP[t * B + i] - dot));
     }
-    // F's softmax backward, topic by topic: gF[t][j] = Q[t][j] (gQ[t][j] - sum_j' gQ Q)
-    at::parallel_for(0, k, 1, [&](int64_t t0, int64_t t1) {
-      kernels::softmax_backward_rows(gf, Q.data_ptr<float>(), t0, t1, m);
-    });
     return {l_gradient(index, gL_rows, n, sparse), gF, torch::Tensor(), torch::Tensor(), torch::Tensor(),
             torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
@@ -133,10 +153,10 @@ BatchCounts nonzeros_of(const torch::Tensor& x) {
   int64_t* r = b.rows.data_ptr<int64_t>();
   int64_t* c = b.cols.data_ptr<int64_t>();
   float* v = b.vals.data_ptr<float>();
-  int64_t q = 0;
   std::vector<const float*> src(static_cast<size_t>(B));
   for (int64_t i = 0; i < B; ++i) src[static_cast<size_t>(i)] = px + i * m;
-  q = gather_nonzeros(src.data(), B, m, r, c, v);
+  const int64_t gathered = gather_nonzeros(src.data(), B, m, r, c, v);
+  TT_CHECK(gathered == nnz, "topic loss: counted ", nnz, " non-zeros but gathered ", gathered);
   b.rows = b.rows.narrow(0, 0, nnz);
   b.cols = b.cols.narrow(0, 0, nnz);
   b.vals = b.vals.narrow(0, 0, nnz);

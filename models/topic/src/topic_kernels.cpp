@@ -48,32 +48,24 @@ TT_CLONES double weighted_log(const float* v, const float* xh, int64_t b, int64_
   return s;
 }
 
-TT_CLONES double reconstruction_mass(const float* P, const float* Q, int64_t B, int64_t k, int64_t m) {
-  double mass = 0;
-  for (int64_t t = 0; t < k; ++t) {
-    double qsum = 0, psum = 0;
-    for (int64_t j = 0; j < m; ++j) qsum += Q[t * m + j];
-    for (int64_t i = 0; i < B; ++i) psum += P[i * k + t];
-    mass += psum * qsum;
-  }
-  return mass;
+TT_CLONES double row_sum(const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t j = 0; j < n; ++j) s += x[j];
+  return s;
 }
 
-TT_CLONES TT_SCALAR void nonzero_grads(float go, const float* P, const float* Q, const int64_t* r, const int64_t* c,
-                             const float* v, const float* xh, int64_t nnz, int64_t k, int64_t m, float floor,
-                             double* gP, float* gQ) {
+TT_CLONES void loss_weights(const float* v, const float* xh, double* w, int64_t b, int64_t e, float floor) {
+  for (int64_t i = b; i < e; ++i) w[i] = xh[i] < floor ? 0.0 : -static_cast<double>(v[i]) / xh[i];
+}
+
+TT_CLONES TT_SCALAR void topic_grads(double go, const float* P, const float* Q, const int64_t* r, const int64_t* c,
+                                     const double* w, int64_t nnz, int64_t t, int64_t k, int64_t m, float* gq,
+                                     double* gp) {
+  const float* qt = Q + t * m;
   for (int64_t i = 0; i < nnz; ++i) {
-    if (xh[i] < floor) continue;
-    const double g = -static_cast<double>(go) * v[i] / xh[i];
-    const float gf = static_cast<float>(g);
-    const float* pr = P + r[i] * k;
-    const float* qc = Q + c[i];
-    double* gpr = gP + r[i] * k;
-    float* gqc = gQ + c[i];
-    for (int64_t t = 0; t < k; ++t) {
-      gpr[t] += g * qc[t * m];
-      gqc[t * m] += gf * pr[t];
-    }
+    const double g = go * w[i];
+    gq[c[i]] += static_cast<float>(g) * P[r[i] * k + t];
+    gp[r[i]] += g * qt[c[i]];
   }
 }
 

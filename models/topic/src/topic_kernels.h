@@ -19,12 +19,17 @@ void xhat(const float* P, const float* Q, const int64_t* r, const int64_t* c, fl
           int64_t k, int64_t m);
 // sum_i v[i] log(max(xh[i], floor)) over [b, e), in double.
 double weighted_log(const float* v, const float* xh, int64_t b, int64_t e, float floor);
-// sum_t (sum_i P[i][t]) (sum_j Q[t][j]): sum of the B x m reconstruction, in double.
-double reconstruction_mass(const float* P, const float* Q, int64_t B, int64_t k, int64_t m);
-// Gradients of -go sum_i v log xh with respect to P (B x k, double) and Q (k x m), added to
-// gP and gQ; non-zeros with xh < floor pass none (the clamp).
-void nonzero_grads(float go, const float* P, const float* Q, const int64_t* r, const int64_t* c, const float* v,
-                   const float* xh, int64_t nnz, int64_t k, int64_t m, float floor, double* gP, float* gQ);
+// sum_j x[j] over n values, in double.
+double row_sum(const float* x, int64_t n);
+// w[i] = d(-v log max(xh, floor)) / d xh = -v[i] / xh[i], or 0 where xh[i] < floor (the
+// clamp passes no gradient), over the non-zeros [b, e).
+void loss_weights(const float* v, const float* xh, double* w, int64_t b, int64_t e, float floor);
+// Topic t's share of the gradients of go * sum_i (-v log xh): over all non-zeros,
+// gq[c[i]] += go w[i] P[r[i]][t] (gq: row t of the k x m gradient) and
+// gp[r[i]] += go w[i] Q[t][c[i]] (gp: topic t's B values, double). Topics are independent,
+// so threads split them without sharing a cache line of output.
+void topic_grads(double go, const float* P, const float* Q, const int64_t* r, const int64_t* c, const double* w,
+                 int64_t nnz, int64_t t, int64_t k, int64_t m, float* gq, double* gp);
 // Softmax backward in place for rows [b, e) of `cols`: g = s * (g - sum(g * s)), the sum in double.
 void softmax_backward_rows(float* g, const float* s, int64_t b, int64_t e, int64_t cols);
 

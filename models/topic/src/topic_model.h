@@ -25,6 +25,9 @@ class TopicModel : public Model {
   ModelOutput forward_loss(const Batch& batch) override;
   void write_outputs(const std::filesystem::path& run_dir, State& state) override;
   std::string describe() const override;
+  // A step is a few hundred microseconds (k x m softmax, B documents' non-zeros): the
+  // prefetch thread is the second thread (tt/helper.h), not an OpenMP team.
+  bool small_steps() const override { return true; }
   // AdamW (fused) takes L's gradient as the batch's rows and still updates every row
   // (FusedAdamW::dense_rows): no n x k gradient tensor is built each step — unless plugins
   // or gradient clipping read the gradients, which then stay dense.
