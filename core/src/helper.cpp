@@ -14,11 +14,30 @@
 
 namespace tt {
 
+// The caller takes chunks from the front, the helper from the back, until they meet: chunk
+// i of consecutive loops over the same rows (the topic loss's rows of F, then AdamW's)
+// then mostly stays on one core and in its cache. Measured on the topic model, 50k x 10k,
+// 2 threads, ten runs each: 0.70-1.33 s/epoch (most near 0.75) against 0.80-1.82 with
+// both taking chunks in one order.
 struct Helper::Loop {
   int64_t begin, end, grain, chunks;
   const std::function<void(int64_t, int64_t)>* fn;
-  std::atomic<int64_t> next{0};
-  std::exception_ptr error;  // the helper's, if its chunk threw
+  std::atomic<uint64_t> span{0};  // (front << 32) | back: chunks [front, back) are unclaimed
+  std::exception_ptr error;       // the helper's, if its chunk threw
+
+  static constexpr uint64_t pack(uint64_t front, uint64_t back) { return (front << 32) | back; }
+  // Claims the next chunk from the front (or the back); -1 when none is left.
+  int64_t claim(bool from_back) {
+    uint64_t w = span.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint64_t front = w >> 32, back = w & 0xffffffffu;
+      if (front >= back) return -1;
+      const uint64_t next = from_back ? pack(front, back - 1) : pack(front + 1, back);
+      if (span.compare_exchange_weak(w, next, std::memory_order_relaxed))
+        return static_cast<int64_t>(from_back ? back - 1 : front);
+    }
+  }
+  void cancel() { span.store(0); }
 };
 
 namespace {
@@ -28,8 +47,8 @@ thread_local bool t_in_loop = false;  // inside a chunk, or on the helper thread
 // of a small model, so a training loop keeps it awake and an idle one lets it sleep.
 constexpr auto kSpin = std::chrono::microseconds(2000);
 
-void run_chunks(Helper::Loop& l) {
-  for (int64_t c; (c = l.next.fetch_add(1, std::memory_order_relaxed)) < l.chunks;) {
+void run_chunks(Helper::Loop& l, bool from_back) {
+  for (int64_t c; (c = l.claim(from_back)) >= 0;) {
     const auto [b, e] = parallel_chunk(l.begin, l.end, l.grain, c);
     (*l.fn)(b, e);
   }
@@ -83,10 +102,10 @@ bool Helper::join_offered() {
   Loop* l = offered_.load();
   if (l) {
     try {
-      run_chunks(*l);
+      run_chunks(*l, /*from_back=*/true);
     } catch (...) {
       if (!l->error) l->error = std::current_exception();
-      l->next.store(l->chunks);
+      l->cancel();
     }
   }
   in_loop_.store(false);
@@ -97,7 +116,8 @@ void Helper::worker() {
   t_in_loop = true;  // loops started by jobs run serially here
   auto idle_since = std::chrono::steady_clock::now();
   for (;;) {
-    if (offered_.load(std::memory_order_relaxed) && join_offered()) idle_since = std::chrono::steady_clock::now();
+    // Jobs first: a loop goes on without the helper, but the caller will wait for the
+    // prefetched batch if the helper kept joining loops instead of fetching it.
     if (pending_.load(std::memory_order_relaxed) > 0) {
       std::function<void()> job;
       {
@@ -107,6 +127,10 @@ void Helper::worker() {
         pending_.fetch_sub(1);
       }
       job();
+      idle_since = std::chrono::steady_clock::now();
+      continue;
+    }
+    if (offered_.load(std::memory_order_relaxed) && join_offered()) {
       idle_since = std::chrono::steady_clock::now();
       continue;
     }
@@ -126,15 +150,15 @@ void Helper::worker() {
 void Helper::run(Loop& loop) {
   Loop* none = nullptr;
   if (!offered_.compare_exchange_strong(none, &loop)) {  // another thread's loop has the helper
-    run_chunks(loop);
+    run_chunks(loop, false);
     return;
   }
   std::exception_ptr mine;
   try {
-    run_chunks(loop);
+    run_chunks(loop, false);
   } catch (...) {
     mine = std::current_exception();
-    loop.next.store(loop.chunks);
+    loop.cancel();
   }
   offered_.store(nullptr);
   while (in_loop_.load()) TT_PAUSE();  // the helper's last chunk
@@ -168,6 +192,7 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, const std::function
   loop.grain = grain;
   loop.chunks = chunks;
   loop.fn = &fn;
+  loop.span.store(Helper::Loop::pack(0, static_cast<uint64_t>(chunks)));
   t_in_loop = true;
   try {
     h->run(loop);

@@ -6,9 +6,9 @@
 // another core costs tens of microseconds in a VM, and an OpenMP worker spinning beside
 // the prefetch thread takes turns with it on two cores; for a step of a few hundred
 // microseconds (the topic model's) both cost more than the split saves. So after a job
-// the helper spins for a while looking for work, loops never wait for it to start (the
-// calling thread claims chunks itself and the helper takes whichever are left when it
-// arrives), and the prefetch and the loops share the one thread instead of fighting for
+// the helper spins for a while looking for work (posted jobs before loops), loops never
+// wait for it to start (the calling thread claims chunks from the front, the helper from
+// the back, whichever are left when it arrives), and the prefetch and the loops share the one thread instead of fighting for
 // the second core.
 //
 // A helper is used for loops only once registered with use_for_loops() (the trainer
