@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "tt/error.h"
+#include "tt/meter.h"
 
 namespace tt {
 
@@ -76,6 +77,7 @@ void DataLoader::request(int64_t epoch, int64_t index) {
   requested_ = true;
   ready_ = false;
   helper_->post([this, epoch, index] {
+    Meter::BackgroundScope background;  // not part of the step's activations or optimizer state
     Fetched b;
     std::exception_ptr err;
     try {

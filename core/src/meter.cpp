@@ -36,7 +36,9 @@ constexpr size_t kCacheMin = 64 * 1024;  // smaller blocks are glibc malloc's bu
 struct Header {
   size_t requested;  // bytes the tensor asked for
   size_t capacity;   // usable bytes of the block (its size class)
+  bool background;   // allocated inside a Meter::BackgroundScope
 };
+thread_local bool t_background = false;
 
 size_t size_class(size_t n) {
   if (n < kCacheMin) return n;
@@ -48,7 +50,7 @@ size_t size_class(size_t n) {
 
 class TrackingAllocator final : public c10::Allocator {
  public:
-  std::atomic<int64_t> current{0}, peak{0}, count{0}, cap{0}, cached{0};
+  std::atomic<int64_t> current{0}, peak{0}, count{0}, cap{0}, cached{0}, background{0};
   std::atomic<bool> caching{false};
 
   c10::DataPtr allocate(size_t n) TT_ALLOCATOR_CONST override {
@@ -100,6 +102,8 @@ class TrackingAllocator final : public c10::Allocator {
     auto* h = static_cast<Header*>(base);
     h->requested = n;
     h->capacity = block;
+    h->background = t_background;
+    if (t_background) background.fetch_add(static_cast<int64_t>(n));
     int64_t now = current.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
     int64_t p = peak.load();
     while (now > p && !peak.compare_exchange_weak(p, now)) {
@@ -113,6 +117,7 @@ class TrackingAllocator final : public c10::Allocator {
     void* base = static_cast<char*>(data) - kHeader;
     auto* h = static_cast<Header*>(base);
     current.fetch_sub(static_cast<int64_t>(h->requested));
+    if (h->background) background.fetch_sub(static_cast<int64_t>(h->requested));
     if (caching.load() && h->capacity >= kCacheMin) {
       std::lock_guard<std::mutex> lock(mu_);
       free_[h->capacity].push_back(base);
@@ -159,6 +164,9 @@ void Meter::install() {
 
 bool Meter::installed() const { return g_alloc != nullptr; }
 int64_t Meter::current() const { return g_alloc ? g_alloc->current.load() : 0; }
+int64_t Meter::background_current() const { return g_alloc ? g_alloc->background.load() : 0; }
+Meter::BackgroundScope::BackgroundScope() : was_(t_background) { t_background = true; }
+Meter::BackgroundScope::~BackgroundScope() { t_background = was_; }
 int64_t Meter::peak() const { return g_alloc ? g_alloc->peak.load() : 0; }
 void Meter::reset_peak() {
   if (g_alloc) g_alloc->peak.store(g_alloc->current.load());

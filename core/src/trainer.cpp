@@ -116,6 +116,9 @@ struct Trainer::Impl {
 
   // Live and peak bytes where the model's tensors live: the CPU meter, or CUDA's allocator.
   int64_t live() const { return s.device.is_cuda() ? Meter::device_current() : meter.current(); }
+  // What this thread's work holds: live() without the batch the loader is prefetching meanwhile
+  // (the deltas of activations and optimizer state are measured on it).
+  int64_t live_fg() const { return s.device.is_cuda() ? Meter::device_current() : meter.foreground_current(); }
   int64_t peak() const { return s.device.is_cuda() ? Meter::device_peak() : meter.peak(); }
   void reset_peak() {
     meter.reset_peak();
@@ -337,10 +340,10 @@ struct Trainer::Impl {
     torch::serialize::InputArchive model_ar, opt_ar;
     ar.read("model", model_ar);
     s.model->load(model_ar);
-    int64_t before = live();
+    int64_t before = live_fg();
     ar.read("optimizer", opt_ar);
     s.optimizer->load(opt_ar);
-    mem.optimizer_state = std::max<int64_t>(0, live() - before);
+    mem.optimizer_state = std::max<int64_t>(0, live_fg() - before);
     optimizer_measured = true;
     for (size_t i = 0; i < plugins.size(); ++i) {
       torch::serialize::InputArchive pa;
@@ -385,7 +388,7 @@ struct Trainer::Impl {
       int64_t begin = s.micro_index * s.micro_batch_size, end = std::min(batch.size, begin + s.micro_batch_size);
       s.micro = s.micro_count == 1 ? batch : batch.slice(begin, end);
       fire(Event::BEFORE_FORWARD);
-      const int64_t before = live();
+      const int64_t before = live_fg();
       {
         std::vector<std::unique_ptr<Scope>> scopes;
         for (auto& pl : plugins)
@@ -417,7 +420,7 @@ struct Trainer::Impl {
       s.batch_loss += raw * weight;
       s.loss = weight == 1.0 ? s.output.loss : s.output.loss * weight;
       fire(Event::AFTER_LOSS);
-      mem.activations = std::max(mem.activations, live() - before);
+      mem.activations = std::max(mem.activations, live_fg() - before);
       fire(Event::BEFORE_BACKWARD);
       with_context(detail::cat("backward at step ", s.step + 1), [&] {
         s.loss.backward();
@@ -477,10 +480,10 @@ struct Trainer::Impl {
     }
     const double lr_used = s.lr;
     if (!s.skip_step) {
-      const int64_t before = live();
+      const int64_t before = live_fg();
       s.optimizer->step();
       if (!optimizer_measured) {
-        mem.optimizer_state = std::max<int64_t>(0, live() - before);
+        mem.optimizer_state = std::max<int64_t>(0, live_fg() - before);
         optimizer_measured = true;
       }
     } else {

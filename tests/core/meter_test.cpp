@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <thread>
+
 #include "tt/meter.h"
 
 using tt::Meter;
@@ -77,4 +79,33 @@ TEST(Meter, ResidentSetSize) {
   EXPECT_GE(Meter::rss_peak(), Meter::rss() - (1 << 20));
   auto s = Meter::global().snapshot();
   EXPECT_EQ(s.tensor_bytes, Meter::global().current());
+}
+
+// A batch the loader prefetches on its thread while a step runs is a background tensor: it
+// counts in current() but not in foreground_current(), from allocation to free (wherever it
+// is freed), so the step's measured activations and optimizer state do not include it.
+TEST(Meter, BackgroundTensorsAreKeptApartFromTheForeground) {
+  Meter& m = Meter::global();
+  ASSERT_TRUE(m.installed());
+  const int64_t cur0 = m.current(), fg0 = m.foreground_current(), bg0 = m.background_current();
+  torch::Tensor prefetched;
+  std::thread([&] {
+    Meter::BackgroundScope scope;
+    prefetched = torch::empty({1000}, torch::kFloat);
+  }).join();
+  auto step = torch::empty({500}, torch::kFloat);  // the foreground's own
+  EXPECT_EQ(m.current() - cur0, 6000);
+  EXPECT_EQ(m.background_current() - bg0, 4000);
+  EXPECT_EQ(m.foreground_current() - fg0, 2000);
+  {
+    Meter::BackgroundScope nested;
+    { Meter::BackgroundScope inner; }
+    auto also = torch::empty({10}, torch::kFloat);  // still inside the outer scope
+    EXPECT_EQ(m.background_current() - bg0, 4040);
+  }
+  auto after = torch::empty({10}, torch::kFloat);  // the scope ended
+  EXPECT_EQ(m.background_current() - bg0, 4000);
+  prefetched = torch::Tensor();  // freed on this thread
+  EXPECT_EQ(m.background_current(), bg0);
+  EXPECT_EQ(m.foreground_current() - fg0, 2040);
 }

@@ -33,6 +33,22 @@ class TT_API Meter {
   bool installed() const;
 
   int64_t current() const;  // live tensor bytes
+  // Live tensor bytes allocated inside a BackgroundScope (the loader's prefetch of the next
+  // batch), and the rest: the trainer measures what a step adds (activations, optimizer
+  // state) on the foreground bytes, so a batch fetched meanwhile is not counted in them.
+  int64_t background_current() const;
+  int64_t foreground_current() const { return current() - background_current(); }
+  // Marks the tensors this thread allocates while it lives as background ones.
+  class TT_API BackgroundScope {
+   public:
+    BackgroundScope();
+    ~BackgroundScope();
+    BackgroundScope(const BackgroundScope&) = delete;
+    BackgroundScope& operator=(const BackgroundScope&) = delete;
+
+   private:
+    bool was_;
+  };
   int64_t peak() const;
   void reset_peak();        // peak := current
   int64_t allocations() const;  // number of allocations so far
