@@ -1,0 +1,118 @@
+// adam8bit: replaces the pipeline's adam/adamw by the same optimizer with 8-bit block-wise
+// quantized moments (adam8bit.h, quant.h), keeping its learning rate, betas, eps, weight
+// decay and parameter groups. Tensors under min_8bit_size elements, and the embeddings with
+// embeddings_32bit: true, keep float32 moments.
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/torch.h>
+
+#include "adam8bit.h"
+#include "quant.h"
+#include "tt/error.h"
+#include "tt/log.h"
+#include "tt/model.h"
+#include "tt/module.h"
+#include "tt/nn.h"
+#include "tt/plugin.h"
+#include "tt/registry.h"
+#include "tt/state.h"
+
+namespace {
+
+class Adam8bitPlugin final : public tt::Plugin {
+ public:
+  Adam8bitPlugin(int64_t min_size, bool embeddings_32bit) : min_size_(min_size), embeddings_32bit_(embeddings_32bit) {}
+
+  void on(tt::Event event, tt::State& s) override {
+    if (event == tt::Event::OPTIMIZER) replace(s);
+    if (event == tt::Event::FIT_START && optimizer_) {
+      // after a resume: how much of the state is 8-bit
+      tt::log().debug("adam8bit: {} of optimizer state", optimizer_->state_bytes());
+    }
+  }
+
+ private:
+  void replace(tt::State& s) {
+    auto& old = *s.optimizer;
+    TT_CHECK_AS(ConfigError, !old.param_groups().empty(), "plugins.adam8bit: the optimizer has no parameters");
+    tt::adam8bit::Config c;
+    c.min_8bit_size = min_size_;
+    const auto& first = old.param_groups()[0].options();
+    if (const auto* o = dynamic_cast<const torch::optim::AdamWOptions*>(&first)) {
+      TT_CHECK_AS(ConfigError, !o->amsgrad(),
+                  "plugins.adam8bit: optimizer.amsgrad: true is not supported with 8-bit moments (set amsgrad: false "
+                  "or drop the adam8bit plugin)");
+      c.lr = o->lr();
+      c.beta1 = std::get<0>(o->betas());
+      c.beta2 = std::get<1>(o->betas());
+      c.eps = o->eps();
+      c.weight_decay = o->weight_decay();
+      c.decoupled = true;
+    } else if (const auto* o = dynamic_cast<const torch::optim::AdamOptions*>(&first)) {
+      TT_CHECK_AS(ConfigError, !o->amsgrad(),
+                  "plugins.adam8bit: optimizer.amsgrad: true is not supported with 8-bit moments (set amsgrad: false "
+                  "or drop the adam8bit plugin)");
+      c.lr = o->lr();
+      c.beta1 = std::get<0>(o->betas());
+      c.beta2 = std::get<1>(o->betas());
+      c.eps = o->eps();
+      c.weight_decay = o->weight_decay();
+      c.decoupled = false;
+    } else {
+      TT_FAIL_AS(ConfigError,
+                 "plugins.adam8bit: quantizes Adam's moments, so the pipeline's optimizer must be adam or adamw "
+                 "(set optimizer: {name: adamw, ...})");
+    }
+    std::set<const void*> keep;
+    int64_t n_emb = 0;
+    if (embeddings_32bit_) {
+      for (const auto& item : s.model->named_modules("", false)) {
+        if (!item.value()->as<tt::nn::EmbeddingImpl>() && !item.value()->as<torch::nn::EmbeddingImpl>()) continue;
+        for (const auto& p : item.value()->parameters(/*recurse=*/false)) {
+          keep.insert(p.unsafeGetTensorImpl());
+          ++n_emb;
+        }
+      }
+      TT_CHECK_AS(ConfigError, n_emb > 0,
+                  "plugins.adam8bit: embeddings_32bit: true but the model has no Embedding layer");
+    }
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    int64_t n8 = 0, n32 = 0;
+    for (auto& g : old.param_groups()) {
+      groups.emplace_back(g.params(), g.options().clone());
+      for (const auto& p : g.params()) {
+        if (p.numel() >= min_size_ && !keep.count(p.unsafeGetTensorImpl())) n8 += p.numel();
+        else n32 += p.numel();
+      }
+    }
+    optimizer_ = std::make_shared<tt::adam8bit::Adam8bit>(std::move(groups), c, keep);
+    s.optimizer = optimizer_;
+    const double bytes = 2.0 * n8 + 8.0 * n8 / tt::adam8bit::kBlock + 8.0 * n32;
+    tt::log().info("adam8bit: {} with 8-bit moments for {} parameters, float32 for {} (tensors under {} elements{}): "
+                   "{:.2f} bytes of state per parameter",
+                   c.decoupled ? "AdamW" : "Adam", n8, n32, min_size_, embeddings_32bit_ ? ", embeddings" : "",
+                   (n8 + n32) > 0 ? bytes / static_cast<double>(n8 + n32) : 0.0);
+  }
+
+  int64_t min_size_;
+  bool embeddings_32bit_;
+  std::shared_ptr<tt::adam8bit::Adam8bit> optimizer_;
+};
+
+void register_adam8bit(tt::Registry& r) {
+  r.add_plugin("adam8bit",
+               "Adam/AdamW with 8-bit block-wise quantized moments (blocks of 256, dynamic maps): ~2 bytes of "
+               "optimizer state per parameter instead of 8; replaces the pipeline's adam/adamw, same hyper-parameters",
+               tt::Schema()
+                   .add("min_8bit_size", tt::Type::Int, "4096", "tensors with fewer elements keep float32 moments")
+                   .add("embeddings_32bit", tt::Type::Bool, "false", "embedding tables keep float32 moments"),
+               [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
+                 const int64_t min_size = o.get_int("min_8bit_size");
+                 o.check(min_size >= 1, "min_8bit_size", "must be at least 1");
+                 return std::make_unique<Adam8bitPlugin>(min_size, o.get_bool("embeddings_32bit"));
+               });
+}
+
+}  // namespace
+
+TT_MODULE("plugin", "adam8bit", "Adam/AdamW with 8-bit block-wise quantized optimizer state", register_adam8bit)
