@@ -88,7 +88,7 @@ struct Trainer::Impl {
   std::vector<torch::Tensor> trainable;
   MetricsFile metrics;
   std::shared_ptr<spdlog::sinks::basic_file_sink_mt> file_sink;
-  std::vector<double> step_losses, step_times, epoch_losses, epoch_times;
+  std::vector<double> step_losses, step_times, epoch_losses, epoch_times, optimizer_times;
   MemoryBreakdown mem;
   json summary;
   Meter& meter = Meter::global();
@@ -481,7 +481,11 @@ struct Trainer::Impl {
     const double lr_used = s.lr;
     if (!s.skip_step) {
       const int64_t before = live_fg();
+      const auto t_opt = Clock::now();
       s.optimizer->step();
+      const double opt_seconds = std::chrono::duration<double>(Clock::now() - t_opt).count();
+      optimizer_times.push_back(opt_seconds);
+      line["optimizer_seconds"] = opt_seconds;
       if (!optimizer_measured) {
         mem.optimizer_state = std::max<int64_t>(0, live_fg() - before);
         optimizer_measured = true;
@@ -703,6 +707,7 @@ struct Trainer::Impl {
         {"setup_seconds", setup_seconds},
         {"train_seconds", train_seconds},
         {"median_step_seconds", median(step_times)},
+        {"median_optimizer_seconds", median(optimizer_times)},
         {"steps_per_second", train_seconds > 0 ? steps_here / train_seconds : 0.0},
         {"final_loss", step_losses.empty() ? 0.0 : step_losses.back()},
         {"memory",

@@ -183,7 +183,8 @@ TEST(Trainer, WritesRunDirectory) {
     auto j = nlohmann::json::parse(line);
     if (j.contains("loss")) {
       ++steps;
-      for (const char* k : {"step", "epoch", "lr", "step_seconds", "samples_per_s", "tensor_bytes", "tensor_peak", "rss"})
+      for (const char* k : {"step", "epoch", "lr", "step_seconds", "optimizer_seconds", "samples_per_s", "tensor_bytes",
+                            "tensor_peak", "rss"})
         EXPECT_TRUE(j.contains(k)) << k << " missing in " << line;
     }
     evals += j.contains("val_loss");
