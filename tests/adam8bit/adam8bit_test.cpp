@@ -273,11 +273,7 @@ TEST(Adam8bitPlugin, ResumeContinuesTheQuantizedState) {
   LmRun r;
   auto a = r.run("straight", "[adam8bit]", "max_steps: 6, checkpoint_every: 3, keep_checkpoints: 5");
   ASSERT_EQ(a.rc, 0) << a.output;
-  fs::copy(r.dir / "straight", r.dir / "resumed", fs::copy_options::recursive);
-  for (const auto& e : fs::directory_iterator(r.dir / "resumed" / "checkpoints"))
-    if (e.path().filename().string() > "step-00000003.pt") fs::remove(e.path());
-  fs::remove(r.dir / "resumed" / "summary.json");
-  auto res = tt::test::run(tt::test::tt_run_bin() + " --resume " + (r.dir / "resumed").string() + " -q");
+  auto res = r.resume_copy("straight", "resumed", 3);
   ASSERT_EQ(res.rc, 0) << res.output;
   EXPECT_EQ(r.summary("resumed")["final_loss"], r.summary("straight")["final_loss"]);
 }

@@ -240,11 +240,7 @@ TEST(AmpPlugin, ScalerStateContinuesThroughResume) {
   const double expected[] = {1024, 2048, 2048, 4096, 4096, 8192};
   for (size_t i = 0; i < 6; ++i) EXPECT_EQ(lines[i]["amp_scale"].get<double>(), expected[i]) << "step " << i + 1;
   // crash after step 3: resume from its checkpoint
-  fs::copy(r.dir / "straight", r.dir / "resumed", fs::copy_options::recursive);
-  for (const auto& e : fs::directory_iterator(r.dir / "resumed" / "checkpoints"))
-    if (e.path().filename().string() > "step-00000003.pt") fs::remove(e.path());
-  fs::remove(r.dir / "resumed" / "summary.json");
-  auto res = tt::test::run(tt::test::tt_run_bin() + " --resume " + (r.dir / "resumed").string() + " -q");
+  auto res = r.resume_copy("straight", "resumed", 3);
   ASSERT_EQ(res.rc, 0) << res.output;
   auto after = metric_lines(r.dir / "resumed" / "metrics.jsonl");
   ASSERT_GE(after.size(), 3u);

@@ -152,4 +152,15 @@ RunResult TinyLm::run(const std::string& tag, const std::string& plugins, const 
   return tt::test::run(tt_run_bin() + " " + (dir / (tag + ".yaml")).string() + " -q --run-dir " + (dir / tag).string());
 }
 
+RunResult TinyLm::resume_copy(const std::string& from, const std::string& to, int step) const {
+  namespace fs = std::filesystem;
+  fs::copy(dir / from, dir / to, fs::copy_options::recursive);
+  char keep[32];
+  std::snprintf(keep, sizeof keep, "step-%08d.pt", step);
+  for (const auto& e : fs::directory_iterator(dir / to / "checkpoints"))
+    if (e.path().filename().string() > keep) fs::remove(e.path());
+  fs::remove(dir / to / "summary.json");
+  return tt::test::run(tt_run_bin() + " --resume " + (dir / to).string() + " -q");
+}
+
 }  // namespace tt::test

@@ -42,6 +42,9 @@ struct TinyLm {
   RunResult run(const std::string& tag, const std::string& plugins, const std::string& trainer,
                 const std::string& extra_top = "") const;
   std::string summary(const std::string& tag) const { return read_file(dir / tag / "summary.json"); }
+  // Copies run `from` to `to` as if it had stopped after the checkpoint of step `step`
+  // (later checkpoints and the summary removed), then resumes `to` with tt-run --resume.
+  RunResult resume_copy(const std::string& from, const std::string& to, int step) const;
 };
 
 }  // namespace tt::test

@@ -38,26 +38,22 @@ class Adam8bitPlugin final : public tt::Plugin {
     tt::adam8bit::Config c;
     c.min_8bit_size = min_size_;
     const auto& first = old.param_groups()[0].options();
+    // Adam and AdamW options have the same fields; AdamW's decay is decoupled.
+    auto take = [&](const auto& o, bool decoupled) {
+      TT_CHECK_AS(ConfigError, !o.amsgrad(),
+                  "plugins.adam8bit: optimizer.amsgrad: true is not supported with 8-bit moments (set amsgrad: false "
+                  "or drop the adam8bit plugin)");
+      c.lr = o.lr();
+      c.beta1 = std::get<0>(o.betas());
+      c.beta2 = std::get<1>(o.betas());
+      c.eps = o.eps();
+      c.weight_decay = o.weight_decay();
+      c.decoupled = decoupled;
+    };
     if (const auto* o = dynamic_cast<const torch::optim::AdamWOptions*>(&first)) {
-      TT_CHECK_AS(ConfigError, !o->amsgrad(),
-                  "plugins.adam8bit: optimizer.amsgrad: true is not supported with 8-bit moments (set amsgrad: false "
-                  "or drop the adam8bit plugin)");
-      c.lr = o->lr();
-      c.beta1 = std::get<0>(o->betas());
-      c.beta2 = std::get<1>(o->betas());
-      c.eps = o->eps();
-      c.weight_decay = o->weight_decay();
-      c.decoupled = true;
+      take(*o, true);
     } else if (const auto* o = dynamic_cast<const torch::optim::AdamOptions*>(&first)) {
-      TT_CHECK_AS(ConfigError, !o->amsgrad(),
-                  "plugins.adam8bit: optimizer.amsgrad: true is not supported with 8-bit moments (set amsgrad: false "
-                  "or drop the adam8bit plugin)");
-      c.lr = o->lr();
-      c.beta1 = std::get<0>(o->betas());
-      c.beta2 = std::get<1>(o->betas());
-      c.eps = o->eps();
-      c.weight_decay = o->weight_decay();
-      c.decoupled = false;
+      take(*o, false);
     } else {
       TT_FAIL_AS(ConfigError,
                  "plugins.adam8bit: quantizes Adam's moments, so the pipeline's optimizer must be adam or adamw "

@@ -4,6 +4,14 @@
 #include <cmath>
 #include <cstring>
 
+// The step loops cloned for AVX-512 / AVX2 / baseline x86-64 (picked at load time): with
+// gathers for the map lookups and vector sqrt/div the moment update vectorizes.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TT_CLONES
+#endif
+
 namespace tt::adam8bit {
 
 namespace {
@@ -109,7 +117,7 @@ Coeffs coeffs(double lr, double beta1, double beta2, double eps, double weight_d
   return c;
 }
 
-void step_8bit(float* p, const float* g, uint8_t* q1, uint8_t* q2, float* a1, float* a2, int64_t n, int64_t b0,
+TT_CLONES void step_8bit(float* p, const float* g, uint8_t* q1, uint8_t* q2, float* a1, float* a2, int64_t n, int64_t b0,
                int64_t b1, const Coeffs& c) {
   const QuantMap& s1 = signed_map();
   const QuantMap& s2 = unsigned_map();
@@ -148,7 +156,7 @@ void step_8bit(float* p, const float* g, uint8_t* q1, uint8_t* q2, float* a1, fl
   }
 }
 
-void step_32bit(float* p, const float* g, float* m, float* v, int64_t e0, int64_t e1, const Coeffs& c) {
+TT_CLONES void step_32bit(float* p, const float* g, float* m, float* v, int64_t e0, int64_t e1, const Coeffs& c) {
   const float decay = c.decoupled ? 1.0f - c.lr * c.weight_decay : 1.0f;
   const float l2 = c.decoupled ? 0.0f : c.weight_decay;
   for (int64_t i = e0; i < e1; ++i) {
