@@ -2,6 +2,7 @@
 // typeinfo in the core library, so plugins built with hidden visibility share them.
 #include "tt/dataset.h"
 #include "tt/error.h"
+#include "tt/optimizer_state.h"
 #include "tt/plugin.h"
 #include "tt/schedule.h"
 
@@ -18,6 +19,7 @@ Batch StreamDataset::get(const at::Tensor&) {
   TT_FAIL("this dataset is a stream (", describe(), "): it is read in order with next(), not by index");
 }
 Schedule::~Schedule() = default;
+StateTensors::~StateTensors() = default;
 Scope::~Scope() = default;
 Plugin::~Plugin() = default;
 void Plugin::on(Event, State&) {}

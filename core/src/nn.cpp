@@ -1,5 +1,7 @@
 #include "tt/nn.h"
 
+#include <fnmatch.h>
+
 #include "tt/autocast.h"
 
 #include <torch/torch.h>
@@ -17,6 +19,16 @@ BlockRunner::~BlockRunner() = default;
 
 // ---------------------------------------------------------------- Linear
 
+bool name_matches(const std::string& pattern, const std::string& name) {
+  if (fnmatch(pattern.c_str(), name.c_str(), 0) == 0) return true;
+  if (name.rfind(pattern + ".", 0) == 0) return true;
+  if (pattern.find('.') == std::string::npos) {
+    const std::string last = name.substr(name.rfind('.') + 1);
+    return fnmatch(pattern.c_str(), last.c_str(), 0) == 0;
+  }
+  return false;
+}
+
 LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias) : in_features(in), out_features(out) {
   TT_CHECK(in > 0 && out > 0, "Linear: sizes must be positive (", in, " -> ", out, ")");
   // torch.nn.Linear's initialisation: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias
@@ -33,7 +45,8 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) {
   // aten::linear, as Python's F.linear: under autocast the bias is cast too. (The C++ frontend's
   // functional::linear adds a float32 bias in place to the bf16 product through a float32 copy.)
   auto y = at::linear(x, weight, bias);
-  for (auto& [name, a] : adapters_) y = y + a->forward(x);
+  for (auto& [name, a] : adapters_)
+    if (a->active()) y = y + a->forward(x);
   return y;
 }
 

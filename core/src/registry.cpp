@@ -39,6 +39,11 @@ static void add_to(std::map<std::string, Component<F>>& table, Kind kind, std::s
 }
 
 void Registry::add_model(std::string n, std::string d, Schema s, ModelFactory f) {
+  // Every model can start from another run's weights (the trainer loads them, not the model).
+  if (!s.find("init_from"))
+    s.add("init_from", Type::String, "~",
+          "start from the model weights of this run directory's newest checkpoint, or of this checkpoint "
+          "file (the same model settings; optimizer and position start fresh)");
   add_to(models_, Kind::Model, std::move(n), std::move(d), std::move(s), std::move(f), origin_);
 }
 void Registry::add_dataset(std::string n, std::string d, Schema s, DatasetFactory f) {

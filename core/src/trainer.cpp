@@ -197,6 +197,7 @@ struct Trainer::Impl {
     TT_CHECK(data.train, "data (", p.data.name, ") produced no training set");
     s.model = with_context("model (" + p.model.name + ")",
                            [&] { return reg.model(p.model.name).factory(p.model.options, data); });
+    if (p.model.options.is_set("init_from")) init_model_from(p.model.options.get_string("init_from"));
     s.model->to(s.device);
     s.model->train();
 
@@ -244,6 +245,68 @@ struct Trainer::Impl {
     int64_t by_epochs = max_epochs > 0 ? max_epochs * s.batches_per_epoch : -1;
     s.total_steps = by_epochs < 0 ? max_steps : (max_steps < 0 ? by_epochs : std::min(by_epochs, max_steps));
     set_lr(schedule->lr({0, s.total_steps, 0.0, base_lr}));
+  }
+
+  // Module::load replaces each tensor by the archive's whatever its shape: check the shapes.
+  // Returns what does not match ("" when all do).
+  std::string load_model_checked(torch::serialize::InputArchive& model_ar) {
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (const auto& t : s.model->named_parameters()) shapes[t.key()] = t.value().sizes().vec();
+    for (const auto& t : s.model->named_buffers()) shapes[t.key()] = t.value().sizes().vec();
+    {
+      torch::NoGradGuard no_grad;
+      s.model->load(model_ar);
+    }
+    auto check = [&](const std::string& name, const at::Tensor& t) -> std::string {
+      const auto& want = shapes[name];
+      if (t.sizes().vec() == want) return {};
+      return detail::cat(name, " is ", t.sizes(), " there but ", c10::IntArrayRef(want), " here");
+    };
+    for (const auto& t : s.model->named_parameters())
+      if (auto m = check(t.key(), t.value()); !m.empty()) return m;
+    for (const auto& t : s.model->named_buffers())
+      if (auto m = check(t.key(), t.value()); !m.empty()) return m;
+    return {};
+  }
+
+  // model.init_from: the weights of another run (its newest readable checkpoint) or of one
+  // checkpoint file; loaded before plugins act on the model (LoRA adapts the loaded weights).
+  void init_model_from(const std::string& from) {
+    const fs::path src = from;
+    std::vector<fs::path> files;
+    if (fs::is_directory(src)) {
+      files = list_checkpoints(fs::is_directory(src / "checkpoints") ? src / "checkpoints" : src);
+      TT_CHECK_AS(ConfigError, !files.empty(), "model.init_from: ", from,
+                  " has no checkpoints (checkpoints/step-*.pt); train it with trainer.checkpoint_every, or name a "
+                  "checkpoint file");
+    } else {
+      TT_CHECK_AS(ConfigError, fs::is_regular_file(src), "model.init_from: ", from,
+                  " does not exist (give a run directory or a checkpoint file)");
+      files.push_back(src);
+    }
+    std::string failures;
+    for (auto it = files.rbegin(); it != files.rend(); ++it) {
+      torch::serialize::InputArchive ar, model_ar;
+      try {
+        ar.load_from(it->string());
+        ar.read("model", model_ar);
+      } catch (const std::exception& e) {
+        failures += "\n  " + it->string() + ": " + std::string(e.what()).substr(0, 200);
+        continue;  // unreadable: try the one before (as --resume does)
+      }
+      std::string mismatch;
+      try {
+        mismatch = load_model_checked(model_ar);
+      } catch (const std::exception& e) {
+        std::string what = e.what();
+        mismatch = what.substr(0, what.find('\n'));
+      }
+      TT_CHECK_AS(ConfigError, mismatch.empty(), "model.init_from: ", it->string(), " does not fit this model (",
+                  mismatch, "): use the model settings of the run that wrote it (its pipeline.yaml)");
+      log().info("model weights from {}", it->string());
+      return;
+    }
+    TT_FAIL_AS(ConfigError, "model.init_from: no readable checkpoint in ", from, ":", failures);
   }
 
   void set_lr(double lr) {
@@ -339,7 +402,9 @@ struct Trainer::Impl {
              "]: resume with the same plugins (their state is part of the checkpoint)");
     torch::serialize::InputArchive model_ar, opt_ar;
     ar.read("model", model_ar);
-    s.model->load(model_ar);
+    const std::string mismatch = load_model_checked(model_ar);
+    TT_CHECK(mismatch.empty(), file.string(), " does not fit the model of this pipeline (", mismatch,
+             "): resume with the pipeline the run was made with");
     int64_t before = live_fg();
     ar.read("optimizer", opt_ar);
     s.optimizer->load(opt_ar);
@@ -440,7 +505,12 @@ struct Trainer::Impl {
     s.metrics.clear();
     fire(Event::BATCH_START);
     bool ok = false;
+    // Where the random generator stood at the batch's start: a batch retried after an
+    // out-of-memory error draws the same dropout masks as if it had fitted the first time.
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    const at::Tensor rng_at_start = plugins.empty() ? at::Tensor() : gen.get_state();
     for (int attempt = 0;; ++attempt) {
+      if (attempt > 0 && rng_at_start.defined()) gen.set_state(rng_at_start);
       try {
         ok = forward_backward();
         break;
@@ -688,6 +758,12 @@ struct Trainer::Impl {
     plot_png(data_file, s.run_dir / "loss.png", p.name + ": training loss", "step", "loss", "1:2", logy);
   }
 
+  static int64_t count_elements(const std::vector<torch::Tensor>& ts) {
+    int64_t n = 0;
+    for (const auto& t : ts) n += t.numel();
+    return n;
+  }
+
   void write_summary(double train_seconds, const json& val) {
     const int64_t steps_here = s.step - start_step;
     summary = json{
@@ -702,6 +778,8 @@ struct Trainer::Impl {
         {"epochs_completed", s.epoch},
         {"batch_size", s.batch_size},
         {"micro_batch_size", s.micro_batch_size},
+        {"parameters", count_elements(s.model->parameters())},
+        {"trainable_parameters", count_elements(trainable)},
         {"threads", threads},
         {"wall_seconds", seconds_since(t_start)},
         {"setup_seconds", setup_seconds},

@@ -141,9 +141,11 @@ TinyLm::TinyLm(const std::string& tag) : dir(temp_dir(tag)) {
 
 RunResult TinyLm::run(const std::string& tag, const std::string& plugins, const std::string& trainer,
                       const std::string& extra_top) const {
+  const std::string data_line =
+      !data.empty() ? data
+                    : "{name: text, train: " + (dir / "train.txt").string() + ", seq_len: " + std::to_string(seq_len) + "}";
   std::ofstream(dir / (tag + ".yaml")) << "name: tiny-lm\nseed: 0\n"
-                                       << "data: {name: text, train: " << (dir / "train.txt").string()
-                                       << ", seq_len: " << seq_len << "}\n"
+                                       << "data: " << data_line << "\n"
                                        << "model: " << model << "\n"
                                        << "plugins: " << plugins << "\n"
                                        << "trainer: {progress: off, " << trainer << "}\n"

@@ -38,6 +38,7 @@ struct TinyLm {
   std::filesystem::path dir;
   std::string model = "{name: transformer, d_model: 64, n_layers: 4, n_heads: 4, sample_tokens: 0}";
   int seq_len = 128;
+  std::string data;  // when set, the whole data section (else train.txt at seq_len)
   explicit TinyLm(const std::string& tag);
   RunResult run(const std::string& tag, const std::string& plugins, const std::string& trainer,
                 const std::string& extra_top = "") const;

@@ -25,6 +25,12 @@
 
 namespace tt::nn {
 
+// A pattern names a module by its dotted name (shell wildcards), a whole subtree
+// ("blocks.0.attn" covers blocks.0.attn.qkv), or, without a dot, the last part of any name
+// ("head", "ln*" for every LayerNorm named ln1/ln2/ln_f, "qkv"). Used by plugins' layer lists
+// (amp's keep_fp32, LoRA's targets).
+TT_API bool name_matches(const std::string& pattern, const std::string& name);
+
 // ---------------------------------------------------------------- Linear with adapters
 
 // Something added to a Linear's output: y = W x + b + sum_a a(x).
@@ -32,6 +38,8 @@ class TT_API LinearAdapter : public torch::nn::Module {
  public:
   ~LinearAdapter() override;
   virtual at::Tensor forward(const at::Tensor& x) = 0;
+  // False while the adapter is folded into the layer's weight (LoRA's merge): not called then.
+  virtual bool active() const { return true; }
 };
 
 class TT_API LinearImpl : public torch::nn::Module {

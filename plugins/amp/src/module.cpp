@@ -1,7 +1,6 @@
 // amp: automatic mixed precision. Autocast around the forward pass on the model's device
 // (bf16 on CPU and CUDA, fp16 on CUDA only), a GradScaler (on for fp16, optional for bf16),
 // and keep_fp32 for layers that must stay in float32.
-#include <fnmatch.h>
 
 #include <torch/torch.h>
 
@@ -17,19 +16,6 @@
 #include "tt/state.h"
 
 namespace {
-
-// A pattern names a module by its dotted name (shell wildcards), a whole subtree
-// ("blocks.0.attn" covers blocks.0.attn.qkv), or, without a dot, the last part of any name
-// ("head", "ln*" for every LayerNorm named ln1/ln2/ln_f).
-bool matches(const std::string& pattern, const std::string& name) {
-  if (fnmatch(pattern.c_str(), name.c_str(), 0) == 0) return true;
-  if (name.rfind(pattern + ".", 0) == 0) return true;
-  if (pattern.find('.') == std::string::npos) {
-    const std::string last = name.substr(name.rfind('.') + 1);
-    return fnmatch(pattern.c_str(), last.c_str(), 0) == 0;
-  }
-  return false;
-}
 
 // The keep_fp32 switch of the layers that have one (core's Linear, TiedLinear, LayerNorm,
 // RMSNorm), or null.
@@ -94,7 +80,7 @@ class AmpPlugin final : public tt::Plugin {
     for (const auto& pattern : keep_) {
       int64_t hits = 0;
       for (const auto& item : s.model->named_modules("", /*include_self=*/false)) {
-        if (!matches(pattern, item.key())) continue;
+        if (!tt::nn::name_matches(pattern, item.key())) continue;
         bool* flag = keep_fp32_flag(*item.value());
         if (!flag) continue;  // a container: its layers match through the subtree rule
         *flag = true;

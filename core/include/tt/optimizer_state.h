@@ -1,0 +1,22 @@
+#pragma once
+// An optimizer whose per-parameter state is a few tensors it updates in place. Plugins may move
+// those tensors (offload puts them in a memory-mapped file): the optimizer must then keep using
+// the tensor it is given. torch's Adam/AdamW (and tt's FusedAdamW) need not implement this:
+// their states are known types (exp_avg, exp_avg_sq, max_exp_avg_sq).
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "tt/export.h"
+
+namespace tt {
+
+class TT_API StateTensors {
+ public:
+  virtual ~StateTensors();
+  // The state tensors of `p`, empty before its first step. Each may be replaced (through the
+  // pointer) by a tensor of the same shape, dtype and contents.
+  virtual std::vector<at::Tensor*> state_tensors(const at::Tensor& p) = 0;
+};
+
+}  // namespace tt
