@@ -1,5 +1,12 @@
 #include "adam8bit.h"
 
+#if TT_ADAM8BIT_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "quant_cuda.h"
+#endif
+
 #include <torch/optim/adamw.h>
 #include <torch/serialize/archive.h>
 
@@ -17,6 +24,14 @@ Adam8bit::Adam8bit(std::vector<torch::optim::OptimizerParamGroup> groups, Config
   TT_CHECK(config_.beta1 >= 0 && config_.beta1 < 1 && config_.beta2 >= 0 && config_.beta2 < 1,
            "adam8bit: betas must be in [0, 1)");
   TT_CHECK(config_.eps >= 0 && config_.lr >= 0, "adam8bit: lr and eps must be >= 0");
+}
+
+std::vector<at::Tensor*> Adam8bit::state_tensors(const at::Tensor& p) {
+  auto it = states_.find(p.unsafeGetTensorImpl());
+  if (it == states_.end() || !it->second.initialized()) return {};
+  ParamState& s = it->second;
+  if (s.eight_bit) return {&s.q1, &s.q2, &s.absmax1, &s.absmax2};
+  return {&s.m, &s.v};
 }
 
 const Adam8bit::ParamState* Adam8bit::state_of(const torch::Tensor& p) const {
@@ -39,19 +54,34 @@ Adam8bit::ParamState& Adam8bit::state_for(const torch::Tensor& p) {
   st.eight_bit = n >= config_.min_8bit_size && !keep_32bit_.count(p.unsafeGetTensorImpl());
   if (st.eight_bit) {
     const int64_t blocks = (n + kBlock - 1) / kBlock;
-    const auto u8 = torch::TensorOptions().dtype(torch::kUInt8);
-    const auto f32 = torch::TensorOptions().dtype(torch::kFloat);
+    const auto u8 = torch::TensorOptions().dtype(torch::kUInt8).device(p.device());
+    const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(p.device());
     // Zero moments: absmax 0 decodes every byte to 0; the bytes are the zero codes.
     st.q1 = torch::full({n}, static_cast<int64_t>(signed_map().encode(0.0f)), u8);
     st.q2 = torch::full({n}, static_cast<int64_t>(unsigned_map().encode(0.0f)), u8);
     st.absmax1 = torch::zeros({blocks}, f32);
     st.absmax2 = torch::zeros({blocks}, f32);
   } else {
-    st.m = torch::zeros({n}, torch::kFloat);
-    st.v = torch::zeros({n}, torch::kFloat);
+    st.m = torch::zeros({n}, torch::TensorOptions().dtype(torch::kFloat).device(p.device()));
+    st.v = torch::zeros({n}, torch::TensorOptions().dtype(torch::kFloat).device(p.device()));
   }
   return st;
 }
+
+#if TT_ADAM8BIT_CUDA
+// The same update by quant_cuda.cu's kernels on the parameter's device and current stream.
+void Adam8bit::step_cuda(const torch::Tensor& p, const torch::Tensor& g, ParamState& st, const Coeffs& c) {
+  const c10::cuda::CUDAGuard guard(p.device());
+  void* stream = c10::cuda::getCurrentCUDAStream(p.device().index()).stream();
+  const char* err = st.eight_bit
+                        ? cuda::step_8bit(p.data_ptr<float>(), g.data_ptr<float>(), st.q1.data_ptr<uint8_t>(),
+                                          st.q2.data_ptr<uint8_t>(), st.absmax1.data_ptr<float>(),
+                                          st.absmax2.data_ptr<float>(), p.numel(), c, stream)
+                        : cuda::step_32bit(p.data_ptr<float>(), g.data_ptr<float>(), st.m.data_ptr<float>(),
+                                           st.v.data_ptr<float>(), p.numel(), c, stream);
+  TT_CHECK(*err == 0, "adam8bit: CUDA kernel failed on ", p.device().str(), ": ", err);
+}
+#endif
 
 torch::Tensor Adam8bit::step(LossClosure closure) {
   torch::NoGradGuard no_grad;
@@ -65,9 +95,15 @@ torch::Tensor Adam8bit::step(LossClosure closure) {
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       const auto& grad = p.grad();
+#if TT_ADAM8BIT_CUDA
+      TT_CHECK(p.device().is_cpu() || p.device().is_cuda(), "adam8bit: parameter on ", p.device().str(),
+               ": kernels exist for CPU and CUDA only");
+#else
       TT_CHECK(p.device().is_cpu(),
                "adam8bit: parameter on ", p.device().str(),
-               ": this build has the CPU kernel only (train on CPU, or use adamw without the adam8bit plugin)");
+               ": this build has the CPU kernel only (build tt against a CUDA LibTorch with the CUDA toolkit "
+               "installed, or use adamw without the adam8bit plugin)");
+#endif
       TT_CHECK(p.scalar_type() == torch::kFloat, "adam8bit: float32 parameters only (this one is ",
                c10::toString(p.scalar_type()), ")");
       TT_CHECK(!grad.is_sparse(), "adam8bit: sparse gradients are not supported");
@@ -77,6 +113,12 @@ torch::Tensor Adam8bit::step(LossClosure closure) {
       st.step += 1;
       const Coeffs c = coeffs(lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay,
                               config_.decoupled, st.step);
+#if TT_ADAM8BIT_CUDA
+      if (p.is_cuda()) {
+        step_cuda(p, g, st, c);
+        continue;
+      }
+#endif
       float* pp = p.data_ptr<float>();
       const float* gg = g.data_ptr<float>();
       const int64_t n = p.numel();

@@ -13,7 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "tt/optimizer_state.h"
+
 namespace tt::adam8bit {
+
+struct Coeffs;  // quant.h
 
 struct Config {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
@@ -21,7 +25,7 @@ struct Config {
   int64_t min_8bit_size = 4096;  // smaller tensors keep float32 moments
 };
 
-class Adam8bit : public torch::optim::Optimizer {
+class Adam8bit : public torch::optim::Optimizer, public tt::StateTensors {
  public:
   // `groups`: the parameter groups (their options' lr is what the schedule sets);
   // `keep_32bit`: TensorImpl addresses of parameters that keep float32 moments.
@@ -40,12 +44,17 @@ class Adam8bit : public torch::optim::Optimizer {
   };
   // The state of `p` (nullptr before its first step).
   const ParamState* state_of(const torch::Tensor& p) const;
+  // tt::StateTensors: q1, q2, absmax1, absmax2 (8-bit) or m, v (32-bit).
+  std::vector<at::Tensor*> state_tensors(const at::Tensor& p) override;
   // Bytes of optimizer state held now (all parameters).
   int64_t state_bytes() const;
   const Config& config() const { return config_; }
 
  private:
   ParamState& state_for(const torch::Tensor& p);
+#if TT_ADAM8BIT_CUDA
+  void step_cuda(const torch::Tensor& p, const torch::Tensor& g, ParamState& st, const Coeffs& c);
+#endif
   std::vector<const void*> order() const;  // parameters in group order (the archive's indices)
 
   Config config_;

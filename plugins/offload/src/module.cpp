@@ -1,0 +1,81 @@
+// offload: the optimizer state out of the training process's memory.
+//   target: disk   the state in a memory-mapped file, paged in one parameter at a time during
+//                  the step (disk_offload.h); composes with adam8bit (list offload after it:
+//                  the 8-bit state is what goes to the file)
+//   target: host   for CUDA training: state and step in host memory. Not in this build.
+#include <torch/torch.h>
+
+#include "disk_offload.h"
+#include "tt/error.h"
+#include "tt/log.h"
+#include "tt/module.h"
+#include "tt/plugin.h"
+#include "tt/registry.h"
+#include "tt/state.h"
+
+namespace {
+
+std::string mib(int64_t b) { return fmt::format("{:.2f} MiB", static_cast<double>(b) / (1 << 20)); }
+
+class OffloadPlugin final : public tt::Plugin {
+ public:
+  OffloadPlugin(std::string path, bool keep) : path_(std::move(path)), keep_(keep) {}
+
+  void on(tt::Event event, tt::State& s) override {
+    if (event == tt::Event::OPTIMIZER) wrap(s);
+    if (event == tt::Event::FIT_START) {
+      TT_CHECK_AS(ConfigError, s.optimizer.get() == offload_.get(),
+                  "plugins.offload: a plugin listed after offload replaced the optimizer: list offload after it "
+                  "(e.g. plugins: [adam8bit, offload])");
+    }
+    if (event == tt::Event::AFTER_STEP && !reported_ && offload_ && offload_->state_bytes() > 0) {
+      reported_ = true;
+      tt::log().info("offload: {} of optimizer state in {} (paged in one parameter at a time)",
+                     mib(offload_->state_bytes()), offload_->file().path().string());
+      s.metrics["offload_state_file_bytes"] = static_cast<double>(offload_->state_bytes());
+    }
+    if (event == tt::Event::FIT_END && offload_) {
+      tt::log().info("offload: state file {} ({}) {}", offload_->file().path().string(),
+                     mib(offload_->state_bytes()), keep_ ? "kept" : "removed at exit");
+    }
+  }
+
+ private:
+  void wrap(tt::State& s) {
+    const std::filesystem::path file = path_.empty() ? s.run_dir / "optimizer-state.bin" : std::filesystem::path(path_);
+    offload_ = std::make_shared<tt::offload::DiskOffload>(s.optimizer, file, keep_);
+    s.optimizer = offload_;
+    tt::log().info("offload: optimizer state goes to {} (up to {} reserved, sparse)", file.string(),
+                   mib(offload_->file().capacity()));
+  }
+
+  std::string path_;
+  bool keep_;
+  bool reported_ = false;
+  std::shared_ptr<tt::offload::DiskOffload> offload_;
+};
+
+void register_offload(tt::Registry& r) {
+  r.add_plugin(
+      "offload",
+      "optimizer state out of process memory: target disk keeps it in a memory-mapped file paged in one parameter "
+      "at a time (tensor bytes and RSS exclude it); composes with adam8bit (list offload after it)",
+      tt::Schema()
+          .add("target", tt::Type::String, "disk", "disk (a memory-mapped file) or host (CUDA training only)")
+          .add("path", tt::Type::String, "~", "the state file (default RUN_DIR/optimizer-state.bin)")
+          .add("keep_file", tt::Type::Bool, "false", "keep the state file after the run (else removed at exit)"),
+      [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
+        const std::string target = o.get_string("target");
+        o.check(target == "disk" || target == "host", "target", "must be disk or host");
+        if (target == "host")
+          o.fail("target",
+                 "host moves a CUDA model's optimizer state and step to host memory; this tt has no host-offload "
+                 "path (LibTorch here is CPU-only, where the state is already in host memory): use target: disk");
+        return std::make_unique<OffloadPlugin>(o.is_set("path") ? o.get_string("path") : std::string(),
+                                               o.get_bool("keep_file"));
+      });
+}
+
+}  // namespace
+
+TT_MODULE("plugin", "offload", "optimizer state in a memory-mapped file, paged in per parameter", register_offload)
