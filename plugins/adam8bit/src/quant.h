@@ -35,6 +35,9 @@ class QuantMap {
   }
   float decode(uint8_t q) const { return values_[q]; }
   const float* values() const { return values_; }
+  // The magnitudes' midpoints (magnitudes() - 1 of them, ascending): the CUDA kernel's encoder.
+  const float* mids() const { return mid_; }
+  int magnitudes() const { return n_mag_; }
   bool is_signed() const { return is_signed_; }
   int codes() const { return is_signed_ ? 255 : 256; }  // codes in use: 0 .. codes()-1
   // The largest distance between a value in [0, 1] and its nearest map entry, among values
