@@ -58,6 +58,6 @@ for v, x in r.items():
 for base in ("adamw", "adam8bit"):
     a, b = r[base], r[base + "+offload"]
     print(f"  {base}+offload vs {base}: loss {'equal' if a['loss'] == b['loss'] else 'differs by %.2e' % abs(a['loss'] - b['loss'])}, "
-          f"peak tensor -{(a['peak'] - b['peak']) / MiB:.2f} MiB (state {a['state'] / MiB:.2f} MiB), "
-          f"peak RSS -{(a['rss'] - b['rss']) / MiB:.1f} MiB, step {b['step'] / a['step']:.3f}x, optimizer step {b['opt'] / a['opt']:.2f}x")
+          f"peak tensor {(b['peak'] - a['peak']) / MiB:+.2f} MiB (state {a['state'] / MiB:.2f} MiB), "
+          f"peak RSS {(b['rss'] - a['rss']) / MiB:+.1f} MiB, step {b['step'] / a['step']:.3f}x, optimizer step {b['opt'] / a['opt']:.2f}x")
 PY

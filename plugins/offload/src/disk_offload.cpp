@@ -70,6 +70,13 @@ void MappedFile::release(const char* p, int64_t bytes) const {
   if (bytes > 0) ::madvise(const_cast<char*>(p), static_cast<size_t>(round_up(bytes)), MADV_DONTNEED);
 }
 
+void MappedFile::prefault(char* p, int64_t bytes) const {
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+  if (bytes > 0) ::madvise(p, static_cast<size_t>(round_up(bytes)), MADV_POPULATE_WRITE);
+}
+
 namespace {
 
 // The state tensors of `p` in `opt`, each with a way to replace it. torch's Adam and AdamW
@@ -175,6 +182,8 @@ torch::Tensor DiskOffload::step(LossClosure closure) {
       for (const auto& p : all[g]) {
         if (!p.grad().defined()) continue;
         groups[g].params() = {p};
+        auto known = regions_.find(p.unsafeGetTensorImpl());
+        if (known != regions_.end()) file_->prefault(known->second.begin, known->second.bytes);
         inner_->step();
         groups[g].params().clear();
         auto it = regions_.find(p.unsafeGetTensorImpl());
