@@ -2,10 +2,12 @@
 //   target: disk   the state in a memory-mapped file, paged in one parameter at a time during
 //                  the step (disk_offload.h); composes with adam8bit (list offload after it:
 //                  the 8-bit state is what goes to the file)
-//   target: host   for CUDA training: state and step in host memory. Not in this build.
+//   target: host   for CUDA training: optimizer state and step in host memory, gradients copied
+//                  device -> host and parameters back asynchronously (host_offload.h)
 #include <torch/torch.h>
 
 #include "disk_offload.h"
+#include "host_offload.h"
 #include "tt/error.h"
 #include "tt/log.h"
 #include "tt/module.h"
@@ -19,12 +21,14 @@ std::string mib(int64_t b) { return fmt::format("{:.2f} MiB", static_cast<double
 
 class OffloadPlugin final : public tt::Plugin {
  public:
-  OffloadPlugin(std::string path, bool keep) : path_(std::move(path)), keep_(keep) {}
+  OffloadPlugin(bool host, std::string path, bool keep) : host_(host), path_(std::move(path)), keep_(keep) {}
 
   void on(tt::Event event, tt::State& s) override {
     if (event == tt::Event::OPTIMIZER) wrap(s);
     if (event == tt::Event::FIT_START) {
-      TT_CHECK_AS(ConfigError, s.optimizer.get() == offload_.get(),
+      const torch::optim::Optimizer* mine = host_offload_ ? static_cast<torch::optim::Optimizer*>(host_offload_.get())
+                                                          : static_cast<torch::optim::Optimizer*>(offload_.get());
+      TT_CHECK_AS(ConfigError, s.optimizer.get() == mine,
                   "plugins.offload: a plugin listed after offload replaced the optimizer: list offload after it "
                   "(e.g. plugins: [adam8bit, offload])");
     }
@@ -34,6 +38,7 @@ class OffloadPlugin final : public tt::Plugin {
                      mib(offload_->state_bytes()), offload_->file().path().string());
       s.metrics["offload_state_file_bytes"] = static_cast<double>(offload_->state_bytes());
     }
+    if (event == tt::Event::FIT_START && host_offload_) host_offload_->sync_from_device();
     if (event == tt::Event::FIT_END && offload_) {
       tt::log().info("offload: state file {} ({}) {}", offload_->file().path().string(),
                      mib(offload_->state_bytes()), keep_ ? "kept" : "removed at exit");
@@ -42,6 +47,17 @@ class OffloadPlugin final : public tt::Plugin {
 
  private:
   void wrap(tt::State& s) {
+    if (host_) {
+      TT_CHECK_AS(ConfigError, s.device.is_cuda(),
+                  "plugins.offload: target host moves a CUDA model's optimizer state and step to host memory; this "
+                  "run is on ", s.device.str(), ", where the state is in host memory already: use target: disk");
+      host_offload_ = std::make_shared<tt::offload::HostOffload>(s.optimizer);
+      s.optimizer = host_offload_;
+      tt::log().info("offload: optimizer state and step in host memory ({} of host copies and pinned gradient "
+                     "buffers); gradients device->host and parameters back, asynchronously per parameter",
+                     mib(host_offload_->host_bytes()));
+      return;
+    }
     const std::filesystem::path file = path_.empty() ? s.run_dir / "optimizer-state.bin" : std::filesystem::path(path_);
     offload_ = std::make_shared<tt::offload::DiskOffload>(s.optimizer, file, keep_);
     s.optimizer = offload_;
@@ -49,8 +65,10 @@ class OffloadPlugin final : public tt::Plugin {
                    mib(offload_->file().capacity()));
   }
 
+  bool host_;
   std::string path_;
   bool keep_;
+  std::shared_ptr<tt::offload::HostOffload> host_offload_;
   bool reported_ = false;
   std::shared_ptr<tt::offload::DiskOffload> offload_;
 };
@@ -59,7 +77,8 @@ void register_offload(tt::Registry& r) {
   r.add_plugin(
       "offload",
       "optimizer state out of process memory: target disk keeps it in a memory-mapped file paged in one parameter "
-      "at a time (tensor bytes and RSS exclude it); composes with adam8bit (list offload after it)",
+      "at a time (tensor bytes and RSS exclude it); target host (CUDA training) keeps state and step in host memory; "
+      "composes with adam8bit (list offload after it)",
       tt::Schema()
           .add("target", tt::Type::String, "disk", "disk (a memory-mapped file) or host (CUDA training only)")
           .add("path", tt::Type::String, "~", "the state file (default RUN_DIR/optimizer-state.bin)")
@@ -67,11 +86,7 @@ void register_offload(tt::Registry& r) {
       [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
         const std::string target = o.get_string("target");
         o.check(target == "disk" || target == "host", "target", "must be disk or host");
-        if (target == "host")
-          o.fail("target",
-                 "host moves a CUDA model's optimizer state and step to host memory; this tt has no host-offload "
-                 "path (LibTorch here is CPU-only, where the state is already in host memory): use target: disk");
-        return std::make_unique<OffloadPlugin>(o.is_set("path") ? o.get_string("path") : std::string(),
+        return std::make_unique<OffloadPlugin>(target == "host", o.is_set("path") ? o.get_string("path") : std::string(),
                                                o.get_bool("keep_file"));
       });
 }
