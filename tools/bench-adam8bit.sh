@@ -3,15 +3,15 @@
 # data, seed and order: validation loss after N steps, optimizer state (tt's meter) per
 # parameter, and median step time, back to back.
 #   tools/bench-adam8bit.sh [--steps 1000] [--d-model 128] [--layers 4] [--seq 128] [--batch 16]
-#                           [--threads 2] [--lr 3e-3] [--build DIR]
+#                           [--threads 2] [--lr 3e-3] [--seed 0] [--build DIR]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="$ROOT/build"; STEPS=1000; DMODEL=128; LAYERS=4; SEQ=128; BATCH=16; THREADS=2; LR=3e-3
+BUILD="$ROOT/build"; STEPS=1000; DMODEL=128; LAYERS=4; SEQ=128; BATCH=16; THREADS=2; LR=3e-3; SEED=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS="$2"; shift 2 ;; --d-model) DMODEL="$2"; shift 2 ;; --layers) LAYERS="$2"; shift 2 ;;
     --seq) SEQ="$2"; shift 2 ;; --batch) BATCH="$2"; shift 2 ;; --threads) THREADS="$2"; shift 2 ;;
-    --lr) LR="$2"; shift 2 ;; --build) BUILD="$2"; shift 2 ;;
+    --lr) LR="$2"; shift 2 ;; --seed) SEED="$2"; shift 2 ;; --build) BUILD="$2"; shift 2 ;;
     *) echo "bench-adam8bit: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -22,7 +22,7 @@ WORK="$(mktemp -d /tmp/tt-bench-adam8bit-XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
 cat > "$WORK/p.yaml" <<YAML
 name: bench-adam8bit
-seed: 0
+seed: $SEED
 data: {name: text, train: $DATA/brown_train.txt, validation: $DATA/brown_val.txt, tokenizer: bytes, seq_len: $SEQ,
        shuffle_buffer: 256, validation_max_examples: 256}
 model: {name: transformer, vocab: 256, d_model: $DMODEL, n_layers: $LAYERS, n_heads: 4, sample_tokens: 0}
@@ -35,7 +35,7 @@ for v in adamw adam8bit adam8bit-emb32; do
   case $v in adamw) P="[]" ;; adam8bit) P="[adam8bit]" ;; adam8bit-emb32) P="[{name: adam8bit, embeddings_32bit: true}]" ;; esac
   "$BUILD/bin/tt-run" -q "$WORK/p.yaml" "plugins=$P" --run-dir "$WORK/$v" 2> "$WORK/$v.log" || { cat "$WORK/$v.log"; exit 1; }
 done
-python3 - "$WORK" "$STEPS" <<'PY'
+python3 - "$WORK" "$STEPS" "$SEED" <<'PY'
 import json, sys
 work, steps = sys.argv[1], int(sys.argv[2])
 def run(v):
@@ -45,7 +45,7 @@ def run(v):
     return (val[-1]["val_loss"], s["memory"]["optimizer_state_bytes"], params, s["median_step_seconds"],
             s["median_optimizer_seconds"])
 a = run("adamw")
-print(f"transformer LM, {int(a[2])} parameters, {steps} steps; validation loss (nats/token), optimizer state, "
+print(f"transformer LM, {int(a[2])} parameters, {steps} steps, seed {sys.argv[3]}; validation loss (nats/token), optimizer state, "
       f"median training step, median optimizer step")
 print(f"  {'adamw (float32)':<26}{a[0]:9.4f}{a[1] / 2**20:9.2f} MiB{a[1] / a[2]:7.2f} B/param{1e3 * a[3]:8.1f} ms"
       f"{1e3 * a[4]:8.2f} ms")

@@ -49,8 +49,8 @@ const Schema& output_schema() {
 
 namespace {
 
-const std::vector<std::string> kTopKeys = {"name",     "seed",    "model",   "data",  "optimizer",
-                                           "schedule", "plugins", "trainer", "output"};
+const std::vector<std::string> kTopKeys = {"name",     "seed",    "model",   "data",   "optimizer",
+                                           "schedule", "plugins", "trainer", "output", "compare"};
 
 // Applies "a.b.0.c=value" to the tree. Returns the dotted path.
 void apply_override(YAML::Node root, const std::string& text) {
@@ -174,13 +174,18 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
       std::string msg = detail::cat(where, ": unknown key '", key, "' at the top of the pipeline");
       std::string near = nearest(key, kTopKeys);
       if (!near.empty()) msg += "; did you mean '" + near + "'?";
-      msg += " (valid keys: name, seed, model, data, optimizer, schedule, plugins, trainer, output)";
+      msg += " (valid keys: name, seed, model, data, optimizer, schedule, plugins, trainer, output, compare)";
       throw ConfigError(msg);
     }
   }
   Pipeline p;
   p.file = file;
   p.overrides = overrides;
+  if (root["compare"].IsDefined() && !root["compare"].IsNull()) {
+    TT_CHECK_AS(ConfigError, root["compare"].IsMap(), location(file, root["compare"]),
+                ": compare must be a map (variants:, steps:, warmup_steps:, repeats:, baseline:)");
+    p.has_compare = true;
+  }
   p.name = root["name"].IsDefined() && root["name"].IsScalar()
                ? root["name"].Scalar()
                : std::filesystem::path(file).stem().string();

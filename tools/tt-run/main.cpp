@@ -3,6 +3,8 @@
 //   tt-run PIPELINE.yaml [key=value ...]   train (overrides like trainer.batch_size=64)
 //   tt-run --dry-run PIPELINE.yaml         print the resolved pipeline and exit
 //   tt-run --resume RUN_DIR [key=value]    continue a run from its newest checkpoint
+//   tt-run PIPELINE.yaml                   with a compare: section: compare its variants (compare.h)
+//   tt-run --compare A.yaml B.yaml ...     compare pipelines (--steps, --warmup, --repeats)
 //   tt-run --list                          models, datasets, plugins, optimizers, schedules
 //   tt-run --version
 //
@@ -11,9 +13,11 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 
+#include "compare.h"
 #include "tt/compat.h"
 #include "tt/error.h"
 #include "tt/log.h"
@@ -70,7 +74,8 @@ int main(int argc, char** argv) {
   CLI::App app{"tt-run: train a model from a YAML pipeline, with memory techniques as plugins"};
   std::string pipeline_file, resume_dir, run_dir;
   std::vector<std::string> overrides;
-  bool dry_run = false, list = false, version = false, quiet = false;
+  bool dry_run = false, list = false, version = false, quiet = false, compare = false;
+  int cmp_steps = -1, cmp_warmup = -1, cmp_repeats = -1;
   std::optional<std::string> sample_prompt;
   tt::GenerateOptions gen;
   app.add_option("pipeline", pipeline_file, "pipeline YAML file (e.g. configs/quickstart.yaml)");
@@ -79,6 +84,12 @@ int main(int argc, char** argv) {
   app.add_option("--resume", resume_dir, "continue the run in RUN_DIR from its newest checkpoint");
   app.add_option("--run-dir", run_dir, "write the run here instead of <output.dir>/<name>-<timestamp>");
   app.add_flag("--list", list, "list models, datasets, plugins, optimizers and schedules with their options");
+  app.add_flag("--compare", compare,
+               "compare pipelines: tt-run --compare A.yaml B.yaml ... (each a variant, run in its own process); a "
+               "pipeline with a compare: section is compared without this flag");
+  app.add_option("--steps", cmp_steps, "compare: measured steps per variant (default 20, or the section's)");
+  app.add_option("--warmup", cmp_warmup, "compare: warm-up steps left out of the timing (default 3)");
+  app.add_option("--repeats", cmp_repeats, "compare: runs per variant (default 1)");
   app.add_flag("--quiet,-q", quiet, "no progress display and no summary (still written to the run dir)");
   app.add_flag("--version", version, "print versions and exit");
   app.add_option("--sample", sample_prompt,
@@ -128,8 +139,28 @@ int main(int argc, char** argv) {
       return 2;
     }
     tt::Meter::global().install();  // before any tensor exists, so every byte is counted
+    auto run_compare = [&](std::vector<std::string> files, std::vector<std::string> ovs) {
+      tt::compare::Options co;
+      co.tt_run = std::filesystem::read_symlink("/proc/self/exe").string();
+      co.files = std::move(files);
+      co.overrides = std::move(ovs);
+      co.out_dir = run_dir;
+      co.steps = cmp_steps;
+      co.warmup = cmp_warmup;
+      co.repeats = cmp_repeats;
+      co.quiet = quiet;
+      return tt::compare::run(co);
+    };
+    if (compare) {
+      TT_CHECK_AS(ConfigError, resume_dir.empty() && !dry_run, "--compare does not go with --resume or --dry-run");
+      std::vector<std::string> files{pipeline_file}, ovs;
+      for (const auto& ov : overrides) (ov.find('=') == std::string::npos ? files : ovs).push_back(ov);
+      for (const auto& f : files) tt::load_pipeline(f, ovs);  // each must be a valid pipeline
+      return run_compare(files, ovs);
+    }
     tt::Pipeline pipeline = resume_dir.empty() ? tt::load_pipeline(pipeline_file, overrides)
                                                : tt::Trainer::pipeline_of_run(resume_dir, overrides);
+    if (pipeline.has_compare && !dry_run && resume_dir.empty()) return run_compare({pipeline_file}, overrides);
     if (dry_run) {
       std::fputs(pipeline.resolved_yaml().c_str(), stdout);
       return 0;

@@ -37,6 +37,7 @@ struct TT_API Pipeline {
   std::vector<ComponentSpec> plugins;
   Options trainer, output;
   std::vector<std::string> overrides;
+  bool has_compare = false;  // a compare: section (tt-run compares its variants; the trainer ignores it)
 
   // The whole pipeline with every default filled in, as YAML (written to the run dir,
   // printed by --dry-run).

@@ -1,0 +1,121 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "test_support.h"
+
+namespace {
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+struct Cmp {
+  fs::path dir = tt::test::temp_dir("compare");
+  Cmp() {
+    std::ofstream t(dir / "train.txt");
+    for (int i = 0; i < 300; ++i) t << "the quick brown fox jumps over the lazy dog " << i << "\n";
+  }
+  std::string base() const {
+    return "name: cmp\nseed: 0\ndata: {name: text, train: " + (dir / "train.txt").string() +
+           ", seq_len: 32}\nmodel: {name: transformer, d_model: 32, n_layers: 2, n_heads: 2, sample_tokens: 0}\n"
+           "trainer: {batch_size: 4, threads: 1}\noutput: {dir: " + (dir / "runs").string() + "}\n";
+  }
+  tt::test::RunResult run(const std::string& tag, const std::string& compare_section, const std::string& args = "") {
+    std::ofstream(dir / (tag + ".yaml")) << base() << compare_section;
+    return tt::test::run("TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR " " + tt::test::tt_run_bin() + " " +
+                         (dir / (tag + ".yaml")).string() + " --run-dir " + (dir / tag).string() + " " + args);
+  }
+};
+}  // namespace
+
+TEST(Compare, ACrashingVariantIsReportedWhileTheOthersComplete) {
+  Cmp c;
+  auto r = c.run("crash", R"(compare:
+  steps: 3
+  warmup_steps: 1
+  variants:
+    baseline: {}
+    crashes: {plugins: [test-crash]}
+    capped: {set: {trainer.memory_cap: 64KiB}}
+    checkpoint: {plugins: [checkpoint]}
+)");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("crashes ... crashed (signal 11)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("capped ... out of memory"), std::string::npos) << r.output;
+
+  const json j = json::parse(tt::test::read_file(c.dir / "crash" / "compare.json"));
+  EXPECT_EQ(j["baseline"], "baseline");
+  EXPECT_EQ(j["steps"], 3);
+  ASSERT_EQ(j["variants"].size(), 4u);
+  std::map<std::string, json> v;
+  for (const auto& x : j["variants"]) v[x["name"].get<std::string>()] = x;
+  EXPECT_EQ(v["crashes"]["status"], "crashed (signal 11)");
+  EXPECT_EQ(v["capped"]["status"], "out of memory");
+  EXPECT_NE(v["capped"]["reason"].get<std::string>().find("memory cap"), std::string::npos);
+  ASSERT_TRUE(v["baseline"]["ok"].get<bool>());
+  ASSERT_TRUE(v["checkpoint"]["ok"].get<bool>());
+  EXPECT_DOUBLE_EQ(v["baseline"]["peak_vs_baseline"].get<double>(), 1.0);
+  // checkpointing holds less than the baseline: the comparison sees what the meter sees
+  EXPECT_LT(v["checkpoint"]["activations_bytes"].get<int64_t>(), v["baseline"]["activations_bytes"].get<int64_t>());
+  EXPECT_LT(v["checkpoint"]["peak_vs_baseline"].get<double>(), 1.0);
+  EXPECT_GT(v["baseline"]["median_step_ms"].get<double>(), 0);
+  // The same losses: the same data, seed and batches in every variant.
+  EXPECT_EQ(v["checkpoint"]["final_loss"], v["baseline"]["final_loss"]);
+  EXPECT_EQ(v["checkpoint"]["plugins"], json::array({"checkpoint"}));
+
+  // compare.csv: a header and one row per variant, the same figures.
+  std::ifstream csv(c.dir / "crash" / "compare.csv");
+  std::string header, line;
+  std::getline(csv, header);
+  EXPECT_EQ(header.rfind("variant,status,peak_tensor_bytes,", 0), 0u) << header;
+  int rows = 0;
+  while (std::getline(csv, line)) {
+    ++rows;
+    std::stringstream ss(line);
+    std::string name, status, peak;
+    std::getline(ss, name, ',');
+    std::getline(ss, status, ',');
+    std::getline(ss, peak, ',');
+    if (status == "ok") EXPECT_EQ(std::stoll(peak), v[name]["peak_tensor_bytes"].get<int64_t>()) << line;
+  }
+  EXPECT_EQ(rows, 4);
+  EXPECT_TRUE(fs::exists(c.dir / "crash" / "baseline.yaml"));
+  EXPECT_TRUE(fs::exists(c.dir / "crash" / "crashes.log"));
+}
+
+TEST(Compare, ComparesPipelineFilesNamedOnTheCommandLine) {
+  Cmp c;
+  std::ofstream(c.dir / "plain.yaml") << c.base();
+  std::ofstream(c.dir / "ckpt.yaml") << c.base() << "plugins: [checkpoint]\n";
+  auto r = tt::test::run(tt::test::tt_run_bin() + " --compare " + (c.dir / "plain.yaml").string() + " " +
+                         (c.dir / "ckpt.yaml").string() + " --steps 2 --warmup 0 --run-dir " + (c.dir / "files").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const json j = json::parse(tt::test::read_file(c.dir / "files" / "compare.json"));
+  ASSERT_EQ(j["variants"].size(), 2u);
+  EXPECT_EQ(j["variants"][0]["name"], "plain");
+  EXPECT_EQ(j["baseline"], "plain");
+  EXPECT_EQ(j["steps"], 2);
+  EXPECT_TRUE(j["variants"][1]["ok"].get<bool>());
+}
+
+TEST(Compare, BadSectionsAreClearErrors) {
+  Cmp c;
+  struct Case {
+    std::string section, expect;
+  };
+  for (const Case& k : std::vector<Case>{
+           {"compare: {variants: {a: {plugins: [no-such-plugin]}}}\n", "variant 'a'"},
+           {"compare: {variants: {a: {}, b: {plugins: [checkpoint]}, a: {}}}\n", "'a' is named twice"},
+           {"compare: {variants: {a: {plugin: [checkpoint]}}}\n", "unknown key 'plugin'"},
+           {"compare: {steps: 0, variants: {a: {}}}\n", "steps must be at least 1"},
+           {"compare: {baseline: z, variants: {a: {}}}\n", "baseline 'z' is not a variant"},
+           {"compare: {variants: {a: {set: {trainer.batch_size: abc}}}}\n", "batch_size"},
+           {"compare: {varients: {a: {}}}\n", "unknown key 'varients'"},
+           {"compare: [a, b]\n", "compare must be a map"},
+       }) {
+    auto r = c.run("bad", k.section);
+    EXPECT_EQ(r.rc, 2) << k.section << r.output;
+    EXPECT_NE(r.output.find(k.expect), std::string::npos) << k.section << r.output;
+  }
+}

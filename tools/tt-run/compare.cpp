@@ -1,0 +1,470 @@
+#include "compare.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "tt/error.h"
+#include "tt/log.h"
+#include "tt/pipeline.h"
+
+namespace tt::compare {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct Variant {
+  std::string name;
+  std::string file;      // the pipeline it starts from
+  YAML::Node plugins;    // undefined: keep the pipeline's
+  std::vector<std::pair<std::string, YAML::Node>> set;
+};
+
+struct Spec {
+  std::vector<Variant> variants;
+  std::string baseline;
+  int steps = 20, warmup = 3, repeats = 1;
+};
+
+struct Result {
+  std::string status = "not run";  // ok, out of memory, error (exit N), crashed (signal N)
+  std::string reason;              // the last error line of a failed run
+  bool ok = false;
+  json summary;
+  double step_ms = 0, samples_per_s = 0, loss = 0;
+  int64_t peak = 0, rss = 0, params = 0, grads = 0, optimizer = 0, activations = 0;
+  std::vector<double> repeat_step_ms;
+};
+
+int as_int(const YAML::Node& n, const std::string& where) {
+  try {
+    return n.as<int>();
+  } catch (const std::exception&) {
+    TT_FAIL_AS(ConfigError, where, " must be an integer, got '", YAML::Dump(n), "'");
+  }
+}
+
+// Sets a dotted path ("trainer.micro_batch_size", "plugins.0.dtype") in a YAML tree.
+void set_path(YAML::Node root, const std::string& path, const YAML::Node& value, const std::string& where) {
+  std::vector<std::string> parts;
+  std::stringstream ss(path);
+  for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+  TT_CHECK_AS(ConfigError, !parts.empty() && std::none_of(parts.begin(), parts.end(), [](auto& p) { return p.empty(); }),
+              where, ": '", path, "' is not a dotted key like trainer.micro_batch_size");
+  std::vector<YAML::Node> chain{root};
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node cur = chain.back();
+    YAML::Node next;
+    if (cur.IsSequence()) {
+      size_t idx = 0;
+      try {
+        idx = std::stoul(parts[i]);
+      } catch (const std::exception&) {
+        TT_FAIL_AS(ConfigError, where, ": '", path, "': '", parts[i], "' indexes a list and must be a number");
+      }
+      TT_CHECK_AS(ConfigError, idx < cur.size(), where, ": '", path, "': index ", idx, " is past the end of the list");
+      next.reset(cur[idx]);
+    } else {
+      if (!cur[parts[i]].IsDefined() || cur[parts[i]].IsNull() || cur[parts[i]].IsScalar()) {
+        // "model: transformer" + model.d_model=...: the scalar is the component's name
+        YAML::Node m(YAML::NodeType::Map);
+        if (cur[parts[i]].IsDefined() && cur[parts[i]].IsScalar()) m["name"] = cur[parts[i]].Scalar();
+        cur[parts[i]] = m;
+      }
+      next.reset(cur[parts[i]]);
+    }
+    chain.push_back(next);
+  }
+  YAML::Node last = chain.back();
+  if (last.IsSequence()) {
+    size_t idx = std::stoul(parts.back());
+    TT_CHECK_AS(ConfigError, idx < last.size(), where, ": '", path, "': index past the end of the list");
+    last[idx] = value;
+  } else {
+    last[parts.back()] = value;
+  }
+}
+
+Spec parse_section(const YAML::Node& c, const std::string& file) {
+  Spec spec;
+  static const std::set<std::string> keys = {"baseline", "steps", "warmup_steps", "repeats", "variants"};
+  for (const auto& kv : c) {
+    const std::string k = kv.first.Scalar();
+    TT_CHECK_AS(ConfigError, keys.count(k), file, ": compare: unknown key '", k,
+                "' (valid: baseline, steps, warmup_steps, repeats, variants)");
+  }
+  if (c["steps"]) spec.steps = as_int(c["steps"], file + ": compare.steps");
+  if (c["warmup_steps"]) spec.warmup = as_int(c["warmup_steps"], file + ": compare.warmup_steps");
+  if (c["repeats"]) spec.repeats = as_int(c["repeats"], file + ": compare.repeats");
+  if (c["baseline"]) spec.baseline = c["baseline"].as<std::string>();
+  const YAML::Node v = c["variants"];
+  TT_CHECK_AS(ConfigError, v && v.IsMap() && v.size() >= 1, file,
+              ": compare.variants must be a map of variant name -> {plugins: [...], set: {key: value}}, e.g.\n"
+              "  variants:\n    baseline: {}\n    checkpoint: {plugins: [checkpoint]}");
+  std::set<std::string> seen;
+  for (const auto& kv : v) {
+    Variant var;
+    var.name = kv.first.Scalar();
+    var.file = file;
+    TT_CHECK_AS(ConfigError, !var.name.empty(), file, ": compare.variants: a variant without a name");
+    TT_CHECK_AS(ConfigError, seen.insert(var.name).second, file, ": compare.variants: '", var.name,
+                "' is named twice; give each variant its own name");
+    TT_CHECK_AS(ConfigError, var.name.find_first_of("/ \t") == std::string::npos, file, ": compare.variants: '",
+                var.name, "': a variant name must not contain '/' or spaces (it names files)");
+    const YAML::Node body = kv.second;
+    if (body && !body.IsNull()) {
+      TT_CHECK_AS(ConfigError, body.IsMap(), file, ": compare.variants.", var.name,
+                  " must be a map ({plugins: [...], set: {...}})");
+      for (const auto& b : body) {
+        const std::string k = b.first.Scalar();
+        TT_CHECK_AS(ConfigError, k == "plugins" || k == "set", file, ": compare.variants.", var.name,
+                    ": unknown key '", k, "' (valid: plugins, set)");
+      }
+      if (body["plugins"]) {
+        TT_CHECK_AS(ConfigError, body["plugins"].IsSequence(), file, ": compare.variants.", var.name,
+                    ".plugins must be a list, e.g. [checkpoint, {name: amp, dtype: bf16}]");
+        var.plugins = YAML::Clone(body["plugins"]);
+      }
+      if (body["set"]) {
+        TT_CHECK_AS(ConfigError, body["set"].IsMap(), file, ": compare.variants.", var.name,
+                    ".set must be a map of dotted keys, e.g. {trainer.micro_batch_size: 4}");
+        for (const auto& s : body["set"]) var.set.emplace_back(s.first.Scalar(), YAML::Clone(s.second));
+      }
+    }
+    spec.variants.push_back(std::move(var));
+  }
+  return spec;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string last_error_line(const fs::path& log) {
+  std::ifstream in(log);
+  std::string line, last, err;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    last = line;
+    if (line.find("error") != std::string::npos) err = line;
+  }
+  return err.empty() ? last : err;
+}
+
+// Starts tt-run on one variant; returns the wait status.
+int run_child(const std::string& tt_run, const fs::path& yaml, const fs::path& run_dir, const fs::path& log) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  TT_CHECK(pid >= 0, "compare: cannot start a process for ", yaml.string());
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      ::close(fd);
+    }
+    execl(tt_run.c_str(), "tt-run", yaml.c_str(), "-q", "--run-dir", run_dir.c_str(), static_cast<char*>(nullptr));
+    std::perror("tt-run: exec");
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+
+void collect(Result& r, const fs::path& run_dir, int warmup) {
+  r.summary = json::parse(std::ifstream(run_dir / "summary.json"));
+  const auto& m = r.summary["memory"];
+  r.peak = m["peak_tensor_bytes"].get<int64_t>();
+  r.rss = m["peak_rss_bytes"].get<int64_t>();
+  r.params = m["parameters_bytes"].get<int64_t>();
+  r.grads = m["gradients_bytes"].get<int64_t>();
+  r.optimizer = m["optimizer_state_bytes"].get<int64_t>();
+  r.activations = m["activations_bytes"].get<int64_t>();
+  r.loss = r.summary["final_loss"].get<double>();
+  std::vector<double> times, rates;
+  std::ifstream in(run_dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains("step_seconds") || j["step"].get<int64_t>() <= warmup) continue;
+    times.push_back(1e3 * j["step_seconds"].get<double>());
+    if (j.contains("samples_per_s")) rates.push_back(j["samples_per_s"].get<double>());
+  }
+  r.repeat_step_ms.push_back(median(times));
+  r.samples_per_s = median(rates);
+}
+
+std::string mib(int64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(b) / (1 << 20));
+  return buf;
+}
+std::string fixed(double x, int digits) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+
+void pareto_plot(const fs::path& out, const std::vector<Variant>& vs, const std::vector<Result>& rs) {
+  std::vector<size_t> ok;
+  for (size_t i = 0; i < rs.size(); ++i)
+    if (rs[i].ok) ok.push_back(i);
+  if (ok.empty()) return;
+  {
+    std::ofstream d(out / "compare.dat");
+    d << "# variant step_ms peak_tensor_MiB\n";
+    for (size_t i : ok) d << '"' << vs[i].name << "\" " << rs[i].step_ms << ' ' << rs[i].peak / 1048576.0 << '\n';
+    // The Pareto front: by step time, each variant that holds less than every faster one.
+    std::vector<size_t> by_time = ok;
+    std::sort(by_time.begin(), by_time.end(), [&](size_t a, size_t b) { return rs[a].step_ms < rs[b].step_ms; });
+    std::ofstream f(out / "front.dat");
+    int64_t best = INT64_MAX;
+    for (size_t i : by_time)
+      if (rs[i].peak < best) {
+        best = rs[i].peak;
+        f << rs[i].step_ms << ' ' << rs[i].peak / 1048576.0 << '\n';
+      }
+  }
+  const fs::path png = out / "compare.png";
+  for (const char* term : {"pngcairo size 900,600 font ',10'", "png size 900,600"}) {
+    FILE* gp = popen(("gnuplot > " + (out / "gnuplot.log").string() + " 2>&1").c_str(), "w");
+    if (!gp) break;
+    std::fprintf(gp,
+                 "set terminal %s\nset output '%s'\nset title 'peak tensor memory vs step time (tt meter)'\n"
+                 "set xlabel 'median step time (ms)'\nset ylabel 'peak tensor memory (MiB)'\nset grid\n"
+                 "set key top right\nset offsets graph 0.1, graph 0.15, graph 0.1, graph 0.1\n"
+                 "plot '%s' using 2:3 with points pt 7 ps 1.5 title 'variants', "
+                 "'' using 2:3:1 with labels offset 0,1 notitle, "
+                 "'%s' using 1:2 with linespoints lw 2 dt 2 pt 6 title 'Pareto front'\n",
+                 term, png.c_str(), (out / "compare.dat").c_str(), (out / "front.dat").c_str());
+    if (pclose(gp) == 0 && fs::exists(png) && fs::file_size(png) > 0) return;
+  }
+  log().warn("compare: no plot (gnuplot missing or failed; see {}; apt-get install gnuplot-nox)",
+             (out / "gnuplot.log").string());
+}
+
+}  // namespace
+
+int run(const Options& o) {
+  TT_CHECK_AS(ConfigError, !o.files.empty(), "compare: name a pipeline with a compare: section, or two or more pipelines");
+  Spec spec;
+  std::string name;
+  if (o.files.size() == 1) {
+    YAML::Node root;
+    try {
+      root = YAML::LoadFile(o.files[0]);
+    } catch (const YAML::BadFile&) {
+      TT_FAIL_AS(ConfigError, o.files[0], ": cannot read the file");
+    } catch (const YAML::Exception& e) {
+      TT_FAIL_AS(ConfigError, o.files[0], ": not valid YAML: ", e.what());
+    }
+    TT_CHECK_AS(ConfigError, root.IsMap() && root["compare"] && root["compare"].IsMap(), o.files[0],
+                ": has no compare: section; add one (compare: {variants: {baseline: {}, checkpoint: {plugins: "
+                "[checkpoint]}}}) or name two or more pipelines with --compare");
+    spec = parse_section(root["compare"], o.files[0]);
+    name = root["name"] && root["name"].IsScalar() ? root["name"].Scalar() : fs::path(o.files[0]).stem().string();
+  } else {
+    std::set<std::string> seen;
+    for (const auto& f : o.files) {
+      Variant v;
+      v.file = f;
+      v.name = fs::path(f).stem().string();
+      TT_CHECK_AS(ConfigError, seen.insert(v.name).second, "compare: two pipelines are named '", v.name,
+                  "' (", f, "): variants are named by file name; rename one");
+      spec.variants.push_back(v);
+    }
+    name = "compare";
+  }
+  if (o.steps >= 0) spec.steps = o.steps;
+  if (o.warmup >= 0) spec.warmup = o.warmup;
+  if (o.repeats >= 0) spec.repeats = o.repeats;
+  TT_CHECK_AS(ConfigError, spec.steps >= 1, "compare: steps must be at least 1");
+  TT_CHECK_AS(ConfigError, spec.warmup >= 0, "compare: warmup_steps must be 0 or more");
+  TT_CHECK_AS(ConfigError, spec.repeats >= 1, "compare: repeats must be at least 1");
+  if (spec.baseline.empty()) spec.baseline = spec.variants.front().name;
+  size_t base = spec.variants.size();
+  for (size_t i = 0; i < spec.variants.size(); ++i)
+    if (spec.variants[i].name == spec.baseline) base = i;
+  TT_CHECK_AS(ConfigError, base < spec.variants.size(), "compare: baseline '", spec.baseline, "' is not a variant");
+
+  // Where the comparison goes.
+  fs::path out = o.out_dir;
+  if (out.empty()) {
+    char stamp[32];
+    const std::time_t t = std::time(nullptr);
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&t));
+    const Pipeline first = load_pipeline(spec.variants.front().file, o.overrides);
+    out = fs::path(first.output.get_string("dir")) / (name + "-compare-" + stamp);
+  }
+  fs::create_directories(out);
+
+  // Each variant's pipeline, written out and validated before anything runs.
+  std::vector<fs::path> yamls;
+  for (const auto& v : spec.variants) {
+    YAML::Node root = YAML::LoadFile(v.file);
+    TT_CHECK_AS(ConfigError, root.IsMap(), v.file, ": a pipeline is a YAML map");
+    root.remove("compare");
+    const std::string where = v.file + ": compare.variants." + v.name;
+    if (v.plugins) root["plugins"] = v.plugins;
+    for (const auto& ov : o.overrides) {
+      const auto eq = ov.find('=');
+      TT_CHECK_AS(ConfigError, eq != std::string::npos && eq > 0, "command line '", ov, "': expected key=value");
+      set_path(root, ov.substr(0, eq), YAML::Load(ov.substr(eq + 1)), "command line '" + ov + "'");
+    }
+    for (const auto& [k, val] : v.set) set_path(root, k, val, where + ".set");
+    set_path(root, "trainer.max_steps", YAML::Node(spec.warmup + spec.steps), where);
+    if (root["trainer"]["epochs"]) root["trainer"].remove("epochs");
+    set_path(root, "trainer.progress", YAML::Node("off"), where);
+    set_path(root, "output.plots", YAML::Node(false), where);
+    const fs::path y = out / (v.name + ".yaml");
+    std::ofstream(y) << "# variant '" << v.name << "' of a tt-run comparison, from " << v.file << "\n"
+                     << YAML::Dump(root) << "\n";
+    try {
+      load_pipeline(y.string());
+    } catch (const ConfigError& e) {
+      TT_FAIL_AS(ConfigError, "compare: variant '", v.name, "' (", y.string(), "): ", e.what());
+    }
+    yamls.push_back(y);
+  }
+
+  const size_t n = spec.variants.size();
+  std::vector<Result> results(n);
+  if (!o.quiet)
+    std::printf("comparing %zu variants, %d steps each after %d warm-up steps, %d run%s each, in %s\n", n, spec.steps,
+                spec.warmup, spec.repeats, spec.repeats > 1 ? "s" : "", out.c_str());
+  for (size_t i = 0; i < n; ++i) {
+    Result& r = results[i];
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < spec.repeats; ++k) {
+      const fs::path dir = out / (k == 0 ? spec.variants[i].name : spec.variants[i].name + "-r" + std::to_string(k + 1));
+      fs::remove_all(dir);
+      if (!o.quiet) {
+        std::printf("[%zu/%zu] %s%s ... ", i + 1, n, spec.variants[i].name.c_str(),
+                    spec.repeats > 1 ? (" (run " + std::to_string(k + 1) + ")").c_str() : "");
+        std::fflush(stdout);
+      }
+      const fs::path log_file = out / (spec.variants[i].name + ".log");
+      const int status = run_child(o.tt_run, yamls[i], dir, log_file);
+      if (WIFSIGNALED(status)) {
+        r.status = "crashed (signal " + std::to_string(WTERMSIG(status)) + ")";
+      } else if (WEXITSTATUS(status) == 0) {
+        r.status = "ok";
+      } else if (WEXITSTATUS(status) == 4) {
+        r.status = "out of memory";
+      } else if (WEXITSTATUS(status) == 130) {
+        if (!o.quiet) std::printf("interrupted\n");
+        return 130;
+      } else {
+        r.status = "error (exit " + std::to_string(WEXITSTATUS(status)) + ")";
+      }
+      if (r.status != "ok") {
+        r.ok = false;
+        r.reason = last_error_line(log_file);
+        if (!o.quiet) std::printf("%s: %s\n", r.status.c_str(), r.reason.c_str());
+        break;
+      }
+      try {
+        collect(r, dir, spec.warmup);
+        r.ok = true;
+        fs::remove_all(dir / "checkpoints");  // measurements only: the weights are not kept
+      } catch (const std::exception& e) {
+        r.ok = false;
+        r.status = "error (no summary)";
+        r.reason = e.what();
+        break;
+      }
+      if (!o.quiet)
+        std::printf("%.1f ms/step, peak %s MiB (%.0f s)\n", r.repeat_step_ms.back(), mib(r.peak).c_str(),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    if (r.ok) r.step_ms = median(r.repeat_step_ms);
+  }
+
+  // The table, compare.csv, compare.json.
+  const Result& b = results[base];
+  auto ratio = [](double x, double y) { return y > 0 ? fixed(x / y, 3) + "x" : std::string("-"); };
+  json doc = {{"pipeline", o.files.size() == 1 ? o.files[0] : std::string()},
+              {"baseline", spec.baseline},
+              {"steps", spec.steps},
+              {"warmup_steps", spec.warmup},
+              {"repeats", spec.repeats},
+              {"variants", json::array()}};
+  std::ofstream csv(out / "compare.csv");
+  csv << "variant,status,peak_tensor_bytes,peak_vs_baseline,peak_rss_bytes,parameters_bytes,gradients_bytes,"
+         "optimizer_state_bytes,activations_bytes,median_step_ms,step_vs_baseline,samples_per_s,final_loss,plugins\n";
+  std::printf("\n%-18s %-14s %11s %8s %9s %9s %9s %9s %11s %9s %8s %10s %9s\n", "variant", "status", "peak MiB",
+              "vs base", "RSS MiB", "params", "grads", "optim", "activations", "step ms", "vs base", "samples/s",
+              "loss");
+  for (size_t i = 0; i < n; ++i) {
+    const Result& r = results[i];
+    const auto& v = spec.variants[i];
+    std::string plugins;
+    if (r.ok)
+      for (const auto& pn : r.summary["plugins"]) plugins += (plugins.empty() ? "" : " ") + pn.get<std::string>();
+    json j = {{"name", v.name}, {"status", r.status}, {"ok", r.ok}};
+    if (!r.ok) {
+      j["reason"] = r.reason;
+      std::printf("%-18s %-14s %s\n", v.name.c_str(), r.status.c_str(), r.reason.substr(0, 100).c_str());
+      csv << v.name << ',' << '"' << r.status << '"' << ",,,,,,,,,,,,\n";
+    } else {
+      const bool with_base = b.ok;
+      std::printf("%-18s %-14s %11s %8s %9s %9s %9s %9s %11s %9.1f %8s %10.2f %9.4f\n", v.name.c_str(), "ok",
+                  mib(r.peak).c_str(), with_base ? ratio(r.peak, b.peak).c_str() : "-", mib(r.rss).c_str(),
+                  mib(r.params).c_str(), mib(r.grads).c_str(), mib(r.optimizer).c_str(), mib(r.activations).c_str(),
+                  r.step_ms, with_base ? ratio(r.step_ms, b.step_ms).c_str() : "-", r.samples_per_s, r.loss);
+      j.update({{"peak_tensor_bytes", r.peak},
+                {"peak_rss_bytes", r.rss},
+                {"parameters_bytes", r.params},
+                {"gradients_bytes", r.grads},
+                {"optimizer_state_bytes", r.optimizer},
+                {"activations_bytes", r.activations},
+                {"median_step_ms", r.step_ms},
+                {"step_ms_per_run", r.repeat_step_ms},
+                {"samples_per_s", r.samples_per_s},
+                {"final_loss", r.loss},
+                {"plugins", r.summary["plugins"]},
+                {"micro_batch_size", r.summary["micro_batch_size"]}});
+      if (with_base) {
+        j["peak_vs_baseline"] = static_cast<double>(r.peak) / static_cast<double>(b.peak);
+        j["step_vs_baseline"] = r.step_ms / b.step_ms;
+      }
+      csv << v.name << ",ok," << r.peak << ',' << (with_base ? fixed(double(r.peak) / b.peak, 4) : "") << ',' << r.rss
+          << ',' << r.params << ',' << r.grads << ',' << r.optimizer << ',' << r.activations << ','
+          << fixed(r.step_ms, 3) << ',' << (with_base ? fixed(r.step_ms / b.step_ms, 4) : "") << ','
+          << fixed(r.samples_per_s, 3) << ',' << fixed(r.loss, 6) << ',' << '"' << plugins << '"' << '\n';
+    }
+    doc["variants"].push_back(j);
+  }
+  std::ofstream(out / "compare.json") << doc.dump(2) << "\n";
+  pareto_plot(out, spec.variants, results);
+  std::printf("\n%s: compare.csv, compare.json%s, one folder and log per variant\n", out.c_str(),
+              fs::exists(out / "compare.png") ? ", compare.png (Pareto plot)" : "");
+  if (!b.ok) {
+    std::fprintf(stderr, "tt-run: the baseline variant '%s' did not run (%s): no ratios\n", spec.baseline.c_str(),
+                 b.status.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace tt::compare

@@ -1,0 +1,36 @@
+#pragma once
+// tt-run's compare mode: the same model, data and seed under several plugin sets, each variant
+// in its own child process, collected into one table (ratios against a baseline), compare.csv,
+// compare.json and a Pareto plot (peak tensor memory against step time).
+//
+//   tt-run PIPELINE.yaml            with a compare: section
+//   tt-run --compare A.yaml B.yaml  each file a variant (named by its file name)
+//
+// compare:
+//   baseline: baseline       # the variant ratios are taken against (default: the first)
+//   steps: 20                # measured steps per variant
+//   warmup_steps: 3          # steps run first and left out of the timing
+//   repeats: 1               # runs per variant (median step time over them)
+//   variants:
+//     baseline: {}                                  # the pipeline as written
+//     checkpoint: {plugins: [checkpoint]}           # plugins: replaces the pipeline's list
+//     amp-small: {plugins: [amp], set: {trainer.micro_batch_size: 4}}   # any key=value override
+#include <string>
+#include <vector>
+
+namespace tt::compare {
+
+struct Options {
+  std::string tt_run;                  // this executable, to start the variants
+  std::vector<std::string> files;      // one file with compare:, or one file per variant
+  std::vector<std::string> overrides;  // key=value, applied to every variant
+  std::string out_dir;                 // default <output.dir>/<name>-compare-<time>
+  int steps = -1, warmup = -1, repeats = -1;  // command-line values win over the section's
+  bool quiet = false;
+};
+
+// Runs the comparison; returns tt-run's exit code (0 when the baseline ran; failed variants
+// are reported in the table). Throws tt::ConfigError on a bad compare section or variant.
+int run(const Options& o);
+
+}  // namespace tt::compare
