@@ -1,5 +1,8 @@
 #include "tt/meter.h"
 
+#include <chrono>
+#include <vector>
+
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
@@ -8,6 +11,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+
+#include "tt/error.h"
 
 #include <atomic>
 #include <cstring>
@@ -52,6 +57,17 @@ class TrackingAllocator final : public c10::Allocator {
  public:
   std::atomic<int64_t> current{0}, peak{0}, count{0}, cap{0}, cached{0}, background{0};
   std::atomic<bool> caching{false};
+  std::atomic<bool> tracing{false};
+  std::mutex trace_mu;
+  std::vector<Meter::TraceEvent> trace;
+  std::chrono::steady_clock::time_point trace_t0;
+  size_t trace_max = 0;
+
+  void record(int64_t now_bytes) {
+    std::lock_guard<std::mutex> lock(trace_mu);
+    if (!tracing.load() || trace.size() >= trace_max) return;
+    trace.push_back({std::chrono::duration<double>(std::chrono::steady_clock::now() - trace_t0).count(), now_bytes});
+  }
 
   c10::DataPtr allocate(size_t n) TT_ALLOCATOR_CONST override {
     auto* self = const_cast<TrackingAllocator*>(this);
@@ -109,6 +125,7 @@ class TrackingAllocator final : public c10::Allocator {
     while (now > p && !peak.compare_exchange_weak(p, now)) {
     }
     count.fetch_add(1);
+    if (tracing.load(std::memory_order_relaxed)) record(now);
     void* data = static_cast<char*>(base) + kHeader;
     return {data, data, &TrackingAllocator::deleter, c10::Device(c10::DeviceType::CPU)};
   }
@@ -116,7 +133,8 @@ class TrackingAllocator final : public c10::Allocator {
   void free_block(void* data) {
     void* base = static_cast<char*>(data) - kHeader;
     auto* h = static_cast<Header*>(base);
-    current.fetch_sub(static_cast<int64_t>(h->requested));
+    const int64_t now = current.fetch_sub(static_cast<int64_t>(h->requested)) - static_cast<int64_t>(h->requested);
+    if (tracing.load(std::memory_order_relaxed)) record(now);
     if (h->background) background.fetch_sub(static_cast<int64_t>(h->requested));
     if (caching.load() && h->capacity >= kCacheMin) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -172,6 +190,30 @@ void Meter::reset_peak() {
   if (g_alloc) g_alloc->peak.store(g_alloc->current.load());
 }
 int64_t Meter::allocations() const { return g_alloc ? g_alloc->count.load() : 0; }
+void Meter::start_trace(size_t max_events) {
+  TT_CHECK(g_alloc, "Meter::start_trace: the meter is not installed");
+  std::lock_guard<std::mutex> lock(g_alloc->trace_mu);
+  g_alloc->trace.clear();
+  g_alloc->trace.reserve(max_events);
+  g_alloc->trace_max = max_events;
+  g_alloc->trace_t0 = std::chrono::steady_clock::now();
+  g_alloc->trace.push_back({0.0, g_alloc->current.load()});
+  g_alloc->tracing.store(true);
+}
+
+std::vector<Meter::TraceEvent> Meter::stop_trace() {
+  if (!g_alloc) return {};
+  g_alloc->tracing.store(false);
+  std::lock_guard<std::mutex> lock(g_alloc->trace_mu);
+  std::vector<TraceEvent> out;
+  out.swap(g_alloc->trace);
+  return out;
+}
+
+double Meter::trace_time() const {
+  return g_alloc ? std::chrono::duration<double>(std::chrono::steady_clock::now() - g_alloc->trace_t0).count() : 0.0;
+}
+
 void Meter::set_cap(int64_t bytes) {
   install();
   g_alloc->cap.store(bytes);

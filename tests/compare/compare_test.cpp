@@ -119,3 +119,46 @@ TEST(Compare, BadSectionsAreClearErrors) {
     EXPECT_NE(r.output.find(k.expect), std::string::npos) << k.section << r.output;
   }
 }
+
+TEST(ProfileMemory, BreakdownPerBlockTableAndTimelineOfOneStep) {
+  Cmp c;
+  std::ofstream(c.dir / "p.yaml") << c.base();
+  std::ofstream(c.dir / "pc.yaml") << c.base() << "plugins: [checkpoint]\n";
+  auto r = tt::test::run(tt::test::tt_run_bin() + " --profile-memory " + (c.dir / "p.yaml").string() + " --run-dir " +
+                         (c.dir / "prof").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("blocks.1"), std::string::npos) << r.output;
+  const json j = json::parse(tt::test::read_file(c.dir / "prof" / "memory_profile.json"));
+  ASSERT_EQ(j["blocks"].size(), 2u);
+  int64_t blocks = 0;
+  for (const auto& b : j["blocks"]) {
+    EXPECT_GT(b["activation_bytes"].get<int64_t>(), 0);
+    EXPECT_GT(b["forward_ms"].get<double>(), 0);
+    ASSERT_FALSE(b["backward_ms"].is_null());
+    EXPECT_GT(b["backward_ms"].get<double>(), 0);
+    blocks += b["activation_bytes"].get<int64_t>();
+  }
+  const int64_t act = j["memory"]["activations_bytes"].get<int64_t>();
+  EXPECT_LE(blocks, act) << "the blocks' activations are part of the step's";
+  EXPECT_GT(blocks, act / 2);
+  // The timeline: every allocation and free of the step; it rises in forward and falls back.
+  std::ifstream d(c.dir / "prof" / "memory_timeline.dat");
+  std::string line;
+  std::getline(d, line);
+  std::vector<double> mib;
+  for (double ms, m; d >> ms >> m;) mib.push_back(m);
+  ASSERT_GT(mib.size(), 50u);
+  const double top = *std::max_element(mib.begin(), mib.end());
+  EXPECT_NEAR(top, j["step_peak_tensor_bytes"].get<double>() / 1048576.0, 1e-3);
+  EXPECT_GT(top, mib.front() + 0.5 * act / 1048576.0);
+  EXPECT_LT(mib.back(), top);
+
+  // Checkpointed blocks keep only their input: the table shows it.
+  auto rc = tt::test::run(tt::test::tt_run_bin() + " --profile-memory " + (c.dir / "pc.yaml").string() + " --run-dir " +
+                          (c.dir / "profc").string());
+  ASSERT_EQ(rc.rc, 0) << rc.output;
+  const json k = json::parse(tt::test::read_file(c.dir / "profc" / "memory_profile.json"));
+  ASSERT_EQ(k["blocks"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_LT(k["blocks"][i]["activation_bytes"].get<int64_t>(), j["blocks"][i]["activation_bytes"].get<int64_t>() / 3);
+}

@@ -5,6 +5,7 @@
 //   tt-run --resume RUN_DIR [key=value]    continue a run from its newest checkpoint
 //   tt-run PIPELINE.yaml                   with a compare: section: compare its variants (compare.h)
 //   tt-run --compare A.yaml B.yaml ...     compare pipelines (--steps, --warmup, --repeats)
+//   tt-run --profile-memory PIPELINE.yaml  breakdown, per-block table, tensor bytes over one step
 //   tt-run --list                          models, datasets, plugins, optimizers, schedules
 //   tt-run --version
 //
@@ -18,6 +19,7 @@
 #include <optional>
 
 #include "compare.h"
+#include "profile.h"
 #include "tt/compat.h"
 #include "tt/error.h"
 #include "tt/log.h"
@@ -74,7 +76,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tt-run: train a model from a YAML pipeline, with memory techniques as plugins"};
   std::string pipeline_file, resume_dir, run_dir;
   std::vector<std::string> overrides;
-  bool dry_run = false, list = false, version = false, quiet = false, compare = false;
+  bool dry_run = false, list = false, version = false, quiet = false, compare = false, profile = false;
   int cmp_steps = -1, cmp_warmup = -1, cmp_repeats = -1;
   std::optional<std::string> sample_prompt;
   tt::GenerateOptions gen;
@@ -87,6 +89,9 @@ int main(int argc, char** argv) {
   app.add_flag("--compare", compare,
                "compare pipelines: tt-run --compare A.yaml B.yaml ... (each a variant, run in its own process); a "
                "pipeline with a compare: section is compared without this flag");
+  app.add_flag("--profile-memory", profile,
+               "train 3 steps and profile the third with tt's meter: breakdown, per-block activation bytes and "
+               "forward/backward time, live tensor bytes over the step (memory_profile.json, memory_timeline.png)");
   app.add_option("--steps", cmp_steps, "compare: measured steps per variant (default 20, or the section's)");
   app.add_option("--warmup", cmp_warmup, "compare: warm-up steps left out of the timing (default 3)");
   app.add_option("--repeats", cmp_repeats, "compare: runs per variant (default 1)");
@@ -151,6 +156,15 @@ int main(int argc, char** argv) {
       co.quiet = quiet;
       return tt::compare::run(co);
     };
+    if (profile) {
+      TT_CHECK_AS(ConfigError, resume_dir.empty() && !dry_run && !compare,
+                  "--profile-memory does not go with --resume, --dry-run or --compare");
+      tt::profile::Options po;
+      po.file = pipeline_file;
+      po.overrides = overrides;
+      po.run_dir = run_dir;
+      return tt::profile::run(po);
+    }
     if (compare) {
       TT_CHECK_AS(ConfigError, resume_dir.empty() && !dry_run, "--compare does not go with --resume or --dry-run");
       std::vector<std::string> files{pipeline_file}, ovs;

@@ -10,6 +10,7 @@
 // With a CUDA build, device figures come from the CUDA caching allocator.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tt/export.h"
 
@@ -52,6 +53,17 @@ class TT_API Meter {
   int64_t peak() const;
   void reset_peak();        // peak := current
   int64_t allocations() const;  // number of allocations so far
+
+  // A timeline of live tensor bytes: after start_trace(), every allocation and free records
+  // (seconds since the start, live bytes after it), up to max_events (the first event is the
+  // state at the start). For profiling one step; off (one relaxed load per allocation) otherwise.
+  struct TraceEvent {
+    double seconds;
+    int64_t bytes;
+  };
+  void start_trace(size_t max_events = 1 << 20);
+  std::vector<TraceEvent> stop_trace();
+  double trace_time() const;  // seconds since start_trace (for marks on the timeline)
 
   // Cap on live tensor bytes; 0 removes it.
   void set_cap(int64_t bytes);

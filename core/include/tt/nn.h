@@ -199,6 +199,7 @@ class TT_API BlockStackImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);
   void set_runner(std::shared_ptr<BlockRunner> runner);  // nullptr: the default
   BlockRunner* runner() const { return runner_.get(); }
+  std::shared_ptr<BlockRunner> shared_runner() const { return runner_; }  // to wrap it
   size_t size() const { return blocks_.size(); }
   Block& operator[](size_t i) const { return *blocks_.at(i); }
 
