@@ -412,7 +412,9 @@ int run(const Options& o) {
   std::ofstream csv(out / "compare.csv");
   csv << "variant,status,peak_tensor_bytes,peak_vs_baseline,peak_rss_bytes,parameters_bytes,gradients_bytes,"
          "optimizer_state_bytes,activations_bytes,median_step_ms,step_vs_baseline,samples_per_s,final_loss,plugins\n";
-  std::printf("\n%-18s %-14s %11s %8s %9s %9s %9s %9s %11s %9s %8s %10s %9s\n", "variant", "status", "peak MiB",
+  int w = 8;
+  for (const auto& v : spec.variants) w = std::max(w, static_cast<int>(v.name.size()));
+  std::printf("\n%-*s %-14s %11s %8s %9s %9s %9s %9s %11s %9s %8s %10s %9s\n", w, "variant", "status", "peak MiB",
               "vs base", "RSS MiB", "params", "grads", "optim", "activations", "step ms", "vs base", "samples/s",
               "loss");
   for (size_t i = 0; i < n; ++i) {
@@ -424,11 +426,11 @@ int run(const Options& o) {
     json j = {{"name", v.name}, {"status", r.status}, {"ok", r.ok}};
     if (!r.ok) {
       j["reason"] = r.reason;
-      std::printf("%-18s %-14s %s\n", v.name.c_str(), r.status.c_str(), r.reason.substr(0, 100).c_str());
+      std::printf("%-*s %-14s %s\n", w, v.name.c_str(), r.status.c_str(), r.reason.substr(0, 100).c_str());
       csv << v.name << ',' << '"' << r.status << '"' << ",,,,,,,,,,,,\n";
     } else {
       const bool with_base = b.ok;
-      std::printf("%-18s %-14s %11s %8s %9s %9s %9s %9s %11s %9.1f %8s %10.2f %9.4f\n", v.name.c_str(), "ok",
+      std::printf("%-*s %-14s %11s %8s %9s %9s %9s %9s %11s %9.1f %8s %10.2f %9.4f\n", w, v.name.c_str(), "ok",
                   mib(r.peak).c_str(), with_base ? ratio(r.peak, b.peak).c_str() : "-", mib(r.rss).c_str(),
                   mib(r.params).c_str(), mib(r.grads).c_str(), mib(r.optimizer).c_str(), mib(r.activations).c_str(),
                   r.step_ms, with_base ? ratio(r.step_ms, b.step_ms).c_str() : "-", r.samples_per_s, r.loss);
