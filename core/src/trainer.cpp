@@ -507,8 +507,11 @@ struct Trainer::Impl {
     bool ok = false;
     // Where the random generator stood at the batch's start: a batch retried after an
     // out-of-memory error draws the same dropout masks as if it had fitted the first time.
+    // Only where a retry can happen: a plugin to handle it, and an error to handle (the meter's
+    // cap on CPU, the device's allocator on CUDA).
     at::Generator gen = at::detail::getDefaultCPUGenerator();
-    const at::Tensor rng_at_start = plugins.empty() ? at::Tensor() : gen.get_state();
+    const bool may_retry = !plugins.empty() && (meter.cap() > 0 || s.device.is_cuda());
+    const at::Tensor rng_at_start = may_retry ? gen.get_state() : at::Tensor();
     for (int attempt = 0;; ++attempt) {
       if (attempt > 0 && rng_at_start.defined()) gen.set_state(rng_at_start);
       try {
