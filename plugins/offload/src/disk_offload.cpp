@@ -137,13 +137,6 @@ DiskOffload::DiskOffload(std::shared_ptr<torch::optim::Optimizer> inner, const s
   file_ = std::make_unique<MappedFile>(file, capacity_for(*inner_), keep_file);
 }
 
-bool DiskOffload::in_file(const at::Tensor& t) const {
-  const char* d = static_cast<const char*>(t.data_ptr());
-  for (const auto& [impl, r] : regions_)
-    if (d >= r.begin && d < r.begin + r.bytes) return true;
-  return false;
-}
-
 void DiskOffload::move_to_file(const at::Tensor& p) {
   auto tensors = state_of(*inner_, p);
   if (tensors.empty()) return;

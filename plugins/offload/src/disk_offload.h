@@ -59,8 +59,6 @@ class DiskOffload : public torch::optim::Optimizer {
   const MappedFile& file() const { return *file_; }
   // Bytes of state now in the file.
   int64_t state_bytes() const { return file_->used(); }
-  // True when `t` is a view of the state file.
-  bool in_file(const at::Tensor& t) const;
 
  private:
   struct Region {
