@@ -139,6 +139,25 @@ int64_t parse_bytes(const std::string& text) {
   return static_cast<int64_t>(std::llround(v * mult));
 }
 
+int64_t parse_budget(const std::string& text) {
+  size_t a = 0, b = text.size();
+  while (a < b && std::isspace(static_cast<unsigned char>(text[a]))) ++a;
+  while (b > a && std::isspace(static_cast<unsigned char>(text[b - 1]))) --b;
+  const std::string s = text.substr(a, b - a);
+  const auto hint = "write the number and its unit together, e.g. 1.5GiB (1.5 x 2^30 bytes, as tt's meter reports), "
+                    "512MiB, 2GB (2 x 10^9 bytes) or a number of bytes";
+  TT_CHECK_AS(ConfigError, !s.empty() && s.find_first_of(" \t") == std::string::npos, "'", text,
+              "' is not a memory budget: ", hint);
+  int64_t bytes = 0;
+  try {
+    bytes = parse_bytes(s);
+  } catch (const ConfigError&) {
+    TT_FAIL_AS(ConfigError, "'", text, "' is not a memory budget: ", hint);
+  }
+  TT_CHECK_AS(ConfigError, bytes > 0, "'", text, "' is not a memory budget: it must be more than 0 bytes");
+  return bytes;
+}
+
 std::string format_bytes(int64_t bytes) {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(bytes);

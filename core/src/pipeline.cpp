@@ -29,6 +29,9 @@ const Schema& trainer_schema() {
           .add("flush_denormal", Type::Bool, "true", "flush denormal floats to zero (much faster on CPU)")
           .add("device", Type::String, "cpu", "cpu, or cuda / cuda:N on a CUDA build")
           .add("memory_cap", Type::Bytes, "~", "raise out-of-memory when live tensor bytes would exceed this")
+          .add("memory_budget", Type::String, "~",
+               "e.g. 1.5GiB: tt-run plans the fastest plugins and micro-batch that fit (probe runs), then trains "
+               "capped at it with oom-guard")
           .add("cache_allocations", Type::Bool, "true",
                "keep freed CPU blocks >= 64 KiB for reuse instead of returning them to the OS")
           .add("log_every", Type::Int, "1", "write a metrics.jsonl line every N steps")
@@ -200,6 +203,17 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
   }
   p.trainer = Options::parse(root["trainer"], trainer_schema(), "trainer", file, {},
                              origins_under(overrides, "trainer."));
+  if (p.trainer.is_set("memory_budget")) {
+    try {
+      parse_budget(p.trainer.get_string("memory_budget"));
+    } catch (const ConfigError& e) {
+      try {
+        p.trainer.fail("memory_budget", std::string("= ") + e.what());  // "<file:line>: trainer.memory_budget = ..."
+      } catch (const Error& located) {
+        throw ConfigError(located.what());
+      }
+    }
+  }
   p.output = Options::parse(root["output"], output_schema(), "output", file, {}, origins_under(overrides, "output."));
   p.data = parse_component(root["data"], "data", file, &dataset_schema, "", overrides, "data.");
   p.model = parse_component(root["model"], "model", file, &model_schema, "", overrides, "model.");

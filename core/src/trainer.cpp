@@ -638,7 +638,12 @@ struct Trainer::Impl {
     struct CapGuard {  // the cap never outlives the training loop, whatever ends it
       ~CapGuard() { Meter::global().set_cap(0); }
     } cap_guard;
-    if (p.trainer.is_set("memory_cap")) meter.set_cap(p.trainer.get_bytes("memory_cap"));
+    if (p.trainer.is_set("memory_cap")) {
+      meter.set_cap(p.trainer.get_bytes("memory_cap"));
+    } else if (p.trainer.is_set("memory_budget")) {  // tt-run plans a budget; a Trainer made directly only caps
+      log().warn("trainer.memory_budget is planned by tt-run (tt-run --budget); here it only caps memory");
+      meter.set_cap(parse_budget(p.trainer.get_string("memory_budget")));
+    }
     meter.release_cache();    // temporaries of data generation and model set-up are not training's
     Meter::reset_rss_peak();  // so peak RSS is the training loop's high-water mark
     mem.rss_anon_start = Meter::rss_anon();

@@ -1,8 +1,5 @@
 #include "compare.h"
 
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -18,6 +15,7 @@
 #include <set>
 #include <sstream>
 
+#include "child.h"
 #include "tt/error.h"
 #include "tt/log.h"
 #include "tt/pipeline.h"
@@ -26,6 +24,8 @@ namespace tt::compare {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using child::median;
+using child::set_path;
 
 namespace {
 
@@ -42,13 +42,10 @@ struct Spec {
   int steps = 20, warmup = 3, repeats = 1;
 };
 
-struct Result {
+struct Result : child::Measured {
   std::string status = "not run";  // ok, out of memory, error (exit N), crashed (signal N)
   std::string reason;              // the last error line of a failed run
   bool ok = false;
-  json summary;
-  double step_ms = 0, samples_per_s = 0, loss = 0;
-  int64_t peak = 0, rss = 0, params = 0, grads = 0, optimizer = 0, activations = 0;
   std::vector<double> repeat_step_ms;
 };
 
@@ -57,47 +54,6 @@ int as_int(const YAML::Node& n, const std::string& where) {
     return n.as<int>();
   } catch (const std::exception&) {
     TT_FAIL_AS(ConfigError, where, " must be an integer, got '", YAML::Dump(n), "'");
-  }
-}
-
-// Sets a dotted path ("trainer.micro_batch_size", "plugins.0.dtype") in a YAML tree.
-void set_path(YAML::Node root, const std::string& path, const YAML::Node& value, const std::string& where) {
-  std::vector<std::string> parts;
-  std::stringstream ss(path);
-  for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
-  TT_CHECK_AS(ConfigError, !parts.empty() && std::none_of(parts.begin(), parts.end(), [](auto& p) { return p.empty(); }),
-              where, ": '", path, "' is not a dotted key like trainer.micro_batch_size");
-  std::vector<YAML::Node> chain{root};
-  for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    YAML::Node cur = chain.back();
-    YAML::Node next;
-    if (cur.IsSequence()) {
-      size_t idx = 0;
-      try {
-        idx = std::stoul(parts[i]);
-      } catch (const std::exception&) {
-        TT_FAIL_AS(ConfigError, where, ": '", path, "': '", parts[i], "' indexes a list and must be a number");
-      }
-      TT_CHECK_AS(ConfigError, idx < cur.size(), where, ": '", path, "': index ", idx, " is past the end of the list");
-      next.reset(cur[idx]);
-    } else {
-      if (!cur[parts[i]].IsDefined() || cur[parts[i]].IsNull() || cur[parts[i]].IsScalar()) {
-        // "model: transformer" + model.d_model=...: the scalar is the component's name
-        YAML::Node m(YAML::NodeType::Map);
-        if (cur[parts[i]].IsDefined() && cur[parts[i]].IsScalar()) m["name"] = cur[parts[i]].Scalar();
-        cur[parts[i]] = m;
-      }
-      next.reset(cur[parts[i]]);
-    }
-    chain.push_back(next);
-  }
-  YAML::Node last = chain.back();
-  if (last.IsSequence()) {
-    size_t idx = std::stoul(parts.back());
-    TT_CHECK_AS(ConfigError, idx < last.size(), where, ": '", path, "': index past the end of the list");
-    last[idx] = value;
-  } else {
-    last[parts.back()] = value;
   }
 }
 
@@ -150,68 +106,6 @@ Spec parse_section(const YAML::Node& c, const std::string& file) {
     spec.variants.push_back(std::move(var));
   }
   return spec;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-std::string last_error_line(const fs::path& log) {
-  std::ifstream in(log);
-  std::string line, last, err;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    last = line;
-    if (line.find("error") != std::string::npos) err = line;
-  }
-  return err.empty() ? last : err;
-}
-
-// Starts tt-run on one variant; returns the wait status.
-int run_child(const std::string& tt_run, const fs::path& yaml, const fs::path& run_dir, const fs::path& log) {
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  TT_CHECK(pid >= 0, "compare: cannot start a process for ", yaml.string());
-  if (pid == 0) {
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      ::close(fd);
-    }
-    execl(tt_run.c_str(), "tt-run", yaml.c_str(), "-q", "--run-dir", run_dir.c_str(), static_cast<char*>(nullptr));
-    std::perror("tt-run: exec");
-    _exit(127);
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return status;
-}
-
-void collect(Result& r, const fs::path& run_dir, int warmup) {
-  r.summary = json::parse(std::ifstream(run_dir / "summary.json"));
-  const auto& m = r.summary["memory"];
-  r.peak = m["peak_tensor_bytes"].get<int64_t>();
-  r.rss = m["peak_rss_bytes"].get<int64_t>();
-  r.params = m["parameters_bytes"].get<int64_t>();
-  r.grads = m["gradients_bytes"].get<int64_t>();
-  r.optimizer = m["optimizer_state_bytes"].get<int64_t>();
-  r.activations = m["activations_bytes"].get<int64_t>();
-  r.loss = r.summary["final_loss"].get<double>();
-  std::vector<double> times, rates;
-  std::ifstream in(run_dir / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    auto j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.contains("step_seconds") || j["step"].get<int64_t>() <= warmup) continue;
-    times.push_back(1e3 * j["step_seconds"].get<double>());
-    if (j.contains("samples_per_s")) rates.push_back(j["samples_per_s"].get<double>());
-  }
-  r.repeat_step_ms.push_back(median(times));
-  r.samples_per_s = median(rates);
 }
 
 std::string mib(int64_t b) {
@@ -270,14 +164,7 @@ int run(const Options& o) {
   Spec spec;
   std::string name;
   if (o.files.size() == 1) {
-    YAML::Node root;
-    try {
-      root = YAML::LoadFile(o.files[0]);
-    } catch (const YAML::BadFile&) {
-      TT_FAIL_AS(ConfigError, o.files[0], ": cannot read the file");
-    } catch (const YAML::Exception& e) {
-      TT_FAIL_AS(ConfigError, o.files[0], ": not valid YAML: ", e.what());
-    }
+    const YAML::Node root = child::load_yaml(o.files[0]);
     TT_CHECK_AS(ConfigError, root.IsMap() && root["compare"] && root["compare"].IsMap(), o.files[0],
                 ": has no compare: section; add one (compare: {variants: {baseline: {}, checkpoint: {plugins: "
                 "[checkpoint]}}}) or name two or more pipelines with --compare");
@@ -321,7 +208,7 @@ int run(const Options& o) {
   // Each variant's pipeline, written out and validated before anything runs.
   std::vector<fs::path> yamls;
   for (const auto& v : spec.variants) {
-    YAML::Node root = YAML::LoadFile(v.file);
+    YAML::Node root = child::load_yaml(v.file);
     TT_CHECK_AS(ConfigError, root.IsMap(), v.file, ": a pipeline is a YAML map");
     root.remove("compare");
     const std::string where = v.file + ": compare.variants." + v.name;
@@ -364,27 +251,20 @@ int run(const Options& o) {
         std::fflush(stdout);
       }
       const fs::path log_file = out / (spec.variants[i].name + ".log");
-      const int status = run_child(o.tt_run, yamls[i], dir, log_file);
-      if (WIFSIGNALED(status)) {
-        r.status = "crashed (signal " + std::to_string(WTERMSIG(status)) + ")";
-      } else if (WEXITSTATUS(status) == 0) {
-        r.status = "ok";
-      } else if (WEXITSTATUS(status) == 4) {
-        r.status = "out of memory";
-      } else if (WEXITSTATUS(status) == 130) {
+      r.status = child::status_of(child::run(o.tt_run, yamls[i], dir, log_file));
+      if (r.status == "interrupted") {
         if (!o.quiet) std::printf("interrupted\n");
         return 130;
-      } else {
-        r.status = "error (exit " + std::to_string(WEXITSTATUS(status)) + ")";
       }
       if (r.status != "ok") {
         r.ok = false;
-        r.reason = last_error_line(log_file);
+        r.reason = child::last_error_line(log_file);
         if (!o.quiet) std::printf("%s: %s\n", r.status.c_str(), r.reason.c_str());
         break;
       }
       try {
-        collect(r, dir, spec.warmup);
+        static_cast<child::Measured&>(r) = child::collect(dir, spec.warmup);
+        r.repeat_step_ms.push_back(r.step_ms);
         r.ok = true;
         fs::remove_all(dir / "checkpoints");  // measurements only: the weights are not kept
       } catch (const std::exception& e) {

@@ -6,6 +6,8 @@
 //   tt-run PIPELINE.yaml                   with a compare: section: compare its variants (compare.h)
 //   tt-run --compare A.yaml B.yaml ...     compare pipelines (--steps, --warmup, --repeats)
 //   tt-run --profile-memory PIPELINE.yaml  breakdown, per-block table, tensor bytes over one step
+//   tt-run --budget 1.5GiB PIPELINE.yaml   plan the fastest plugins/micro-batch that fit, then train (plan.h)
+//   tt-run --recommend PIPELINE.yaml       the planned settings for budgets of 0.5 to 16 GiB
 //   tt-run --list                          models, datasets, plugins, optimizers, schedules
 //   tt-run --version
 //
@@ -19,6 +21,7 @@
 #include <optional>
 
 #include "compare.h"
+#include "plan.h"
 #include "profile.h"
 #include "tt/compat.h"
 #include "tt/error.h"
@@ -26,6 +29,7 @@
 #include "tt/meter.h"
 #include "tt/module.h"
 #include "tt/module_loader.h"
+#include "tt/options.h"
 #include "tt/pipeline.h"
 #include "tt/registry.h"
 #include "tt/runtime.h"
@@ -78,6 +82,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   bool dry_run = false, list = false, version = false, quiet = false, compare = false, profile = false;
   int cmp_steps = -1, cmp_warmup = -1, cmp_repeats = -1;
+  std::string budget_text;
+  bool recommend = false;
+  tt::plan::RunOptions plan_opts;
   std::optional<std::string> sample_prompt;
   tt::GenerateOptions gen;
   app.add_option("pipeline", pipeline_file, "pipeline YAML file (e.g. configs/quickstart.yaml)");
@@ -95,6 +102,16 @@ int main(int argc, char** argv) {
   app.add_option("--steps", cmp_steps, "compare: measured steps per variant (default 20, or the section's)");
   app.add_option("--warmup", cmp_warmup, "compare: warm-up steps left out of the timing (default 3)");
   app.add_option("--repeats", cmp_repeats, "compare: runs per variant (default 1)");
+  app.add_option("--budget", budget_text,
+                 "plan for this much tensor memory (e.g. 1.5GiB; as trainer.memory_budget): probe runs pick the fastest "
+                 "plugins and micro-batch that fit, then train under that cap with oom-guard");
+  app.add_flag("--recommend", recommend,
+               "print the planned settings for budgets of 0.5, 1, 2, 4, 8 and 16 GiB (probe runs; no training)");
+  app.add_option("--probe-steps", plan_opts.probe_steps, "budget: measured steps per probe run")->capture_default_str();
+  app.add_option("--max-probes", plan_opts.max_probes, "budget: probe runs per budget beyond the reference ones")
+      ->capture_default_str();
+  app.add_option("--margin", plan_opts.margin, "budget: the chosen peak stays under budget x (1 - margin)")
+      ->capture_default_str();
   app.add_flag("--quiet,-q", quiet, "no progress display and no summary (still written to the run dir)");
   app.add_flag("--version", version, "print versions and exit");
   app.add_option("--sample", sample_prompt,
@@ -156,8 +173,16 @@ int main(int argc, char** argv) {
       co.quiet = quiet;
       return tt::compare::run(co);
     };
+    const bool planning = recommend || !budget_text.empty();
+    if (!budget_text.empty()) {
+      try {
+        plan_opts.budget = tt::parse_budget(budget_text);
+      } catch (const tt::ConfigError& e) {
+        TT_FAIL_AS(ConfigError, "--budget ", e.what());
+      }
+    }
     if (profile) {
-      TT_CHECK_AS(ConfigError, resume_dir.empty() && !dry_run && !compare,
+      TT_CHECK_AS(ConfigError, resume_dir.empty() && !dry_run && !compare && !planning,
                   "--profile-memory does not go with --resume, --dry-run or --compare");
       tt::profile::Options po;
       po.file = pipeline_file;
@@ -165,6 +190,10 @@ int main(int argc, char** argv) {
       po.run_dir = run_dir;
       return tt::profile::run(po);
     }
+    TT_CHECK_AS(ConfigError, !planning || (resume_dir.empty() && !dry_run && !compare),
+                "--budget and --recommend do not go with --resume, --dry-run or --compare");
+    TT_CHECK_AS(ConfigError, !(recommend && !budget_text.empty()),
+                "--recommend plans for 0.5 to 16 GiB itself; leave out --budget");
     if (compare) {
       TT_CHECK_AS(ConfigError, resume_dir.empty() && !dry_run, "--compare does not go with --resume or --dry-run");
       std::vector<std::string> files{pipeline_file}, ovs;
@@ -174,7 +203,20 @@ int main(int argc, char** argv) {
     }
     tt::Pipeline pipeline = resume_dir.empty() ? tt::load_pipeline(pipeline_file, overrides)
                                                : tt::Trainer::pipeline_of_run(resume_dir, overrides);
-    if (pipeline.has_compare && !dry_run && resume_dir.empty()) return run_compare({pipeline_file}, overrides);
+    if (pipeline.has_compare && !dry_run && resume_dir.empty() && !planning) return run_compare({pipeline_file}, overrides);
+    if (!budget_text.empty() || (pipeline.trainer.is_set("memory_budget") && resume_dir.empty() && !dry_run) ||
+        recommend) {
+      plan_opts.tt_run = std::filesystem::read_symlink("/proc/self/exe").string();
+      plan_opts.file = pipeline_file;
+      plan_opts.overrides = overrides;
+      plan_opts.recommend = recommend;
+      if (!run_dir.empty()) plan_opts.out_dir = run_dir + "-plan";  // beside the run
+      plan_opts.quiet = quiet;
+      if (!recommend && budget_text.empty()) plan_opts.budget = tt::parse_budget(pipeline.trainer.get_string("memory_budget"));
+      const auto outcome = tt::plan::run(plan_opts);
+      if (outcome.exit_code != 0 || recommend) return outcome.exit_code;
+      pipeline = tt::load_pipeline(outcome.planned_yaml);
+    }
     if (dry_run) {
       std::fputs(pipeline.resolved_yaml().c_str(), stdout);
       return 0;

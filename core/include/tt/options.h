@@ -92,6 +92,9 @@ class TT_API Options {
 
 // Parses "1.5GiB", "512MiB", "100MB", "4096", "1e9" into bytes; throws tt::Error otherwise.
 TT_API int64_t parse_bytes(const std::string& text);
+// A memory budget: a positive size written without spaces ("1.5GiB", "512MiB", "2GB"); "1.5 GB"
+// and "abc" are refused with the forms that work.
+TT_API int64_t parse_budget(const std::string& text);
 TT_API std::string format_bytes(int64_t bytes);  // "1.50 GiB"
 // Levenshtein-nearest candidate, or "" if nothing is reasonably close.
 TT_API std::string nearest(const std::string& word, const std::vector<std::string>& candidates);

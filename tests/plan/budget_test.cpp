@@ -1,0 +1,130 @@
+// tt-run --budget, trainer.memory_budget and --recommend on a tiny LM: the planned run trains to
+// completion under the cap; an impossible budget is refused with the measured shortfall; bad
+// budgets are refused before anything runs.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+namespace {
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+struct Budget {
+  tt::test::TinyLm lm{"plan"};
+  int64_t baseline_peak = 0;
+  Budget() {
+    auto r = lm.run("base", "[]", "batch_size: 8, threads: 1, max_steps: 4");
+    EXPECT_EQ(r.rc, 0) << r.output;
+    baseline_peak = json::parse(lm.summary("base"))["memory"]["peak_tensor_bytes"].get<int64_t>();
+  }
+  tt::test::RunResult run(const std::string& yaml_tag, const std::string& args) const {
+    return tt::test::run(tt::test::tt_run_bin() + " " + (lm.dir / (yaml_tag + ".yaml")).string() + " " + args);
+  }
+};
+}  // namespace
+
+TEST(Budget, HalfTheBaselinePeakPlansAndTrainsToCompletionUnderTheCap) {
+  Budget b;
+  const int64_t budget = b.baseline_peak / 2;
+  const fs::path run_dir = b.lm.dir / "half";
+  auto r = b.run("base", "--budget " + std::to_string(budget) + " --run-dir " + run_dir.string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("chosen: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("why: the fastest measured configuration"), std::string::npos) << r.output;
+
+  const json s = json::parse(tt::test::read_file(run_dir / "summary.json"));
+  EXPECT_EQ(s["steps"], 4);  // to completion
+  EXPECT_LE(s["memory"]["peak_tensor_bytes"].get<int64_t>(), budget);
+  bool guarded = false;
+  for (const auto& p : s["plugins"]) guarded = guarded || p == "oom-guard";
+  EXPECT_TRUE(guarded) << s["plugins"];
+  EXPECT_NE(tt::test::read_file(run_dir / "pipeline.yaml").find("memory_cap: " + std::to_string(budget)),
+            std::string::npos);
+
+  // plan.json: the choice, measured under the limit, and the configurations it weighed.
+  const json plan = json::parse(tt::test::read_file(fs::path(run_dir.string() + "-plan") / "plan.json"));
+  ASSERT_TRUE(plan["found"].get<bool>());
+  EXPECT_EQ(plan["budget_bytes"], budget);
+  EXPECT_LE(plan["chosen"]["measured"]["peak_tensor_bytes"].get<int64_t>(), plan["limit_bytes"].get<int64_t>());
+  EXPECT_GT(plan["reference"]["peak_tensor_bytes"].get<int64_t>(), budget);
+  EXPECT_GT(plan["configurations"].size(), 10u);
+  // The run trained what the plan chose: the same micro-batch.
+  EXPECT_EQ(s["micro_batch_size"], plan["chosen"]["micro_batch_size"]);
+}
+
+TEST(Budget, TheTrainerKeyPlansTheSameWay) {
+  Budget b;
+  const int64_t budget = b.baseline_peak / 2;
+  auto r = b.lm.run("key", "[]", "batch_size: 8, threads: 1, max_steps: 4, memory_budget: " + std::to_string(budget));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const json s = json::parse(b.lm.summary("key"));
+  EXPECT_EQ(s["steps"], 4);
+  EXPECT_LE(s["memory"]["peak_tensor_bytes"].get<int64_t>(), budget);
+  // The run's pipeline is the planned one: resuming it does not plan again.
+  EXPECT_EQ(tt::test::read_file(b.lm.dir / "key" / "pipeline.yaml").find("memory_budget: 1"), std::string::npos);
+}
+
+TEST(Budget, BelowAnythingPossibleItSaysSoAndByHowMuch) {
+  Budget b;
+  auto r = b.run("base", "--budget 64KiB --run-dir " + (b.lm.dir / "tiny").string());
+  EXPECT_EQ(r.rc, 4) << r.output;
+  EXPECT_NE(r.output.find("nothing fits under 57.60 KiB (the budget 64.00 KiB less a 10% margin)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("the smallest measured peak"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("raise the budget to at least"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(b.lm.dir / "tiny" / "summary.json"));  // nothing trained
+  const json plan = json::parse(tt::test::read_file(b.lm.dir / "tiny-plan" / "plan.json"));
+  EXPECT_FALSE(plan["found"].get<bool>());
+  EXPECT_GT(plan["smallest"]["over_by_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(plan["smallest"]["over_by_bytes"].get<int64_t>(),
+            plan["smallest"]["peak_tensor_bytes"].get<int64_t>() - plan["limit_bytes"].get<int64_t>());
+}
+
+TEST(Budget, RecommendPrintsASettingForEachBudget) {
+  Budget b;
+  auto r = b.run("base", "--recommend --run-dir " + (b.lm.dir / "rec").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  for (const char* g : {"0.5 GiB", "1 GiB", "2 GiB", "4 GiB", "8 GiB", "16 GiB"})
+    EXPECT_NE(r.output.find(std::string("\n  ") + g), std::string::npos) << g << "\n" << r.output;
+  const json rec = json::parse(tt::test::read_file(b.lm.dir / "rec-plan" / "recommend.json"));
+  ASSERT_EQ(rec["budgets"].size(), 6u);
+  for (const auto& p : rec["budgets"]) {
+    // Every configuration of this model fits in 0.5 GiB: each budget takes the fastest measured.
+    ASSERT_TRUE(p["found"].get<bool>());
+    EXPECT_EQ(p["chosen"]["configuration"], rec["budgets"][0]["chosen"]["configuration"]);
+    const double chosen_ms = p["chosen"]["measured"]["median_step_ms"].get<double>();
+    int measured = 0;
+    for (const auto& c : p["configurations"])
+      if (c.contains("measured") && c["measured"]["status"] == "ok") {
+        ++measured;
+        EXPECT_LE(c["measured"]["peak_tensor_bytes"].get<int64_t>(), p["limit_bytes"].get<int64_t>());
+        EXPECT_LE(chosen_ms, c["measured"]["median_step_ms"].get<double>()) << c;
+      }
+    EXPECT_GE(measured, 7);  // the reference, half its micro-batch, each technique alone
+  }
+  EXPECT_FALSE(fs::exists(b.lm.dir / "rec" / "summary.json"));  // no training
+}
+
+TEST(Budget, BadBudgetsAreRefusedBeforeAnythingRuns) {
+  Budget b;
+  for (const std::string bad : {"'1.5 GB'", "abc", "0", "-1GiB"}) {
+    auto r = b.run("base", "--budget " + bad);
+    EXPECT_EQ(r.rc, 2) << bad << ": " << r.output;
+    EXPECT_NE(r.output.find("is not a memory budget"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("probe"), std::string::npos) << r.output;
+  }
+  auto r = b.lm.run("badkey", "[]", "batch_size: 8, max_steps: 1, memory_budget: 1.5 GB");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("badkey.yaml:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("trainer.memory_budget = '1.5 GB' is not a memory budget"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1.5GiB"), std::string::npos) << r.output;
+
+  r = b.lm.run("both", "[]", "batch_size: 8, max_steps: 1, memory_budget: 1GiB, memory_cap: 1GiB");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("remove memory_cap"), std::string::npos) << r.output;
+
+  r = b.run("base", "--budget 1GiB --recommend");
+  EXPECT_EQ(r.rc, 2) << r.output;
+}

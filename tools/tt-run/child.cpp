@@ -1,0 +1,144 @@
+#include "child.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "tt/error.h"
+
+namespace tt::child {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Sets a dotted path ("trainer.micro_batch_size", "plugins.0.dtype") in a YAML tree.
+void set_path(YAML::Node root, const std::string& path, const YAML::Node& value, const std::string& where) {
+  std::vector<std::string> parts;
+  std::stringstream ss(path);
+  for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+  TT_CHECK_AS(ConfigError, !parts.empty() && std::none_of(parts.begin(), parts.end(), [](auto& p) { return p.empty(); }),
+              where, ": '", path, "' is not a dotted key like trainer.micro_batch_size");
+  std::vector<YAML::Node> chain{root};
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node cur = chain.back();
+    YAML::Node next;
+    if (cur.IsSequence()) {
+      size_t idx = 0;
+      try {
+        idx = std::stoul(parts[i]);
+      } catch (const std::exception&) {
+        TT_FAIL_AS(ConfigError, where, ": '", path, "': '", parts[i], "' indexes a list and must be a number");
+      }
+      TT_CHECK_AS(ConfigError, idx < cur.size(), where, ": '", path, "': index ", idx, " is past the end of the list");
+      next.reset(cur[idx]);
+    } else {
+      if (!cur[parts[i]].IsDefined() || cur[parts[i]].IsNull() || cur[parts[i]].IsScalar()) {
+        // "model: transformer" + model.d_model=...: the scalar is the component's name
+        YAML::Node m(YAML::NodeType::Map);
+        if (cur[parts[i]].IsDefined() && cur[parts[i]].IsScalar()) m["name"] = cur[parts[i]].Scalar();
+        cur[parts[i]] = m;
+      }
+      next.reset(cur[parts[i]]);
+    }
+    chain.push_back(next);
+  }
+  YAML::Node last = chain.back();
+  if (last.IsSequence()) {
+    size_t idx = std::stoul(parts.back());
+    TT_CHECK_AS(ConfigError, idx < last.size(), where, ": '", path, "': index past the end of the list");
+    last[idx] = value;
+  } else {
+    last[parts.back()] = value;
+  }
+}
+
+YAML::Node load_yaml(const std::string& file) {
+  try {
+    return YAML::LoadFile(file);
+  } catch (const YAML::BadFile&) {
+    TT_FAIL_AS(ConfigError, file, ": cannot read the file");
+  } catch (const YAML::Exception& e) {
+    TT_FAIL_AS(ConfigError, file, ": not valid YAML: ", e.what());
+  }
+}
+
+std::string status_of(int status) {
+  if (WIFSIGNALED(status)) return "crashed (signal " + std::to_string(WTERMSIG(status)) + ")";
+  switch (WEXITSTATUS(status)) {
+    case 0: return "ok";
+    case 4: return "out of memory";
+    case 130: return "interrupted";
+    default: return "error (exit " + std::to_string(WEXITSTATUS(status)) + ")";
+  }
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string last_error_line(const fs::path& log) {
+  std::ifstream in(log);
+  std::string line, last, err;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    last = line;
+    if (line.find("error") != std::string::npos) err = line;
+  }
+  return err.empty() ? last : err;
+}
+
+int run(const std::string& tt_run, const fs::path& yaml, const fs::path& run_dir, const fs::path& log) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  TT_CHECK(pid >= 0, "cannot start a tt-run process for ", yaml.string());
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      ::close(fd);
+    }
+    execl(tt_run.c_str(), "tt-run", yaml.c_str(), "-q", "--run-dir", run_dir.c_str(), static_cast<char*>(nullptr));
+    std::perror("tt-run: exec");
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+
+Measured collect(const fs::path& run_dir, int warmup) {
+  Measured r;
+  r.summary = json::parse(std::ifstream(run_dir / "summary.json"));
+  const auto& m = r.summary["memory"];
+  r.peak = m["peak_tensor_bytes"].get<int64_t>();
+  r.rss = m["peak_rss_bytes"].get<int64_t>();
+  r.params = m["parameters_bytes"].get<int64_t>();
+  r.grads = m["gradients_bytes"].get<int64_t>();
+  r.optimizer = m["optimizer_state_bytes"].get<int64_t>();
+  r.activations = m["activations_bytes"].get<int64_t>();
+  r.loss = r.summary["final_loss"].get<double>();
+  std::vector<double> times, rates;
+  std::ifstream in(run_dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains("step_seconds") || j["step"].get<int64_t>() <= warmup) continue;
+    times.push_back(1e3 * j["step_seconds"].get<double>());
+    if (j.contains("samples_per_s")) rates.push_back(j["samples_per_s"].get<double>());
+  }
+  r.step_ms = median(times);
+  r.samples_per_s = median(rates);
+  return r;
+}
+
+}  // namespace tt::child

@@ -1,0 +1,42 @@
+#pragma once
+// What tt-run's compare mode and the budget planner share: a pipeline written with dotted-key
+// changes, run by a child tt-run process, and its measurements read back.
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace tt::child {
+
+// Sets a dotted path ("trainer.micro_batch_size", "plugins.0.dtype") in a YAML tree.
+void set_path(YAML::Node root, const std::string& path, const YAML::Node& value, const std::string& where);
+
+// Reads a pipeline file as YAML (ConfigError naming the file when it cannot).
+YAML::Node load_yaml(const std::string& file);
+
+// Starts `tt_run YAML -q --run-dir RUN_DIR`, output appended to LOG; returns the wait status.
+int run(const std::string& tt_run, const std::filesystem::path& yaml, const std::filesystem::path& run_dir,
+        const std::filesystem::path& log);
+
+// A wait status in words: "ok", "out of memory" (exit 4), "interrupted" (130),
+// "error (exit N)", "crashed (signal N)".
+std::string status_of(int wait_status);
+
+// The last line of a log that says "error" (else its last line).
+std::string last_error_line(const std::filesystem::path& log);
+
+double median(std::vector<double> v);
+
+// What a finished run measured: summary.json's memory figures, and the median step time and
+// throughput of the metrics.jsonl step lines after `warmup` steps.
+struct Measured {
+  nlohmann::json summary;
+  double step_ms = 0, samples_per_s = 0, loss = 0;
+  int64_t peak = 0, rss = 0, params = 0, grads = 0, optimizer = 0, activations = 0;
+};
+Measured collect(const std::filesystem::path& run_dir, int warmup);
+
+}  // namespace tt::child

@@ -1,0 +1,331 @@
+#include "plan.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "child.h"
+#include "planner.h"
+#include "tt/error.h"
+#include "tt/log.h"
+#include "tt/options.h"
+#include "tt/pipeline.h"
+#include "tt/registry.h"
+
+namespace tt::plan {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+bool installed(const std::string& plugin) {
+  try {
+    Registry::global().plugin(plugin);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// The technique dimensions the installed plugins offer, less those the pipeline already names.
+std::vector<Dimension> dimensions(const Pipeline& p, std::vector<std::string>& notes) {
+  std::set<std::string> named;
+  for (const auto& c : p.plugins) named.insert(c.name);
+  const bool cuda = p.trainer.get_string("device").rfind("cuda", 0) == 0;
+  std::vector<Dimension> all = {
+      {"checkpoint",
+       {{"checkpoint(all)", "{name: checkpoint, policy: all}"},
+        {"checkpoint(every 2)", "{name: checkpoint, policy: every, every: 2}"}}},
+      {"amp", {{"amp(bf16)", "{name: amp, dtype: bf16}"}}},
+      {"attention", {{"attention(chunked)", "{name: attention, kernel: chunked}"}}},
+      {"adam8bit", {{"adam8bit", "{name: adam8bit}"}}},
+      {"offload", {{cuda ? "offload(host)" : "offload(disk)", cuda ? "{name: offload, target: host}" : "{name: offload}"}}},
+  };
+  if (cuda) all[1].alternatives.push_back({"amp(fp16)", "{name: amp, dtype: fp16}"});
+  std::vector<Dimension> out;
+  for (auto& d : all) {
+    if (named.count(d.name)) {
+      notes.push_back(d.name + ": kept as the pipeline sets it");
+    } else if (!installed(d.name)) {
+      notes.push_back(d.name + ": not installed");
+    } else {
+      out.push_back(std::move(d));
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> micro_sizes(int64_t batch) {
+  std::vector<int64_t> m;
+  for (int64_t x = batch; x >= 1; x = x == 1 ? 0 : (x + 1) / 2)
+    if (m.empty() || m.back() != x) m.push_back(x);
+  return m;
+}
+
+std::string ms(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", x);
+  return buf;
+}
+
+std::string mib(double b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", b / 1048576.0);
+  return buf;
+}
+
+class Runner {
+ public:
+  Runner(const RunOptions& o, YAML::Node base, fs::path dir, std::vector<Dimension> dims)
+      : o_(o), base_(std::move(base)), dir_(std::move(dir)), dims_(std::move(dims)) {}
+
+  // The pipeline with candidate c's plugins and micro-batch (and, for probes, a short run).
+  YAML::Node pipeline(const Candidate& c, bool probe) const {
+    YAML::Node root = YAML::Clone(base_);
+    YAML::Node plugins(YAML::NodeType::Sequence);
+    if (root["plugins"] && root["plugins"].IsSequence())
+      for (const auto& x : root["plugins"]) plugins.push_back(YAML::Clone(x));
+    for (size_t d = 0; d < dims_.size(); ++d)
+      if (c.pick[d] >= 0) plugins.push_back(YAML::Load(dims_[d].alternatives[static_cast<size_t>(c.pick[d])].yaml));
+    root["plugins"] = plugins;
+    child::set_path(root, "trainer.micro_batch_size", YAML::Node(c.micro), "plan");
+    if (probe) {
+      YAML::Node t = root["trainer"];
+      for (const char* k : {"epochs", "eval_every", "checkpoint_every", "memory_cap"}) t.remove(k);
+      t["max_steps"] = 1 + o_.probe_steps;
+      t["progress"] = "off";
+      child::set_path(root, "output.plots", YAML::Node(false), "plan");
+    }
+    return root;
+  }
+
+  Cost probe(const Candidate& c, const std::string& label) {
+    const int n = ++count_;
+    const std::string tag = "probe-" + std::to_string(n);
+    const fs::path yaml = dir_ / (tag + ".yaml"), run_dir = dir_ / tag, log_file = dir_ / (tag + ".log");
+    std::ofstream(yaml) << "# probe " << n << " of tt-run's budget planner: " << label << "\n"
+                        << YAML::Dump(pipeline(c, true)) << "\n";
+    if (!o_.quiet) {
+      std::printf("  probe %2d  %-58s ", n, label.c_str());
+      std::fflush(stdout);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    fs::remove_all(run_dir);
+    const std::string status = child::status_of(child::run(o_.tt_run, yaml, run_dir, log_file));
+    if (status == "interrupted") throw Interrupted("the budget planner was interrupted");
+    Cost cost;
+    if (status == "ok") {
+      try {
+        const auto m = child::collect(run_dir, 1);
+        cost.status = Cost::Status::Ok;
+        cost.peak = m.peak;
+        cost.parameters = m.params;
+        cost.gradients = m.grads;
+        cost.optimizer = m.optimizer;
+        cost.step_ms = m.step_ms;
+      } catch (const std::exception& e) {
+        cost.reason = std::string("no measurements: ") + e.what();
+      }
+      fs::remove_all(run_dir / "checkpoints");  // measurements only
+    } else {
+      cost.status = status == "out of memory" ? Cost::Status::OutOfMemory : Cost::Status::Failed;
+      cost.reason = status + ": " + child::last_error_line(log_file) + " (" + log_file.string() + ")";
+    }
+    if (!o_.quiet) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (cost.ok())
+        std::printf("%8.1f ms/step  peak %8s MiB  (%.0f s)\n", cost.step_ms, mib(cost.peak).c_str(), s);
+      else
+        std::printf("%s\n", status.c_str());
+      std::fflush(stdout);
+    }
+    return cost;
+  }
+
+ private:
+  const RunOptions& o_;
+  YAML::Node base_;
+  fs::path dir_;
+  std::vector<Dimension> dims_;
+  int count_ = 0;
+};
+
+json cost_json(const Cost& c) {
+  json j = {{"status", c.ok() ? "ok" : c.status == Cost::Status::OutOfMemory ? "out of memory" : "failed"}};
+  if (c.ok())
+    j.update({{"peak_tensor_bytes", c.peak},
+              {"parameters_bytes", c.parameters},
+              {"gradients_bytes", c.gradients},
+              {"optimizer_state_bytes", c.optimizer},
+              {"median_step_ms", c.step_ms}});
+  else
+    j["reason"] = c.reason;
+  return j;
+}
+
+json plan_json(const Plan& p) {
+  json j = {{"budget_bytes", p.budget}, {"limit_bytes", p.limit}, {"found", p.found},
+            {"why", p.why},             {"probes", p.probes},     {"excluded", p.excluded},
+            {"reference", cost_json(p.reference)}};
+  if (p.found) j["chosen"] = {{"configuration", p.chosen_label}, {"micro_batch_size", p.chosen.micro}, {"measured", cost_json(p.chosen_cost)}};
+  else if (p.smallest_peak > 0)
+    j["smallest"] = {{"configuration", p.smallest_label}, {"peak_tensor_bytes", p.smallest_peak}, {"over_by_bytes", p.shortfall}};
+  for (const auto& r : p.rows) {
+    json row = {{"configuration", r.label}, {"estimated_peak_bytes", std::llround(r.est_peak)},
+                {"estimated_step_ms", r.est_ms}, {"verdict", r.verdict}};
+    if (r.measured) row["measured"] = cost_json(r.cost);
+    j["configurations"].push_back(row);
+  }
+  return j;
+}
+
+void print_plan(const Plan& p) {
+  std::printf("\nplan for a budget of %s (limit %s after the margin):\n", format_bytes(p.budget).c_str(),
+              format_bytes(p.limit).c_str());
+  std::printf("  %-58s %11s %11s %10s %10s  %s\n", "configuration", "est. MiB", "peak MiB", "est. ms", "step ms",
+              "verdict");
+  int unmeasured = 0, pruned = 0;
+  for (const auto& r : p.rows) {
+    if (!r.measured) {
+      ++unmeasured;
+      if (r.verdict.rfind("pruned", 0) == 0) ++pruned;
+      continue;
+    }
+    std::printf("  %-58s %11s %11s %10.1f %10s  %s\n", r.label.c_str(), mib(r.est_peak).c_str(),
+                r.cost.ok() ? mib(r.cost.peak).c_str() : "-", r.est_ms,
+                r.cost.ok() ? ms(r.cost.step_ms).c_str() : "-",
+                r.verdict.c_str());
+  }
+  std::printf("  (%d more configurations estimated and not measured: %d pruned as over the limit, %d estimated "
+              "slower than the choice)\n",
+              unmeasured, pruned, unmeasured - pruned);
+  for (const auto& e : p.excluded) std::printf("  excluded: %s\n", e.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+Outcome run(const RunOptions& o) {
+  TT_CHECK_AS(ConfigError, o.probe_steps >= 1, "--probe-steps must be at least 1");
+  TT_CHECK_AS(ConfigError, o.max_probes >= 1, "--max-probes must be at least 1");
+  TT_CHECK_AS(ConfigError, o.margin >= 0 && o.margin < 0.9, "--margin must be in [0, 0.9), e.g. 0.1");
+  const Pipeline p = load_pipeline(o.file, o.overrides);
+  TT_CHECK_AS(ConfigError, !p.has_compare, o.file,
+              ": a budget plans one pipeline, and this one has a compare: section; remove it, or give a variant "
+              "set: {trainer.memory_budget: ...}");
+  TT_CHECK_AS(ConfigError, !p.trainer.is_set("memory_cap"), o.file,
+              ": trainer.memory_cap and a memory budget are both set; the budget becomes the cap: remove memory_cap");
+
+  // The pipeline as a YAML tree with the overrides applied: probes and the plan start from it.
+  YAML::Node base = child::load_yaml(o.file);
+  TT_CHECK_AS(ConfigError, base.IsMap(), o.file, ": a pipeline is a YAML map");
+  for (const auto& ov : o.overrides) {
+    const auto eq = ov.find('=');
+    TT_CHECK_AS(ConfigError, eq != std::string::npos && eq > 0, "command line '", ov, "': expected key=value");
+    child::set_path(base, ov.substr(0, eq), YAML::Load(ov.substr(eq + 1)), "command line '" + ov + "'");
+  }
+  if (base["trainer"] && base["trainer"].IsMap()) base["trainer"].remove("memory_budget");
+
+  fs::path dir = o.out_dir;
+  if (dir.empty()) {
+    char stamp[32];
+    const std::time_t t = std::time(nullptr);
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&t));
+    dir = fs::path(p.output.get_string("dir")) / (p.name + "-plan-" + stamp);
+  }
+  fs::create_directories(dir);
+
+  std::vector<std::string> notes;
+  std::vector<Dimension> dims = dimensions(p, notes);
+  Settings settings;
+  settings.micro_sizes = micro_sizes(p.trainer.get_int("batch_size"));
+  settings.margin = o.margin;
+  settings.max_probes = o.max_probes;
+  Runner runner(o, base, dir, dims);
+  Planner* self = nullptr;
+  Planner planner(dims, settings, [&](const Candidate& c) { return runner.probe(c, self->label(c)); });
+  self = &planner;
+  if (!o.quiet) {
+    std::printf("budget planner: %zu technique dimension%s (", dims.size(), dims.size() == 1 ? "" : "s");
+    for (size_t d = 0; d < dims.size(); ++d) std::printf("%s%s", d ? ", " : "", dims[d].name.c_str());
+    std::printf("), micro-batch");
+    for (auto m : settings.micro_sizes) std::printf(" %lld", static_cast<long long>(m));
+    std::printf("; probes of %d steps after 1 warm-up step, in %s\n", o.probe_steps, dir.c_str());
+    for (const auto& n : notes) std::printf("  %s\n", n.c_str());
+  }
+
+  auto plan_or_explain = [&](int64_t budget) {
+    try {
+      return planner.plan(budget);
+    } catch (const std::runtime_error& e) {
+      if (dynamic_cast<const Error*>(&e)) throw;
+      TT_FAIL_AS(Error, "budget planner: ", e.what());
+    }
+  };
+
+  if (o.recommend) {
+    const std::vector<double> gib = {0.5, 1, 2, 4, 8, 16};
+    json doc = {{"pipeline", o.file}, {"budgets", json::array()}};
+    std::vector<Plan> plans;
+    for (double g : gib) {
+      plans.push_back(plan_or_explain(static_cast<int64_t>(g * (1LL << 30))));
+      doc["budgets"].push_back(plan_json(plans.back()));
+    }
+    std::ofstream(dir / "recommend.json") << doc.dump(2) << "\n";
+    const Cost& ref = plans.front().reference;
+    std::printf("\nrecommended settings for %s (measured; as written: peak %s MiB, %.1f ms/step at micro-batch %lld)\n",
+                o.file.c_str(), mib(ref.peak).c_str(), ref.step_ms, static_cast<long long>(settings.micro_sizes[0]));
+    std::printf("  %-8s %-58s %11s %10s %8s\n", "budget", "configuration", "peak MiB", "step ms", "vs as");
+    for (size_t i = 0; i < plans.size(); ++i) {
+      const Plan& pl = plans[i];
+      char b[32];
+      std::snprintf(b, sizeof b, "%g GiB", gib[i]);
+      if (pl.found)
+        std::printf("  %-8s %-58s %11s %10.1f %7.2fx\n", b, pl.chosen_label.c_str(), mib(pl.chosen_cost.peak).c_str(),
+                    pl.chosen_cost.step_ms, pl.chosen_cost.step_ms / ref.step_ms);
+      else
+        std::printf("  %-8s nothing fits: the smallest measured peak is %s MiB (%s)\n", b,
+                    mib(pl.smallest_peak).c_str(), pl.smallest_label.c_str());
+    }
+    std::printf("\n%d probe runs; %s\n", planner.total_probes(), (dir / "recommend.json").c_str());
+    return {0, ""};
+  }
+
+  const Plan pl = plan_or_explain(o.budget);
+  std::ofstream(dir / "plan.json") << plan_json(pl).dump(2) << "\n";
+  if (!o.quiet) print_plan(pl);
+  if (!pl.found) {
+    std::fprintf(stderr, "tt-run: budget planner: %s (%s)\n", pl.why.c_str(), (dir / "plan.json").c_str());
+    return {4, ""};
+  }
+  YAML::Node planned = runner.pipeline(pl.chosen, false);
+  child::set_path(planned, "trainer.memory_cap", YAML::Node(std::to_string(o.budget)), "plan");
+  bool guard = false;
+  for (const auto& x : planned["plugins"])
+    guard = guard || (x.IsScalar() ? x.Scalar() : x["name"].as<std::string>("")) == "oom-guard";
+  if (!guard && installed("oom-guard")) {
+    YAML::Node plugins = planned["plugins"];
+    plugins.push_back(YAML::Load("{name: oom-guard}"));
+  } else if (!guard) {
+    notes.push_back("oom-guard is not installed: the run is capped without a safety net");
+  }
+  const fs::path out = dir / "planned.yaml";
+  std::ofstream(out) << "# tt-run's budget planner chose: " << pl.chosen_label << "\n# " << pl.why << "\n"
+                     << YAML::Dump(planned) << "\n";
+  if (!o.quiet)
+    std::printf("\nchosen: %s\n  why: %s\n  training %s under trainer.memory_cap = %s, with oom-guard\n\n",
+                pl.chosen_label.c_str(), pl.why.c_str(), out.c_str(), format_bytes(o.budget).c_str());
+  std::fflush(stdout);
+  log().info("budget planner: {} ({} probes); plan in {}", pl.chosen_label, planner.total_probes(), dir.string());
+  return {0, out.string()};
+}
+
+}  // namespace tt::plan

@@ -1,0 +1,37 @@
+#pragma once
+// tt-run's memory-budget planner (the search itself is planner.h):
+//
+//   tt-run --budget 1.5GiB PIPELINE.yaml     (or trainer.memory_budget: 1.5GiB in the pipeline)
+//       measures short probe runs of candidate configurations (each in its own tt-run process),
+//       prints why it chose what it chose, writes plan.json and planned.yaml, then the caller
+//       trains planned.yaml: the chosen plugins, micro-batch, trainer.memory_cap = the budget and
+//       oom-guard as the safety net.
+//   tt-run --recommend PIPELINE.yaml
+//       the chosen settings for budgets of 0.5, 1, 2, 4, 8 and 16 GiB (recommend.json); no training.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tt::plan {
+
+struct RunOptions {
+  std::string tt_run;                  // this executable, to start the probes
+  std::string file;                    // the pipeline
+  std::vector<std::string> overrides;  // key=value, applied to every probe and to the plan
+  int64_t budget = 0;                  // bytes (0 with recommend)
+  bool recommend = false;
+  std::string out_dir;                 // default <output.dir>/<name>-plan-<time>
+  int probe_steps = 3;                 // measured steps per probe, after one warm-up step
+  int max_probes = 16;                 // per budget, beyond the reference probes
+  double margin = 0.10;
+  bool quiet = false;
+};
+
+struct Outcome {
+  int exit_code = 0;          // non-zero: stop (nothing fits: 4; interrupted: 130)
+  std::string planned_yaml;   // --budget: the pipeline to train
+};
+
+Outcome run(const RunOptions& o);
+
+}  // namespace tt::plan

@@ -1,0 +1,118 @@
+#pragma once
+// The memory-budget planner's search, apart from how a configuration is measured (plan.cpp
+// runs tt-run probes; the tests give a synthetic cost table). No torch, no YAML here.
+//
+// A configuration is the user's pipeline plus one alternative (or none) of each technique
+// dimension (checkpoint all / every 2, amp bf16, chunked attention, adam8bit, offload) and a
+// micro-batch size. The planner
+//   1. measures the pipeline as written at its micro-batch (the reference), at half that
+//      micro-batch, and each alternative alone: per-component factors (parameters, gradients,
+//      optimizer state, the rest of the peak) and a step-time factor each;
+//   2. estimates every configuration from those factors (products per component; the rest of
+//      the peak scales with the micro-batch by the exponent the two reference runs show);
+//   3. prunes what cannot fit even with the estimate's slack, and measures the rest fastest
+//      estimate first, until the fastest measured fit is no slower than the next estimate
+//      (or max_probes is spent);
+//   4. picks the fastest measured configuration whose peak fits budget x (1 - margin).
+// Measurements are kept, so planning for several budgets (--recommend) measures each
+// configuration once.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tt::plan {
+
+struct Alternative {
+  std::string label;  // "checkpoint(all)", "amp(bf16)"
+  std::string yaml;   // its entry in the plugins: list, YAML flow text
+};
+
+struct Dimension {
+  std::string name;  // the plugin
+  std::vector<Alternative> alternatives;
+};
+
+struct Candidate {
+  std::vector<int> pick;  // per dimension: -1 none, else an alternative's index
+  int64_t micro = 0;
+  bool operator<(const Candidate& o) const { return pick != o.pick ? pick < o.pick : micro < o.micro; }
+  bool operator==(const Candidate& o) const { return pick == o.pick && micro == o.micro; }
+};
+
+struct Cost {
+  enum class Status { Ok, OutOfMemory, Failed };
+  Status status = Status::Failed;
+  int64_t peak = 0, parameters = 0, gradients = 0, optimizer = 0;
+  double step_ms = 0;
+  std::string reason;  // why a probe failed
+  bool ok() const { return status == Status::Ok; }
+};
+
+using Probe = std::function<Cost(const Candidate&)>;
+
+struct Settings {
+  std::vector<int64_t> micro_sizes;  // largest first; the first is the reference
+  double margin = 0.10;              // the chosen peak stays under budget x (1 - margin)
+  double slack = 0.25;               // estimates within limit x (1 + slack) are still measured
+  int max_probes = 16;               // measurements per plan() beyond the reference ones
+};
+
+struct Row {
+  Candidate candidate;
+  std::string label;
+  double est_peak = 0, est_ms = 0;
+  bool measured = false;
+  Cost cost;
+  std::string verdict;  // chosen, fits, over budget, out of memory, failed, pruned (estimate)
+};
+
+struct Plan {
+  int64_t budget = 0, limit = 0;  // limit = budget x (1 - margin)
+  bool found = false;
+  Candidate chosen;
+  std::string chosen_label;
+  Cost chosen_cost;
+  Cost reference;  // the pipeline as written
+  std::string why;
+  // Nothing fits: the smallest peak measured, and by how much it misses the limit.
+  int64_t smallest_peak = 0, shortfall = 0;
+  std::string smallest_label;
+  std::vector<Row> rows;  // every configuration measured or estimated, fastest estimate first
+  std::vector<std::string> excluded;  // alternatives that failed alone, with the reason
+  int probes = 0;                     // measurements this plan() made (cached ones not counted)
+};
+
+class Planner {
+ public:
+  Planner(std::vector<Dimension> dims, Settings settings, Probe probe);
+  // Throws std::runtime_error when the pipeline as written does not run at any micro-batch.
+  Plan plan(int64_t budget);
+  std::string label(const Candidate& c) const;
+  int total_probes() const { return static_cast<int>(cache_.size()); }
+  const std::vector<Dimension>& dimensions() const { return dims_; }
+
+ private:
+  const Cost& measure(const Candidate& c, int& counter);
+  void calibrate(int& counter);
+  void estimate(const Candidate& c, double& peak, double& ms) const;
+
+  std::vector<Dimension> dims_;
+  Settings s_;
+  Probe probe_;
+  std::map<Candidate, Cost> cache_;
+  bool calibrated_ = false;
+  Candidate ref_;
+  Cost ref_cost_;
+  double rest_exponent_ = 1, time_exponent_ = 0;
+  // per dimension and alternative: factors on parameters, gradients, optimizer, rest; time
+  struct Factors {
+    double p = 1, g = 1, o = 1, r = 1, t = 1;
+    bool usable = false;
+    std::string reason;
+  };
+  std::vector<std::vector<Factors>> factors_;
+};
+
+}  // namespace tt::plan
