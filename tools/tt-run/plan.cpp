@@ -218,9 +218,6 @@ Outcome run(const RunOptions& o) {
   TT_CHECK_AS(ConfigError, o.max_probes >= 1, "--max-probes must be at least 1");
   TT_CHECK_AS(ConfigError, o.margin >= 0 && o.margin < 0.9, "--margin must be in [0, 0.9), e.g. 0.1");
   const Pipeline p = load_pipeline(o.file, o.overrides);
-  TT_CHECK_AS(ConfigError, !p.has_compare, o.file,
-              ": a budget plans one pipeline, and this one has a compare: section; remove it, or give a variant "
-              "set: {trainer.memory_budget: ...}");
   TT_CHECK_AS(ConfigError, !p.trainer.is_set("memory_cap"), o.file,
               ": trainer.memory_cap and a memory budget are both set; the budget becomes the cap: remove memory_cap");
 
@@ -233,6 +230,7 @@ Outcome run(const RunOptions& o) {
     child::set_path(base, ov.substr(0, eq), YAML::Load(ov.substr(eq + 1)), "command line '" + ov + "'");
   }
   if (base["trainer"] && base["trainer"].IsMap()) base["trainer"].remove("memory_budget");
+  base.remove("compare");  // a budget plans the pipeline itself, not its comparison's variants
 
   fs::path dir = o.out_dir;
   if (dir.empty()) {

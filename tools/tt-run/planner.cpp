@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <tuple>
 
 #include "tt/options.h"
 
@@ -97,12 +98,35 @@ void Planner::calibrate(int& counter) {
 void Planner::estimate(const Candidate& c, double& peak, double& ms) const {
   double p = ref_cost_.parameters, g = ref_cost_.gradients, o = ref_cost_.optimizer,
          r = static_cast<double>(rest_of(ref_cost_)), t = ref_cost_.step_ms;
+  // Start from the measured configuration with the most of c's techniques and none that c lacks
+  // (the reference at least), moved to c's micro-batch, then apply the factors of the techniques
+  // it lacks: what was measured together keeps how those techniques interact.
+  const Candidate* from = &ref_;
+  const Cost* base = &ref_cost_;
+  int from_count = 0;
+  for (const auto& [k, x] : cache_) {
+    if (!x.ok()) continue;
+    int count = 0;
+    bool subset = true;
+    for (size_t d = 0; d < dims_.size() && subset; ++d) {
+      if (k.pick[d] < 0) continue;
+      subset = k.pick[d] == c.pick[d];
+      ++count;
+    }
+    if (!subset) continue;
+    const auto dist = [&](int64_t m) { return std::fabs(std::log(static_cast<double>(m) / static_cast<double>(c.micro))); };
+    if (count > from_count || (count == from_count && dist(k.micro) < dist(from->micro))) {
+      from = &k, base = &x, from_count = count;
+    }
+  }
+  p = base->parameters, g = base->gradients, o = base->optimizer, r = static_cast<double>(rest_of(*base)),
+  t = base->step_ms;
   for (size_t d = 0; d < dims_.size(); ++d) {
-    if (c.pick[d] < 0) continue;
+    if (c.pick[d] < 0 || from->pick[d] >= 0) continue;
     const Factors& f = factors_[d][static_cast<size_t>(c.pick[d])];
     p *= f.p, g *= f.g, o *= f.o, r *= f.r, t *= f.t;
   }
-  const double m = static_cast<double>(c.micro) / static_cast<double>(ref_.micro);
+  const double m = static_cast<double>(c.micro) / static_cast<double>(from->micro);
   r *= std::pow(m, rest_exponent_);
   t *= std::pow(1.0 / m, time_exponent_);
   peak = p + g + o + r;
@@ -153,27 +177,45 @@ Plan Planner::plan(int64_t budget) {
     return it == cache_.end() ? nullptr : &it->second;
   };
   auto fits = [&](const Cost* c) { return c && c->ok() && static_cast<double>(c->peak) <= limit; };
+  // The fastest measured fit; within `tie` of its time, the simplest: fewest techniques, then the
+  // largest micro-batch (step times of a few probe steps differ by a few percent run to run).
+  auto techniques = [](const Candidate& c) { return std::count_if(c.pick.begin(), c.pick.end(), [](int a) { return a >= 0; }); };
+  auto fastest_fit = [&]() {
+    double fastest = std::numeric_limits<double>::infinity();
+    for (const auto& r : rows)
+      if (fits(measured(r))) fastest = std::min(fastest, measured(r)->step_ms);
+    return fastest;
+  };
   auto best_fit = [&]() -> const Row* {
+    const double fastest = fastest_fit();
     const Row* best = nullptr;
     for (const auto& r : rows) {
       const Cost* c = measured(r);
-      if (fits(c) && (!best || c->step_ms < measured(*best)->step_ms ||
-                      (c->step_ms == measured(*best)->step_ms && c->peak < measured(*best)->peak)))
+      if (!fits(c) || c->step_ms > fastest * (1.0 + s_.tie)) continue;
+      if (!best) {
         best = &r;
+        continue;
+      }
+      const auto key = [&](const Row& x) {
+        return std::make_tuple(techniques(x.candidate), -x.candidate.micro, measured(x)->step_ms);
+      };
+      if (key(r) < key(*best)) best = &r;
     }
     return best;
   };
   int probes_here = 0;
   for (;;) {
-    const Row* best = best_fit();
+    for (auto& r : rows) estimate(r.candidate, r.est_peak, r.est_ms);  // with what was measured since
+    const double fastest = fastest_fit();
     const Row* next = nullptr;
     for (const auto& r : rows)
       if (!measured(r) && r.est_peak <= prune_above && (!next || r.est_ms < next->est_ms)) next = &r;
-    if (!next || (best && measured(*best)->step_ms <= next->est_ms) || probes_here >= s_.max_probes) break;
+    if (!next || fastest * (1.0 + s_.tie) < next->est_ms || probes_here >= s_.max_probes) break;
     measure(next->candidate, counter);
     ++probes_here;
   }
   const Row* best = best_fit();
+  const double fastest = fastest_fit();
   if (!best) {
     // Nothing fits: measure the configuration estimated smallest, so that the shortfall is a
     // measured figure, not an estimate.
@@ -226,8 +268,13 @@ Plan Planner::plan(int64_t budget) {
   const std::string lim = format_bytes(out.limit) + " (the budget " + format_bytes(budget) + " less a " +
                           std::to_string(static_cast<int>(std::lround(s_.margin * 100))) + "% margin)";
   if (out.found) {
-    out.why = "the fastest measured configuration whose peak, " + format_bytes(out.chosen_cost.peak) +
-              ", fits under " + lim;
+    if (out.chosen_cost.step_ms > fastest)
+      out.why = "the simplest measured configuration within " + std::to_string(std::lround(s_.tie * 100)) +
+                "% of the fastest that fits (" + std::to_string(std::lround(fastest)) + " ms/step); its peak, " +
+                format_bytes(out.chosen_cost.peak) + ", fits under " + lim;
+    else
+      out.why = "the fastest measured configuration whose peak, " + format_bytes(out.chosen_cost.peak) +
+                ", fits under " + lim;
     // Name what it beat: the fastest measured configuration that did not fit.
     for (const auto& r : out.rows)
       if (r.measured && r.cost.ok() && r.cost.step_ms < out.chosen_cost.step_ms && r.verdict == "over the limit") {

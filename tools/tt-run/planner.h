@@ -8,12 +8,16 @@
 //   1. measures the pipeline as written at its micro-batch (the reference), at half that
 //      micro-batch, and each alternative alone: per-component factors (parameters, gradients,
 //      optimizer state, the rest of the peak) and a step-time factor each;
-//   2. estimates every configuration from those factors (products per component; the rest of
-//      the peak scales with the micro-batch by the exponent the two reference runs show);
+//   2. estimates every configuration from the measured configuration with the most of its
+//      techniques (the reference at least) times the factors of the techniques that one lacks
+//      (per component; the rest of the peak and the step time follow the micro-batch by the
+//      exponents the two reference runs show); estimates are redone after every measurement;
 //   3. prunes what cannot fit even with the estimate's slack, and measures the rest fastest
 //      estimate first, until the fastest measured fit is no slower than the next estimate
 //      (or max_probes is spent);
-//   4. picks the fastest measured configuration whose peak fits budget x (1 - margin).
+//   4. picks the fastest measured configuration whose peak fits budget x (1 - margin); among
+//      those within `tie` (3%) of its time, the one with the fewest techniques, then the
+//      largest micro-batch.
 // Measurements are kept, so planning for several budgets (--recommend) measures each
 // configuration once.
 #include <cstdint>
@@ -56,6 +60,7 @@ struct Settings {
   std::vector<int64_t> micro_sizes;  // largest first; the first is the reference
   double margin = 0.10;              // the chosen peak stays under budget x (1 - margin)
   double slack = 0.25;               // estimates within limit x (1 + slack) are still measured
+  double tie = 0.03;                 // fits within this of the fastest: the simplest is chosen
   int max_probes = 16;               // measurements per plan() beyond the reference ones
 };
 
