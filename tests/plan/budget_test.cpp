@@ -32,7 +32,12 @@ TEST(Budget, HalfTheBaselinePeakPlansAndTrainsToCompletionUnderTheCap) {
   auto r = b.run("base", "--budget " + std::to_string(budget) + " --run-dir " + run_dir.string());
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_NE(r.output.find("chosen: "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("why: the fastest measured configuration"), std::string::npos) << r.output;
+  // The fastest measured fit, or (its step times differing by a few percent run to run) the simplest
+  // one within 3% of it: either way the reason names the limit it fits under.
+  EXPECT_TRUE(r.output.find("why: the fastest measured configuration whose peak") != std::string::npos ||
+              r.output.find("why: the simplest measured configuration within 3% of the fastest") != std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("fits under "), std::string::npos) << r.output;
 
   const json s = json::parse(tt::test::read_file(run_dir / "summary.json"));
   EXPECT_EQ(s["steps"], 4);  // to completion
@@ -91,7 +96,8 @@ TEST(Budget, RecommendPrintsASettingForEachBudget) {
   const json rec = json::parse(tt::test::read_file(b.lm.dir / "rec-plan" / "recommend.json"));
   ASSERT_EQ(rec["budgets"].size(), 6u);
   for (const auto& p : rec["budgets"]) {
-    // Every configuration of this model fits in 0.5 GiB: each budget takes the fastest measured.
+    // Every configuration of this model fits in 0.5 GiB: each budget takes the fastest measured,
+    // or the simplest within 3% of it (the planner's tie rule).
     ASSERT_TRUE(p["found"].get<bool>());
     EXPECT_EQ(p["chosen"]["configuration"], rec["budgets"][0]["chosen"]["configuration"]);
     const double chosen_ms = p["chosen"]["measured"]["median_step_ms"].get<double>();
@@ -100,7 +106,7 @@ TEST(Budget, RecommendPrintsASettingForEachBudget) {
       if (c.contains("measured") && c["measured"]["status"] == "ok") {
         ++measured;
         EXPECT_LE(c["measured"]["peak_tensor_bytes"].get<int64_t>(), p["limit_bytes"].get<int64_t>());
-        EXPECT_LE(chosen_ms, c["measured"]["median_step_ms"].get<double>()) << c;
+        EXPECT_LE(chosen_ms, 1.03 * c["measured"]["median_step_ms"].get<double>()) << c;
       }
     EXPECT_GE(measured, 7);  // the reference, half its micro-batch, each technique alone
   }
