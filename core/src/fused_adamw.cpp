@@ -214,6 +214,10 @@ void FusedAdamW::catch_up_row(Deferred& d, int64_t row, float* p, float* m, floa
 
 void FusedAdamW::catch_up_rows(const torch::Tensor& p, const torch::Tensor& rows) {
   torch::NoGradGuard no_grad;
+  // Before the parameter's first step there is nothing to catch up; looking its state up would
+  // allocate it here, in the model's forward, where the meter counts it as activations.
+  using Key = typename std::decay_t<decltype(state_)>::key_type;
+  if (state_.find(compat::optimizer_state_key<Key>(p.unsafeGetTensorImpl())) == state_.end()) return;
   Deferred* d = deferred_of(p);
   if (!d || d->hist.empty()) return;
   auto& st = state_of(p);

@@ -181,6 +181,26 @@ TEST(TopicTraining, DeferredRowUpdatesTrainLikeDenseOnes) {
   for (size_t i = 0; i < loss0.size(); ++i) EXPECT_NEAR(loss1[i], loss0[i], 1e-5 * std::abs(loss0[i])) << i;
 }
 
+// The deferred path must not allocate AdamW's state in the model's forward (catching rows up
+// before the first step), where the meter would count it as activations: the breakdown shows it
+// as optimizer state, two moments per parameter, with or without deferral.
+TEST(TopicTraining, DeferredRowUpdatesCountTheirStateAsOptimizerState) {
+  auto memory = [](std::vector<std::string> sets) {
+    auto out = tt::test::temp_dir("topic");
+    sets.push_back("trainer.max_steps=3");
+    tt::Trainer t(pipe(out, sets), {out / "run", false, true});
+    t.fit();
+    return nlohmann::json::parse(tt::test::read_file(out / "run" / "summary.json"))["memory"];
+  };
+  for (const char* defer : {"true", "false"}) {
+    // 4000 documents: L (4000 x 8) is most of the parameters, the batch's tensors are small
+    const auto m = memory({std::string("model.defer_updates=") + defer, "data.n_docs=4000", "model.k=8"});
+    const int64_t params = m["parameters_bytes"].get<int64_t>();
+    EXPECT_EQ(m["optimizer_state_bytes"].get<int64_t>(), 2 * params) << "defer_updates=" << defer;
+    EXPECT_LT(m["activations_bytes"].get<int64_t>(), params / 4) << "defer_updates=" << defer;
+  }
+}
+
 // A deferred run restarted from a mid-run checkpoint: the checkpoint holds the caught-up
 // (dense) state, so the resumed run goes on from the same values as the uninterrupted one
 // and ends equal to float rounding (bitwise resume needs model.defer_updates: false).
