@@ -41,6 +41,11 @@ std::map<std::string, double> Model::evaluate(Dataset& data, int64_t batch_size)
 
 void Model::write_outputs(const std::filesystem::path&, State&) {}
 
+void Model::predict(const std::filesystem::path& input, const std::filesystem::path&) {
+  TT_FAIL_AS(ConfigError, "the model (", describe(), ") does not predict from files: --predict ", input.string(),
+             " needs a model that implements it (tabular-icl)");
+}
+
 std::string Model::generate(const std::string&, const GenerateOptions&) {
   TT_FAIL_AS(ConfigError, "the model (", describe(), ") does not generate text: --sample needs a language model "
              "such as model: {name: transformer}");

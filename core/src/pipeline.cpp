@@ -16,7 +16,7 @@ const Schema& trainer_schema() {
   static const Schema s =
       Schema()
           .add("epochs", Type::Int, "~", "passes over the training data (default 1, or unlimited when max_steps is set)")
-          .add("max_steps", Type::Int, "~", "stop after this many optimizer steps")
+          .add("max_steps", Type::Int, "~", "stop after this many optimizer steps (0: none: evaluate and write outputs only)")
           .add("batch_size", Type::Int, "16", "examples per optimizer step")
           .add("micro_batch_size", Type::Int, "~",
                "examples per forward/backward; gradients accumulate up to batch_size (default: batch_size)")

@@ -181,7 +181,7 @@ struct Trainer::Impl {
     }
     if (T.is_set("max_steps")) {
       max_steps = T.get_int("max_steps");
-      T.check(max_steps > 0, "max_steps", "must be positive");
+      T.check(max_steps >= 0, "max_steps", "must not be negative (0: no training, only evaluation and outputs)");
     }
     if (max_epochs < 0 && max_steps < 0) max_epochs = 1;
     T.check(T.get_string("on_nan") == "error" || T.get_string("on_nan") == "skip", "on_nan", "must be error or skip");

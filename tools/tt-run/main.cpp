@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
   tt::plan::RunOptions plan_opts;
   std::optional<std::string> sample_prompt;
   tt::GenerateOptions gen;
+  std::string predict_input, predict_output;
   app.add_option("pipeline", pipeline_file, "pipeline YAML file (e.g. configs/quickstart.yaml)");
   app.add_option("overrides", overrides, "key=value overrides, e.g. trainer.batch_size=64 plugins.0.dtype=bf16");
   app.add_flag("--dry-run", dry_run, "print the resolved pipeline (every default filled in) and exit");
@@ -116,6 +117,10 @@ int main(int argc, char** argv) {
   app.add_flag("--version", version, "print versions and exit");
   app.add_option("--sample", sample_prompt,
                  "after training (or, with --resume of a finished run, at once) continue PROMPT with the model");
+  app.add_option("--predict", predict_input,
+                 "after training (or, with --resume of a finished run, at once) predict for the examples in FILE "
+                 "(tabular-icl: a CSV) and write class probabilities to --predict-out");
+  app.add_option("--predict-out", predict_output, "where --predict writes (default RUN_DIR/predictions.csv)");
   app.add_option("--tokens", gen.tokens, "tokens to generate with --sample")->capture_default_str();
   app.add_option("--temperature", gen.temperature, "sampling temperature (0: greedy)")->capture_default_str();
   app.add_option("--top-k", gen.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
@@ -235,6 +240,11 @@ int main(int argc, char** argv) {
     if (sample_prompt) {
       const std::string text = trainer.generate(*sample_prompt, gen);
       std::printf("%s%s\n", quiet ? "" : "\nsample:\n", text.c_str());
+    }
+    if (!predict_input.empty()) {
+      const std::filesystem::path out = predict_output.empty() ? trainer.run_dir() / "predictions.csv" : std::filesystem::path(predict_output);
+      trainer.state().model->predict(predict_input, out);
+      if (!quiet) std::printf("predictions: %s\n", out.string().c_str());
     }
     return 0;
   } catch (const tt::Interrupted& e) {

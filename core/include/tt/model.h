@@ -54,6 +54,9 @@ class TT_API Model : public torch::nn::Module {
   virtual void on_optimizer(torch::optim::Optimizer& /*optimizer*/, bool /*gradients_read*/) {}
   // Continues `prompt` (language models). The default refuses: this model does not generate.
   virtual std::string generate(const std::string& prompt, const GenerateOptions& options);
+  // Predicts for the examples in `input` (a file the model reads, e.g. a CSV table) and writes
+  // them to `output` (tt-run --predict). The default refuses: this model does not predict files.
+  virtual void predict(const std::filesystem::path& input, const std::filesystem::path& output);
   // Predicted bytes of the tensors one forward pass keeps for backward at this micro-batch
   // size, before running it (planning, and checked against the meter); -1: no estimate.
   virtual int64_t estimate_activation_bytes(int64_t /*micro_batch_size*/) const { return -1; }
