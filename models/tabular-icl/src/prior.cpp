@@ -1,0 +1,187 @@
+#include "prior.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <random>
+
+#include "tt/error.h"
+
+namespace tt::tab {
+namespace {
+
+uint64_t mix(uint64_t a, uint64_t b) {  // splitmix64 of a combination: independent streams per table
+  uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+at::Tensor activate(const at::Tensor& x, int kind) {
+  switch (kind) {
+    case 0: return x;
+    case 1: return torch::tanh(x);
+    case 2: return torch::relu(x);
+    case 3: return torch::leaky_relu(x, 0.1);
+    case 4: return torch::sin(x);
+    case 5: return torch::abs(x);
+    case 6: return torch::sigmoid(2 * x);
+    default: return x * x;
+  }
+}
+
+}  // namespace
+
+Batch sample_prior_table(const PriorOptions& o, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto gen = at::detail::createCPUGenerator(seed ^ 0x5DEECE66Dull);
+  auto uni = [&](double a, double b) { return std::uniform_real_distribution<double>(a, b)(rng); };
+  auto pick = [&](int64_t a, int64_t b) { return std::uniform_int_distribution<int64_t>(a, b)(rng); };
+  const int64_t N = o.rows;
+  const int64_t F = pick(o.min_features, o.max_features);
+  const int64_t C = pick(o.min_classes, o.max_classes);
+  const bool linear = uni(0, 1) < o.linear_share;
+  const int64_t L = pick(1, o.max_layers);
+  // Enough hidden nodes in all for F features and the target.
+  const int64_t min_width = std::max<int64_t>(4, (F + 1 + L - 1) / L);
+  const int64_t width = pick(min_width, std::max(min_width, o.max_width));
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat);
+
+  at::Tensor h = uni(0, 1) < 0.7 ? at::normal(0, 1, {N, width}, gen, f32) : (at::rand({N, width}, gen, f32) * 2 - 1) * 1.7;
+  std::vector<at::Tensor> nodes;
+  for (int64_t l = 0; l < L; ++l) {
+    const double keep = uni(0.4, 1.0);
+    at::Tensor w = at::normal(0, 1, {width, width}, gen, f32) * (at::rand({width, width}, gen, f32) < keep) /
+                   std::sqrt(keep * static_cast<double>(width));
+    at::Tensor b = at::normal(0, 1, {width}, gen, f32) * uni(0, 0.5);
+    const int act = linear ? 0 : static_cast<int>(pick(0, 7));
+    const double noise = std::exp(uni(std::log(0.01), std::log(0.5)));
+    h = activate(torch::addmm(b, h, w), act) + at::normal(0, 1, {N, width}, gen, f32) * noise;
+    h = (h - h.mean(0)) / (h.std(0) + 1e-6);  // keep the scale sane through depth
+    nodes.push_back(h);
+  }
+  at::Tensor all = torch::cat(nodes, 1);  // [N, L*width]
+  std::vector<int64_t> cols(static_cast<size_t>(all.size(1)));
+  std::iota(cols.begin(), cols.end(), 0);
+  std::shuffle(cols.begin(), cols.end(), rng);
+  at::Tensor target = all.select(1, cols[0]).clone();
+  at::Tensor feats = all.index_select(1, torch::tensor(std::vector<int64_t>(cols.begin() + 1, cols.begin() + 1 + F)));
+  feats = feats.contiguous();
+  for (int64_t j = 0; j < F; ++j) {  // real columns are skewed or discrete now and then
+    const double u = uni(0, 1);
+    at::Tensor col = feats.select(1, j);
+    if (u < 0.15)
+      col.copy_(torch::exp(col * uni(0.3, 1.0)));
+    else if (u < 0.25)
+      col.copy_(torch::round(col * uni(0.5, 2.0)));
+  }
+  // Classes at random quantiles (each class holds a share in [0.3, 1] before normalization).
+  std::vector<double> share(static_cast<size_t>(C));
+  double total = 0;
+  for (auto& s : share) total += (s = uni(0.3, 1.0));
+  at::Tensor sorted = std::get<0>(target.sort());
+  std::vector<float> cuts;
+  double acc = 0;
+  for (int64_t c = 0; c + 1 < C; ++c) {
+    acc += share[c] / total;
+    cuts.push_back(sorted[std::min<int64_t>(N - 1, static_cast<int64_t>(acc * static_cast<double>(N)))].item<float>());
+  }
+  at::Tensor y = torch::bucketize(target, torch::tensor(cuts), /*out_int32=*/false, /*right=*/true);
+  std::vector<int64_t> perm(static_cast<size_t>(C));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  y = torch::tensor(perm).index_select(0, y.clamp(0, C - 1));
+
+  const auto n_support = std::clamp<int64_t>(std::llround(uni(o.support_min, o.support_max) * static_cast<double>(N)), 1, N - 1);
+  at::Tensor support = torch::zeros({N}, torch::kBool);
+  support.index_fill_(0, torch::randperm(N, gen, torch::kLong).slice(0, 0, n_support), true);
+
+  at::Tensor x = torch::zeros({N, o.max_features}, f32);
+  x.slice(1, 0, F).copy_(feats);
+  at::Tensor fmask = torch::zeros({o.max_features}, torch::kBool);
+  fmask.slice(0, 0, F).fill_(true);
+  Batch b;
+  b.set("x", x.unsqueeze(0));
+  b.set("feature_mask", fmask.unsqueeze(0));
+  b.set("y", y.unsqueeze(0));
+  b.set("support", support.unsqueeze(0));
+  b.set("n_classes", torch::full({1}, C, torch::kLong));
+  return b;
+}
+
+namespace {
+Batch stack(const std::vector<Batch>& parts) {
+  Batch out;
+  for (const auto& [k, _] : parts.at(0).tensors) {
+    std::vector<at::Tensor> ts;
+    for (const auto& p : parts) ts.push_back(p.at(k));
+    out.set(k, torch::cat(ts, 0));
+  }
+  return out;
+}
+}  // namespace
+
+Batch sample_prior(const PriorOptions& o, uint64_t seed_base, int64_t count) {
+  std::vector<Batch> parts;
+  for (int64_t i = 0; i < count; ++i) parts.push_back(sample_prior_table(o, seed_base + static_cast<uint64_t>(i)));
+  return stack(parts);
+}
+
+Batch PriorDataset::get(const at::Tensor& indices) {
+  at::Tensor idx = indices.to(torch::kLong).contiguous();
+  std::vector<Batch> parts;
+  for (int64_t i = 0; i < idx.numel(); ++i)
+    parts.push_back(sample_prior_table(o_, mix(seed_, static_cast<uint64_t>(idx.data_ptr<int64_t>()[i]))));
+  return stack(parts);
+}
+
+std::string PriorDataset::describe() const {
+  return detail::cat(tables_, " synthetic tables of ", o_.rows, " rows, ", o_.min_features, "-", o_.max_features,
+                     " features, ", o_.min_classes, "-", o_.max_classes, " classes");
+}
+
+Schema prior_schema() {
+  return Schema()
+      .add("tables", Type::Int, "100000", "synthetic tables per epoch (each one example)")
+      .add("validation_tables", Type::Int, "64", "tables of a fixed validation set (0: none)")
+      .add("rows", Type::Int, "256", "rows per table (support + query)")
+      .add("min_features", Type::Int, "1", "fewest features of a table")
+      .add("max_features", Type::Int, "32", "most features (the batch is padded to this; the model's max_features must be >= it)")
+      .add("min_classes", Type::Int, "2", "fewest classes")
+      .add("max_classes", Type::Int, "10", "most classes (at most 10)")
+      .add("support_min", Type::Float, "0.3", "smallest share of a table's rows in its support set")
+      .add("support_max", Type::Float, "0.9", "largest share of a table's rows in its support set")
+      .add("linear_share", Type::Float, "0.2", "share of tables from a linear SCM")
+      .add("max_layers", Type::Int, "4", "deepest random MLP")
+      .add("max_width", Type::Int, "48", "widest random MLP layer");
+}
+
+Datasets make_prior(const Options& o, uint64_t seed) {
+  PriorOptions p;
+  p.rows = o.get_int("rows");
+  p.min_features = o.get_int("min_features");
+  p.max_features = o.get_int("max_features");
+  p.min_classes = o.get_int("min_classes");
+  p.max_classes = o.get_int("max_classes");
+  p.support_min = o.get_float("support_min");
+  p.support_max = o.get_float("support_max");
+  p.linear_share = o.get_float("linear_share");
+  p.max_layers = o.get_int("max_layers");
+  p.max_width = o.get_int("max_width");
+  o.check(p.rows >= 4, "rows", "must be at least 4");
+  o.check(p.min_features >= 1 && p.min_features <= p.max_features, "min_features", "must be between 1 and max_features");
+  o.check(p.min_classes >= 2 && p.min_classes <= p.max_classes, "min_classes", "must be between 2 and max_classes");
+  o.check(p.max_classes <= 10, "max_classes", "must be at most 10 (the model's class limit)");
+  o.check(p.max_classes * 2 <= p.rows, "max_classes", "needs at least 2 rows per class: raise rows");
+  o.check(0 < p.support_min && p.support_min <= p.support_max && p.support_max < 1, "support_min",
+          "and support_max must satisfy 0 < support_min <= support_max < 1");
+  o.check(p.max_layers >= 1 && p.max_width >= 4, "max_layers", "must be >= 1 (and max_width >= 4)");
+  o.check(o.get_int("tables") > 0, "tables", "must be positive");
+  Datasets d;
+  d.train = std::make_shared<PriorDataset>(p, o.get_int("tables"), seed);
+  if (o.get_int("validation_tables") > 0)
+    d.validation = std::make_shared<PriorDataset>(p, o.get_int("validation_tables"), mix(seed, 0xC0FFEE));
+  return d;
+}
+
+}  // namespace tt::tab

@@ -1,0 +1,54 @@
+#pragma once
+// The synthetic prior the in-context learner is pretrained on: every example is a whole small
+// classification table drawn from a random structural causal model (TabPFN's MLP prior):
+//   a random MLP (1-4 layers, random widths, an activation per layer from identity, tanh, ReLU,
+//   leaky ReLU, sine, |x|, sigmoid, square; sparse Gaussian weights; Gaussian noise added at every
+//   layer, scale drawn per layer) run on Gaussian or uniform root causes; features and the target
+//   are distinct hidden nodes taken at random from all layers; a share of the tables are linear
+//   (identity activations throughout). Some features are then warped (exp) or discretized, as real
+//   columns are. The target is cut into 2..max_classes classes at random quantiles (every class
+//   at least a few rows) and the class ids permuted. Feature count uniform in
+//   [min_features, max_features]; the support share of the rows uniform in [support_min, support_max].
+// Batch tensors (B tables): x [B, rows, max_features] float (columns past the table's count are 0),
+// feature_mask [B, max_features] bool, y [B, rows] int64, support [B, rows] bool, n_classes [B] int64.
+#include <cstdint>
+#include <memory>
+
+#include "tt/dataset.h"
+#include "tt/options.h"
+
+namespace tt::tab {
+
+struct PriorOptions {
+  int64_t rows = 256;
+  int64_t min_features = 1, max_features = 32;
+  int64_t min_classes = 2, max_classes = 10;
+  double support_min = 0.3, support_max = 0.9;
+  double linear_share = 0.2;  // tables whose SCM is linear
+  int64_t max_layers = 4, max_width = 48;
+};
+
+// One table from the prior, drawn with `seed` (the same seed, the same table).
+Batch sample_prior_table(const PriorOptions& o, uint64_t seed);
+// Tables seed_base+0 .. seed_base+count-1 stacked into one batch.
+Batch sample_prior(const PriorOptions& o, uint64_t seed_base, int64_t count);
+
+class PriorDataset : public Dataset {
+ public:
+  PriorDataset(PriorOptions o, int64_t tables, uint64_t seed) : o_(o), tables_(tables), seed_(seed) {}
+  int64_t size() const override { return tables_; }
+  Batch get(const at::Tensor& indices) override;  // table i is drawn with seed (seed, i)
+  std::map<std::string, int64_t> info() const override { return {{"max_features", o_.max_features}}; }
+  std::string describe() const override;
+  const PriorOptions& options() const { return o_; }
+
+ private:
+  PriorOptions o_;
+  int64_t tables_;
+  uint64_t seed_;
+};
+
+Schema prior_schema();
+Datasets make_prior(const Options& o, uint64_t seed);
+
+}  // namespace tt::tab

@@ -1,0 +1,47 @@
+#pragma once
+// A numeric table read from a CSV file (no torch): a header row, numeric feature columns and a
+// label column (by name, or the last one). Labels may be any text; they become class ids
+// 0..C-1 in the sorted order of their values (numerically when all are numbers).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tt::tab {
+
+constexpr int64_t kMaxClasses = 10;
+
+struct Table {
+  std::string source;                      // the file, for messages
+  std::vector<std::string> feature_names;  // in file order
+  std::vector<std::string> class_names;    // class id -> label text
+  std::vector<float> x;                    // rows x features, row-major
+  std::vector<int64_t> y;                  // class id per row (-1: no label column)
+  int64_t rows = 0;
+  int64_t features() const { return static_cast<int64_t>(feature_names.size()); }
+  int64_t classes() const { return static_cast<int64_t>(class_names.size()); }
+  Table subset(const std::vector<int64_t>& rows) const;
+};
+
+struct CsvOptions {
+  std::string label;          // label column name; "" = the last column
+  std::string impute = "none";  // none: a missing value is an error; mean: the column's mean
+  bool require_label = true;  // false (predict): a table without the label column is fine
+};
+
+// Throws tt::ConfigError naming the file, line and column for: a missing file, an empty file or
+// one without data rows, an unknown label column (listing those present), a non-numeric feature,
+// a missing value (with impute: none), rows of the wrong width, more than kMaxClasses classes.
+Table read_csv(const std::string& path, const CsvOptions& o);
+
+// The same columns as `like` (by name, in its order) from `path`, labels mapped to like's class
+// names when the label column is present (unknown labels are an error); for prediction.
+Table read_csv_like(const std::string& path, const Table& like, const CsvOptions& o);
+
+// Stratified split: in each class, rows shuffled with `seed`, round(n_c * test_fraction) of them
+// (at least one when the class has two or more rows) to test.
+struct Split {
+  std::vector<int64_t> train, test;
+};
+Split stratified_split(const Table& t, double test_fraction, uint64_t seed);
+
+}  // namespace tt::tab

@@ -1,0 +1,127 @@
+#include "tabular_data.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "tt/error.h"
+
+namespace tt::tab {
+
+Batch table_batch(const Table& context, const Table& queries) {
+  const int64_t F = context.features(), S = context.rows, Q = queries.rows;
+  at::Tensor x = torch::empty({1, S + Q, F});
+  std::copy(context.x.begin(), context.x.end(), x.data_ptr<float>());
+  std::copy(queries.x.begin(), queries.x.end(), x.data_ptr<float>() + S * F);
+  at::Tensor y = torch::full({1, S + Q}, -1, torch::kLong);
+  std::copy(context.y.begin(), context.y.end(), y.data_ptr<int64_t>());
+  if (!queries.y.empty()) std::copy(queries.y.begin(), queries.y.end(), y.data_ptr<int64_t>() + S);
+  at::Tensor support = torch::zeros({1, S + Q}, torch::kBool);
+  support.slice(1, 0, S).fill_(true);
+  Batch b;
+  b.set("x", x);
+  b.set("feature_mask", torch::ones({1, F}, torch::kBool));
+  b.set("y", y);
+  b.set("support", support);
+  b.set("n_classes", torch::full({1}, context.classes(), torch::kLong));
+  return b;
+}
+
+EpisodeDataset::EpisodeDataset(std::shared_ptr<const Table> train, int64_t support, int64_t query, int64_t episodes,
+                               uint64_t seed)
+    : train_(std::move(train)), support_(support), query_(query), episodes_(episodes), seed_(seed) {
+  if (support_ + query_ > train_->rows) {  // a small table: its rows in the same proportion
+    const double share = static_cast<double>(support_) / static_cast<double>(support_ + query_);
+    support_ = std::clamp<int64_t>(std::llround(share * static_cast<double>(train_->rows)), 1, train_->rows - 1);
+    query_ = train_->rows - support_;
+  }
+}
+
+Batch EpisodeDataset::get(const at::Tensor& indices) {
+  const int64_t B = indices.numel(), F = train_->features(), N = support_ + query_, C = train_->classes();
+  at::Tensor x = torch::empty({B, N, F});
+  at::Tensor y = torch::empty({B, N}, torch::kLong);
+  at::Tensor support = torch::zeros({B, N}, torch::kBool);
+  support.slice(1, 0, support_).fill_(true);
+  std::vector<int64_t> rows(static_cast<size_t>(train_->rows));
+  for (int64_t b = 0; b < B; ++b) {
+    std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + (draws_++) + 1);
+    std::iota(rows.begin(), rows.end(), 0);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    std::vector<int64_t> relabel(static_cast<size_t>(C));
+    std::iota(relabel.begin(), relabel.end(), 0);
+    std::shuffle(relabel.begin(), relabel.end(), rng);
+    float* xp = x.data_ptr<float>() + b * N * F;
+    int64_t* yp = y.data_ptr<int64_t>() + b * N;
+    for (int64_t i = 0; i < N; ++i) {
+      std::copy_n(train_->x.begin() + rows[i] * F, F, xp + i * F);
+      yp[i] = relabel[train_->y[rows[i]]];
+    }
+  }
+  Batch out;
+  out.set("x", x);
+  out.set("feature_mask", torch::ones({B, F}, torch::kBool));
+  out.set("y", y);
+  out.set("support", support);
+  out.set("n_classes", torch::full({B}, C, torch::kLong));
+  return out;
+}
+
+std::map<std::string, int64_t> EpisodeDataset::info() const {
+  return {{"features", train_->features()}, {"classes", train_->classes()}, {"rows", train_->rows}};
+}
+
+std::string EpisodeDataset::describe() const {
+  return detail::cat(episodes_, " episodes of ", support_, " support + ", query_, " query rows from ", train_->rows,
+                     " training rows of ", train_->source);
+}
+
+Batch EvalSet::get(const at::Tensor& indices) {
+  at::Tensor idx = indices.to(torch::kLong).contiguous();
+  return table_batch(*context_, queries_->subset(std::vector<int64_t>(idx.data_ptr<int64_t>(),
+                                                                       idx.data_ptr<int64_t>() + idx.numel())));
+}
+
+std::map<std::string, int64_t> EvalSet::info() const {
+  return {{"features", context_->features()}, {"classes", context_->classes()}, {"rows", queries_->rows}};
+}
+
+std::string EvalSet::describe() const {
+  return detail::cat(queries_->rows, " test rows of ", queries_->source, " (context: ", context_->rows, " training rows)");
+}
+
+Schema csv_schema() {
+  return Schema()
+      .add("path", Type::String, "~", "the CSV file: a header row, numeric features, a label column")
+      .add("label", Type::String, "~", "the label column's name (default: the last column)")
+      .add("impute", Type::String, "none", "missing values (empty, NA, NaN, ?): none = an error, mean = the column's mean")
+      .add("test_fraction", Type::Float, "0.3", "share of each class held out for testing (stratified)")
+      .add("split_seed", Type::Int, "0", "seed of the stratified split")
+      .add("support_size", Type::Int, "256", "fine-tuning: support rows per episode (TabTune's support_size)")
+      .add("query_size", Type::Int, "64", "fine-tuning: query rows per episode (TabTune's query_size)")
+      .add("episodes", Type::Int, "64", "fine-tuning: episodes per epoch");
+}
+
+Datasets make_csv(const Options& o, uint64_t seed) {
+  o.check(o.is_set("path"), "path", "is required: the CSV file to learn from");
+  CsvOptions c;
+  c.label = o.is_set("label") ? o.get_string("label") : "";
+  c.impute = o.get_string("impute");
+  Table all = read_csv(o.get_string("path"), c);
+  const Split split = stratified_split(all, o.get_float("test_fraction"), static_cast<uint64_t>(o.get_int("split_seed")));
+  o.check(split.train.size() >= 2, "test_fraction", "leaves fewer than 2 training rows");
+  auto train = std::make_shared<const Table>(all.subset(split.train));
+  auto test = std::make_shared<const Table>(all.subset(split.test));
+  o.check(o.get_int("support_size") >= 1 && o.get_int("query_size") >= 1, "support_size",
+          "and query_size must be positive");
+  o.check(o.get_int("episodes") >= 1, "episodes", "must be positive");
+  Datasets d;
+  d.train = std::make_shared<EpisodeDataset>(train, o.get_int("support_size"), o.get_int("query_size"),
+                                             o.get_int("episodes"), seed);
+  d.validation = std::make_shared<EvalSet>(train, test);
+  return d;
+}
+
+}  // namespace tt::tab

@@ -1,0 +1,254 @@
+#include "tabular_model.h"
+
+#include <cmath>
+#include <fstream>
+
+#include "metrics.h"
+#include "tabular_data.h"
+#include "tt/error.h"
+#include "tt/log.h"
+
+namespace tt::tab {
+
+std::string Shape::to_string() const {
+  return detail::cat("max_features ", max_features, ", d_cell ", d_cell, ", d_model ", d_model, ", ", n_layers,
+                     " layers, ", n_heads, " heads, d_ff ", d_ff);
+}
+
+Shape preset(const std::string& size) {
+  Shape s;
+  if (size == "small") return s;
+  if (size == "large") {  // TabICL's in-context transformer widths: 12 layers of 512, 4 heads, d_ff 1024
+    s.max_features = 100;
+    s.d_cell = 32;
+    s.d_model = 512;
+    s.n_layers = 12;
+    s.n_heads = 4;
+    s.d_ff = 1024;
+    return s;
+  }
+  TT_FAIL_AS(ConfigError, "model.size is '", size, "': use small (~0.38M parameters) or large (TabICL-like, ~28M)");
+}
+
+// ---------------------------------------------------------------- block
+
+IclBlock::IclBlock(const Shape& s, std::shared_ptr<SupportMask> mask) : mask_(std::move(mask)) {
+  ln1 = register_module("ln1", tt::nn::LayerNorm(s.d_model));
+  tt::nn::AttentionImpl::Options a;
+  a.d_model = s.d_model;
+  a.n_heads = s.n_heads;
+  a.causal = false;
+  attn = register_module("attn", tt::nn::Attention(a));
+  ln2 = register_module("ln2", tt::nn::LayerNorm(s.d_model));
+  mlp = register_module("mlp", tt::nn::MLP(s.d_model, s.d_ff));
+}
+
+at::Tensor IclBlock::forward(const at::Tensor& x) {
+  at::Tensor h = x + attn->forward(ln1->forward(x), mask_->support);
+  return h + mlp->forward(ln2->forward(h));
+}
+
+// ---------------------------------------------------------------- model
+
+TabularIcl::TabularIcl(const Shape& s, std::shared_ptr<const Table> context, int64_t eval_chunk)
+    : s_(s), mask_(std::make_shared<SupportMask>()), context_(std::move(context)), eval_chunk_(eval_chunk) {
+  TT_CHECK_AS(ConfigError, s.d_model % s.n_heads == 0, "model.d_model (", s.d_model, ") must be a multiple of n_heads (",
+              s.n_heads, ")");
+  TT_CHECK_AS(ConfigError, s.d_model >= kMaxClasses, "model.d_model must be at least ", kMaxClasses);
+  cell = register_module("cell", tt::nn::Linear(2, s.d_cell));
+  row = register_module("row", tt::nn::Linear(s.max_features * s.d_cell, s.d_model));
+  label = register_module("label", tt::nn::Linear(s.d_model, s.d_model));
+  query_token = register_parameter("query_token", torch::randn({s.d_model}) * 0.02);
+  blocks = register_module("blocks", tt::nn::BlockStack());
+  for (int64_t i = 0; i < s.n_layers; ++i) blocks->push_back(std::make_shared<IclBlock>(s, mask_));
+  ln_f = register_module("ln_f", tt::nn::LayerNorm(s.d_model));
+  readout_q = register_module("readout_q", tt::nn::Linear(s.d_model, s.d_model));
+  readout_k = register_module("readout_k", tt::nn::Linear(s.d_model, s.d_model));
+  torch::NoGradGuard no_grad;  // residual branches start small: 1/sqrt(2 layers)
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    auto& b = static_cast<IclBlock&>((*blocks)[i]);
+    b.attn->proj->weight.mul_(1.0 / std::sqrt(2.0 * static_cast<double>(s.n_layers)));
+    b.mlp->fc2->weight.mul_(1.0 / std::sqrt(2.0 * static_cast<double>(s.n_layers)));
+  }
+}
+
+at::Tensor TabularIcl::probabilities(const at::Tensor& x_in, const at::Tensor& feature_mask, const at::Tensor& y,
+                                     const at::Tensor& support) {
+  TT_CHECK(x_in.dim() == 3 && support.sizes() == x_in.sizes().slice(0, 2) && y.sizes() == support.sizes(),
+           "tabular-icl: x must be [tables, rows, features] with y and support [tables, rows]; got ", x_in.sizes(), ", ",
+           y.sizes(), ", ", support.sizes());
+  const int64_t B = x_in.size(0), N = x_in.size(1), F = x_in.size(2), M = s_.max_features;
+  TT_CHECK_AS(ConfigError, F <= M, "tabular-icl: the table has ", F, " features; this model takes at most ", M,
+              " (model.max_features): drop columns, or pretrain a model with a larger max_features");
+  const at::Tensor sw = support.to(x_in.scalar_type()).unsqueeze(-1);  // [B, N, 1]
+  const at::Tensor fm = feature_mask.to(x_in.scalar_type());           // [B, F]
+  // 1. per-table standardization from the support rows
+  const at::Tensor n_support = sw.sum(1).clamp_min(1);                 // [B, 1]
+  const at::Tensor mean = (x_in * sw).sum(1) / n_support;              // [B, F]
+  const at::Tensor centred = x_in - mean.unsqueeze(1);
+  const at::Tensor var = (centred * centred * sw).sum(1) / n_support;
+  const at::Tensor inv = torch::where(var > 1e-12, var.clamp_min(1e-12).rsqrt(), torch::zeros_like(var));
+  at::Tensor z = (centred * inv.unsqueeze(1)).clamp(-8, 8) * fm.unsqueeze(1);
+  at::Tensor present = fm.unsqueeze(1).expand({B, N, F});
+  if (F < M) {
+    z = torch::constant_pad_nd(z, {0, M - F});
+    present = torch::constant_pad_nd(present, {0, M - F});
+  }
+  // 2. per-feature embedding, row representation
+  at::Tensor cells = torch::gelu(cell->forward(torch::stack({z, present}, -1)));  // [B, N, M, d_cell]
+  cells = cells * present.unsqueeze(-1);
+  at::Tensor h = row->forward(cells.reshape({B, N, M * s_.d_cell}));              // [B, N, d]
+  // 3. label embedding from the class's support rows (equivariant to relabelling)
+  const at::Tensor onehot =
+      torch::one_hot(y.clamp(0, kMaxClasses - 1), kMaxClasses).to(h.scalar_type()) * sw * (y >= 0).unsqueeze(-1);
+  const at::Tensor counts = onehot.sum(1).clamp_min(1);                                       // [B, C]
+  const at::Tensor class_mean = torch::bmm(onehot.transpose(1, 2), h) / counts.unsqueeze(-1);  // [B, C, d]
+  h = h + label->forward(torch::bmm(onehot, class_mean)) * sw + query_token * (1 - sw);
+  // 4. the in-context transformer: keys are the support rows
+  mask_->support = support;
+  h = ln_f->forward(blocks->forward(h));
+  // 5. readout: attention over support rows, the one-hot labels as values
+  tt::nn::AttentionInputs in;
+  in.q = readout_q->forward(h).unsqueeze(1);
+  in.k = readout_k->forward(h).unsqueeze(1);
+  in.v = torch::constant_pad_nd(onehot, {0, s_.d_model - kMaxClasses}).unsqueeze(1);
+  in.causal = false;
+  in.key_padding = support;
+  in.training = is_training();
+  auto& kernel = static_cast<IclBlock&>((*blocks)[0]).attn->kernel();
+  return kernel.forward(in).squeeze(1).slice(-1, 0, kMaxClasses);  // [B, N, C]
+}
+
+ModelOutput TabularIcl::forward_loss(const Batch& batch) {
+  const at::Tensor& y = batch.at("y");
+  const at::Tensor& support = batch.at("support");
+  const at::Tensor p = probabilities(batch.at("x"), batch.at("feature_mask"), y, support);
+  // Query rows whose class occurs among the support rows.
+  const at::Tensor yc = y.clamp(0, kMaxClasses - 1);
+  const at::Tensor in_support =
+      torch::one_hot(yc, kMaxClasses).mul(support.unsqueeze(-1)).sum(1).gt(0).gather(1, yc);  // [B, N]
+  const at::Tensor scored = support.logical_not() & y.ge(0) & in_support;
+  const at::Tensor nll = -torch::log(p.gather(-1, yc.unsqueeze(-1)).squeeze(-1).clamp_min(1e-12));
+  const at::Tensor count = scored.sum();
+  ModelOutput o;
+  o.loss = (nll * scored).sum() / count.clamp_min(1);
+  o.reduction = Reduction::Mean;
+  o.items = support.numel();
+  return o;
+}
+
+at::Tensor TabularIcl::predict_table(const Table& context, const Table& queries) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = is_training();
+  eval();
+  const int64_t C = context.classes();
+  std::vector<at::Tensor> parts;
+  for (int64_t begin = 0; begin < queries.rows; begin += eval_chunk_) {
+    std::vector<int64_t> idx;
+    for (int64_t i = begin; i < std::min(queries.rows, begin + eval_chunk_); ++i) idx.push_back(i);
+    Batch b = table_batch(context, queries.subset(idx));
+    at::Tensor y = b.at("y").clone();
+    y.slice(1, context.rows).fill_(-1);  // the queries' labels are not the model's to see
+    at::Tensor p = probabilities(b.at("x"), b.at("feature_mask"), y, b.at("support"));
+    parts.push_back(p[0].slice(0, context.rows).slice(1, 0, C).to(torch::kDouble));
+  }
+  train(was_training);
+  return torch::cat(parts, 0);
+}
+
+std::map<std::string, double> TabularIcl::evaluate(Dataset& data, int64_t batch_size) {
+  auto* set = dynamic_cast<EvalSet*>(&data);
+  if (!set) {
+    auto m = Model::evaluate(data, batch_size);
+    return m;
+  }
+  at::Tensor p = predict_table(set->context(), set->queries()).contiguous();
+  std::vector<double> probs(p.data_ptr<double>(), p.data_ptr<double>() + p.numel());
+  auto m = classification_metrics(probs, set->queries().y, set->context().classes());
+  std::map<std::string, double> out;
+  for (const auto& [k, v] : m) out["val_" + k] = v;
+  return out;
+}
+
+void TabularIcl::predict(const std::filesystem::path& input, const std::filesystem::path& output) {
+  TT_CHECK_AS(ConfigError, context_, "tabular-icl: --predict needs a training table as context: run it with the "
+              "tabular-csv dataset (the pipeline's data.path), not the synthetic prior");
+  CsvOptions o;
+  o.require_label = false;
+  Table q = read_csv_like(input.string(), *context_, o);
+  at::Tensor p = predict_table(*context_, q).contiguous();
+  std::ofstream out(output);
+  TT_CHECK_AS(ConfigError, out.good(), "tabular-icl: cannot write ", output.string());
+  const int64_t C = context_->classes();
+  for (int64_t c = 0; c < C; ++c) out << "p_" << context_->class_names[c] << ",";
+  out << "predicted\n";
+  const double* pp = p.data_ptr<double>();
+  for (int64_t i = 0; i < q.rows; ++i) {
+    int64_t best = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      out << pp[i * C + c] << ",";
+      if (pp[i * C + c] > pp[i * C + best]) best = c;
+    }
+    out << context_->class_names[best] << "\n";
+  }
+  TT_CHECK(out.good(), "tabular-icl: writing ", output.string(), " failed");
+  bool labelled = q.rows > 0;
+  for (auto v : q.y) labelled = labelled && v >= 0;
+  if (labelled) {
+    std::vector<double> probs(pp, pp + p.numel());
+    const auto m = classification_metrics(probs, q.y, C);
+    log().info("tabular-icl: {} rows of {} predicted: accuracy {:.4f}, log-loss {:.4f}", q.rows, input.string(),
+               m.at("accuracy"), m.at("log_loss"));
+  }
+}
+
+std::string TabularIcl::describe() const {
+  std::string d = "tabular-icl: " + s_.to_string();
+  if (context_) d += detail::cat("; context ", context_->rows, " rows of ", context_->source);
+  return d;
+}
+
+Schema model_schema() {
+  return Schema()
+      .add("size", Type::String, "small", "preset: small (~0.38M parameters, pretrains in minutes on a CPU) or large (TabICL-like)")
+      .add("max_features", Type::Int, "~", "features a table may have (padded and masked up to it); preset's when unset")
+      .add("d_cell", Type::Int, "~", "per-feature embedding width")
+      .add("d_model", Type::Int, "~", "row representation width")
+      .add("n_layers", Type::Int, "~", "in-context transformer blocks")
+      .add("n_heads", Type::Int, "~", "attention heads")
+      .add("d_ff", Type::Int, "~", "MLP width")
+      .add("eval_chunk", Type::Int, "1024", "query rows per forward pass at evaluation and prediction");
+}
+
+std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
+  Shape s = preset(o.get_string("size"));
+  auto take = [&](const char* key, int64_t& field) {
+    if (o.is_set(key)) {
+      field = o.get_int(key);
+      o.check(field > 0, key, "must be positive");
+    }
+  };
+  take("max_features", s.max_features);
+  take("d_cell", s.d_cell);
+  take("d_model", s.d_model);
+  take("n_layers", s.n_layers);
+  take("n_heads", s.n_heads);
+  take("d_ff", s.d_ff);
+  o.check(o.get_int("eval_chunk") > 0, "eval_chunk", "must be positive");
+  std::shared_ptr<const Table> context;
+  if (auto* ev = dynamic_cast<EvalSet*>(data.validation.get())) context = ev->shared_context();
+  for (const auto& d : {data.train, data.validation}) {
+    if (!d) continue;
+    const auto info = d->info();
+    for (const char* key : {"features", "max_features"}) {
+      auto it = info.find(key);
+      if (it != info.end() && it->second > s.max_features)
+        TT_FAIL_AS(ConfigError, "tabular-icl: the data (", d->describe(), ") has ", it->second,
+                   " features; model.max_features is ", s.max_features,
+                   ": drop columns, or use a model pretrained with a larger max_features");
+    }
+  }
+  return std::make_shared<TabularIcl>(s, context, o.get_int("eval_chunk"));
+}
+
+}  // namespace tt::tab
