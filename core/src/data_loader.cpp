@@ -18,7 +18,33 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> data, int64_t batch_size, bool s
 
 DataLoader::~DataLoader() = default;
 
-int64_t DataLoader::batches_per_epoch() const { return (data_->size() + batch_size_ - 1) / batch_size_; }
+int64_t DataLoader::batches_per_epoch() const {
+  if (owned_) return owned_batches_;
+  const int64_t global = batch_size_ * world_;
+  const int64_t full = data_->size() / global, rest = data_->size() % global;
+  return full + (rest >= world_ ? 1 : 0);
+}
+
+void DataLoader::shard(int rank, int world_size, bool owned) {
+  TT_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "DataLoader::shard: rank ", rank, " of ", world_size);
+  TT_CHECK(data_->size() >= world_size, "the training dataset has ", data_->size(), " examples, fewer than the ",
+           world_size, " ranks: use fewer processes or more data");
+  rank_ = rank;
+  world_ = world_size;
+  owned_ = owned && world_size > 1;
+  if (owned_) {
+    TT_CHECK(!stream_, "trainer.dist_rows: owned needs a map-style dataset (", data_->describe(), " is a stream)");
+    const int64_t fewest = data_->size() / world_size;  // the last rank's share
+    owned_batches_ = (fewest + batch_size_ - 1) / batch_size_;
+  }
+}
+
+namespace {
+// This rank's part [begin, end) of a global batch of n examples.
+std::pair<int64_t, int64_t> part(int64_t n, int rank, int world) {
+  return {n * rank / world, n * (rank + 1) / world};
+}
+}  // namespace
 
 at::Tensor DataLoader::order(int64_t epoch) {
   std::lock_guard<std::mutex> lock(order_mu_);
@@ -45,7 +71,13 @@ DataLoader::Fetched DataLoader::fetch(int64_t epoch, int64_t index) {
       stream_epoch_ = epoch;
     }
     Fetched f;
-    f.batch = stream_->next(batch_size_);
+    f.batch = stream_->next(batch_size_ * world_);
+    if (world_ > 1 && f.batch.size > 0) {  // rank-strided: every rank reads the slice, keeps its part
+      auto [b, e] = part(f.batch.size, rank_, world_);
+      TT_CHECK(b < e, "the stream ", data_->describe(), " gave ", f.batch.size, " examples at batch ", index,
+               ", fewer than the ", world_, " ranks");
+      f.batch = f.batch.slice(b, e);
+    }
     TT_CHECK(f.batch.size > 0, "the stream ", data_->describe(), " ended at batch ", index, " of epoch ", epoch,
              " but was counted at ", batches_per_epoch(), " batches: did its files change during the run?");
     stream_next_ = index + 1;
@@ -53,8 +85,21 @@ DataLoader::Fetched DataLoader::fetch(int64_t epoch, int64_t index) {
     return f;
   }
   at::Tensor o = order(epoch);
-  int64_t begin = index * batch_size_, end = std::min(begin + batch_size_, data_->size());
+  if (owned_) {  // this rank's examples in the shared order, cut in owned_batches_ parts
+    at::Tensor mine = o.masked_select(o.remainder(world_) == rank_);
+    const int64_t n = mine.numel(), b = index * n / owned_batches_, e = (index + 1) * n / owned_batches_;
+    TT_CHECK(b < e, "batch ", index, " is past the end of the epoch");
+    return {data_->get(mine.slice(0, b, e)), {}};
+  }
+  const int64_t global = batch_size_ * world_;
+  int64_t begin = index * global, end = std::min(begin + global, data_->size());
   TT_CHECK(begin < end, "batch ", index, " is past the end of the epoch");
+  if (world_ > 1) {
+    auto [b, e] = part(end - begin, rank_, world_);
+    TT_CHECK(b < e, "batch ", index, " has fewer examples than ranks");
+    end = begin + e;
+    begin += b;
+  }
   return {data_->get(o.slice(0, begin, end)), {}};
 }
 

@@ -38,7 +38,11 @@ const Schema& trainer_schema() {
           .add("checkpoint_every", Type::Int, "~", "checkpoint every N steps (a final checkpoint is always written)")
           .add("keep_checkpoints", Type::Int, "3", "keep the newest N checkpoints (0 keeps all)")
           .add("on_nan", Type::String, "error", "a NaN/inf loss: error (stop with a message) or skip (drop the batch)")
-          .add("progress", Type::String, "auto", "auto, bar, lines or off");
+          .add("progress", Type::String, "auto", "auto, bar, lines or off")
+          .add("dist_rows", Type::String, "all-reduce",
+               "data-parallel runs, row-sparse gradients (the topic model's L): all-reduce (summed densely, "
+               "every rank sees all documents) or owned (rank r keeps documents i with i % world == r and their "
+               "rows; only the other gradients are all-reduced)");
   return s;
 }
 

@@ -7,13 +7,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sys/resource.h>
 
 #include "tt/checkpoint.h"
 #include "tt/data_loader.h"
+#include "tt/dist.h"
 #include "tt/helper.h"
 #include "tt/error.h"
 #include "tt/fused_adamw.h"
@@ -92,6 +95,16 @@ struct Trainer::Impl {
   MemoryBreakdown mem;
   json summary;
   Meter& meter = Meter::global();
+  std::vector<double> comm_times;  // seconds in collectives per step (multi-process runs)
+  std::vector<std::string> replica_hashes;  // FNV-1a of every rank's parameters after the fit
+  int64_t global_examples = 0;       // examples of the last batch over all ranks
+  bool owned_rows = false;           // trainer.dist_rows: owned
+  std::set<size_t> owned_row_params;  // trainable indices whose row gradients stay on their rank
+  bool dist_interrupt = false;     // some rank was interrupted: all stop at this batch
+  int64_t bucket_bytes = 25 << 20;
+  dist::Context* dist = nullptr;  // a multi-process run (tt-run --nproc, torchrun environment)
+  bool root = true;               // rank 0: the one that writes the run directory
+  bool sum_reduced = false;       // the last micro-batch's loss was sum-reduced
 
   int64_t max_epochs = -1, max_steps = -1, skipped = 0, start_step = 0;
   int64_t next_epoch = 0, next_batch = 0;  // resume position
@@ -135,6 +148,10 @@ struct Trainer::Impl {
 
   // ---------------------------------------------------------------- setup
   void make_run_dir() {
+    if (!root) {  // rank 0 names and writes the run directory; the others only read it (resume)
+      s.run_dir = dist->broadcast_string("");
+      return;
+    }
     if (!cfg.run_dir.empty()) {
       s.run_dir = cfg.run_dir;
     } else {
@@ -151,10 +168,24 @@ struct Trainer::Impl {
     std::ofstream(s.run_dir / "pipeline.yaml") << "# resolved by tt-run from " << p.file << "\n" << p.resolved_yaml();
     file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>((s.run_dir / "log.txt").string());
     log().sinks().push_back(file_sink);
+    if (dist) dist->broadcast_string(s.run_dir.string());
   }
 
   void setup() {
     const Options& T = p.trainer;
+    dist = dist::context();
+    if (dist) {
+      root = dist->is_root();
+      s.rank = dist->rank();
+      s.world_size = dist->world_size();
+      // The same pipeline everywhere, or gradients of different models would be averaged.
+      dist->check_same("resolved pipeline", p.resolved_yaml());
+      if (!root) {
+        cfg.quiet = true;
+        log().set_level(spdlog::level::warn);  // rank 0 reports; the others only warn
+      }
+      if (const char* b = std::getenv("TT_DIST_BUCKET_MB")) bucket_bytes = static_cast<int64_t>(std::atof(b) * (1 << 20));
+    }
     meter.install();
     threads = configure_threads(static_cast<int>(T.get_int("threads")));
     set_flush_denormal(T.get_bool("flush_denormal"));
@@ -237,6 +268,10 @@ struct Trainer::Impl {
 
     loader = std::make_unique<DataLoader>(data.train, s.batch_size, T.get_bool("shuffle"), p.seed,
                                           T.get_bool("prefetch"));
+    const std::string rows_mode = T.get_string("dist_rows");
+    T.check(rows_mode == "all-reduce" || rows_mode == "owned", "dist_rows", "must be all-reduce or owned");
+    owned_rows = dist && rows_mode == "owned";
+    if (dist) loader->shard(dist->rank(), dist->world_size(), owned_rows);
     s.batches_per_epoch = loader->batches_per_epoch();
     if (threads >= 2 && loader->helper() && s.model->small_steps()) {
       Helper::use_for_loops(loader->helper());
@@ -325,10 +360,34 @@ struct Trainer::Impl {
   // date before anything reads them whole: evaluation, checkpoints, outputs, epoch ends.
   void flush_optimizer() {
     if (auto* f = dynamic_cast<FusedAdamW*>(s.optimizer.get())) f->flush();
+    if (dist && owned_rows) assemble_owned_rows();
+  }
+
+  // trainer.dist_rows: owned: each rank has trained the rows of its own documents (i % world
+  // == rank); every rank gets every row from its owner before anything reads them whole.
+  void assemble_owned_rows() {
+    torch::NoGradGuard no_grad;
+    const int64_t w = dist->world_size();
+    for (size_t i : owned_row_params) {
+      torch::Tensor& p = trainable[i];
+      const int64_t n = p.size(0);
+      torch::Tensor all = dist->all_gather(p.detach()).view({w, n, -1});
+      torch::Tensor rows = torch::arange(n, torch::kLong);
+      p.detach().view({n, -1}).copy_(all.index({rows.remainder(w), rows}));
+    }
+    dist->take_comm_seconds();
   }
 
   void save_checkpoint() {
-    flush_optimizer();
+    flush_optimizer();  // on every rank: the parameters stay equal across ranks
+    if (!root) {
+      if (!s.gradient_sync) {  // a sharded optimizer's save gathers every rank's state
+        torch::serialize::OutputArchive unused;
+        s.optimizer->save(unused);
+      }
+      last_checkpoint_step = s.step;
+      return;
+    }
     torch::serialize::OutputArchive ar;
     torch::serialize::OutputArchive model_ar, opt_ar;
     s.model->save(model_ar);
@@ -350,6 +409,7 @@ struct Trainer::Impl {
     ar.write("trainer/epoch_loss_sum", c10::IValue(epoch_loss_sum));
     ar.write("trainer/epoch_batches", c10::IValue(epoch_batches));
     ar.write("trainer/micro_batch_size", c10::IValue(s.micro_batch_size));
+    ar.write("trainer/world_size", c10::IValue(static_cast<int64_t>(s.world_size)));
     if (loader->streaming()) {  // where the text stream stands, so a resume continues it exactly
       const std::string& pos = loader->position();
       ar.write("trainer/data_position",
@@ -400,6 +460,15 @@ struct Trainer::Impl {
     TT_CHECK(names.toStringRef() == plugin_list(), file.string(), " was written with plugins [",
              names.toStringRef(), "] but the pipeline now has [", plugin_list(),
              "]: resume with the same plugins (their state is part of the checkpoint)");
+    TT_CHECK_AS(ConfigError, !owned_rows, "trainer.dist_rows: owned cannot resume (", file.string(),
+                " holds rank 0's optimizer moments only for the rows other ranks own); use dist_rows: all-reduce");
+    {
+      c10::IValue ws;
+      const int64_t saved_world = ar.try_read("trainer/world_size", ws) ? ws.toInt() : 1;
+      TT_CHECK_AS(ConfigError, saved_world == s.world_size, file.string(), " was written by a run of ", saved_world,
+                  " process(es) but this one has ", s.world_size, ": resume with the same world size (tt-run --nproc ",
+                  saved_world, "); the data order and sharded state depend on it");
+    }
     torch::serialize::InputArchive model_ar, opt_ar;
     ar.read("model", model_ar);
     const std::string mismatch = load_model_checked(model_ar);
@@ -437,6 +506,72 @@ struct Trainer::Impl {
     resumed = true;
   }
 
+  // ---------------------------------------------------------------- data parallel
+  // Every rank has run forward/backward on its part of the batch. One small all-reduce
+  // agrees on the batch's loss, example count, a skip (NaN on any rank) and an interrupt;
+  // then the gradients, weighted by the rank's share of the batch for mean-reduced losses,
+  // are summed in flattened buckets, so that every rank steps with the whole batch's gradient
+  // (bitwise the same on all ranks). Only trainable parameters take part (LoRA: the
+  // adapters); sparse gradients are summed densely. Plugins see the synchronized gradients
+  // at BEFORE_STEP (unscale, clip) and the optimizer steps on them (adam8bit, offload).
+  bool sync_gradients(bool ok, json& line) {
+    const size_t np = trainable.size();
+    at::Tensor head = torch::zeros({static_cast<int64_t>(4 + np)}, torch::kDouble);
+    auto h = head.accessor<double, 1>();
+    const double n = static_cast<double>(s.batch.size);
+    h[0] = ok ? s.batch_loss * (sum_reduced ? 1.0 : n) : 0.0;
+    h[1] = n;
+    h[2] = ok ? 0.0 : 1.0;
+    h[3] = interrupt_requested() ? 1.0 : 0.0;
+    for (size_t i = 0; i < np; ++i) h[4 + i] = ok && trainable[i].grad().defined() ? 1.0 : 0.0;
+    dist->all_reduce_sum(head);
+    h = head.accessor<double, 1>();
+    dist_interrupt = h[3] > 0;
+    global_examples = static_cast<int64_t>(h[1]);
+    bool synced = h[2] == 0;
+    if (synced) {
+      s.batch_loss = sum_reduced ? h[0] : h[0] / h[1];
+      const double share = sum_reduced ? 1.0 : n / h[1];
+      std::vector<torch::Tensor> grads;
+      std::vector<size_t> which;
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < np; ++i) {
+        if (h[4 + i] == 0) continue;  // no rank has a gradient for it: it stays without one
+        torch::Tensor g = trainable[i].grad();
+        if (owned_rows && g.defined() && g.is_sparse()) {
+          // rows of this rank's own documents: no other rank has gradient for them
+          if (share != 1.0) trainable[i].mutable_grad() = g * share;
+          owned_row_params.insert(i);
+          continue;
+        }
+        if (!g.defined()) g = torch::zeros_like(trainable[i]);
+        else if (g.is_sparse()) g = g.to_dense();
+        else if (!g.is_contiguous()) g = g.contiguous();
+        if (share != 1.0) g.mul_(share);
+        grads.push_back(g);
+        which.push_back(i);
+      }
+      if (s.gradient_sync) dist->all_reduce_sum_bucketed(grads, bucket_bytes);  // else the optimizer's (zero1)
+      for (size_t j = 0; j < which.size(); ++j) trainable[which[j]].mutable_grad() = grads[j];
+    } else {
+      if (ok) log().warn("step {}: another rank dropped its part of the batch; every rank skips this step", s.step + 1);
+      zero_grads();
+    }
+    const double comm = dist->take_comm_seconds();
+    comm_times.push_back(comm);
+    line["comm_seconds"] = comm;
+    return synced;
+  }
+
+  // All ranks start from rank 0's parameters and buffers (after a resume, too).
+  void broadcast_model() {
+    std::vector<torch::Tensor> ts;
+    for (const auto& t : s.model->parameters()) ts.push_back(t);
+    for (const auto& t : s.model->buffers()) ts.push_back(t);
+    dist->broadcast(ts, 0);
+    dist->take_comm_seconds();
+  }
+
   // ---------------------------------------------------------------- one batch
   void zero_grads() {
     for (auto& t : trainable)
@@ -465,6 +600,7 @@ struct Trainer::Impl {
       fire(Event::AFTER_FORWARD);
       TT_CHECK(s.output.loss.defined() && s.output.loss.numel() == 1, "model (", p.model.name,
                ") returned no scalar loss");
+      sum_reduced = s.output.reduction != Reduction::Mean;
       const double weight =
           s.output.reduction == Reduction::Mean ? static_cast<double>(s.micro.size) / static_cast<double>(batch.size) : 1.0;
       const double raw = s.output.loss.item<double>();
@@ -539,6 +675,7 @@ struct Trainer::Impl {
                    s.micro_batch_size);
       }
     }
+    if (dist) ok = sync_gradients(ok, line);
     if (!grads_measured && ok) {
       std::vector<torch::Tensor> grads;
       for (auto& t : trainable) grads.push_back(t.grad());
@@ -621,12 +758,13 @@ struct Trainer::Impl {
     t_start = Clock::now();
     setup();
     if (cfg.resume) load_checkpoint();
+    if (dist) broadcast_model();
     if (resumed && s.step >= s.total_steps) {  // e.g. tt-run --resume RUN --sample PROMPT on a finished run
       log().info("{}: the run in {} is complete at step {} (of {}); nothing to train, outputs kept as they are",
                  p.name, s.run_dir.string(), s.step, s.total_steps);
       return;
     }
-    metrics.open(s.run_dir / "metrics.jsonl", resumed ? s.step : (cfg.resume ? 0 : -1));
+    if (root) metrics.open(s.run_dir / "metrics.jsonl", resumed ? s.step : (cfg.resume ? 0 : -1));
     start_step = s.step;
     setup_seconds = seconds_since(t_start);
     log().info("{}: {} | data {} | {} optimizer, {} schedule | plugins [{}] | {} threads | run dir {}", p.name,
@@ -679,14 +817,23 @@ struct Trainer::Impl {
     json val;
     evaluate(&val);
     if (last_checkpoint_step != s.step && s.step > start_step) save_checkpoint();
+    if (dist) {  // the replicas must have stayed bitwise equal: their hashes go into the summary
+      std::vector<torch::Tensor> ps;
+      for (const auto& t : s.model->parameters()) ps.push_back(t);
+      replica_hashes = dist->all_gather_strings(dist::hash_tensors(ps));
+      for (const auto& h : replica_hashes)
+        if (h != replica_hashes[0])
+          log().warn("parameters differ across ranks at the end (hashes {} on rank 0, {} elsewhere)", replica_hashes[0], h);
+    }
     fire(Event::FIT_END);
     s.metrics.clear();
-    with_context("model (" + p.model.name + ") writing outputs", [&] {
-      s.model->write_outputs(s.run_dir, s);
-      return 0;
-    });
+    if (root)
+      with_context("model (" + p.model.name + ") writing outputs", [&] {
+        s.model->write_outputs(s.run_dir, s);
+        return 0;
+      });
     model_metrics = s.metrics;
-    write_summary(train_seconds, val);
+    if (root) write_summary(train_seconds, val);
   }
 
   void train_loop(bool& done, Progress& progress, int64_t eval_every, int64_t ckpt_every, int64_t log_every,
@@ -703,9 +850,10 @@ struct Trainer::Impl {
         auto t0 = Clock::now();
         Batch batch = loader->get(s.epoch, b);
         if (!s.device.is_cpu()) batch = batch.to(s.device);
-        const int64_t examples = batch.size;
+        int64_t examples = batch.size;
         json line;
         run_batch(std::move(batch), line);
+        if (dist) examples = global_examples;  // throughput of the whole run, not of this rank
         const double dt = seconds_since(t0);
         step_times.push_back(dt);
         step_losses.push_back(s.batch_loss);
@@ -727,7 +875,7 @@ struct Trainer::Impl {
         if (eval_every > 0 && s.step % eval_every == 0) evaluate(nullptr);
         done = s.step >= s.total_steps || s.stop;
         if (ckpt_every > 0 && s.step % ckpt_every == 0 && !done) save_checkpoint();
-        if (interrupt_requested()) {
+        if (dist ? dist_interrupt : interrupt_requested()) {
           progress.finish();
           save_checkpoint();
           throw Interrupted(detail::cat("interrupted at step ", s.step, "; checkpoint written. Continue with: tt-run --resume ",
@@ -794,6 +942,7 @@ struct Trainer::Impl {
         {"train_seconds", train_seconds},
         {"median_step_seconds", median(step_times)},
         {"median_optimizer_seconds", median(optimizer_times)},
+        {"world_size", s.world_size},
         {"steps_per_second", train_seconds > 0 ? steps_here / train_seconds : 0.0},
         {"final_loss", step_losses.empty() ? 0.0 : step_losses.back()},
         {"memory",
@@ -826,6 +975,10 @@ struct Trainer::Impl {
       summary["final_epoch_loss"] = epoch_losses.back();
     }
     if (!val.empty()) summary["validation"] = val;
+    if (dist) {
+      summary["median_comm_seconds"] = median(comm_times);
+      summary["replica_parameter_hashes"] = replica_hashes;
+    }
     if (!model_metrics.empty()) summary["model_metrics"] = model_metrics;
     if (resumed) summary["resumed_from"] = resumed_from;
     if (meter.cap() > 0) summary["memory"]["cap_bytes"] = meter.cap();

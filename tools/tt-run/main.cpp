@@ -8,6 +8,7 @@
 //   tt-run --profile-memory PIPELINE.yaml  breakdown, per-block table, tensor bytes over one step
 //   tt-run --budget 1.5GiB PIPELINE.yaml   plan the fastest plugins/micro-batch that fit, then train (plan.h)
 //   tt-run --recommend PIPELINE.yaml       the planned settings for budgets of 0.5 to 16 GiB
+//   tt-run --nproc N PIPELINE.yaml         N data-parallel workers on this machine (launch.h, tt/dist.h)
 //   tt-run --list                          models, datasets, plugins, optimizers, schedules
 //   tt-run --version
 //
@@ -21,6 +22,7 @@
 #include <optional>
 
 #include "compare.h"
+#include "launch.h"
 #include "plan.h"
 #include "profile.h"
 #include "tt/compat.h"
@@ -77,6 +79,26 @@ void print_list() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  {  // tt-run --nproc N ...: start N workers of the rest of the command line
+    std::vector<std::string> args(argv + 1, argv + argc);
+    const int nproc = tt::launch::take_nproc(args);
+    if (nproc == -2) {
+      std::fprintf(stderr, "tt-run: --nproc takes the number of worker processes, e.g. --nproc 2\n");
+      return 2;
+    }
+    if (nproc != -1) {
+      try {
+        tt::launch::Options lo;
+        lo.nproc = nproc;
+        lo.tt_run = std::filesystem::read_symlink("/proc/self/exe").string();
+        lo.args = std::move(args);
+        return tt::launch::run(lo);
+      } catch (const tt::Error& e) {
+        std::fprintf(stderr, "tt-run: error: %s\n", e.what());
+        return e.exit_code();
+      }
+    }
+  }
   CLI::App app{"tt-run: train a model from a YAML pipeline, with memory techniques as plugins"};
   std::string pipeline_file, resume_dir, run_dir;
   std::vector<std::string> overrides;

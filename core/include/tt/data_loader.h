@@ -28,6 +28,14 @@ class TT_API DataLoader {
   DataLoader& operator=(const DataLoader&) = delete;
 
   int64_t batches_per_epoch() const;
+  // Distributed sampling: batch i of an epoch is the i-th slice of world_size x batch_size
+  // examples of the shared order (seed, epoch), split evenly across ranks; this loader hands
+  // out rank's part only, so each rank reads only its shard (a map-style dataset fetches only
+  // its indices; a stream reads the whole slice and keeps its part). A last global batch with
+  // fewer examples than ranks is dropped so that every rank has work. Before any get().
+  // owned: rank r keeps the examples i with i % world_size == r for the whole run (shuffled
+  // among themselves per epoch), in the same number of batches on every rank.
+  void shard(int rank, int world_size, bool owned = false);
   // Batch `index` of `epoch` (then starts fetching the one after it, when prefetching).
   Batch get(int64_t epoch, int64_t index);
   Dataset& dataset() { return *data_; }
@@ -53,6 +61,9 @@ class TT_API DataLoader {
   int64_t batch_size_;
   bool shuffle_;
   uint64_t seed_;
+  int rank_ = 0, world_ = 1;
+  bool owned_ = false;
+  int64_t owned_batches_ = 0;
 
   std::mutex order_mu_;
   int64_t order_epoch_ = -1;

@@ -52,6 +52,15 @@ struct TT_API State {
 
   std::string oom_message;        // OOM: what failed
   std::map<std::string, double> metrics;  // per-step extras plugins want logged
+
+  // Data-parallel runs (tt/dist.h): this process's rank and the number of processes. Only
+  // rank 0 writes files; plugins writing outputs check it.
+  int rank = 0;
+  int world_size = 1;
+  // true: the trainer all-reduces gradients before BEFORE_STEP. A plugin whose optimizer
+  // synchronizes them itself (zero1) sets it false on OPTIMIZER; that optimizer's save() is
+  // then collective (every rank calls it; rank 0 writes the archive).
+  bool gradient_sync = true;
 };
 
 }  // namespace tt

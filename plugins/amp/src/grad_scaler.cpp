@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "tt/dist.h"
 #include "tt/error.h"
 
 namespace tt::amp {
@@ -28,7 +29,11 @@ bool GradScaler::unscale(const std::vector<at::Tensor>& params) {
     at::Tensor here = values.isfinite().logical_not().any();
     bad = bad.defined() ? bad.logical_or(here.to(bad.device())) : here;
   }
-  return bad.defined() && bad.item<bool>();
+  const bool found = bad.defined() && bad.item<bool>();
+  // Data-parallel runs: every rank skips (and backs off) together, whether or not the
+  // gradients were already synchronized (zero1 reduces them after this check).
+  if (auto* ctx = tt::dist::context()) return ctx->any(found);
+  return found;
 }
 
 void GradScaler::update(bool found_inf) {

@@ -1,0 +1,88 @@
+#pragma once
+// Data-parallel training over PyTorch's c10d (Gloo on CPU). The context comes from the
+// torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT): rank 0
+// serves a TCPStore at MASTER_ADDR:MASTER_PORT, every rank connects to it and joins one
+// ProcessGroupGloo. Without WORLD_SIZE (or with WORLD_SIZE=1) there is no context and
+// training is single-process. c10d stays out of this header (pimpl).
+//
+// TT_DIST_TIMEOUT (seconds, default 60) bounds the rendezvous and every collective, so an
+// unreachable master or a dead rank ends the run with an error instead of a hang.
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tt/export.h"
+
+namespace tt::dist {
+
+struct Env {
+  int rank = 0, world_size = 1, local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::chrono::milliseconds timeout{60000};
+};
+
+// The torchrun variables as set; nullopt-like world_size 1 when WORLD_SIZE is unset.
+// Inconsistent settings (WORLD_SIZE without RANK, RANK >= WORLD_SIZE, a bad port) throw
+// ConfigError naming the variable and the fix.
+TT_API Env env_from_environment();
+
+class TT_API Context {
+ public:
+  explicit Context(const Env& env);  // rendezvous; throws tt::Error on timeout
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int rank() const { return env_.rank; }
+  int world_size() const { return env_.world_size; }
+  int local_rank() const { return env_.local_rank; }
+  bool is_root() const { return env_.rank == 0; }
+
+  // Collectives (blocking). Tensors are CPU (Gloo) or CUDA (NCCL builds) and contiguous.
+  void broadcast(std::vector<at::Tensor>& tensors, int root = 0);
+  void all_reduce_sum(at::Tensor& t);
+  void all_reduce_max(at::Tensor& t);
+  // Sum of `tensors` over ranks, in flattened buckets of at most bucket_bytes each; each
+  // tensor is replaced by the sum (dtype kept). Sparse tensors are summed densely.
+  void all_reduce_sum_bucketed(std::vector<at::Tensor>& tensors, int64_t bucket_bytes = 25 << 20);
+  // out[r] = sum over ranks of in[r]'s chunk... : input split in world_size equal chunks,
+  // this rank gets the sum of its chunk (`input` numel divisible by world_size).
+  at::Tensor reduce_scatter_sum(const at::Tensor& input);
+  // Concatenation of every rank's `chunk` (same numel on every rank), in rank order.
+  at::Tensor all_gather(const at::Tensor& chunk);
+  void barrier();
+
+  bool any(bool flag);                      // true where any rank passes true
+  double sum(double value);                 // sum over ranks (double precision)
+  std::string broadcast_string(const std::string& value, int root = 0);  // through the store
+  std::vector<std::string> all_gather_strings(const std::string& value);  // in rank order, through the store
+  // Every rank passes a description of what it runs (the resolved pipeline); their hashes
+  // are compared and a mismatch throws ConfigError naming the ranks that differ.
+  void check_same(const std::string& what, const std::string& text);
+
+  // Seconds spent in collectives since the last call (the trainer logs it per step).
+  double take_comm_seconds();
+
+ private:
+  struct Impl;
+  Env env_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// FNV-1a of the raw bytes of `tensors` (CPU copies), as 16 hex digits: equal on two ranks
+// exactly when the tensors are bitwise equal (up to hash collisions).
+TT_API std::string hash_tensors(const std::vector<at::Tensor>& tensors);
+
+// The process-wide context, made from the environment on the first call; nullptr when the
+// process is not part of a multi-process run (WORLD_SIZE unset or 1).
+TT_API Context* context();
+// Rank and world size without starting anything (0 and 1 outside distributed runs).
+TT_API int rank();
+TT_API int world_size();
+
+}  // namespace tt::dist

@@ -1,0 +1,362 @@
+#include "tt/dist.h"
+
+#include <ATen/ATen.h>
+
+#include <cstdlib>
+#include <functional>
+#include <mutex>
+#include <sstream>
+
+#include "dist_compat.h"
+#include "tt/error.h"
+#include "tt/log.h"
+
+using Clock = std::chrono::steady_clock;
+
+namespace tt::dist {
+
+namespace {
+const char* getenv_or_null(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+int64_t parse_int_env(const char* name, const char* value, int64_t lo, int64_t hi, const char* fix) {
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(value, &end, 10);
+  TT_CHECK_AS(ConfigError, errno == 0 && end != value && *end == '\0' && v >= lo && v <= hi, name, "='", value,
+              "' is not an integer in [", lo, ", ", hi, "]: ", fix);
+  return v;
+}
+
+std::string hash_hex(const std::string& text) {
+  // FNV-1a 64: the same on every machine (std::hash need not be)
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+}  // namespace
+
+Env env_from_environment() {
+  Env e;
+  const char* ws = getenv_or_null("WORLD_SIZE");
+  const char* rk = getenv_or_null("RANK");
+  const char* how = "set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for every worker, or start them with "
+                    "tt-run --nproc N";
+  if (!ws) {
+    TT_CHECK_AS(ConfigError, !rk, "RANK is set (", rk, ") but WORLD_SIZE is not: ", how);
+    return e;
+  }
+  e.world_size = static_cast<int>(parse_int_env("WORLD_SIZE", ws, 1, 1 << 16, how));
+  if (e.world_size == 1 && !rk) return e;
+  TT_CHECK_AS(ConfigError, rk, "WORLD_SIZE is set (", ws, ") but RANK is not: ", how);
+  e.rank = static_cast<int>(parse_int_env("RANK", rk, 0, e.world_size - 1, "RANK must be below WORLD_SIZE"));
+  const char* lr = getenv_or_null("LOCAL_RANK");
+  e.local_rank = lr ? static_cast<int>(parse_int_env("LOCAL_RANK", lr, 0, 1 << 16, how)) : e.rank;
+  if (const char* a = getenv_or_null("MASTER_ADDR")) e.master_addr = a;
+  if (const char* p = getenv_or_null("MASTER_PORT"))
+    e.master_port = static_cast<int>(parse_int_env("MASTER_PORT", p, 1, 65535, "use a free TCP port, e.g. 29500"));
+  if (const char* t = getenv_or_null("TT_DIST_TIMEOUT")) {
+    char* end = nullptr;
+    double s = std::strtod(t, &end);
+    TT_CHECK_AS(ConfigError, end != t && *end == '\0' && s > 0, "TT_DIST_TIMEOUT='", t,
+                "' must be a positive number of seconds");
+    e.timeout = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+  }
+  return e;
+}
+
+struct Context::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<compat::PgBase> pg;
+  double comm_seconds = 0;
+  int64_t string_seq = 0;
+
+  // Runs one collective and waits for it; c10d/Gloo failures (a peer gone, the timeout) become
+  // tt::Error naming the operation.
+  void run(const char* op, const std::function<c10::intrusive_ptr<compat::Work>()>& start) {
+    const auto t0 = Clock::now();
+    try {
+      auto work = start();
+      work->wait();
+    } catch (const c10::Error& e) {
+      std::string what = e.what_without_backtrace();
+      TT_FAIL("distributed ", op, " failed (another rank exited, or it did not answer within TT_DIST_TIMEOUT): ",
+              what.substr(0, what.find('\n')));
+    } catch (const std::exception& e) {
+      TT_FAIL("distributed ", op, " failed (another rank exited, or it did not answer within TT_DIST_TIMEOUT): ",
+              e.what());
+    }
+    comm_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+};
+
+Context::Context(const Env& env) : env_(env), impl_(std::make_unique<Impl>()) {
+  const double secs = env.timeout.count() / 1000.0;
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(env.master_port);
+    so.isServer = env.rank == 0;
+    so.numWorkers = env.world_size;
+    so.waitWorkers = true;
+    so.timeout = env.timeout;
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    what = what.substr(0, what.find('\n'));
+    TT_FAIL("distributed rendezvous: rank ", env.rank, " of ", env.world_size, " could not ",
+            env.rank == 0 ? "serve or gather the workers at " : "reach the master at ", where, " within ", secs,
+            " s (", what, "). Check MASTER_ADDR/MASTER_PORT (the master must be reachable and the port free), that all ",
+            env.world_size, " workers were started, or raise TT_DIST_TIMEOUT");
+  }
+  try {
+    auto opts = c10d::ProcessGroupGloo::Options::create(env.timeout);
+    // Bind where the master is reached from: loopback for a local run.
+    const bool local = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
+    opts->devices.push_back(local ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                  : c10d::ProcessGroupGloo::createDefaultDevice());
+    opts->threads = 2;
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("tt/gloo", impl_->store);
+    impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world_size, opts);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    TT_FAIL("distributed rendezvous: rank ", env.rank, " could not join the Gloo process group through ", where,
+            " within ", secs, " s (", what.substr(0, what.find('\n')), "). Check that all ", env.world_size,
+            " workers were started with the same MASTER_ADDR/MASTER_PORT, or raise TT_DIST_TIMEOUT");
+  }
+  log().info("distributed: rank {} of {} (local rank {}), master {}, Gloo", env.rank, env.world_size, env.local_rank,
+             where);
+}
+
+Context::~Context() = default;
+
+void Context::broadcast(std::vector<at::Tensor>& tensors, int root) {
+  if (tensors.empty()) return;
+  c10d::BroadcastOptions o;
+  o.rootRank = root;
+  // One flat buffer per dtype: one collective instead of one per tensor.
+  std::map<at::ScalarType, std::vector<size_t>> by_type;
+  for (size_t i = 0; i < tensors.size(); ++i) by_type[tensors[i].scalar_type()].push_back(i);
+  for (auto& [type, idx] : by_type) {
+    std::vector<at::Tensor> parts;
+    for (size_t i : idx) parts.push_back(tensors[i].detach().reshape(-1));
+    std::vector<at::Tensor> flat{at::cat(parts)};
+    impl_->run("broadcast", [&] { return impl_->pg->broadcast(flat, o); });
+    int64_t off = 0;
+    at::NoGradGuard no_grad;
+    for (size_t i : idx) {
+      const int64_t n = tensors[i].numel();
+      tensors[i].detach().copy_(flat[0].narrow(0, off, n).view(tensors[i].sizes()));
+      off += n;
+    }
+  }
+}
+
+void Context::all_reduce_sum(at::Tensor& t) {
+  std::vector<at::Tensor> v{t};
+  impl_->run("all-reduce", [&] { return impl_->pg->allreduce(v); });
+}
+
+void Context::all_reduce_max(at::Tensor& t) {
+  std::vector<at::Tensor> v{t};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::MAX;
+  impl_->run("all-reduce (max)", [&] { return impl_->pg->allreduce(v, o); });
+}
+
+void Context::all_reduce_sum_bucketed(std::vector<at::Tensor>& tensors, int64_t bucket_bytes) {
+  // Buckets of consecutive tensors of one dtype; every bucket's all-reduce is started before
+  // any is waited for, so Gloo's threads work on them while the next is flattened.
+  struct Bucket {
+    std::vector<size_t> idx;
+    at::Tensor flat;
+    c10::intrusive_ptr<compat::Work> work;
+  };
+  std::vector<Bucket> buckets;
+  Bucket cur;
+  int64_t cur_bytes = 0;
+  at::ScalarType cur_type = at::kFloat;
+  auto close = [&] {
+    if (cur.idx.empty()) return;
+    std::vector<at::Tensor> parts;
+    for (size_t i : cur.idx) {
+      const at::Tensor& t = tensors[i];
+      parts.push_back((t.is_sparse() ? t.to_dense() : t).reshape(-1));
+    }
+    cur.flat = at::cat(parts);
+    buckets.push_back(std::move(cur));
+    cur = Bucket();
+    cur_bytes = 0;
+  };
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    const int64_t b = t.numel() * static_cast<int64_t>(t.element_size());
+    if (!cur.idx.empty() && (t.scalar_type() != cur_type || cur_bytes + b > bucket_bytes)) close();
+    cur_type = t.scalar_type();
+    cur.idx.push_back(i);
+    cur_bytes += b;
+  }
+  close();
+  const auto t0 = Clock::now();
+  const double before = impl_->comm_seconds;
+  for (auto& bk : buckets) {
+    try {
+      if (!bk.work) {
+        std::vector<at::Tensor> v{bk.flat};
+        bk.work = impl_->pg->allreduce(v);
+      }
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      TT_FAIL("distributed gradient all-reduce could not start: ", what.substr(0, what.find('\n')));
+    }
+  }
+  for (auto& bk : buckets) {
+    try {
+      bk.work->wait();
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      TT_FAIL("distributed gradient all-reduce failed (another rank exited, or it did not answer within "
+              "TT_DIST_TIMEOUT): ", what.substr(0, what.find('\n')));
+    }
+    int64_t off = 0;
+    for (size_t i : bk.idx) {
+      const int64_t n = tensors[i].numel();
+      at::Tensor part = bk.flat.narrow(0, off, n).view(tensors[i].sizes());
+      if (tensors[i].is_sparse()) tensors[i] = part.clone();
+      else tensors[i].copy_(part);
+      off += n;
+    }
+  }
+  impl_->comm_seconds = before + std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+at::Tensor Context::reduce_scatter_sum(const at::Tensor& input) {
+  const int64_t w = world_size();
+  TT_CHECK(input.numel() % w == 0, "reduce_scatter_sum: ", input.numel(), " values do not split in ", w);
+  at::Tensor flat = input.reshape(-1).contiguous();
+  const int64_t chunk = flat.numel() / w;
+#if TT_DIST_GLOO_REDUCE_SCATTER
+  std::vector<std::vector<at::Tensor>> in(1);
+  for (int64_t r = 0; r < w; ++r) in[0].push_back(flat.narrow(0, r * chunk, chunk).contiguous());
+  std::vector<at::Tensor> out{at::empty({chunk}, flat.options())};
+  impl_->run("reduce-scatter", [&] { return impl_->pg->reduce_scatter(out, in); });
+  return out[0];
+#else
+  // Gloo in LibTorch 1.13 has no reduce_scatter: an all-reduce (a ring's reduce-scatter plus
+  // all-gather) and this rank's chunk of it.
+  at::Tensor sum = flat.clone();
+  all_reduce_sum(sum);
+  return sum.narrow(0, rank() * chunk, chunk).clone();
+#endif
+}
+
+at::Tensor Context::all_gather(const at::Tensor& chunk) {
+  const int64_t w = world_size();
+  std::vector<at::Tensor> in{chunk.contiguous().reshape(-1)};
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int64_t r = 0; r < w; ++r) out[0].push_back(at::empty_like(in[0]));
+  impl_->run("all-gather", [&] { return impl_->pg->allgather(out, in); });
+  return at::cat(out[0]);
+}
+
+void Context::barrier() {
+  // A one-value all-reduce: Gloo's barrier has no timeout of its own in every version.
+  at::Tensor t = at::zeros({1});
+  all_reduce_sum(t);
+}
+
+bool Context::any(bool flag) {
+  at::Tensor t = at::full({1}, flag ? 1.0f : 0.0f);
+  all_reduce_max(t);
+  return t.item<float>() > 0;
+}
+
+double Context::sum(double value) {
+  at::Tensor t = at::full({1}, value, at::TensorOptions().dtype(at::kDouble));
+  all_reduce_sum(t);
+  return t.item<double>();
+}
+
+std::string Context::broadcast_string(const std::string& value, int root) {
+  const std::string key = "tt/string/" + std::to_string(impl_->string_seq++);
+  try {
+    if (rank() == root) impl_->store->set(key, bytes(value));
+    auto v = impl_->store->get(key);  // waits up to the store's timeout
+    return std::string(v.begin(), v.end());
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    TT_FAIL("distributed: rank ", rank(), " did not receive ", key, " from rank ", root, " within TT_DIST_TIMEOUT: ",
+            what.substr(0, what.find('\n')));
+  }
+}
+
+std::vector<std::string> Context::all_gather_strings(const std::string& value) {
+  const std::string prefix = "tt/gather/" + std::to_string(impl_->string_seq++) + "/";
+  std::vector<std::string> out(world_size());
+  try {
+    impl_->store->set(prefix + std::to_string(rank()), bytes(value));
+    for (int r = 0; r < world_size(); ++r) {
+      auto v = impl_->store->get(prefix + std::to_string(r));
+      out[r] = std::string(v.begin(), v.end());
+    }
+  } catch (const std::exception& e) {
+    std::string m = e.what();
+    TT_FAIL("distributed: the ranks did not all send ", prefix, " within TT_DIST_TIMEOUT: ", m.substr(0, m.find('\n')));
+  }
+  return out;
+}
+
+std::string hash_tensors(const std::vector<at::Tensor>& tensors) {
+  uint64_t h = 1469598103934665603ULL;
+  for (const auto& t0 : tensors) {
+    at::Tensor t = t0.detach().to(at::kCPU).contiguous();
+    const auto* p = static_cast<const unsigned char*>(t.data_ptr());
+    for (size_t i = 0, n = t.nbytes(); i < n; ++i) h = (h ^ p[i]) * 1099511628211ULL;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+void Context::check_same(const std::string& what, const std::string& text) {
+  const std::string mine = hash_hex(text);
+  const std::vector<std::string> hashes = all_gather_strings(mine);
+  std::string differ;
+  for (int r = 0; r < world_size(); ++r)
+    if (hashes[r] != hashes[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  TT_CHECK_AS(ConfigError, differ.empty(), "distributed: the ", what, " differs across ranks (hash ", hashes[0],
+              " on rank 0, different on rank(s) ", differ, "; this is rank ", rank(), " with ", mine,
+              "): start every worker with the same pipeline file and overrides");
+}
+
+double Context::take_comm_seconds() { return std::exchange(impl_->comm_seconds, 0.0); }
+
+namespace {
+std::once_flag g_once;
+std::unique_ptr<Context> g_context;
+}  // namespace
+
+Context* context() {
+  std::call_once(g_once, [] {
+    Env e = env_from_environment();
+    if (e.world_size > 1) g_context = std::make_unique<Context>(e);
+  });
+  return g_context.get();
+}
+
+int rank() {
+  Context* c = context();
+  return c ? c->rank() : 0;
+}
+int world_size() {
+  Context* c = context();
+  return c ? c->world_size() : 1;
+}
+
+}  // namespace tt::dist

@@ -1,0 +1,34 @@
+#pragma once
+// c10d across LibTorch versions, included only by dist.cpp. In 1.13 ProcessGroupGloo is a
+// ProcessGroup and its headers are guarded by USE_C10D_GLOO (Debian's libtorch_cpu.so is built
+// with it; gloo's headers come from libgloo-dev). From 2.0 the backends derive from
+// c10d::Backend and collectives return c10::intrusive_ptr<c10d::Work> as before; the calls tt
+// makes (broadcast, allreduce, allgather, reduce_scatter, barrier with vector arguments) keep
+// their signatures. NCCL is used only where LibTorch has CUDA and c10d was built with it.
+#include "tt/compat.h"
+
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO 1
+#endif
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#if TT_WITH_CUDA && defined(TT_WITH_NCCL) && TT_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#define TT_DIST_NCCL 1
+#else
+#define TT_DIST_NCCL 0
+#endif
+
+// ProcessGroupGloo::reduce_scatter exists in 1.13's header but throws "does not support
+// reduce_scatter"; Gloo implements it from 2.1 on.
+#define TT_DIST_GLOO_REDUCE_SCATTER TT_TORCH_AT_LEAST(2, 1)
+
+namespace tt::compat {
+#if TT_TORCH_AT_LEAST(2, 0)
+using PgBase = c10d::Backend;
+#else
+using PgBase = c10d::ProcessGroup;
+#endif
+using Work = c10d::Work;
+}  // namespace tt::compat

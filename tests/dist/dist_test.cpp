@@ -1,0 +1,289 @@
+// Data-parallel training through tt-run --nproc 2 on loopback (Gloo): replicas stay bitwise
+// equal, 2 ranks x batch b follow 1 rank x batch 2b, a dead rank ends the run, skips are
+// collective, and bad settings are refused with clear errors.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "test_support.h"
+#include "tt/npy.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using tt::test::read_file;
+using tt::test::run;
+using tt::test::tt_run_bin;
+
+namespace {
+
+json summary(const fs::path& run_dir) { return json::parse(read_file(run_dir / "summary.json")); }
+
+std::vector<double> losses(const fs::path& run_dir) {
+  std::vector<double> out;
+  for (const auto& l : tt::test::step_lines(run_dir / "metrics.jsonl")) out.push_back(json::parse(l)["loss"].get<double>());
+  return out;
+}
+
+// The topic model on 64 synthetic documents (no dropout; map-style data).
+// The batch size is set on the command line (topic_yaml has one in the file).
+fs::path topic_pipeline(const fs::path& dir, const std::string& name, const std::string& extra = "") {
+  const fs::path f = dir / (name + ".yaml");
+  std::ofstream(f) << tt::test::topic_yaml(dir, "  epochs: 3\n" + extra);
+  return f;
+}
+
+std::string env_clean() { return "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u MASTER_ADDR -u MASTER_PORT "; }
+
+}  // namespace
+
+TEST(Dist, TwoRanksStayBitwiseEqualOnTheLm) {
+  tt::test::TinyLm lm("dist_lm");
+  const fs::path yaml = lm.dir / "lm.yaml";
+  lm.run("lm", "[]", "batch_size: 4, max_steps: 1");  // writes lm.yaml (and a 1-process run)
+  auto r = run(env_clean() + tt_run_bin() + " --nproc 2 " + yaml.string() +
+               " trainer.max_steps=6 trainer.micro_batch_size=2 -q --run-dir " + (lm.dir / "ddp").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  json s = summary(lm.dir / "ddp");
+  EXPECT_EQ(s["world_size"], 2);
+  EXPECT_EQ(s["steps"], 6);
+  ASSERT_EQ(s["replica_parameter_hashes"].size(), 2u);
+  EXPECT_EQ(s["replica_parameter_hashes"][0], s["replica_parameter_hashes"][1]);
+  auto lines = tt::test::step_lines(lm.dir / "ddp" / "metrics.jsonl");
+  ASSERT_EQ(lines.size(), 6u);
+  for (const auto& l : lines) EXPECT_GE(json::parse(l)["comm_seconds"].get<double>(), 0.0);
+  EXPECT_TRUE(s.contains("median_comm_seconds"));
+}
+
+TEST(Dist, TwoRanksOfBatchBFollowOneRankOfBatch2B) {
+  const fs::path dir = tt::test::temp_dir("dist_traj");
+  auto one = run(env_clean() + tt_run_bin() + " " + topic_pipeline(dir, "one").string() + " trainer.batch_size=16 -q --run-dir " +
+                 (dir / "one").string());
+  ASSERT_EQ(one.rc, 0) << one.output;
+  auto two = run(env_clean() + tt_run_bin() + " --nproc 2 " + topic_pipeline(dir, "two").string() +
+                 " trainer.batch_size=8 -q --run-dir " + (dir / "two").string());
+  ASSERT_EQ(two.rc, 0) << two.output;
+  auto a = losses(dir / "one"), b = losses(dir / "two");
+  ASSERT_EQ(a.size(), 12u);
+  ASSERT_EQ(a.size(), b.size());
+  // Float sums run in another order (each rank's partial sum, then the all-reduce): equal to
+  // rounding, within 1e-5 relative.
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * std::abs(a[i])) << "step " << i + 1;
+  json s = summary(dir / "two");
+  EXPECT_EQ(s["replica_parameter_hashes"][0], s["replica_parameter_hashes"][1]);
+  // rank 0 alone wrote the run directory
+  EXPECT_TRUE(fs::exists(dir / "two" / "metrics.jsonl"));
+  EXPECT_TRUE(fs::exists(dir / "two" / "checkpoints"));
+}
+
+TEST(Dist, ResumeNeedsTheSameWorldSize) {
+  const fs::path dir = tt::test::temp_dir("dist_resume");
+  const fs::path y = topic_pipeline(dir, "r", "  checkpoint_every: 4\n");
+  auto full = run(env_clean() + tt_run_bin() + " --nproc 2 " + y.string() + " trainer.batch_size=8 -q --run-dir " + (dir / "full").string());
+  ASSERT_EQ(full.rc, 0) << full.output;
+  // a copy stopped after step 4, resumed with 2 processes: the same losses after it
+  fs::copy(dir / "full", dir / "half", fs::copy_options::recursive);
+  for (const auto& e : fs::directory_iterator(dir / "half" / "checkpoints"))
+    if (e.path().filename().string() > "step-00000004.pt") fs::remove(e.path());
+  auto res = run(env_clean() + tt_run_bin() + " --nproc 2 --resume " + (dir / "half").string() + " -q");
+  ASSERT_EQ(res.rc, 0) << res.output;
+  auto a = losses(dir / "full"), b = losses(dir / "half");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6 * std::abs(a[i])) << "step " << i + 1;
+  auto one = run(env_clean() + tt_run_bin() + " --resume " + (dir / "half").string() + " -q");
+  EXPECT_EQ(one.rc, 2) << one.output;
+  EXPECT_NE(one.output.find("same world size"), std::string::npos) << one.output;
+}
+
+TEST(Dist, AKilledRankEndsTheOthersWithin60s) {
+  tt::test::TinyLm lm("dist_kill");
+  lm.run("lm", "[]", "batch_size: 4, max_steps: 1");
+  const fs::path out = lm.dir / "launcher.out";
+  pid_t launcher = fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    std::string cmd = "exec " + env_clean() + tt_run_bin() + " --nproc 2 " + (lm.dir / "lm.yaml").string() +
+                      " trainer.max_steps=100000 trainer.epochs=1000 -q --run-dir " + (lm.dir / "long").string() +
+                      " > " + out.string() + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
+    _exit(127);
+  }
+  // wait until training runs (metrics lines), then kill rank 1
+  const fs::path metrics = lm.dir / "long" / "metrics.jsonl";
+  for (int i = 0; i < 600 && tt::test::step_lines(metrics).size() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_GE(tt::test::step_lines(metrics).size(), 2u) << read_file(out);
+  auto kids = run("pgrep -P " + std::to_string(launcher));
+  std::vector<pid_t> workers;
+  std::istringstream in(kids.output);
+  for (pid_t p; in >> p;) workers.push_back(p);
+  ASSERT_EQ(workers.size(), 2u) << kids.output;
+  std::sort(workers.begin(), workers.end());  // forked in rank order
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(workers[1], SIGKILL);
+  int status = 0;
+  pid_t done = 0;
+  while ((done = waitpid(launcher, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(90))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (done == 0) {
+    kill(launcher, SIGKILL);
+    for (pid_t w : workers) kill(w, SIGKILL);
+    waitpid(launcher, &status, 0);
+    FAIL() << "the launcher did not exit within 90 s";
+  }
+  EXPECT_LT(secs, 60.0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  const std::string text = read_file(out);
+  EXPECT_NE(text.find("rank 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("killed by signal"), std::string::npos) << text;
+  EXPECT_NE(kill(workers[0], 0), 0) << "rank 0 is still running";
+}
+
+TEST(Dist, WithoutTheLauncherASurvivingRankFailsAfterTheTimeout) {
+  // torchrun-style: two processes started by hand; rank 1 never comes, rank 0 waits for it
+  // TT_DIST_TIMEOUT seconds and says so.
+  const fs::path dir = tt::test::temp_dir("dist_alone");
+  const fs::path y = topic_pipeline(dir, "a");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29731 TT_DIST_TIMEOUT=3 " + tt_run_bin() + " " +
+               y.string() + " -q --run-dir " + (dir / "a").string());
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(r.rc, 0);
+  EXPECT_LT(secs, 30.0);
+  EXPECT_NE(r.output.find("rendezvous"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("TT_DIST_TIMEOUT"), std::string::npos) << r.output;
+}
+
+TEST(Dist, UnreachableMasterIsAClearTimeoutError) {
+  const fs::path dir = tt::test::temp_dir("dist_unreach");
+  const fs::path y = topic_pipeline(dir, "u");
+  const auto t0 = std::chrono::steady_clock::now();
+  // 192.0.2.1 is TEST-NET-1 (RFC 5737): never routed
+  auto r = run("RANK=1 WORLD_SIZE=2 MASTER_ADDR=192.0.2.1 MASTER_PORT=29732 TT_DIST_TIMEOUT=3 " + tt_run_bin() + " " +
+               y.string() + " -q --run-dir " + (dir / "u").string());
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(r.rc, 0);
+  EXPECT_LT(secs, 30.0);
+  EXPECT_NE(r.output.find("could not reach the master at 192.0.2.1:29732"), std::string::npos) << r.output;
+}
+
+TEST(Dist, BadSettingsAreRefused) {
+  const fs::path dir = tt::test::temp_dir("dist_bad");
+  const fs::path y = topic_pipeline(dir, "b");
+  auto no_rank = run(env_clean() + "WORLD_SIZE=2 " + tt_run_bin() + " " + y.string() + " -q");
+  EXPECT_EQ(no_rank.rc, 2) << no_rank.output;
+  EXPECT_NE(no_rank.output.find("WORLD_SIZE is set (2) but RANK is not"), std::string::npos) << no_rank.output;
+  auto big_rank = run(env_clean() + "WORLD_SIZE=2 RANK=2 " + tt_run_bin() + " " + y.string() + " -q");
+  EXPECT_EQ(big_rank.rc, 2) << big_rank.output;
+  EXPECT_NE(big_rank.output.find("RANK must be below WORLD_SIZE"), std::string::npos) << big_rank.output;
+  auto zero = run(env_clean() + tt_run_bin() + " --nproc 0 " + y.string());
+  EXPECT_EQ(zero.rc, 2) << zero.output;
+  EXPECT_NE(zero.output.find("--nproc 0"), std::string::npos) << zero.output;
+  auto word = run(env_clean() + tt_run_bin() + " --nproc two " + y.string());
+  EXPECT_EQ(word.rc, 2) << word.output;
+}
+
+TEST(Dist, MismatchedPipelinesAcrossRanksAreDetected) {
+  const fs::path dir = tt::test::temp_dir("dist_mismatch");
+  const fs::path y = topic_pipeline(dir, "m");
+  const std::string common = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29733 TT_DIST_TIMEOUT=20 ";
+  // rank 1 in the background with another learning rate
+  const std::string cmd = "(RANK=1 " + common + tt_run_bin() + " " + y.string() + " optimizer.lr=0.01 -q --run-dir " +
+                          (dir / "m").string() + " > " + (dir / "r1.txt").string() + " 2>&1; echo $? > " +
+                          (dir / "r1.rc").string() + ") & RANK=0 " + common + tt_run_bin() + " " + y.string() +
+                          " -q --run-dir " + (dir / "m").string() + "; echo rc0=$?; wait";
+  auto r = run("{ " + cmd + "; }");
+  EXPECT_NE(r.output.find("rc0=2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("differs across ranks"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(dir / "r1.rc"), "2\n") << read_file(dir / "r1.txt");
+}
+
+TEST(Dist, AnInfLossOnOneRankIsSkippedByEveryRank) {
+  // 16 documents as .npy; document 3 has a count of 3e38 (its loss is inf). With batch 4 x 2 ranks the batch holding
+  // it is on one rank only; on_nan=skip: both ranks skip that step and stay equal.
+  const fs::path dir = tt::test::temp_dir("dist_nan");
+  at::Tensor x = at::randint(0, 5, {16, 20}, at::TensorOptions().dtype(at::kFloat));
+  x[3][2] = 3.0e38f;  // finite, but the loss of its batch overflows to inf
+  tt::write_npy((dir / "c.npy").string(), x);
+  const fs::path y = dir / "nan.yaml";
+  std::ofstream(y) << "name: nan\nseed: 1\ndata: {name: topic-npy, path: " << (dir / "c.npy").string()
+                   << "}\nmodel: {name: topic, k: 3}\noptimizer: {name: adamw, lr: 0.05}\n"
+                   << "trainer: {batch_size: 4, epochs: 2, threads: 1, progress: off, on_nan: skip}\n"
+                   << "output: {dir: " << dir.string() << ", plots: false}\n";
+  auto r = run(env_clean() + tt_run_bin() + " --nproc 2 " + y.string() + " -q --run-dir " + (dir / "n").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  json s = summary(dir / "n");
+  EXPECT_EQ(s["skipped_steps"], 2);  // once per epoch
+  EXPECT_EQ(s["replica_parameter_hashes"][0], s["replica_parameter_hashes"][1]);
+}
+
+namespace {
+// Parameters of the model entry of a checkpoint, by name.
+void collect(torch::serialize::InputArchive& ar, const std::string& prefix, std::map<std::string, at::Tensor>& out) {
+  for (const auto& k : ar.keys()) {
+    at::Tensor t;
+    torch::serialize::InputArchive sub;
+    if (ar.try_read(k, t)) out[prefix + k] = t;
+    else if (ar.try_read(k, sub)) collect(sub, prefix + k + ".", out);
+  }
+}
+
+std::map<std::string, at::Tensor> checkpoint_params(const fs::path& file) {
+  torch::serialize::InputArchive ar, model;
+  ar.load_from(file.string());
+  ar.read("model", model);
+  std::map<std::string, at::Tensor> out;
+  collect(model, "", out);
+  return out;
+}
+
+fs::path last_checkpoint(const fs::path& run) {
+  fs::path best;
+  for (const auto& e : fs::directory_iterator(run / "checkpoints"))
+    if (best.empty() || e.path().filename() > best.filename()) best = e.path();
+  return best;
+}
+}  // namespace
+
+TEST(Dist, Zero1ShardsTheOptimizerStateAndMatchesDdp) {
+  tt::test::TinyLm lm("dist_zero1");
+  lm.run("lm", "[]", "batch_size: 4, max_steps: 1");
+  const std::string base = env_clean() + tt_run_bin() + " --nproc 2 " + (lm.dir / "lm.yaml").string() +
+                           " trainer.max_steps=8 trainer.checkpoint_every=4 -q --run-dir ";
+  auto ddp = run(base + (lm.dir / "ddp").string());
+  ASSERT_EQ(ddp.rc, 0) << ddp.output;
+  auto z = run(base + (lm.dir / "z").string() + " 'plugins=[zero1]'");
+  ASSERT_EQ(z.rc, 0) << z.output;
+  json sd = summary(lm.dir / "ddp"), sz = summary(lm.dir / "z");
+  EXPECT_EQ(sz["replica_parameter_hashes"][0], sz["replica_parameter_hashes"][1]);
+  const double ratio = sz["memory"]["optimizer_state_bytes"].get<double>() / sd["memory"]["optimizer_state_bytes"].get<double>();
+  EXPECT_GT(ratio, 0.40) << sz["memory"].dump();
+  EXPECT_LT(ratio, 0.60) << sd["memory"].dump();
+  auto a = checkpoint_params(last_checkpoint(lm.dir / "ddp")), b = checkpoint_params(last_checkpoint(lm.dir / "z"));
+  ASSERT_FALSE(a.empty());
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [k, t] : a) {
+    ASSERT_TRUE(b.count(k)) << k;
+    EXPECT_LE((t - b[k]).abs().max().item<double>(), 1e-6) << k;
+  }
+  // resume from step 4 with the sharded state: the same parameters at the end
+  fs::copy(lm.dir / "z", lm.dir / "zr", fs::copy_options::recursive);
+  for (const auto& e : fs::directory_iterator(lm.dir / "zr" / "checkpoints"))
+    if (e.path().filename().string() > "step-00000004.pt") fs::remove(e.path());
+  auto res = run(env_clean() + tt_run_bin() + " --nproc 2 --resume " + (lm.dir / "zr").string() + " -q");
+  ASSERT_EQ(res.rc, 0) << res.output;
+  EXPECT_EQ(summary(lm.dir / "zr")["replica_parameter_hashes"][0], sz["replica_parameter_hashes"][0]);
+}

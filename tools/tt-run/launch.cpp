@@ -1,0 +1,172 @@
+#include "launch.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "tt/error.h"
+
+namespace tt::launch {
+
+namespace {
+volatile std::sig_atomic_t g_signal = 0;
+void on_signal(int sig) { g_signal = sig; }
+
+// A port the kernel says is free now (bound to 0, then released). The master binds it
+// again moments later; TCPStore sets SO_REUSEADDR, so TIME_WAIT does not get in the way.
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  TT_CHECK(fd >= 0, "tt-run --nproc: cannot open a socket to find a free port: ", std::strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  ::close(fd);
+  TT_CHECK(ok, "tt-run --nproc: cannot find a free port on 127.0.0.1 (set MASTER_PORT)");
+  return ntohs(a.sin_port);
+}
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
+  return "stopped";
+}
+}  // namespace
+
+int take_nproc(std::vector<std::string>& args) {
+  int n = -1;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string value;
+    size_t drop = 0;
+    if (args[i] == "--nproc") {
+      if (i + 1 >= args.size()) return -2;
+      value = args[i + 1];
+      drop = 2;
+    } else if (args[i].rfind("--nproc=", 0) == 0) {
+      value = args[i].substr(8);
+      drop = 1;
+    } else {
+      continue;
+    }
+    char* end = nullptr;
+    long v = std::strtol(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || v < -1000000 || v > 1000000) return -2;
+    n = static_cast<int>(v);
+    args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i + drop));
+    --i;
+  }
+  return n;
+}
+
+int run(const Options& o) {
+  TT_CHECK_AS(ConfigError, o.nproc >= 1, "--nproc ", o.nproc, ": the number of worker processes must be at least 1");
+  const char* addr_env = std::getenv("MASTER_ADDR");
+  const char* port_env = std::getenv("MASTER_PORT");
+  const std::string addr = addr_env && *addr_env ? addr_env : "127.0.0.1";
+  const std::string port = port_env && *port_env ? port_env : std::to_string(free_port());
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  std::vector<pid_t> pids(o.nproc, -1);
+  std::vector<bool> alive(o.nproc, false);
+  const pid_t parent = getpid();
+  for (int r = 0; r < o.nproc; ++r) {
+    pid_t pid = fork();
+    TT_CHECK(pid >= 0, "tt-run --nproc: fork failed: ", std::strerror(errno));
+    if (pid == 0) {
+      // Its own process group: a Ctrl-C at the terminal reaches the launcher only, which
+      // forwards it once (the trainer treats a second one as "abort").
+      setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGTERM);  // the launcher gone: the workers go too
+      if (getppid() != parent) _exit(1);
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(o.nproc).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(o.nproc).c_str(), 1);
+      setenv("MASTER_ADDR", addr.c_str(), 1);
+      setenv("MASTER_PORT", port.c_str(), 1);
+      std::vector<char*> argv;
+      argv.push_back(const_cast<char*>(o.tt_run.c_str()));
+      for (const auto& a : o.args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(o.tt_run.c_str(), argv.data());
+      std::fprintf(stderr, "tt-run --nproc: cannot run %s: %s\n", o.tt_run.c_str(), std::strerror(errno));
+      _exit(127);
+    }
+    pids[r] = pid;
+    alive[r] = true;
+  }
+
+  int remaining = o.nproc, exit_code = 0, forwarded = 0;
+  bool stopping = false;
+  std::chrono::steady_clock::time_point kill_at{};
+  auto signal_all = [&](int sig) {
+    for (int r = 0; r < o.nproc; ++r)
+      if (alive[r]) kill(pids[r], sig);
+  };
+  while (remaining > 0) {
+    if (g_signal && g_signal != forwarded) {  // forward Ctrl-C / SIGTERM once per signal received
+      const int sig = g_signal;
+      forwarded = sig;
+      g_signal = 0;
+      signal_all(sig);
+      forwarded = 0;
+    }
+    if (stopping && std::chrono::steady_clock::now() >= kill_at) {
+      signal_all(SIGKILL);
+      kill_at = std::chrono::steady_clock::now() + std::chrono::hours(1);
+    }
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid == 0 || (pid < 0 && errno == EINTR)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    if (pid < 0) break;
+    int r = 0;
+    while (r < o.nproc && pids[r] != pid) ++r;
+    if (r == o.nproc) continue;
+    alive[r] = false;
+    --remaining;
+    const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (failed && exit_code == 0) {
+      exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+      if (remaining > 0 && !stopping) {
+        std::fprintf(stderr, "tt-run --nproc: rank %d (pid %d) %s; stopping the other %d worker(s)\n", r,
+                     static_cast<int>(pid), describe(status).c_str(), remaining);
+        stopping = true;
+        signal_all(SIGTERM);
+        kill_at = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(static_cast<int64_t>(o.grace_seconds * 1000));
+      } else if (remaining == 0 && o.nproc > 1 && exit_code != 130) {
+        std::fprintf(stderr, "tt-run --nproc: rank %d (pid %d) %s\n", r, static_cast<int>(pid), describe(status).c_str());
+      }
+    }
+  }
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  return exit_code;
+}
+
+}  // namespace tt::launch

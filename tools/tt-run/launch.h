@@ -1,0 +1,26 @@
+#pragma once
+// tt-run --nproc N: N local workers of the same command line (like torchrun --standalone).
+#include <string>
+#include <vector>
+
+namespace tt::launch {
+
+struct Options {
+  int nproc = 1;
+  std::string tt_run;              // this executable
+  std::vector<std::string> args;   // the command line without --nproc
+  double grace_seconds = 10;       // after one worker fails, how long the others get to exit
+};
+
+// Starts the workers with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR
+// (127.0.0.1 unless set) and MASTER_PORT (a free port unless set); forwards SIGINT/SIGTERM
+// to them; when one fails, stops the others (SIGTERM, then SIGKILL after grace_seconds) and
+// names the rank and how it ended. Returns tt-run's exit code: 0 when all succeeded, else
+// the first failing worker's code (1 where a signal ended it).
+int run(const Options& options);
+
+// Removes "--nproc N" / "--nproc=N" from argv; returns N, or -1 when absent. A value that
+// is not an integer returns -2.
+int take_nproc(std::vector<std::string>& args);
+
+}  // namespace tt::launch
