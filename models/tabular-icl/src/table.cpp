@@ -180,8 +180,8 @@ Table read_csv(const std::string& path, const CsvOptions& o) {
     numeric = numeric && parse_number(f, v);
     labels.push_back(f);
   }
-  std::vector<std::string> classes(std::set<std::string>(labels.begin(), labels.end()).begin(),
-                                   std::set<std::string>(labels.begin(), labels.end()).end());
+  const std::set<std::string> distinct(labels.begin(), labels.end());
+  std::vector<std::string> classes(distinct.begin(), distinct.end());
   if (numeric)
     std::sort(classes.begin(), classes.end(),
               [](const std::string& a, const std::string& b) { return std::stod(a) < std::stod(b); });
