@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # tt's transformer LM against plain PyTorch on the same shapes, machine and threads, back to
 # back in one run (the machine is shared: compare ratios, not absolute times).
-#   tools/bench-lm.sh [--config "A B"] [--threads 2] [--steps 10] [--warmup 3] [--build DIR]
+#   tools/bench-lm.sh [--config "A B"] [--threads 2] [--steps 10] [--warmup 3] [--build DIR] [--rounds 1]
 #                     [--variants "baseline checkpoint checkpoint-every2 amp amp-checkpoint chunked all3"]
+# --rounds R runs the whole set (PyTorch, then every tt variant) R times, round-robin, so that a
+# slow spell of the shared machine falls on every side alike; each figure is then the median of
+# the R runs' medians, and the ratios are medians of the per-round ratios.
 # Config A: vocab 1024, d_model 256, 8 layers, 4 heads, seq 512, batch 8; B: 4 layers, seq 2048,
 # batch 2 (../shared/reference/pytorch_gpt_bench.py; it needs Debian's python3-torch).
 # Both train on the UTF-8 bytes of the Brown training text with AdamW(1e-3, wd 0.01).
@@ -10,11 +13,12 @@
 # tt's variants (plugins) also as ratios to tt's baseline.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="$ROOT/build"; CONFIGS="A"; THREADS=2; STEPS=10; WARMUP=3; VARIANTS="baseline"
+BUILD="$ROOT/build"; CONFIGS="A"; THREADS=2; STEPS=10; WARMUP=3; VARIANTS="baseline"; ROUNDS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --config) CONFIGS="$2"; shift 2 ;; --threads) THREADS="$2"; shift 2 ;; --steps) STEPS="$2"; shift 2 ;;
     --warmup) WARMUP="$2"; shift 2 ;; --build) BUILD="$2"; shift 2 ;; --variants) VARIANTS="$2"; shift 2 ;;
+    --rounds) ROUNDS="$2"; shift 2 ;;
     *) echo "bench-lm: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -47,8 +51,6 @@ shape() {  # config -> "layers seq batch"
 printf '%-6s %-18s %10s %13s %10s\n' config side "step (ms)" "peak tensors" "peak RSS"
 for C in $CONFIGS; do
   read -r LAYERS SEQ BATCH <<<"$(shape "$C")"
-  /usr/bin/python3 "$REF" run --config "$C" --variant baseline --threads "$THREADS" --warmup "$WARMUP" \
-    --steps "$STEPS" --json "$WORK/ref.json" > "$WORK/ref.log" 2>&1 || { cat "$WORK/ref.log"; exit 1; }
   /usr/bin/python3 "$REF" tensorpeak --config "$C" --variant baseline --threads "$THREADS" \
     --json "$WORK/refpeak.json" > "$WORK/refpeak.log" 2>&1 || { cat "$WORK/refpeak.log"; exit 1; }
   cat > "$WORK/tt.yaml" <<YAML
@@ -60,23 +62,36 @@ optimizer: {name: adamw, lr: 1.0e-3, weight_decay: 0.01}
 trainer: {batch_size: $BATCH, max_steps: $((WARMUP + STEPS)), threads: $THREADS, progress: off}
 output: {dir: $WORK/runs, plots: false}
 YAML
-  for V in $VARIANTS; do
-    "$BUILD/bin/tt-run" "$WORK/tt.yaml" "plugins=$(plugins_of "$V")" --run-dir "$WORK/tt-$V" -q
+  for R in $(seq 1 "$ROUNDS"); do
+    /usr/bin/python3 "$REF" run --config "$C" --variant baseline --threads "$THREADS" --warmup "$WARMUP" \
+      --steps "$STEPS" --json "$WORK/ref-$R.json" > "$WORK/ref.log" 2>&1 || { cat "$WORK/ref.log"; exit 1; }
+    for V in $VARIANTS; do
+      "$BUILD/bin/tt-run" "$WORK/tt.yaml" "plugins=$(plugins_of "$V")" --run-dir "$WORK/tt-$V-$R" -q
+    done
   done
-  python3 - "$C" "$WORK" "$WARMUP" $VARIANTS <<'PY'
+  python3 - "$C" "$WORK" "$WARMUP" "$ROUNDS" $VARIANTS <<'PY'
 import json, statistics, sys
-c, work, warmup, variants = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
-ref = json.load(open(f"{work}/ref.json")); refpeak = json.load(open(f"{work}/refpeak.json"))
+c, work, warmup, rounds, variants = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
+med = statistics.median
+refpeak = json.load(open(f"{work}/refpeak.json"))["tensor_peak_bytes"]
+ref = [json.load(open(f"{work}/ref-{r}.json")) for r in range(1, rounds + 1)]
 mib = lambda b: f"{b / 2**20:.0f} MiB"
-print(f"{c:<6} {'pytorch':<18} {ref['median_ms']:10.0f} {mib(refpeak['tensor_peak_bytes']):>13} {mib(ref['peak_rss_kb'] * 1024):>10}")
-base = None
+def tt(v, r):
+    steps = [json.loads(l) for l in open(f"{work}/tt-{v}-{r}/metrics.jsonl") if '"loss"' in l]
+    return (med(s["step_seconds"] for s in steps[warmup:]) * 1e3,
+            json.load(open(f"{work}/tt-{v}-{r}/summary.json"))["memory"])
+runs = {v: [tt(v, r) for r in range(1, rounds + 1)] for v in variants}
+ref_ms = [x["median_ms"] for x in ref]
+spread = lambda xs: f" ({min(xs):.0f}-{max(xs):.0f})" if len(xs) > 1 else ""
+print(f"{c:<6} {'pytorch':<18} {med(ref_ms):10.0f} {mib(refpeak):>13} {mib(med(x['peak_rss_kb'] for x in ref) * 1024):>10}{spread(ref_ms)}")
+base = variants[0]
 for v in variants:
-    steps = [json.loads(l) for l in open(f"{work}/tt-{v}/metrics.jsonl") if '"loss"' in l]
-    ms = statistics.median(s["step_seconds"] for s in steps[warmup:]) * 1e3
-    peak = json.load(open(f"{work}/tt-{v}/summary.json"))["memory"]
-    base = base or (ms, peak["peak_tensor_bytes"])
-    print(f"{c:<6} {'tt ' + v:<18} {ms:10.0f} {mib(peak['peak_tensor_bytes']):>13} {mib(peak['peak_rss_bytes']):>10}"
-          f"   vs pytorch {ms / ref['median_ms']:.3f}x time {peak['peak_tensor_bytes'] / refpeak['tensor_peak_bytes']:.3f}x peak"
-          f"   vs tt baseline {ms / base[0]:.3f}x time {peak['peak_tensor_bytes'] / base[1]:.3f}x peak")
+    ms = [m for m, _ in runs[v]]
+    peak = runs[v][0][1]["peak_tensor_bytes"]
+    vs_ref = med(m / rm for m, rm in zip(ms, ref_ms))
+    vs_base = med(m / b for m, (b, _) in zip(ms, runs[base]))
+    print(f"{c:<6} {'tt ' + v:<18} {med(ms):10.0f} {mib(peak):>13} {mib(med(mem['peak_rss_bytes'] for _, mem in runs[v])):>10}"
+          f"   vs pytorch {vs_ref:.3f}x time {peak / refpeak:.3f}x peak"
+          f"   vs tt {base} {vs_base:.3f}x time {peak / runs[base][0][1]['peak_tensor_bytes']:.3f}x peak{spread(ms)}")
 PY
 done

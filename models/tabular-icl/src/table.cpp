@@ -135,6 +135,7 @@ Table Table::subset(const std::vector<int64_t>& idx) const {
   t.source = source;
   t.feature_names = feature_names;
   t.class_names = class_names;
+  t.label_name = label_name;
   const int64_t F = features();
   t.rows = static_cast<int64_t>(idx.size());
   t.x.resize(idx.size() * F);
@@ -162,6 +163,7 @@ Table read_csv(const std::string& path, const CsvOptions& o) {
   Table t;
   t.source = path;
   t.rows = static_cast<int64_t>(raw.rows.size());
+  t.label_name = raw.header[label_col];
   std::vector<size_t> cols;
   for (size_t j = 0; j < raw.header.size(); ++j)
     if (j != label_col) {
@@ -212,8 +214,10 @@ Table read_csv_like(const std::string& path, const Table& like, const CsvOptions
     cols.push_back(static_cast<size_t>(it - raw.header.begin()));
   }
   fill_features(raw, path, cols, o, t);
-  auto lab = o.label.empty() ? raw.header.end() : std::find(raw.header.begin(), raw.header.end(), o.label);
-  if (lab == raw.header.end() && o.label.empty() && raw.header.size() == cols.size() + 1) lab = raw.header.end() - 1;
+  t.label_name = o.label.empty() ? like.label_name : o.label;
+  auto lab = t.label_name.empty() ? raw.header.end() : std::find(raw.header.begin(), raw.header.end(), t.label_name);
+  if (lab == raw.header.end() && t.label_name.empty() && raw.header.size() == cols.size() + 1) lab = raw.header.end() - 1;
+  if (lab != raw.header.end()) t.label_name = *lab;
   if (lab != raw.header.end()) {
     const size_t lc = static_cast<size_t>(lab - raw.header.begin());
     for (size_t i = 0; i < raw.rows.size(); ++i) {

@@ -14,6 +14,7 @@ struct Table {
   std::string source;                      // the file, for messages
   std::vector<std::string> feature_names;  // in file order
   std::vector<std::string> class_names;    // class id -> label text
+  std::string label_name;                  // the label column's header
   std::vector<float> x;                    // rows x features, row-major
   std::vector<int64_t> y;                  // class id per row (-1: no label column)
   int64_t rows = 0;
@@ -34,7 +35,8 @@ struct CsvOptions {
 Table read_csv(const std::string& path, const CsvOptions& o);
 
 // The same columns as `like` (by name, in its order) from `path`, labels mapped to like's class
-// names when the label column is present (unknown labels are an error); for prediction.
+// names when the label column is present (unknown labels are an error); for prediction. The label
+// column is o.label, else like's label column by name, else a single column beyond the features.
 Table read_csv_like(const std::string& path, const Table& like, const CsvOptions& o);
 
 // Stratified split: in each class, rows shuffled with `seed`, round(n_c * test_fraction) of them
