@@ -239,18 +239,22 @@ int run(const Options& o) {
   if (!o.quiet)
     std::printf("comparing %zu variants, %d steps each after %d warm-up steps, %d run%s each, in %s\n", n, spec.steps,
                 spec.warmup, spec.repeats, spec.repeats > 1 ? "s" : "", out.c_str());
-  for (size_t i = 0; i < n; ++i) {
-    Result& r = results[i];
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int k = 0; k < spec.repeats; ++k) {
+  // With repeats, the variants run round-robin (every variant once, then again): a slow spell of
+  // a shared machine then falls on all of them alike instead of on one variant's runs.
+  std::vector<bool> failed(n, false);
+  for (int k = 0; k < spec.repeats; ++k) {
+    for (size_t i = 0; i < n; ++i) {
+      if (failed[i]) continue;
+      Result& r = results[i];
+      const auto t0 = std::chrono::steady_clock::now();
       const fs::path dir = out / (k == 0 ? spec.variants[i].name : spec.variants[i].name + "-r" + std::to_string(k + 1));
       fs::remove_all(dir);
       if (!o.quiet) {
         std::printf("[%zu/%zu] %s%s ... ", i + 1, n, spec.variants[i].name.c_str(),
-                    spec.repeats > 1 ? (" (run " + std::to_string(k + 1) + ")").c_str() : "");
+                    spec.repeats > 1 ? (" (run " + std::to_string(k + 1) + " of " + std::to_string(spec.repeats) + ")").c_str() : "");
         std::fflush(stdout);
       }
-      const fs::path log_file = out / (spec.variants[i].name + ".log");
+      const fs::path log_file = out / (spec.variants[i].name + (k == 0 ? "" : "-r" + std::to_string(k + 1)) + ".log");
       r.status = child::status_of(child::run(o.tt_run, yamls[i], dir, log_file));
       if (r.status == "interrupted") {
         if (!o.quiet) std::printf("interrupted\n");
@@ -258,9 +262,10 @@ int run(const Options& o) {
       }
       if (r.status != "ok") {
         r.ok = false;
+        failed[i] = true;
         r.reason = child::last_error_line(log_file);
         if (!o.quiet) std::printf("%s: %s\n", r.status.c_str(), r.reason.c_str());
-        break;
+        continue;
       }
       try {
         static_cast<child::Measured&>(r) = child::collect(dir, spec.warmup);
@@ -269,16 +274,18 @@ int run(const Options& o) {
         fs::remove_all(dir / "checkpoints");  // measurements only: the weights are not kept
       } catch (const std::exception& e) {
         r.ok = false;
+        failed[i] = true;
         r.status = "error (no summary)";
         r.reason = e.what();
-        break;
+        continue;
       }
       if (!o.quiet)
         std::printf("%.1f ms/step, peak %s MiB (%.0f s)\n", r.repeat_step_ms.back(), mib(r.peak).c_str(),
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-    if (r.ok) r.step_ms = median(r.repeat_step_ms);
   }
+  for (auto& r : results)
+    if (r.ok) r.step_ms = median(r.repeat_step_ms);
 
   // The table, compare.csv, compare.json.
   const Result& b = results[base];

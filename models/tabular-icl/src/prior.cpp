@@ -48,7 +48,7 @@ Batch sample_prior_table(const PriorOptions& o, uint64_t seed) {
   auto f32 = torch::TensorOptions().dtype(torch::kFloat);
 
   at::Tensor h = uni(0, 1) < 0.7 ? at::normal(0, 1, {N, width}, gen, f32) : (at::rand({N, width}, gen, f32) * 2 - 1) * 1.7;
-  std::vector<at::Tensor> nodes;
+  std::vector<at::Tensor> nodes{h};
   for (int64_t l = 0; l < L; ++l) {
     const double keep = uni(0.4, 1.0);
     at::Tensor w = at::normal(0, 1, {width, width}, gen, f32) * (at::rand({width, width}, gen, f32) < keep) /
@@ -60,20 +60,36 @@ Batch sample_prior_table(const PriorOptions& o, uint64_t seed) {
     h = (h - h.mean(0)) / (h.std(0) + 1e-6);  // keep the scale sane through depth
     nodes.push_back(h);
   }
-  at::Tensor all = torch::cat(nodes, 1);  // [N, L*width]
+  // Candidate nodes: the root causes and every layer's nodes.
+  at::Tensor all = torch::cat(nodes, 1);  // [N, (L+1)*width]
   std::vector<int64_t> cols(static_cast<size_t>(all.size(1)));
   std::iota(cols.begin(), cols.end(), 0);
   std::shuffle(cols.begin(), cols.end(), rng);
-  at::Tensor target = all.select(1, cols[0]).clone();
   at::Tensor feats = all.index_select(1, torch::tensor(std::vector<int64_t>(cols.begin() + 1, cols.begin() + 1 + F)));
   feats = feats.contiguous();
-  for (int64_t j = 0; j < F; ++j) {  // real columns are skewed or discrete now and then
-    const double u = uni(0, 1);
-    at::Tensor col = feats.select(1, j);
-    if (u < 0.15)
-      col.copy_(torch::exp(col * uni(0.3, 1.0)));
-    else if (u < 0.25)
-      col.copy_(torch::round(col * uni(0.5, 2.0)));
+  at::Tensor target;
+  if (uni(0, 1) < o.node_target_share) {
+    // TabPFN's way: the target is one more node of the causal graph. Often weakly related to the
+    // chosen features (its causes may be unobserved): these tables teach the model to fall back
+    // on the class frequencies.
+    target = all.select(1, cols[0]).clone();
+  } else {
+    // The target is a random function of some of the features (a small random MLP, its own noise):
+    // the tables where the features do tell the class, as in most real ones.
+    const int64_t informative = pick(1, std::min<int64_t>(F, 8));
+    std::vector<int64_t> fi(static_cast<size_t>(F));
+    std::iota(fi.begin(), fi.end(), 0);
+    std::shuffle(fi.begin(), fi.end(), rng);
+    at::Tensor t = feats.index_select(1, torch::tensor(std::vector<int64_t>(fi.begin(), fi.begin() + informative)));
+    const int64_t depth = linear ? 1 : pick(1, 3);
+    for (int64_t l = 0; l < depth; ++l) {
+      const int64_t out = l + 1 == depth ? 1 : pick(4, 32);
+      at::Tensor w = at::normal(0, 1, {t.size(1), out}, gen, f32) / std::sqrt(static_cast<double>(t.size(1)));
+      t = torch::addmm(at::normal(0, 1, {out}, gen, f32) * uni(0, 0.5), t, w);
+      if (l + 1 < depth) t = activate(t, static_cast<int>(pick(1, 7)));
+      t = (t - t.mean(0)) / (t.std(0) + 1e-6);
+    }
+    target = t.select(1, 0) + at::normal(0, 1, {N}, gen, f32) * std::exp(uni(std::log(0.01), std::log(0.5)));
   }
   // Classes at random quantiles (each class holds a share in [0.3, 1] before normalization).
   std::vector<double> share(static_cast<size_t>(C));
@@ -152,6 +168,7 @@ Schema prior_schema() {
       .add("support_min", Type::Float, "0.3", "smallest share of a table's rows in its support set")
       .add("support_max", Type::Float, "0.9", "largest share of a table's rows in its support set")
       .add("linear_share", Type::Float, "0.2", "share of tables from a linear SCM")
+      .add("node_target_share", Type::Float, "0.3", "share of tables whose target is a node of the causal graph (else a random function of some features)")
       .add("max_layers", Type::Int, "4", "deepest random MLP")
       .add("max_width", Type::Int, "48", "widest random MLP layer");
 }
@@ -166,6 +183,8 @@ Datasets make_prior(const Options& o, uint64_t seed) {
   p.support_min = o.get_float("support_min");
   p.support_max = o.get_float("support_max");
   p.linear_share = o.get_float("linear_share");
+  p.node_target_share = o.get_float("node_target_share");
+  o.check(p.node_target_share >= 0 && p.node_target_share <= 1, "node_target_share", "must be between 0 and 1");
   p.max_layers = o.get_int("max_layers");
   p.max_width = o.get_int("max_width");
   o.check(p.rows >= 4, "rows", "must be at least 4");

@@ -4,7 +4,9 @@
 //   a random MLP (1-4 layers, random widths, an activation per layer from identity, tanh, ReLU,
 //   leaky ReLU, sine, |x|, sigmoid, square; sparse Gaussian weights; Gaussian noise added at every
 //   layer, scale drawn per layer) run on Gaussian or uniform root causes; features and the target
-//   are distinct hidden nodes taken at random from all layers; a share of the tables are linear
+//   are distinct nodes taken at random from the root causes and all layers (node_target_share of the
+//   tables), else the target is a small random MLP of 1-8 of the features plus noise (the tables
+//   where the features tell the class); a share of the tables are linear
 //   (identity activations throughout). Some features are then warped (exp) or discretized, as real
 //   columns are. The target is cut into 2..max_classes classes at random quantiles (every class
 //   at least a few rows) and the class ids permuted. Feature count uniform in
@@ -25,6 +27,7 @@ struct PriorOptions {
   int64_t min_classes = 2, max_classes = 10;
   double support_min = 0.3, support_max = 0.9;
   double linear_share = 0.2;  // tables whose SCM is linear
+  double node_target_share = 0.3;  // tables whose target is a graph node (else a function of features)
   int64_t max_layers = 4, max_width = 48;
 };
 

@@ -1,0 +1,224 @@
+// The prior's statistics, CSV loading (and every bad input the issue names), the stratified split,
+// episodes, and the metrics against hand-computed values.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <fstream>
+#include <set>
+
+#include "metrics.h"
+#include "prior.h"
+#include "table.h"
+#include "tabular_data.h"
+#include "test_support.h"
+#include "tt/error.h"
+
+using namespace tt::tab;
+
+// The features must tell the class in most tables, or pretraining learns nothing but the class
+// frequencies: a plain 7-nearest-neighbour vote (support rows standardized) on the query rows of
+// binary tables must beat predicting the support's majority class by a clear margin.
+TEST(TabularPrior, FeaturesPredictTheClassBetterThanTheMajority) {
+  PriorOptions o;
+  o.rows = 256;
+  o.max_features = 32;
+  o.max_classes = 2;
+  double knn = 0, majority = 0, queries = 0;
+  for (int64_t t = 0; t < 150; ++t) {
+    tt::Batch b = sample_prior_table(o, 7000 + t);
+    const int64_t F = b.at("feature_mask").sum().item<int64_t>();
+    const at::Tensor x = b.at("x")[0].slice(1, 0, F), y = b.at("y")[0], s = b.at("support")[0];
+    at::Tensor xs = x.index({s}), xq = x.index({s.logical_not()});
+    const at::Tensor ys = y.index({s}), yq = y.index({s.logical_not()});
+    const at::Tensor mean = xs.mean(0), sd = xs.std(0) + 1e-6;
+    xs = (xs - mean) / sd;
+    xq = (xq - mean) / sd;
+    const at::Tensor near = std::get<1>(torch::cdist(xq, xs).topk(std::min<int64_t>(7, xs.size(0)), 1, false));
+    const at::Tensor vote = torch::one_hot(ys.index({near}), 2).sum(1).argmax(1);
+    knn += (vote == yq).sum().item<double>();
+    majority += (yq == torch::one_hot(ys, 2).sum(0).argmax()).sum().item<double>();
+    queries += static_cast<double>(yq.numel());
+  }
+  knn /= queries;
+  majority /= queries;
+  EXPECT_GT(knn, majority + 0.08) << "7-NN " << knn << " vs majority " << majority;
+}
+
+TEST(TabularPrior, TablesHaveFeatureAndClassCountsInRangeAndDrawnSupportShares) {
+  PriorOptions o;
+  o.rows = 128;
+  o.min_features = 3;
+  o.max_features = 12;
+  o.min_classes = 2;
+  o.max_classes = 10;
+  o.support_min = 0.4;
+  o.support_max = 0.8;
+  std::set<int64_t> features_seen, classes_seen;
+  int64_t tables = 300, at_least_two = 0, linear_like = 0;
+  for (int64_t i = 0; i < tables; ++i) {
+    tt::Batch b = sample_prior_table(o, 1000 + i);
+    ASSERT_EQ(b.at("x").sizes(), (std::vector<int64_t>{1, 128, 12}));
+    const int64_t F = b.at("feature_mask").sum().item<int64_t>();
+    const int64_t C = b.at("n_classes").item<int64_t>();
+    ASSERT_GE(F, 3);
+    ASSERT_LE(F, 12);
+    ASSERT_GE(C, 2);
+    ASSERT_LE(C, 10);
+    features_seen.insert(F);
+    classes_seen.insert(C);
+    // Columns past F are zero; those up to F vary.
+    EXPECT_EQ(b.at("x")[0].slice(1, F).abs().sum().item<float>(), 0.f);
+    EXPECT_GT(b.at("x")[0].slice(1, 0, F).std(0).min().item<float>(), 0.f) << "table " << i;
+    const at::Tensor y = b.at("y")[0];
+    EXPECT_GE(y.min().item<int64_t>(), 0);
+    EXPECT_LT(y.max().item<int64_t>(), C);
+    const auto distinct = std::get<0>(at::_unique(y)).numel();
+    EXPECT_LE(distinct, C);
+    at_least_two += distinct >= 2;
+    linear_like += distinct == C;
+    const double share = b.at("support")[0].sum().item<double>() / 128.0;
+    EXPECT_GE(share, 0.4 - 1.0 / 128);
+    EXPECT_LE(share, 0.8 + 1.0 / 128);
+  }
+  EXPECT_EQ(features_seen.size(), 10u);  // every count 3..12 drawn
+  EXPECT_EQ(classes_seen.size(), 9u);    // every count 2..10 drawn
+  EXPECT_GE(at_least_two, tables * 97 / 100);
+  EXPECT_GE(linear_like, tables * 80 / 100);  // classes are cut at quantiles: nearly always all present
+  // Same seed, same table; another seed, another.
+  EXPECT_TRUE(torch::equal(sample_prior_table(o, 5).at("x"), sample_prior_table(o, 5).at("x")));
+  EXPECT_FALSE(torch::equal(sample_prior_table(o, 5).at("y"), sample_prior_table(o, 6).at("y")));
+}
+
+namespace {
+std::string write(const std::string& name, const std::string& text) {
+  auto p = tt::test::temp_dir("tabular_csv") / name;
+  std::ofstream(p) << text;
+  return p.string();
+}
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const tt::ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
+}  // namespace
+
+TEST(TabularCsv, ReadsFeaturesAndLabelsByNameOrLast) {
+  const auto f = write("ok.csv", "a,b,kind,c\n1,2,cat,3\n4,5,dog,6\n7,8,cat,9\n");
+  CsvOptions o;
+  o.label = "kind";
+  Table t = read_csv(f, o);
+  EXPECT_EQ(t.rows, 3);
+  EXPECT_EQ(t.feature_names, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(t.class_names, (std::vector<std::string>{"cat", "dog"}));
+  EXPECT_EQ(t.y, (std::vector<int64_t>{0, 1, 0}));
+  EXPECT_EQ(t.x, (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  Table last = read_csv(write("num.csv", "x,y\n1,10\n2,9\n3,10\n4,2\n"), {});
+  EXPECT_EQ(last.class_names, (std::vector<std::string>{"2", "9", "10"}));  // numeric order
+  EXPECT_EQ(last.y, (std::vector<int64_t>{2, 1, 2, 0}));
+}
+
+TEST(TabularCsv, BadInputIsAClearError) {
+  CsvOptions o;
+  EXPECT_HAS(error_of([&] { read_csv(write("text.csv", "a,b,y\n1,2,0\n3,red,1\n"), o); }),
+             "text.csv:3 column 'b' is not numeric ('red')");
+  std::string many = "a,y\n";
+  for (int i = 0; i < 11; ++i) many += std::to_string(i) + "," + std::to_string(i) + "\n";
+  EXPECT_HAS(error_of([&] { read_csv(write("many.csv", many), o); }), "has 11 classes; the model predicts at most 10");
+  o.label = "species";
+  EXPECT_HAS(error_of([&] { read_csv(write("nolabel.csv", "a,b,y\n1,2,0\n"), o); }),
+             "has no column 'species' (data.label); its columns are: a, b, y");
+  o.label.clear();
+  EXPECT_HAS(error_of([&] { read_csv(write("empty.csv", ""), o); }), "empty.csv is empty");
+  EXPECT_HAS(error_of([&] { read_csv(write("header.csv", "a,b,y\n"), o); }), "has a header but no data rows");
+  EXPECT_HAS(error_of([&] { read_csv(write("short.csv", "a,b,y\n1,2,0\n1,2\n"), o); }), "short.csv:3 has 2 fields");
+  EXPECT_HAS(error_of([&] { read_csv("/nonexistent/x.csv", o); }), "cannot open /nonexistent/x.csv");
+  const auto gap = write("gap.csv", "a,b,y\n1,,0\n3,4,1\n5,8,0\n");
+  EXPECT_HAS(error_of([&] { read_csv(gap, o); }), "gap.csv:2 column 'b' has a missing value");
+  o.impute = "mean";
+  EXPECT_EQ(read_csv(gap, o).x[1], 6.f);  // the mean of 4 and 8
+  // More features than the model's maximum: refused when the model is built.
+  std::string wide = "";
+  for (int j = 0; j < 40; ++j) wide += "f" + std::to_string(j) + ",";
+  wide += "y\n";
+  for (int i = 0; i < 6; ++i) {
+    for (int j = 0; j < 40; ++j) wide += std::to_string(i * j % 7) + ",";
+    wide += std::to_string(i % 2) + "\n";
+  }
+  const auto wide_csv = write("wide.csv", wide);
+  auto r = tt::test::run(tt::test::tt_run_bin() + " " + write("wide.yaml", "name: wide\ndata: {name: tabular-csv, path: " + wide_csv +
+                                                                    "}\nmodel: {name: tabular-icl}\ntrainer: {max_steps: 0}\n") +
+                         " -q --run-dir " + (tt::test::temp_dir("tabular_csv") / "wide-run").string());
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "has 40 features; model.max_features is 32");
+}
+
+TEST(TabularCsv, StratifiedSplitKeepsClassSharesAndDependsOnTheSeed) {
+  Table t;
+  t.feature_names = {"a"};
+  t.class_names = {"0", "1", "2"};
+  for (int i = 0; i < 100; ++i) {
+    t.x.push_back(static_cast<float>(i));
+    t.y.push_back(i < 50 ? 0 : (i < 80 ? 1 : 2));
+  }
+  t.rows = 100;
+  Split s = stratified_split(t, 0.3, 0);
+  EXPECT_EQ(s.train.size() + s.test.size(), 100u);
+  std::vector<int> test_count(3, 0);
+  for (auto i : s.test) ++test_count[t.y[i]];
+  EXPECT_EQ(test_count, (std::vector<int>{15, 9, 6}));
+  EXPECT_EQ(stratified_split(t, 0.3, 0).test, s.test);
+  EXPECT_NE(stratified_split(t, 0.3, 1).test, s.test);
+}
+
+TEST(TabularCsv, EpisodesDrawSupportAndQueryRowsWithRelabelledClasses) {
+  auto t = std::make_shared<Table>();
+  t->feature_names = {"a", "b"};
+  t->class_names = {"0", "1", "2"};
+  for (int i = 0; i < 60; ++i) {
+    t->x.push_back(static_cast<float>(i));
+    t->x.push_back(static_cast<float>(i % 3));  // b is the class
+    t->y.push_back(i % 3);
+  }
+  t->rows = 60;
+  EpisodeDataset small(t, 256, 64, 10, 0);  // more than the table holds: 80/20 of its rows
+  tt::Batch b = small.get(torch::arange(2));
+  EXPECT_EQ(b.at("x").sizes(), (std::vector<int64_t>{2, 60, 2}));
+  EXPECT_EQ(b.at("support")[0].sum().item<int64_t>(), 48);
+  std::set<std::vector<int64_t>> mappings;
+  for (int e = 0; e < 12; ++e) {
+    tt::Batch ep = EpisodeDataset(t, 30, 10, 1, static_cast<uint64_t>(e)).get(torch::arange(1));
+    // The relabelling is a permutation: feature b (the true class) maps to one label each.
+    std::vector<int64_t> map(3, -1);
+    for (int64_t i = 0; i < 40; ++i) {
+      const auto cls = static_cast<int64_t>(ep.at("x")[0][i][1].item<float>());
+      const int64_t lab = ep.at("y")[0][i].item<int64_t>();
+      if (map[cls] < 0) map[cls] = lab;
+      ASSERT_EQ(map[cls], lab);
+    }
+    mappings.insert(map);
+  }
+  EXPECT_GT(mappings.size(), 2u);
+}
+
+TEST(TabularMetrics, MatchHandComputedValues) {
+  // Two classes, four rows.
+  const std::vector<double> p = {0.9, 0.1, 0.4, 0.6, 0.3, 0.7, 0.8, 0.2};
+  const std::vector<int64_t> y = {0, 1, 0, 1};
+  auto m = classification_metrics(p, y, 2);
+  EXPECT_DOUBLE_EQ(m["accuracy"], 0.5);
+  EXPECT_DOUBLE_EQ(m["roc_auc"], 0.5);  // scores of class 1: pos {0.6, 0.2}, neg {0.1, 0.7}: 2 of 4 pairs
+  EXPECT_NEAR(m["log_loss"], -(std::log(0.9) + std::log(0.6) + std::log(0.3) + std::log(0.2)) / 4, 1e-12);
+  EXPECT_NEAR(m["brier"], (2 * 0.01 + 2 * 0.16 + 2 * 0.49 + 2 * 0.64) / 4, 1e-12);
+  // ECE, 15 bins: confidences 0.9 (right), 0.6 (right), 0.7 (wrong), 0.8 (wrong), each alone in its bin.
+  EXPECT_NEAR(m["ece"], (0.1 + 0.4 + 0.7 + 0.8) / 4, 1e-12);
+  // Three classes: one-vs-rest macro AUC of a perfect ranking is 1.
+  auto m3 = classification_metrics({0.8, 0.1, 0.1, 0.1, 0.8, 0.1, 0.2, 0.2, 0.6}, {0, 1, 2}, 3);
+  EXPECT_DOUBLE_EQ(m3["roc_auc"], 1.0);
+  EXPECT_DOUBLE_EQ(m3["accuracy"], 1.0);
+  EXPECT_DOUBLE_EQ(roc_auc({1, 1, 2}, {false, true, true}), 0.75);  // a tie counts one half
+}

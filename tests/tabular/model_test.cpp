@@ -1,0 +1,138 @@
+// The in-context learner's structure, on a randomly initialised model (no pretraining needed):
+// query rows attend to support rows only, predictions are equivariant to relabelling the classes.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "tabular_model.h"
+#include "tt/error.h"
+
+using tt::tab::Shape;
+using tt::tab::TabularIcl;
+
+namespace {
+struct Table3 {
+  at::Tensor x, fmask, y, support;
+};
+// One table: 20 support rows (3 classes) then 12 query rows, 5 features of 8.
+Table3 make_table(int64_t seed) {
+  torch::manual_seed(seed);
+  Table3 t;
+  t.x = torch::randn({1, 32, 5}) * 3 + 1;
+  t.fmask = torch::ones({1, 5}, torch::kBool);
+  t.y = torch::randint(0, 3, {1, 32}, torch::kLong);
+  t.y.slice(1, 0, 3).copy_(torch::tensor({0, 1, 2}).view({1, 3}));  // every class in the support set
+  t.support = torch::zeros({1, 32}, torch::kBool);
+  t.support.slice(1, 0, 20).fill_(true);
+  return t;
+}
+std::shared_ptr<TabularIcl> tiny() {
+  torch::manual_seed(7);
+  Shape s;
+  s.max_features = 8;
+  s.d_cell = 4;
+  s.d_model = 32;
+  s.n_layers = 2;
+  s.n_heads = 4;
+  s.d_ff = 64;
+  auto m = std::make_shared<TabularIcl>(s, nullptr, 1024);
+  m->eval();
+  return m;
+}
+}  // namespace
+
+TEST(TabularModel, PermutingQueryRowsOnlyPermutesTheirPredictions) {
+  auto m = tiny();
+  torch::NoGradGuard ng;
+  auto t = make_table(1);
+  at::Tensor p = m->probabilities(t.x, t.fmask, t.y, t.support);
+  // Reverse the query rows (20..31), keep the support rows.
+  std::vector<int64_t> order(32);
+  for (int64_t i = 0; i < 20; ++i) order[i] = i;
+  for (int64_t i = 20; i < 32; ++i) order[i] = 51 - i;
+  at::Tensor idx = torch::tensor(order);
+  at::Tensor p2 = m->probabilities(t.x.index_select(1, idx), t.fmask, t.y.index_select(1, idx), t.support);
+  EXPECT_TRUE(torch::allclose(p2, p.index_select(1, idx), 1e-5, 1e-6));
+  // Rows sum to one over the classes; a class with no support row gets nothing.
+  EXPECT_TRUE(torch::allclose(p[0].slice(0, 20).sum(-1), torch::ones({12}), 1e-5, 1e-5));
+  EXPECT_EQ(p[0].slice(0, 20).slice(1, 3).abs().max().item<float>(), 0.f);
+}
+
+TEST(TabularModel, AQueryPredictionIgnoresOtherQueryRowsAndTheirLabels) {
+  auto m = tiny();
+  torch::NoGradGuard ng;
+  auto t = make_table(2);
+  at::Tensor p = m->probabilities(t.x, t.fmask, t.y, t.support);
+  // Change every query row but the first (features and labels): row 20's prediction stays.
+  at::Tensor x2 = t.x.clone(), y2 = t.y.clone();
+  x2.slice(1, 21).normal_(0, 10);
+  y2.slice(1, 20).fill_(1);
+  at::Tensor p2 = m->probabilities(x2, t.fmask, y2, t.support);
+  EXPECT_TRUE(torch::allclose(p2[0][20], p[0][20], 1e-5, 1e-6));
+  EXPECT_FALSE(torch::allclose(p2[0][21], p[0][21], 1e-5, 1e-6));  // the changed rows do change
+  // A changed support row changes the prediction (the check above can fail).
+  at::Tensor x3 = t.x.clone();
+  x3.slice(1, 0, 10).normal_(0, 10);
+  EXPECT_FALSE(torch::allclose(m->probabilities(x3, t.fmask, t.y, t.support)[0][20], p[0][20], 1e-5, 1e-6));
+}
+
+TEST(TabularModel, RelabellingTheClassesPermutesThePredictedProbabilities) {
+  auto m = tiny();
+  torch::NoGradGuard ng;
+  auto t = make_table(3);
+  at::Tensor p = m->probabilities(t.x, t.fmask, t.y, t.support);
+  const std::vector<int64_t> sigma = {2, 0, 1};  // class c becomes sigma[c]
+  at::Tensor y2 = torch::tensor(sigma).index_select(0, t.y.view({-1})).view_as(t.y);
+  at::Tensor p2 = m->probabilities(t.x, t.fmask, y2, t.support);
+  for (int64_t c = 0; c < 3; ++c)
+    EXPECT_TRUE(torch::allclose(p2[0].slice(0, 20).select(1, sigma[c]), p[0].slice(0, 20).select(1, c), 1e-5, 1e-6))
+        << "class " << c;
+  // Class ids far apart (0,1,2 -> 9,4,7) give the same probabilities at those ids.
+  const std::vector<int64_t> far = {9, 4, 7};
+  at::Tensor y3 = torch::tensor(far).index_select(0, t.y.view({-1})).view_as(t.y);
+  at::Tensor p3 = m->probabilities(t.x, t.fmask, y3, t.support);
+  for (int64_t c = 0; c < 3; ++c)
+    EXPECT_TRUE(torch::allclose(p3[0].slice(0, 20).select(1, far[c]), p[0].slice(0, 20).select(1, c), 1e-5, 1e-6));
+}
+
+TEST(TabularModel, PaddingFeaturesAndScalingColumnsChangeNothing) {
+  auto m = tiny();
+  torch::NoGradGuard ng;
+  auto t = make_table(4);
+  at::Tensor p = m->probabilities(t.x, t.fmask, t.y, t.support);
+  // The same table padded to 8 columns with the extra ones masked out.
+  at::Tensor xp = torch::cat({t.x, torch::randn({1, 32, 3})}, 2);
+  at::Tensor fp = torch::cat({t.fmask, torch::zeros({1, 3}, torch::kBool)}, 1);
+  EXPECT_TRUE(torch::allclose(m->probabilities(xp, fp, t.y, t.support), p, 1e-5, 1e-6));
+  // Per-table standardization: an affine change of a column's units changes nothing.
+  at::Tensor xs = t.x * torch::tensor({100.f, 0.01f, 1.f, 5.f, 2.f}) + 1000;
+  EXPECT_TRUE(torch::allclose(m->probabilities(xs, t.fmask, t.y, t.support), p, 1e-3, 1e-4));
+  // More features than the model takes: a clear error.
+  at::Tensor wide = torch::randn({1, 32, 9});
+  try {
+    m->probabilities(wide, torch::ones({1, 9}, torch::kBool), t.y, t.support);
+    FAIL() << "expected an error";
+  } catch (const tt::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 8 (model.max_features)"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TabularModel, LossIsTheQueryRowsNllAndTrainsOnOneTable) {
+  auto m = tiny();
+  m->train();
+  auto t = make_table(5);
+  tt::Batch b;
+  b.set("x", t.x);
+  b.set("feature_mask", t.fmask);
+  b.set("y", t.y);
+  b.set("support", t.support);
+  b.set("n_classes", torch::full({1}, 3, torch::kLong));
+  torch::optim::Adam opt(m->parameters(), torch::optim::AdamOptions(3e-3));
+  const double first = m->forward_loss(b).loss.item<double>();
+  EXPECT_NEAR(first, std::log(3.0), 0.6);  // about uniform at initialisation
+  for (int i = 0; i < 60; ++i) {
+    opt.zero_grad();
+    m->forward_loss(b).loss.backward();
+    opt.step();
+  }
+  EXPECT_LT(m->forward_loss(b).loss.item<double>(), 0.5 * first);
+}
