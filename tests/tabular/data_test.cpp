@@ -205,6 +205,28 @@ TEST(TabularCsv, EpisodesDrawSupportAndQueryRowsWithRelabelledClasses) {
   EXPECT_GT(mappings.size(), 2u);
 }
 
+// An episode depends on its index only: asked for alone, in another order, or by another
+// loader (a data-parallel rank, a resumed run), episode i is the same table.
+TEST(TabularCsv, EpisodeIIsTheSameWhoeverAsksAndWhenever) {
+  auto t = std::make_shared<Table>();
+  t->feature_names = {"a"};
+  t->class_names = {"0", "1"};
+  for (int i = 0; i < 40; ++i) {
+    t->x.push_back(static_cast<float>(i));
+    t->y.push_back(i % 2);
+  }
+  t->rows = 40;
+  EpisodeDataset one(t, 12, 4, 8, 3), other(t, 12, 4, 8, 3);
+  const tt::Batch all = one.get(torch::tensor({5, 2, 7}));
+  one.get(torch::arange(8));  // draws in between change nothing
+  const tt::Batch two = other.get(torch::tensor({2}));
+  EXPECT_TRUE(torch::equal(all.at("x")[1], two.at("x")[0]));
+  EXPECT_TRUE(torch::equal(all.at("y")[1], two.at("y")[0]));
+  EXPECT_TRUE(torch::equal(one.get(torch::tensor({7})).at("x")[0], all.at("x")[2]));
+  EXPECT_FALSE(torch::equal(all.at("x")[0], all.at("x")[1]));
+  EXPECT_FALSE(torch::equal(EpisodeDataset(t, 12, 4, 8, 4).get(torch::tensor({2})).at("x"), two.at("x")));
+}
+
 TEST(TabularMetrics, MatchHandComputedValues) {
   // Two classes, four rows.
   const std::vector<double> p = {0.9, 0.1, 0.4, 0.6, 0.3, 0.7, 0.8, 0.2};

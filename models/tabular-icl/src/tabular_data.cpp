@@ -46,8 +46,12 @@ Batch EpisodeDataset::get(const at::Tensor& indices) {
   at::Tensor support = torch::zeros({B, N}, torch::kBool);
   support.slice(1, 0, support_).fill_(true);
   std::vector<int64_t> rows(static_cast<size_t>(train_->rows));
+  const at::Tensor idx = indices.to(torch::kLong).contiguous();
   for (int64_t b = 0; b < B; ++b) {
-    std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + (draws_++) + 1);
+    // Episode i is a function of (seed, i) alone: any rank, a resumed run or a prefetching
+    // loader that asks for episode i gets the same rows and relabelling.
+    const auto i = static_cast<uint64_t>(idx.data_ptr<int64_t>()[b]);
+    std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + i * 0xBF58476D1CE4E5B9ull + 1);
     std::iota(rows.begin(), rows.end(), 0);
     std::shuffle(rows.begin(), rows.end(), rng);
     std::vector<int64_t> relabel(static_cast<size_t>(C));

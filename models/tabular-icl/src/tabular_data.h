@@ -3,8 +3,9 @@
 //   train: episodes for fine-tuning (TabTune's episodic tuning): each example is one episode of
 //     support_size + query_size rows drawn without replacement from the training split (when the
 //     split is smaller, its rows are divided in the same proportion), the classes relabelled by a
-//     random permutation per episode; `episodes` examples per epoch; episode i of epoch e is drawn
-//     from (seed, e, i). Batch tensors as the prior's (x, feature_mask, y, support, n_classes).
+//     random permutation per episode; `episodes` examples per epoch, episode i drawn from (seed, i)
+//     (the same episodes every epoch, in the loader's new order; data-parallel ranks and resumed
+//     runs see exactly the episodes a single run would). Batch tensors as the prior's (x, feature_mask, y, support, n_classes).
 //   validation: the test split with the training split as its context (EvalSet), which the
 //     model's evaluate() reads as a whole.
 #include <memory>
@@ -31,7 +32,6 @@ class EpisodeDataset : public Dataset {
   std::shared_ptr<const Table> train_;
   int64_t support_, query_, episodes_;
   uint64_t seed_;
-  uint64_t draws_ = 0;  // episodes handed out, so that every epoch draws new ones
 };
 
 class EvalSet : public Dataset {
