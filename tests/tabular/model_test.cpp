@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "tabular_model.h"
+#include "table.h"
 #include "tt/error.h"
 
 using tt::tab::Shape;
@@ -135,4 +136,34 @@ TEST(TabularModel, LossIsTheQueryRowsNllAndTrainsOnOneTable) {
     opt.step();
   }
   EXPECT_LT(m->forward_loss(b).loss.item<double>(), 0.5 * first);
+}
+
+// The feature-order ensemble (model.ensemble): the mean of its members' probabilities. With one
+// feature every order is the same, so any ensemble equals a single pass; with several features
+// the members differ, the mean stays a distribution, and a one-member ensemble is the file's order.
+TEST(TabularModel, FeatureOrderEnsembleAveragesItsMembers) {
+  auto m = tiny();
+  auto table = [](int64_t F) {
+    tt::tab::Table t;
+    t.class_names = {"a", "b", "c"};
+    for (int64_t j = 0; j < F; ++j) t.feature_names.push_back("f" + std::to_string(j));
+    torch::manual_seed(3);
+    const at::Tensor x = torch::randn({30, F});
+    t.x.assign(x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
+    for (int64_t i = 0; i < 30; ++i) t.y.push_back(i % 3);
+    t.rows = 30;
+    return t;
+  };
+  const auto one = table(1), five = table(5);
+  std::vector<int64_t> ctx(20), qs(10);
+  for (int64_t i = 0; i < 20; ++i) ctx[i] = i;
+  for (int64_t i = 0; i < 10; ++i) qs[i] = 20 + i;
+  m->set_ensemble(1);
+  const at::Tensor p1 = m->predict_table(one.subset(ctx), one.subset(qs));
+  const at::Tensor q1 = m->predict_table(five.subset(ctx), five.subset(qs));
+  m->set_ensemble(4);
+  EXPECT_TRUE(torch::allclose(m->predict_table(one.subset(ctx), one.subset(qs)), p1, 1e-6, 1e-9));
+  const at::Tensor q4 = m->predict_table(five.subset(ctx), five.subset(qs));
+  EXPECT_FALSE(torch::allclose(q4, q1, 1e-4, 1e-6));
+  EXPECT_TRUE(torch::allclose(q4.sum(1), torch::ones({10}, torch::kDouble), 1e-6, 1e-6));
 }

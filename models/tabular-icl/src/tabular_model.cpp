@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <fstream>
+#include <numeric>
+#include <random>
 
 #include "metrics.h"
 #include "tabular_data.h"
@@ -137,23 +139,51 @@ ModelOutput TabularIcl::forward_loss(const Batch& batch) {
   return o;
 }
 
+namespace {
+// The table with its feature columns in the order `perm` (perm[j] = the source column of column j).
+Table permute_features(const Table& t, const std::vector<int64_t>& perm) {
+  Table out = t;
+  const int64_t F = t.features();
+  for (int64_t j = 0; j < F; ++j) out.feature_names[j] = t.feature_names[perm[j]];
+  for (int64_t i = 0; i < t.rows; ++i)
+    for (int64_t j = 0; j < F; ++j) out.x[i * F + j] = t.x[i * F + perm[j]];
+  return out;
+}
+}  // namespace
+
 at::Tensor TabularIcl::predict_table(const Table& context, const Table& queries) {
   torch::NoGradGuard no_grad;
   const bool was_training = is_training();
   eval();
-  const int64_t C = context.classes();
-  std::vector<at::Tensor> parts;
-  for (int64_t begin = 0; begin < queries.rows; begin += eval_chunk_) {
-    std::vector<int64_t> idx;
-    for (int64_t i = begin; i < std::min(queries.rows, begin + eval_chunk_); ++i) idx.push_back(i);
-    Batch b = table_batch(context, queries.subset(idx));
-    at::Tensor y = b.at("y").clone();
-    y.slice(1, context.rows).fill_(-1);  // the queries' labels are not the model's to see
-    at::Tensor p = probabilities(b.at("x"), b.at("feature_mask"), y, b.at("support"));
-    parts.push_back(p[0].slice(0, context.rows).slice(1, 0, C).to(torch::kDouble));
+  const int64_t C = context.classes(), F = context.features();
+  at::Tensor sum;
+  // An ensemble over feature orders (TabPFN's ensemble configurations): the row representation
+  // depends on where a feature sits, so each order is another view of the same table; the
+  // probabilities are averaged. Member 0 is the file's order; member e shuffles with seed e.
+  for (int64_t e = 0; e < ensemble_; ++e) {
+    std::vector<int64_t> perm(static_cast<size_t>(F));
+    std::iota(perm.begin(), perm.end(), 0);
+    if (e > 0) {
+      std::mt19937_64 rng(static_cast<uint64_t>(e));
+      std::shuffle(perm.begin(), perm.end(), rng);
+    }
+    const Table ctx = e > 0 ? permute_features(context, perm) : context;
+    const Table qs = e > 0 ? permute_features(queries, perm) : queries;
+    std::vector<at::Tensor> parts;
+    for (int64_t begin = 0; begin < qs.rows; begin += eval_chunk_) {
+      std::vector<int64_t> idx;
+      for (int64_t i = begin; i < std::min(qs.rows, begin + eval_chunk_); ++i) idx.push_back(i);
+      Batch b = table_batch(ctx, qs.subset(idx));
+      at::Tensor y = b.at("y").clone();
+      y.slice(1, ctx.rows).fill_(-1);  // the queries' labels are not the model's to see
+      at::Tensor p = probabilities(b.at("x"), b.at("feature_mask"), y, b.at("support"));
+      parts.push_back(p[0].slice(0, ctx.rows).slice(1, 0, C).to(torch::kDouble));
+    }
+    at::Tensor p = torch::cat(parts, 0);
+    sum = sum.defined() ? sum + p : p;
   }
   train(was_training);
-  return torch::cat(parts, 0);
+  return sum / static_cast<double>(ensemble_);
 }
 
 std::map<std::string, double> TabularIcl::evaluate(Dataset& data, int64_t batch_size) {
@@ -217,7 +247,8 @@ Schema model_schema() {
       .add("n_layers", Type::Int, "~", "in-context transformer blocks")
       .add("n_heads", Type::Int, "~", "attention heads")
       .add("d_ff", Type::Int, "~", "MLP width")
-      .add("eval_chunk", Type::Int, "1024", "query rows per forward pass at evaluation and prediction");
+      .add("eval_chunk", Type::Int, "1024", "query rows per forward pass at evaluation and prediction")
+      .add("ensemble", Type::Int, "8", "evaluation and prediction: average over this many feature orders (1: the file's order only)");
 }
 
 std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
@@ -235,6 +266,7 @@ std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
   take("n_heads", s.n_heads);
   take("d_ff", s.d_ff);
   o.check(o.get_int("eval_chunk") > 0, "eval_chunk", "must be positive");
+  o.check(o.get_int("ensemble") >= 1, "ensemble", "must be at least 1");
   std::shared_ptr<const Table> context;
   if (auto* ev = dynamic_cast<EvalSet*>(data.validation.get())) context = ev->shared_context();
   for (const auto& d : {data.train, data.validation}) {
@@ -248,7 +280,9 @@ std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
                    ": drop columns, or use a model pretrained with a larger max_features");
     }
   }
-  return std::make_shared<TabularIcl>(s, context, o.get_int("eval_chunk"));
+  auto m = std::make_shared<TabularIcl>(s, context, o.get_int("eval_chunk"));
+  m->set_ensemble(o.get_int("ensemble"));
+  return m;
 }
 
 }  // namespace tt::tab

@@ -77,6 +77,8 @@ class TabularIcl : public Model {
   at::Tensor predict_table(const Table& context, const Table& queries);
 
   const Shape& shape() const { return s_; }
+  // Members of the feature-order ensemble at evaluation and prediction (model.ensemble).
+  void set_ensemble(int64_t n) { ensemble_ = n; }
   tt::nn::Linear cell{nullptr}, row{nullptr}, label{nullptr}, readout_q{nullptr}, readout_k{nullptr};
   tt::nn::BlockStack blocks{nullptr};
   tt::nn::LayerNorm ln_f{nullptr};
@@ -87,6 +89,7 @@ class TabularIcl : public Model {
   std::shared_ptr<SupportMask> mask_;
   std::shared_ptr<const Table> context_;
   int64_t eval_chunk_;
+  int64_t ensemble_ = 1;
 };
 
 Schema model_schema();
