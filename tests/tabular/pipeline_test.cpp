@@ -63,6 +63,9 @@ TEST(TabularPipeline, PretrainsWithPluginsThenInferenceFinetunePeftAndPredict) {
   EXPECT_EQ(inf["val_examples"].get<double>(), 45);
   // Three well-separated blobs; chance is 1/3. The tiny model after 1000 steps gets ~0.89.
   EXPECT_GT(inf["val_accuracy"].get<double>(), 0.8);
+  // Fine-tuning must not be worse than inference, but for one test row of 45 (float rounding on
+  // another CPU, e.g. without AMX's bf16, can move one borderline row).
+  const double kOneRow = 1.0 / 45 + 1e-9;
   std::ifstream pred(t.dir / "pred.csv");
   std::string header, line;
   std::getline(pred, header);
@@ -77,7 +80,7 @@ TEST(TabularPipeline, PretrainsWithPluginsThenInferenceFinetunePeftAndPredict) {
   auto ft = t.summary("finetune");
   EXPECT_EQ(ft["steps"].get<int64_t>(), 4);
   EXPECT_GT(ft["validation"]["val_accuracy"].get<double>(), 0.9);
-  EXPECT_GE(ft["validation"]["val_accuracy"].get<double>(), inf["val_accuracy"].get<double>());
+  EXPECT_GE(ft["validation"]["val_accuracy"].get<double>(), inf["val_accuracy"].get<double>() - kOneRow);
   r = t.run("peft", episodes + init + "plugins: [{name: lora, targets: [qkv, proj, fc1, fc2], r: 4}]\n" +
                         "optimizer: {name: adamw, lr: 1.0e-3}\ntrainer: {epochs: 2, batch_size: 4, threads: 2}\n");
   ASSERT_EQ(r.rc, 0) << r.output;
@@ -86,7 +89,7 @@ TEST(TabularPipeline, PretrainsWithPluginsThenInferenceFinetunePeftAndPredict) {
   const int64_t lora = 2 * 4 * ((32 + 96) + (32 + 32) + (32 + 64) + (64 + 32));
   EXPECT_EQ(pe["trainable_parameters"].get<int64_t>(), lora);
   EXPECT_GT(pe["validation"]["val_accuracy"].get<double>(), 0.9);
-  EXPECT_GE(pe["validation"]["val_accuracy"].get<double>(), inf["val_accuracy"].get<double>());
+  EXPECT_GE(pe["validation"]["val_accuracy"].get<double>(), inf["val_accuracy"].get<double>() - kOneRow);
 
   // --predict with a model trained on the prior (no table to use as context): a clear error.
   r = t.run("noctx", prior + "model: " + kTinyModel + "}\ntrainer: {max_steps: 0}\n", "--predict " + t.csv);
