@@ -241,11 +241,10 @@ int run(const Options& o) {
                 spec.warmup, spec.repeats, spec.repeats > 1 ? "s" : "", out.c_str());
   // With repeats, the variants run round-robin (every variant once, then again): a slow spell of
   // a shared machine then falls on all of them alike instead of on one variant's runs.
-  std::vector<bool> failed(n, false);
   for (int k = 0; k < spec.repeats; ++k) {
     for (size_t i = 0; i < n; ++i) {
-      if (failed[i]) continue;
       Result& r = results[i];
+      if (k > 0 && !r.ok) continue;  // failed in an earlier round: reported once
       const auto t0 = std::chrono::steady_clock::now();
       const fs::path dir = out / (k == 0 ? spec.variants[i].name : spec.variants[i].name + "-r" + std::to_string(k + 1));
       fs::remove_all(dir);
@@ -262,7 +261,6 @@ int run(const Options& o) {
       }
       if (r.status != "ok") {
         r.ok = false;
-        failed[i] = true;
         r.reason = child::last_error_line(log_file);
         if (!o.quiet) std::printf("%s: %s\n", r.status.c_str(), r.reason.c_str());
         continue;
@@ -274,7 +272,6 @@ int run(const Options& o) {
         fs::remove_all(dir / "checkpoints");  // measurements only: the weights are not kept
       } catch (const std::exception& e) {
         r.ok = false;
-        failed[i] = true;
         r.status = "error (no summary)";
         r.reason = e.what();
         continue;

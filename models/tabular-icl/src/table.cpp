@@ -217,8 +217,8 @@ Table read_csv_like(const std::string& path, const Table& like, const CsvOptions
   t.label_name = o.label.empty() ? like.label_name : o.label;
   auto lab = t.label_name.empty() ? raw.header.end() : std::find(raw.header.begin(), raw.header.end(), t.label_name);
   if (lab == raw.header.end() && t.label_name.empty() && raw.header.size() == cols.size() + 1) lab = raw.header.end() - 1;
-  if (lab != raw.header.end()) t.label_name = *lab;
   if (lab != raw.header.end()) {
+    t.label_name = *lab;
     const size_t lc = static_cast<size_t>(lab - raw.header.begin());
     for (size_t i = 0; i < raw.rows.size(); ++i) {
       const std::string& f = raw.rows[i][lc];

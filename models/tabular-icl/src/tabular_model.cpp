@@ -156,19 +156,7 @@ at::Tensor TabularIcl::predict_table(const Table& context, const Table& queries)
   const bool was_training = is_training();
   eval();
   const int64_t C = context.classes(), F = context.features();
-  at::Tensor sum;
-  // An ensemble over feature orders (TabPFN's ensemble configurations): the row representation
-  // depends on where a feature sits, so each order is another view of the same table; the
-  // probabilities are averaged. Member 0 is the file's order; member e shuffles with seed e.
-  for (int64_t e = 0; e < ensemble_; ++e) {
-    std::vector<int64_t> perm(static_cast<size_t>(F));
-    std::iota(perm.begin(), perm.end(), 0);
-    if (e > 0) {
-      std::mt19937_64 rng(static_cast<uint64_t>(e));
-      std::shuffle(perm.begin(), perm.end(), rng);
-    }
-    const Table ctx = e > 0 ? permute_features(context, perm) : context;
-    const Table qs = e > 0 ? permute_features(queries, perm) : queries;
+  auto predict = [&](const Table& ctx, const Table& qs) {  // [Q, C], queries in chunks
     std::vector<at::Tensor> parts;
     for (int64_t begin = 0; begin < qs.rows; begin += eval_chunk_) {
       std::vector<int64_t> idx;
@@ -179,11 +167,25 @@ at::Tensor TabularIcl::predict_table(const Table& context, const Table& queries)
       at::Tensor p = probabilities(b.at("x"), b.at("feature_mask"), y, b.at("support"));
       parts.push_back(p[0].slice(0, ctx.rows).slice(1, 0, C).to(torch::kDouble));
     }
-    at::Tensor p = torch::cat(parts, 0);
-    sum = sum.defined() ? sum + p : p;
+    return torch::cat(parts, 0);
+  };
+  // An ensemble over feature orders (TabPFN's ensemble configurations): the row representation
+  // depends on where a feature sits, so each order is another view of the same table; the
+  // probabilities are averaged. Member 0 is the file's order; member e shuffles with seed e.
+  // No more members than there are orders (F!): one feature needs a single pass.
+  int64_t members = 1;
+  for (int64_t f = 2; f <= F && members < ensemble_; ++f) members *= f;
+  members = std::min(members, ensemble_);
+  at::Tensor sum = predict(context, queries);
+  for (int64_t e = 1; e < members; ++e) {
+    std::vector<int64_t> perm(static_cast<size_t>(F));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::mt19937_64 rng(static_cast<uint64_t>(e));
+    std::shuffle(perm.begin(), perm.end(), rng);
+    sum += predict(permute_features(context, perm), permute_features(queries, perm));
   }
   train(was_training);
-  return sum / static_cast<double>(ensemble_);
+  return sum / static_cast<double>(members);
 }
 
 std::map<std::string, double> TabularIcl::evaluate(Dataset& data, int64_t batch_size) {
