@@ -73,7 +73,8 @@ Env env_from_environment() {
 
 struct Context::Impl {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<compat::PgBase> pg;
+  c10::intrusive_ptr<compat::PgBase> pg;    // Gloo: CPU tensors (and the small control values)
+  c10::intrusive_ptr<compat::PgBase> nccl;  // NCCL: CUDA tensors, on CUDA builds with NCCL
   double comm_seconds = 0;
   int64_t string_seq = 0;
 
@@ -93,6 +94,17 @@ struct Context::Impl {
               e.what());
     }
     comm_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+  // The process group for a tensor's device: NCCL for CUDA tensors where tt has it (its
+  // collectives run on the tensor's GPU, this rank's cuda:LOCAL_RANK), Gloo otherwise.
+  compat::PgBase& pg_for(const at::Tensor& t) {
+    if (t.is_cuda()) {
+      TT_CHECK(nccl, "distributed: a CUDA tensor reached a collective but this tt has no NCCL backend (its Torch "
+               "package lacks ProcessGroupNCCL): train on device: cpu, or build tt against a CUDA Torch with NCCL");
+      return *nccl;
+    }
+    return *pg;
   }
 };
 
@@ -130,9 +142,30 @@ Context::Context(const Env& env) : env_(env), impl_(std::make_unique<Impl>()) {
             " within ", secs, " s (", what.substr(0, what.find('\n')), "). Check that all ", env.world_size,
             " workers were started with the same MASTER_ADDR/MASTER_PORT, or raise TT_DIST_TIMEOUT");
   }
-  log().info("distributed: rank {} of {} (local rank {}), master {}, Gloo", env.rank, env.world_size, env.local_rank,
-             where);
+#if TT_DIST_NCCL
+  if (at::hasCUDA()) {
+    // NCCL communicators are made on the first collective, on the device of its tensors: one
+    // GPU per rank, cuda:LOCAL_RANK (the trainer puts the model there). With blocking wait a
+    // collective that outlives TT_DIST_TIMEOUT throws instead of hanging the GPU stream.
+    setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 0);
+    setenv("NCCL_BLOCKING_WAIT", "1", 0);  // the name before LibTorch 2.2
+    try {
+      auto nopts = c10d::ProcessGroupNCCL::Options::create();
+      nopts->timeout = env.timeout;
+      auto prefixed = c10::make_intrusive<c10d::PrefixStore>("tt/nccl", impl_->store);
+      impl_->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, env.rank, env.world_size, nopts);
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      TT_FAIL("distributed rendezvous: rank ", env.rank, " could not make the NCCL process group (",
+              what.substr(0, what.find('\n')), "); train with device: cpu to use Gloo only");
+    }
+  }
+#endif
+  log().info("distributed: rank {} of {} (local rank {}), master {}, {}", env.rank, env.world_size, env.local_rank,
+             where, impl_->nccl ? "Gloo (CPU tensors) and NCCL (CUDA tensors)" : "Gloo");
 }
+
+bool Context::has_nccl() const { return static_cast<bool>(impl_->nccl); }
 
 Context::~Context() = default;
 
@@ -141,13 +174,14 @@ void Context::broadcast(std::vector<at::Tensor>& tensors, int root) {
   c10d::BroadcastOptions o;
   o.rootRank = root;
   // One flat buffer per dtype: one collective instead of one per tensor.
-  std::map<at::ScalarType, std::vector<size_t>> by_type;
-  for (size_t i = 0; i < tensors.size(); ++i) by_type[tensors[i].scalar_type()].push_back(i);
-  for (auto& [type, idx] : by_type) {
+  std::map<std::pair<std::string, at::ScalarType>, std::vector<size_t>> by_type;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    by_type[{tensors[i].device().str(), tensors[i].scalar_type()}].push_back(i);
+  for (auto& [key, idx] : by_type) {
     std::vector<at::Tensor> parts;
     for (size_t i : idx) parts.push_back(tensors[i].detach().reshape(-1));
     std::vector<at::Tensor> flat{at::cat(parts)};
-    impl_->run("broadcast", [&] { return impl_->pg->broadcast(flat, o); });
+    impl_->run("broadcast", [&] { return impl_->pg_for(flat[0]).broadcast(flat, o); });
     int64_t off = 0;
     at::NoGradGuard no_grad;
     for (size_t i : idx) {
@@ -160,14 +194,14 @@ void Context::broadcast(std::vector<at::Tensor>& tensors, int root) {
 
 void Context::all_reduce_sum(at::Tensor& t) {
   std::vector<at::Tensor> v{t};
-  impl_->run("all-reduce", [&] { return impl_->pg->allreduce(v); });
+  impl_->run("all-reduce", [&] { return impl_->pg_for(t).allreduce(v); });
 }
 
 void Context::all_reduce_max(at::Tensor& t) {
   std::vector<at::Tensor> v{t};
   c10d::AllreduceOptions o;
   o.reduceOp = c10d::ReduceOp::MAX;
-  impl_->run("all-reduce (max)", [&] { return impl_->pg->allreduce(v, o); });
+  impl_->run("all-reduce (max)", [&] { return impl_->pg_for(t).allreduce(v, o); });
 }
 
 void Context::all_reduce_sum_bucketed(std::vector<at::Tensor>& tensors, int64_t bucket_bytes) {
@@ -182,6 +216,7 @@ void Context::all_reduce_sum_bucketed(std::vector<at::Tensor>& tensors, int64_t 
   Bucket cur;
   int64_t cur_bytes = 0;
   at::ScalarType cur_type = at::kFloat;
+  at::Device cur_device = at::kCPU;
   auto close = [&] {
     if (cur.idx.empty()) return;
     std::vector<at::Tensor> parts;
@@ -197,8 +232,10 @@ void Context::all_reduce_sum_bucketed(std::vector<at::Tensor>& tensors, int64_t 
   for (size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor& t = tensors[i];
     const int64_t b = t.numel() * static_cast<int64_t>(t.element_size());
-    if (!cur.idx.empty() && (t.scalar_type() != cur_type || cur_bytes + b > bucket_bytes)) close();
+    if (!cur.idx.empty() && (t.scalar_type() != cur_type || t.device() != cur_device || cur_bytes + b > bucket_bytes))
+      close();
     cur_type = t.scalar_type();
+    cur_device = t.device();
     cur.idx.push_back(i);
     cur_bytes += b;
   }
@@ -209,7 +246,7 @@ void Context::all_reduce_sum_bucketed(std::vector<at::Tensor>& tensors, int64_t 
     try {
       if (!bk.work) {
         std::vector<at::Tensor> v{bk.flat};
-        bk.work = impl_->pg->allreduce(v);
+        bk.work = impl_->pg_for(bk.flat).allreduce(v);
       }
     } catch (const std::exception& e) {
       std::string what = e.what();
@@ -241,19 +278,18 @@ at::Tensor Context::reduce_scatter_sum(const at::Tensor& input) {
   TT_CHECK(input.numel() % w == 0, "reduce_scatter_sum: ", input.numel(), " values do not split in ", w);
   at::Tensor flat = input.reshape(-1).contiguous();
   const int64_t chunk = flat.numel() / w;
-#if TT_DIST_GLOO_REDUCE_SCATTER
-  std::vector<std::vector<at::Tensor>> in(1);
-  for (int64_t r = 0; r < w; ++r) in[0].push_back(flat.narrow(0, r * chunk, chunk).contiguous());
-  std::vector<at::Tensor> out{at::empty({chunk}, flat.options())};
-  impl_->run("reduce-scatter", [&] { return impl_->pg->reduce_scatter(out, in); });
-  return out[0];
-#else
+  if (flat.is_cuda() || TT_DIST_GLOO_REDUCE_SCATTER) {
+    std::vector<std::vector<at::Tensor>> in(1);
+    for (int64_t r = 0; r < w; ++r) in[0].push_back(flat.narrow(0, r * chunk, chunk).contiguous());
+    std::vector<at::Tensor> out{at::empty({chunk}, flat.options())};
+    impl_->run("reduce-scatter", [&] { return impl_->pg_for(flat).reduce_scatter(out, in); });
+    return out[0];
+  }
   // Gloo in LibTorch 1.13 has no reduce_scatter: an all-reduce (a ring's reduce-scatter plus
   // all-gather) and this rank's chunk of it.
   at::Tensor sum = flat.clone();
   all_reduce_sum(sum);
   return sum.narrow(0, rank() * chunk, chunk).clone();
-#endif
 }
 
 at::Tensor Context::all_gather(const at::Tensor& chunk) {
@@ -261,7 +297,7 @@ at::Tensor Context::all_gather(const at::Tensor& chunk) {
   std::vector<at::Tensor> in{chunk.contiguous().reshape(-1)};
   std::vector<std::vector<at::Tensor>> out(1);
   for (int64_t r = 0; r < w; ++r) out[0].push_back(at::empty_like(in[0]));
-  impl_->run("all-gather", [&] { return impl_->pg->allgather(out, in); });
+  impl_->run("all-gather", [&] { return impl_->pg_for(in[0]).allgather(out, in); });
   return at::cat(out[0]);
 }
 

@@ -14,6 +14,12 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #if TT_WITH_CUDA && defined(TT_WITH_NCCL) && TT_WITH_NCCL
+// CMake sets TT_WITH_NCCL where the Torch package ships ProcessGroupNCCL.hpp (the CUDA wheels
+// do); the header is guarded by USE_C10D_NCCL like Gloo's by USE_C10D_GLOO.
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL 1
+#endif
+#include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #define TT_DIST_NCCL 1
 #else

@@ -263,10 +263,14 @@ int64_t Meter::device_peak() { return have_gpu() ? device_stats().allocated_byte
 void Meter::reset_device_peak() {
   if (have_gpu()) c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
 }
+void Meter::use_device(int index) {
+  if (have_gpu()) c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
+}
 #else
 int64_t Meter::device_current() { return 0; }
 int64_t Meter::device_peak() { return 0; }
 void Meter::reset_device_peak() {}
+void Meter::use_device(int) {}
 #endif
 
 MemorySnapshot Meter::snapshot() const {

@@ -200,6 +200,20 @@ struct Trainer::Impl {
     }
     if (s.device.is_cuda() && !torch::cuda::is_available())
       T.fail("device", TT_WITH_CUDA ? "is cuda but no CUDA device is visible" : "is cuda but this tt is built without CUDA (LibTorch is CPU-only)");
+    if (dist && s.device.is_cuda()) {
+      // One GPU per rank, as torchrun does it: `device: cuda` means cuda:LOCAL_RANK.
+      const int64_t n = static_cast<int64_t>(torch::cuda::device_count());
+      if (!s.device.has_index()) {
+        T.check(dist->local_rank() < n, "device",
+                "is cuda but local rank " + std::to_string(dist->local_rank()) + " has no GPU of its own (" +
+                    std::to_string(n) + " visible): start at most " + std::to_string(n) + " workers per machine");
+        s.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dist->local_rank()));
+      }
+      T.check(dist->has_nccl(), "device",
+              "is cuda in a data-parallel run but this tt has no NCCL backend: build it against a CUDA Torch with NCCL");
+    }
+    // cuda:N is the current device too: the meter's statistics and device-less launches refer to it
+    if (s.device.is_cuda() && s.device.has_index()) Meter::use_device(s.device.index());
 
     s.batch_size = T.get_int("batch_size");
     T.check(s.batch_size > 0, "batch_size", "must be positive");

@@ -1,5 +1,6 @@
 #pragma once
-// Data-parallel training over PyTorch's c10d (Gloo on CPU). The context comes from the
+// Data-parallel training over PyTorch's c10d: Gloo for CPU tensors, NCCL for CUDA tensors
+// where tt is built against a CUDA Torch that has it (each rank on cuda:LOCAL_RANK). The context comes from the
 // torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT): rank 0
 // serves a TCPStore at MASTER_ADDR:MASTER_PORT, every rank connects to it and joins one
 // ProcessGroupGloo. Without WORLD_SIZE (or with WORLD_SIZE=1) there is no context and
@@ -42,6 +43,8 @@ class TT_API Context {
   int world_size() const { return env_.world_size; }
   int local_rank() const { return env_.local_rank; }
   bool is_root() const { return env_.rank == 0; }
+  // Whether CUDA tensors go over NCCL (CUDA builds whose Torch has it, with a GPU visible).
+  bool has_nccl() const;
 
   // Collectives (blocking). Tensors are CPU (Gloo) or CUDA (NCCL builds) and contiguous.
   void broadcast(std::vector<at::Tensor>& tensors, int root = 0);

@@ -79,6 +79,9 @@ class TT_API Meter {
   static int64_t device_current();
   static int64_t device_peak();
   static void reset_device_peak();
+  // Makes cuda:index the current device: the one these statistics (and kernels launched
+  // without a device) refer to. A no-op on CPU builds.
+  static void use_device(int index);
 
   static int64_t rss();
   static int64_t rss_peak();
