@@ -167,3 +167,48 @@ TEST(TabularModel, FeatureOrderEnsembleAveragesItsMembers) {
   EXPECT_FALSE(torch::allclose(q4, q1, 1e-4, 1e-6));
   EXPECT_TRUE(torch::allclose(q4.sum(1), torch::ones({10}, torch::kDouble), 1e-6, 1e-6));
 }
+
+// preprocess: quantile maps each feature through the context's empirical CDF, so the predictions
+// (nearly: queries are interpolated) do not change when a feature goes through a strictly increasing function (exp, a cube); the
+// standard preprocessing does change. Mixed alternates the two: with one feature it has two
+// members, standard and quantile, and its probabilities are their mean.
+TEST(TabularModel, QuantilePreprocessingIgnoresMonotoneTransformsAndMixedAveragesBoth) {
+  using P = tt::tab::TabularIcl::Preprocess;
+  auto m = tiny();
+  auto table = [](int64_t F, bool warp) {
+    tt::tab::Table t;
+    t.class_names = {"a", "b"};
+    for (int64_t j = 0; j < F; ++j) t.feature_names.push_back("f" + std::to_string(j));
+    torch::manual_seed(5);
+    at::Tensor x = torch::randn({40, F});
+    if (warp) x = torch::cat({x.slice(1, 0, 1).exp(), x.slice(1, 1).pow(3)}, 1).contiguous();
+    t.x.assign(x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
+    for (int64_t i = 0; i < 40; ++i) t.y.push_back(x[i][0].item<float>() > (warp ? 1.0f : 0.0f) ? 1 : 0);
+    t.rows = 40;
+    return t;
+  };
+  std::vector<int64_t> ctx(30), qs(10);
+  for (int64_t i = 0; i < 30; ++i) ctx[i] = i;
+  for (int64_t i = 0; i < 10; ++i) qs[i] = 30 + i;
+  const auto plain = table(3, false), warped = table(3, true);
+  m->set_ensemble(3, P::Quantile);
+  const at::Tensor a = m->predict_table(plain.subset(ctx), plain.subset(qs));
+  const at::Tensor b = m->predict_table(warped.subset(ctx), warped.subset(qs));
+  // Context rows map exactly; a query value between two context values is interpolated
+  // linearly in value space, which a warp bends a little.
+  const double quantile_change = (a - b).abs().max().item<double>();
+  m->set_ensemble(3, P::Standard);
+  const double standard_change = (m->predict_table(plain.subset(ctx), plain.subset(qs)) -
+                                  m->predict_table(warped.subset(ctx), warped.subset(qs))).abs().max().item<double>();
+  EXPECT_LT(quantile_change, 1e-3);
+  EXPECT_GT(standard_change, 20 * quantile_change) << quantile_change;
+
+  const auto one = table(1, false);
+  m->set_ensemble(1, P::Standard);
+  const at::Tensor s = m->predict_table(one.subset(ctx), one.subset(qs));
+  m->set_ensemble(1, P::Quantile);
+  const at::Tensor q = m->predict_table(one.subset(ctx), one.subset(qs));
+  EXPECT_FALSE(torch::allclose(s, q, 1e-4, 1e-6));
+  m->set_ensemble(8, P::Mixed);  // one feature: only two distinct members
+  EXPECT_TRUE(torch::allclose(m->predict_table(one.subset(ctx), one.subset(qs)), (s + q) / 2, 1e-6, 1e-9));
+}

@@ -1,8 +1,11 @@
 #include "tabular_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "metrics.h"
@@ -149,6 +152,41 @@ Table permute_features(const Table& t, const std::vector<int64_t>& perm) {
     for (int64_t j = 0; j < F; ++j) out.x[i * F + j] = t.x[i * F + perm[j]];
   return out;
 }
+// Each feature through the context's empirical CDF onto a standard normal (a quantile
+// transform, TabPFN's "quantile" preprocessing): rank r of n -> Phi^-1((r + 0.5) / n), ties
+// share their mean rank, query values interpolated between the context's.
+std::pair<Table, Table> quantile_normal(const Table& ctx, const Table& qs) {
+  Table c = ctx, q = qs;
+  const int64_t F = ctx.features(), n = ctx.rows;
+  auto inv_phi = [](double p) {  // Phi^-1 by bisection on erfc (the standard library has no erfinv)
+    double lo = -10, hi = 10;
+    for (int it = 0; it < 60; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p ? lo : hi) = mid;
+    }
+    return 0.5 * (lo + hi);
+  };
+  std::vector<double> vals(static_cast<size_t>(n));
+  for (int64_t j = 0; j < F; ++j) {
+    for (int64_t i = 0; i < n; ++i) vals[i] = ctx.x[i * F + j];
+    std::vector<double> sorted = vals;
+    std::sort(sorted.begin(), sorted.end());
+    // value -> normal score, by the mid-rank of the value among the context's
+    auto score = [&](double v) {
+      const auto lo = std::lower_bound(sorted.begin(), sorted.end(), v) - sorted.begin();
+      const auto hi = std::upper_bound(sorted.begin(), sorted.end(), v) - sorted.begin();
+      double r;
+      if (lo < hi) r = 0.5 * static_cast<double>(lo + hi - 1);  // present: mean rank of the ties
+      else if (lo == 0) r = -0.5;
+      else if (lo == n) r = static_cast<double>(n) - 0.5;
+      else r = static_cast<double>(lo - 1) + (v - sorted[lo - 1]) / (sorted[lo] - sorted[lo - 1]);
+      return inv_phi(std::clamp((r + 0.5) / static_cast<double>(n), 0.5 / n, 1.0 - 0.5 / n));
+    };
+    for (int64_t i = 0; i < n; ++i) c.x[i * F + j] = static_cast<float>(score(vals[i]));
+    for (int64_t i = 0; i < qs.rows; ++i) q.x[i * F + j] = static_cast<float>(score(qs.x[i * F + j]));
+  }
+  return {c, q};
+}
 }  // namespace
 
 at::Tensor TabularIcl::predict_table(const Table& context, const Table& queries) {
@@ -172,17 +210,32 @@ at::Tensor TabularIcl::predict_table(const Table& context, const Table& queries)
   // An ensemble over feature orders (TabPFN's ensemble configurations): the row representation
   // depends on where a feature sits, so each order is another view of the same table; the
   // probabilities are averaged. Member 0 is the file's order; member e shuffles with seed e.
-  // No more members than there are orders (F!): one feature needs a single pass.
-  int64_t members = 1;
+  // preprocess: mixed alternates the raw values (standardized inside the model) with their
+  // quantile transform (odd members), as TabPFN mixes preprocessings. No more members than
+  // there are distinct views (F! orders, times 2 when mixed).
+  const int64_t views = preprocess_ == Preprocess::Mixed ? 2 : 1;
+  int64_t members = views;
   for (int64_t f = 2; f <= F && members < ensemble_; ++f) members *= f;
   members = std::min(members, ensemble_);
-  at::Tensor sum = predict(context, queries);
-  for (int64_t e = 1; e < members; ++e) {
-    std::vector<int64_t> perm(static_cast<size_t>(F));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::mt19937_64 rng(static_cast<uint64_t>(e));
-    std::shuffle(perm.begin(), perm.end(), rng);
-    sum += predict(permute_features(context, perm), permute_features(queries, perm));
+  std::optional<std::pair<Table, Table>> quantile;
+  if (preprocess_ != Preprocess::Standard) quantile = quantile_normal(context, queries);
+  at::Tensor sum;
+  for (int64_t e = 0; e < members; ++e) {
+    const bool q = preprocess_ == Preprocess::Quantile || (preprocess_ == Preprocess::Mixed && e % 2 == 1);
+    const Table& ctx = q ? quantile->first : context;
+    const Table& qs = q ? quantile->second : queries;
+    const int64_t order = preprocess_ == Preprocess::Mixed ? e / 2 : e;  // 0: the file's order
+    at::Tensor p;
+    if (order == 0) {
+      p = predict(ctx, qs);
+    } else {
+      std::vector<int64_t> perm(static_cast<size_t>(F));
+      std::iota(perm.begin(), perm.end(), 0);
+      std::mt19937_64 rng(static_cast<uint64_t>(order));
+      std::shuffle(perm.begin(), perm.end(), rng);
+      p = predict(permute_features(ctx, perm), permute_features(qs, perm));
+    }
+    sum = sum.defined() ? sum + p : p;
   }
   train(was_training);
   return sum / static_cast<double>(members);
@@ -250,7 +303,8 @@ Schema model_schema() {
       .add("n_heads", Type::Int, "~", "attention heads")
       .add("d_ff", Type::Int, "~", "MLP width")
       .add("eval_chunk", Type::Int, "1024", "query rows per forward pass at evaluation and prediction")
-      .add("ensemble", Type::Int, "8", "evaluation and prediction: average over this many feature orders (1: the file's order only)");
+      .add("ensemble", Type::Int, "16", "evaluation and prediction: average over this many members (feature orders, and preprocessings when mixed; 1: the file's order only)")
+      .add("preprocess", Type::String, "mixed", "evaluation and prediction: standard (values standardized by the support rows), quantile (each feature through the context's empirical CDF onto a normal) or mixed (members alternate)");
 }
 
 std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
@@ -283,7 +337,12 @@ std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
     }
   }
   auto m = std::make_shared<TabularIcl>(s, context, o.get_int("eval_chunk"));
-  m->set_ensemble(o.get_int("ensemble"));
+  const std::string pre = o.get_string("preprocess");
+  o.check(pre == "standard" || pre == "quantile" || pre == "mixed", "preprocess",
+          "must be standard, quantile or mixed, got '" + pre + "'");
+  m->set_ensemble(o.get_int("ensemble"), pre == "standard"   ? TabularIcl::Preprocess::Standard
+                                         : pre == "quantile" ? TabularIcl::Preprocess::Quantile
+                                                             : TabularIcl::Preprocess::Mixed);
   return m;
 }
 

@@ -78,7 +78,11 @@ class TabularIcl : public Model {
 
   const Shape& shape() const { return s_; }
   // Members of the feature-order ensemble at evaluation and prediction (model.ensemble).
-  void set_ensemble(int64_t n) { ensemble_ = n; }
+  enum class Preprocess { Standard, Quantile, Mixed };
+  void set_ensemble(int64_t n, Preprocess p = Preprocess::Standard) {
+    ensemble_ = n;
+    preprocess_ = p;
+  }
   tt::nn::Linear cell{nullptr}, row{nullptr}, label{nullptr}, readout_q{nullptr}, readout_k{nullptr};
   tt::nn::BlockStack blocks{nullptr};
   tt::nn::LayerNorm ln_f{nullptr};
@@ -90,6 +94,7 @@ class TabularIcl : public Model {
   std::shared_ptr<const Table> context_;
   int64_t eval_chunk_;
   int64_t ensemble_ = 1;
+  Preprocess preprocess_ = Preprocess::Standard;
 };
 
 Schema model_schema();
