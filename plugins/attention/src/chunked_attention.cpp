@@ -1,6 +1,7 @@
 #include "chunked_attention.h"
 
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -20,7 +21,7 @@ using torch::autograd::variable_list;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Which keys a query sees: causal (key j visible to query i when j <= i + offset, offset =
-// S - T, as tril(S - T)) and padding ([B, 1, 1, S], true = padding; undefined without).
+// S - T, as tril(S - T)) and padding (bool [B, S], true = padding; undefined without).
 struct Masking {
   bool causal = false;
   int64_t offset = 0;
@@ -29,15 +30,15 @@ struct Masking {
   // End (exclusive) of the keys any of the queries [i0, i1) sees: blocks from here on are skipped.
   int64_t key_end(int64_t i1, int64_t S) const { return causal ? std::clamp<int64_t>(i1 + offset, 0, S) : S; }
 
-  // Sets the masked scores of the tile (queries [i0, i1), keys [j0, j1)) to -inf.
-  void apply(at::Tensor& scores, int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
+  // Sets the masked scores of the tile of batch row b (queries [i0, i1), keys [j0, j1)) to -inf.
+  void apply(at::Tensor& scores, int64_t b, int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
     if (causal && j1 - 1 > i0 + offset) {  // the tile crosses the diagonal
       auto opts = torch::dtype(torch::kLong).device(scores.device());
       auto last_visible = torch::arange(i0 + offset, i1 + offset, opts).unsqueeze(1);  // [cq, 1]
       auto key = torch::arange(j0, j1, opts).unsqueeze(0);                              // [1, ck]
       scores.masked_fill_(key > last_visible, -kInf);
     }
-    if (padded.defined()) scores.masked_fill_(padded.slice(3, j0, j1), -kInf);
+    if (padded.defined()) scores.masked_fill_(padded[b].slice(0, j0, j1).unsqueeze(0), -kInf);
   }
 };
 
@@ -45,11 +46,27 @@ Masking masking(bool causal, int64_t T, int64_t S, const at::Tensor& key_padding
   Masking m;
   m.causal = causal;
   m.offset = S - T;
-  if (key_padding.defined()) m.padded = key_padding.logical_not().view({key_padding.size(0), 1, 1, S});
+  if (key_padding.defined()) m.padded = key_padding.logical_not().contiguous();
   return m;
 }
 
-at::Tensor as_float(const at::Tensor& x) { return x.to(torch::kFloat).contiguous(); }
+// [B, H, N, D] as float32 [B * H, N, D], contiguous (a copy only where needed).
+at::Tensor flat_float(const at::Tensor& x) {
+  return x.detach().to(torch::kFloat).contiguous().view({x.size(0) * x.size(1), x.size(2), x.size(3)});
+}
+
+// The work is split over (batch x head, query chunk) items, each done with serial 2-D ops on
+// one head's tiles (at::parallel_for runs the ATen ops inside it on one thread): no fork/join
+// per small op, and a head's [chunk_q, chunk_k] tile stays in the core's cache. Autocast
+// and autograd are off inside (a worker thread has its own thread-local modes).
+template <class Body>
+void for_each_item(int64_t items, const Body& body) {
+  at::parallel_for(0, items, 1, [&](int64_t begin, int64_t end) {
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    at::NoGradGuard no_grad;
+    for (int64_t i = begin; i < end; ++i) body(i);
+  });
+}
 
 struct ChunkedAttentionFunction : public torch::autograd::Function<ChunkedAttentionFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -61,36 +78,38 @@ struct ChunkedAttentionFunction : public torch::autograd::Function<ChunkedAttent
     const double scale = 1.0 / std::sqrt(static_cast<double>(D));
     const at::Tensor padding = key_padding.has_value() ? *key_padding : at::Tensor();
     const Masking mask = masking(causal, T, S, padding);
-    const auto qf = as_float(q), kf = as_float(k), vf = as_float(v);
-    const auto opts = qf.options();
+    const auto qs = flat_float(q).mul(scale), kf = flat_float(k), vf = flat_float(v);  // q pre-scaled
+    const auto opts = qs.options();
 
-    auto out = torch::empty({B, H, T, D}, opts);
-    auto lse = torch::empty({B, H, T}, opts);
-    for (int64_t i0 = 0; i0 < T; i0 += chunk_q) {
-      const int64_t i1 = std::min(i0 + chunk_q, T), rows = i1 - i0;
-      const auto qc = qf.slice(2, i0, i1);
+    auto out = torch::empty({B * H, T, D}, opts);
+    auto lse = torch::empty({B * H, T}, opts);
+    const int64_t chunks = (T + chunk_q - 1) / chunk_q;
+    for_each_item(B * H * chunks, [&](int64_t item) {
+      const int64_t bh = item / chunks, i0 = (item % chunks) * chunk_q, i1 = std::min(i0 + chunk_q, T);
+      const int64_t rows = i1 - i0;
+      const auto qc = qs[bh].slice(0, i0, i1), kh = kf[bh], vh = vf[bh];
       // running row max (the lowest finite float until a key is seen: exp stays NaN-free), row sum
-      auto row_max = torch::full({B, H, rows, 1}, std::numeric_limits<float>::lowest(), opts);
-      auto row_sum = torch::zeros({B, H, rows, 1}, opts);
-      auto acc = torch::zeros({B, H, rows, D}, opts);
+      auto row_max = torch::full({rows, 1}, std::numeric_limits<float>::lowest(), opts);
+      auto row_sum = torch::zeros({rows, 1}, opts);
+      auto acc = torch::zeros({rows, D}, opts);
       const int64_t key_end = mask.key_end(i1, S);
       for (int64_t j0 = 0; j0 < key_end; j0 += chunk_k) {
         const int64_t j1 = std::min(j0 + chunk_k, key_end);
-        auto p = torch::matmul(qc, kf.slice(2, j0, j1).transpose(-2, -1)).mul_(scale);  // scores [B,H,cq,ck]
-        mask.apply(p, i0, i1, j0, j1);
+        auto p = torch::mm(qc, kh.slice(0, j0, j1).t());  // scores [cq, ck]
+        mask.apply(p, bh / H, i0, i1, j0, j1);
         auto new_max = torch::maximum(row_max, std::get<0>(p.max(-1, /*keepdim=*/true)));
         auto rescale = (row_max - new_max).exp_();
         p.sub_(new_max).exp_();
         row_sum.mul_(rescale).add_(p.sum(-1, /*keepdim=*/true));
-        acc.mul_(rescale).add_(torch::matmul(p, vf.slice(2, j0, j1)));
+        acc.mul_(rescale).addmm_(p, vh.slice(0, j0, j1));
         row_max = std::move(new_max);
       }
       // a row that saw no key: output 0 and LSE +inf, so that backward's P = exp(S - LSE) is 0
       auto none = row_sum.eq(0);
-      out.slice(2, i0, i1).copy_(acc.div_(row_sum.masked_fill(none, 1)));
-      lse.slice(2, i0, i1).copy_(row_max.add_(row_sum.log()).masked_fill_(none, kInf).squeeze(-1));
-    }
-    auto result = out.to(q.scalar_type());
+      out[bh].slice(0, i0, i1).copy_(acc.div_(row_sum.masked_fill(none, 1)));
+      lse[bh].slice(0, i0, i1).copy_(row_max.add_(row_sum.log()).masked_fill_(none, kInf).squeeze(-1));
+    });
+    auto result = out.view({B, H, T, D}).to(q.scalar_type());
     ctx->saved_data["causal"] = causal;
     ctx->saved_data["chunk_q"] = chunk_q;
     ctx->saved_data["chunk_k"] = chunk_k;
@@ -104,35 +123,42 @@ struct ChunkedAttentionFunction : public torch::autograd::Function<ChunkedAttent
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2];
     const bool causal = ctx->saved_data["causal"].toBool();
     const int64_t chunk_q = ctx->saved_data["chunk_q"].toInt(), chunk_k = ctx->saved_data["chunk_k"].toInt();
-    const int64_t T = q.size(2), D = q.size(3), S = k.size(2);
+    const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), S = k.size(2);
     const double scale = 1.0 / std::sqrt(static_cast<double>(D));
     const Masking mask = masking(causal, T, S, saved[5]);
-    const auto qf = as_float(q), kf = as_float(k), vf = as_float(v), dout = as_float(grad_outputs.at(0));
-    const auto lse = saved[4].unsqueeze(-1);                           // [B,H,T,1]
-    const auto delta = (dout * saved[3].to(torch::kFloat)).sum(-1, true);  // D_i = rowsum(dO * O)
+    const auto qs = flat_float(q).mul(scale), kf = flat_float(k), vf = flat_float(v);
+    const auto dout = flat_float(grad_outputs.at(0));
+    const auto lse = saved[4].unsqueeze(-1);                                        // [BH, T, 1]
+    const auto delta = (dout * flat_float(saved[3])).sum(-1, true);                 // D_i = rowsum(dO * O)
 
-    auto dq = torch::zeros_like(qf), dk = torch::zeros_like(kf), dv = torch::zeros_like(vf);
-    for (int64_t i0 = 0; i0 < T; i0 += chunk_q) {
-      const int64_t i1 = std::min(i0 + chunk_q, T);
-      const auto qc = qf.slice(2, i0, i1), doc = dout.slice(2, i0, i1);
-      const auto lse_c = lse.slice(2, i0, i1), delta_c = delta.slice(2, i0, i1);
-      auto dqc = dq.slice(2, i0, i1);
-      const int64_t key_end = mask.key_end(i1, S);
-      for (int64_t j0 = 0; j0 < key_end; j0 += chunk_k) {
-        const int64_t j1 = std::min(j0 + chunk_k, key_end);
-        const auto kb = kf.slice(2, j0, j1), vb = vf.slice(2, j0, j1);
-        auto p = torch::matmul(qc, kb.transpose(-2, -1)).mul_(scale);
-        mask.apply(p, i0, i1, j0, j1);
-        p.sub_(lse_c).exp_();                                          // P, 0 where masked
-        dv.slice(2, j0, j1).add_(torch::matmul(p.transpose(-2, -1), doc));
-        auto ds = torch::matmul(doc, vb.transpose(-2, -1)).sub_(delta_c).mul_(p);  // P * (dP - D_i)
-        dqc.add_(torch::matmul(ds, kb), scale);
-        dk.slice(2, j0, j1).add_(torch::matmul(ds.transpose(-2, -1), qc), scale);
+    auto dq = torch::zeros_like(qs), dk = torch::zeros_like(kf), dv = torch::zeros_like(vf);
+    // One item per batch x head: it owns its rows of dq, dk and dv.
+    for_each_item(B * H, [&](int64_t bh) {
+      const auto qh = qs[bh], kh = kf[bh], vh = vf[bh], doh = dout[bh], lseh = lse[bh], deltah = delta[bh];
+      auto dqh = dq[bh], dkh = dk[bh], dvh = dv[bh];
+      for (int64_t i0 = 0; i0 < T; i0 += chunk_q) {
+        const int64_t i1 = std::min(i0 + chunk_q, T);
+        const auto qc = qh.slice(0, i0, i1), doc = doh.slice(0, i0, i1);
+        const auto lse_c = lseh.slice(0, i0, i1), delta_c = deltah.slice(0, i0, i1);
+        auto dqc = dqh.slice(0, i0, i1);
+        const int64_t key_end = mask.key_end(i1, S);
+        for (int64_t j0 = 0; j0 < key_end; j0 += chunk_k) {
+          const int64_t j1 = std::min(j0 + chunk_k, key_end);
+          const auto kb = kh.slice(0, j0, j1), vb = vh.slice(0, j0, j1);
+          auto p = torch::mm(qc, kb.t());
+          mask.apply(p, bh / H, i0, i1, j0, j1);
+          p.sub_(lse_c).exp_();                                            // P, 0 where masked
+          dvh.slice(0, j0, j1).addmm_(p.t(), doc);
+          auto ds = torch::mm(doc, vb.t()).sub_(delta_c).mul_(p);          // P * (dP - D_i)
+          dqc.addmm_(ds, kb, /*beta=*/1, /*alpha=*/scale);
+          dkh.slice(0, j0, j1).addmm_(ds.t(), qc);                         // qc carries the scale
+        }
       }
-    }
-    return {dq.to(q.scalar_type()), dk.to(k.scalar_type()), dv.to(v.scalar_type()),
-            at::Tensor(),           at::Tensor(),           at::Tensor(),
-            at::Tensor()};
+    });
+    auto shape = [&](const at::Tensor& g, const at::Tensor& like) {
+      return g.view(like.sizes()).to(like.scalar_type());
+    };
+    return {shape(dq, q), shape(dk, k), shape(dv, v), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
