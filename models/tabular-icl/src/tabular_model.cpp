@@ -303,8 +303,8 @@ Schema model_schema() {
       .add("n_heads", Type::Int, "~", "attention heads")
       .add("d_ff", Type::Int, "~", "MLP width")
       .add("eval_chunk", Type::Int, "1024", "query rows per forward pass at evaluation and prediction")
-      .add("ensemble", Type::Int, "16", "evaluation and prediction: average over this many members (feature orders, and preprocessings when mixed; 1: the file's order only)")
-      .add("preprocess", Type::String, "mixed", "evaluation and prediction: standard (values standardized by the support rows), quantile (each feature through the context's empirical CDF onto a normal) or mixed (members alternate)");
+      .add("ensemble", Type::Int, "8", "evaluation and prediction: average over this many members (feature orders, and preprocessings when mixed; 1: the file's order only)")
+      .add("preprocess", Type::String, "standard", "evaluation and prediction: standard (values standardized by the support rows), quantile (each feature through the context's empirical CDF onto a normal) or mixed (members alternate)");
 }
 
 std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
