@@ -234,8 +234,18 @@ namespace {
 // linear + gelu hold four at once (h, gelu(h), and the gradients of both).
 struct GeluLinear : torch::autograd::Function<GeluLinear> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h, const at::Tensor& w,
-                            const at::Tensor& b) {
-    at::Tensor y = at::linear(torch::gelu(h), w, b);
+                            const at::Tensor& b, bool skip_output) {
+    at::Tensor y;
+    if (skip_output) {  // the value is never read (MLPImpl::skip_output): its shape and dtype only
+      const amp::AutocastState ac = amp::current_autocast();
+      const bool cast = h.is_cuda() ? ac.cuda : (h.is_cpu() && ac.cpu);
+      std::vector<int64_t> shape(h.sizes().begin(), h.sizes().end());
+      shape.back() = w.size(0);
+      y = at::empty(shape, h.options().dtype(cast ? (h.is_cuda() ? ac.cuda_dtype : ac.cpu_dtype)
+                                                  : at::result_type(h, w)));
+    } else {
+      y = at::linear(torch::gelu(h), w, b);
+    }
     // the dtype the product ran in (bf16 under autocast): backward multiplies in it too
     ctx->saved_data["dtype"] = static_cast<int64_t>(y.scalar_type());
     ctx->save_for_backward({h, w});
@@ -253,7 +263,7 @@ struct GeluLinear : torch::autograd::Function<GeluLinear> {
     at::Tensor db = dy.sum(0).to(w.scalar_type());
     at::Tensor dg = torch::mm(dy, w.to(dtype)).to(h.scalar_type());
     at::gelu_backward_out(dg, dg, h2);  // in place: dL/dh in dL/dg's storage, no third d_ff-wide tensor
-    return {dg.view(h.sizes()), dw, db};
+    return {dg.view(h.sizes()), dw, db, at::Tensor()};
   }
 };
 
@@ -262,7 +272,7 @@ struct GeluLinear : torch::autograd::Function<GeluLinear> {
 at::Tensor MLPImpl::forward(const at::Tensor& x) {
   if (recompute_activation && dropout == 0 && fc2->adapters().empty() && !fc2->keep_fp32 && fc2->bias.defined() &&
       torch::GradMode::is_enabled())
-    return GeluLinear::apply(fc1->forward(x), fc2->weight, fc2->bias);
+    return GeluLinear::apply(fc1->forward(x), fc2->weight, fc2->bias, skip_output);
   auto y = fc2->forward(torch::gelu(fc1->forward(x)));
   return dropout > 0 ? torch::dropout(y, dropout, is_training()) : y;
 }

@@ -91,6 +91,12 @@ TEST(Checkpoint, RecomputedActivationKeepsGradientsAndLowersTheBackwardPeak) {
     peak[lean] = meter.peak() - before;
     EXPECT_EQ(loss_a, loss_b) << "recompute_activation " << lean;
     EXPECT_LE(max_abs_diff(base, ckpt), 1e-6) << "recompute_activation " << lean;
+    // lean re-runs skip the residual MLP's unread output (MLPImpl::skip_output) and restore it
+    for (size_t i = 0; i < m.blocks->size(); ++i) {
+      auto* mlp = static_cast<tt::nn::Block&>((*m.blocks)[i]).residual_mlp();
+      ASSERT_NE(mlp, nullptr);
+      EXPECT_FALSE(mlp->skip_output || mlp->recompute_activation) << "block " << i << " left switched";
+    }
   }
   // the backward peak of a re-run block drops by d_ff-wide tensors ([4, 24, 64] floats = 24 KiB each)
   EXPECT_LT(peak[true], peak[false]) << "recompute_activation did not lower the step's peak";

@@ -11,8 +11,8 @@
 
 #include "tt/compat.h"
 
-// Bump when tt_module_info, Registry, Plugin, Model, Dataset or State change layout.
-#define TT_API_VERSION 3u
+// Bump when tt_module_info, Registry, Plugin, Model, Dataset, State or nn::Block change layout.
+#define TT_API_VERSION 4u
 #define TT_MODULE_ENTRY_SYMBOL "tt_module_entry"
 
 namespace tt {

@@ -156,6 +156,12 @@ class TT_API MLPImpl : public torch::nn::Module {
   // elementwise GELU more. The checkpoint plugin turns it on in the blocks it recomputes.
   // Applies when fc2 is a plain Linear (no adapters, no keep_fp32) and dropout is 0.
   bool recompute_activation = false;
+  // Set by the checkpoint plugin while it re-runs a block for backward when this MLP's output is
+  // only added into the block's output (Block::residual_mlp): that value is never read, only
+  // the gradient flows through it, so with recompute_activation the re-run skips GELU and fc2's
+  // product and returns an uninitialized tensor of the output's shape and dtype whose backward
+  // is fc2's and GELU's as usual.
+  bool skip_output = false;
 };
 TORCH_MODULE(MLP);
 
@@ -181,6 +187,10 @@ class TT_API Block : public torch::nn::Module {
  public:
   ~Block() override;
   virtual at::Tensor forward(const at::Tensor& x) = 0;
+  // The MLP whose output the block's last step adds into its result (forward(x) = r + mlp(...)),
+  // where that output is read by nothing else; nullptr when there is none. Lets a re-run for
+  // backward skip computing a value nobody reads (MLPImpl::skip_output).
+  virtual MLPImpl* residual_mlp() { return nullptr; }
 };
 
 // How a stack calls its blocks. The default calls block.forward(x).

@@ -50,6 +50,7 @@ class IclBlock : public tt::nn::Block {
  public:
   IclBlock(const Shape& s, std::shared_ptr<SupportMask> mask);
   at::Tensor forward(const at::Tensor& x) override;
+  tt::nn::MLPImpl* residual_mlp() override { return mlp.get(); }  // forward ends with h + mlp(ln2(h))
   tt::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   tt::nn::Attention attn{nullptr};
   tt::nn::MLP mlp{nullptr};

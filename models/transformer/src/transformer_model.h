@@ -39,6 +39,7 @@ class TransformerBlock : public tt::nn::Block {
  public:
   explicit TransformerBlock(const Shape& s);
   at::Tensor forward(const at::Tensor& x) override;
+  tt::nn::MLPImpl* residual_mlp() override { return mlp.get(); }  // forward ends with h + mlp(ln2(h))
   std::shared_ptr<torch::nn::Module> ln1, ln2;  // tt::nn::LayerNorm or RMSNorm
   tt::nn::Attention attn{nullptr};
   tt::nn::MLP mlp{nullptr};

@@ -77,12 +77,18 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
             mlp->recompute_activation = true;
             lean.push_back(mlp);
           }
+      // The MLP whose output only feeds the block's output: its value is never read in this
+      // re-run, only its backward runs, so fc2's product and GELU are skipped.
+      tt::nn::MLPImpl* unread = ctx->saved_data["lean"].toBool() ? block->residual_mlp() : nullptr;
+      if (unread) unread->skip_output = true;
       struct Restore {
         std::vector<std::shared_ptr<tt::nn::MLPImpl>>& mlps;
+        tt::nn::MLPImpl* unread;
         ~Restore() {
           for (auto& m : mlps) m->recompute_activation = false;
+          if (unread) unread->skip_output = false;
         }
-      } restore{lean};
+      } restore{lean, unread};
       const int64_t before = tt::Meter::global().current();
       at::Tensor y = block->forward(input);
       if (auto* probe = reinterpret_cast<CheckpointRunner*>(ctx->saved_data["probe"].toInt()))
