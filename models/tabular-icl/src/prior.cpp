@@ -91,6 +91,32 @@ Batch sample_prior_table(const PriorOptions& o, uint64_t seed) {
     }
     target = t.select(1, 0) + at::normal(0, 1, {N}, gen, f32) * std::exp(uni(std::log(0.01), std::log(0.5)));
   }
+  // Real tables' columns are skewed, heavy-tailed or stepped (counts, ratings, concentrations),
+  // where the causal graph's nodes are smooth. Some features are observed through a random
+  // monotone warp after the target was drawn: the information stays, its shape changes (as
+  // TabPFN's prior warps its inputs).
+  for (int64_t j = 0; j < F; ++j) {
+    if (uni(0, 1) >= o.warp_share) continue;
+    at::Tensor c = feats.select(1, j);
+    switch (pick(0, 2)) {
+      case 0: {  // skewed: exp(a x), long right tail
+        c.copy_(torch::exp(c * uni(0.3, 1.5)));
+        break;
+      }
+      case 1: {  // power: sign(x) |x|^p
+        c.copy_(torch::sign(c) * torch::pow(torch::abs(c), uni(0.4, 2.5)));
+        break;
+      }
+      default: {  // steps: k levels at the column's quantiles (an ordinal or count column)
+        const int64_t k = pick(2, 10);
+        at::Tensor s = std::get<0>(c.sort());
+        std::vector<float> edges;
+        for (int64_t e = 1; e < k; ++e) edges.push_back(s[std::min<int64_t>(N - 1, e * N / k)].item<float>());
+        c.copy_(torch::bucketize(c, torch::tensor(edges), false, true).to(torch::kFloat));
+        break;
+      }
+    }
+  }
   // Classes at random quantiles (each class holds a share in [0.3, 1] before normalization).
   std::vector<double> share(static_cast<size_t>(C));
   double total = 0;
@@ -169,6 +195,7 @@ Schema prior_schema() {
       .add("support_max", Type::Float, "0.9", "largest share of a table's rows in its support set")
       .add("linear_share", Type::Float, "0.2", "share of tables from a linear SCM")
       .add("node_target_share", Type::Float, "0.3", "share of tables whose target is a node of the causal graph (else a random function of some features)")
+      .add("warp_share", Type::Float, "0.3", "share of features observed through a random monotone warp (exp skew, power, quantile steps)")
       .add("max_layers", Type::Int, "4", "deepest random MLP")
       .add("max_width", Type::Int, "48", "widest random MLP layer");
 }
@@ -185,6 +212,8 @@ Datasets make_prior(const Options& o, uint64_t seed) {
   p.linear_share = o.get_float("linear_share");
   p.node_target_share = o.get_float("node_target_share");
   o.check(p.node_target_share >= 0 && p.node_target_share <= 1, "node_target_share", "must be between 0 and 1");
+  p.warp_share = o.get_float("warp_share");
+  o.check(p.warp_share >= 0 && p.warp_share <= 1, "warp_share", "must be between 0 and 1");
   p.max_layers = o.get_int("max_layers");
   p.max_width = o.get_int("max_width");
   o.check(p.rows >= 4, "rows", "must be at least 4");

@@ -7,8 +7,9 @@
 //   are distinct nodes taken at random from the root causes and all layers (node_target_share of the
 //   tables), else the target is a small random MLP of 1-8 of the features plus noise (the tables
 //   where the features tell the class); a share of the tables are linear
-//   (identity activations throughout). Some features are then warped (exp) or discretized, as real
-//   columns are. The target is cut into 2..max_classes classes at random quantiles (every class
+//   (identity activations throughout). After the target is drawn, a warp_share of the features
+//   are observed through a random monotone warp (exp skew, a power, or steps at quantiles), as
+//   real columns are skewed or ordinal. The target is cut into 2..max_classes classes at random quantiles (every class
 //   at least a few rows) and the class ids permuted. Feature count uniform in
 //   [min_features, max_features]; the support share of the rows uniform in [support_min, support_max].
 // Batch tensors (B tables): x [B, rows, max_features] float (columns past the table's count are 0),
@@ -28,6 +29,7 @@ struct PriorOptions {
   double support_min = 0.3, support_max = 0.9;
   double linear_share = 0.2;  // tables whose SCM is linear
   double node_target_share = 0.3;  // tables whose target is a graph node (else a function of features)
+  double warp_share = 0.3;  // features observed through a random monotone warp
   int64_t max_layers = 4, max_width = 48;
 };
 
