@@ -19,7 +19,6 @@
 #ifndef USE_C10D_NCCL
 #define USE_C10D_NCCL 1
 #endif
-#include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #define TT_DIST_NCCL 1
 #else
