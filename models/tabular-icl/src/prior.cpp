@@ -112,7 +112,7 @@ Batch sample_prior_table(const PriorOptions& o, uint64_t seed) {
         at::Tensor s = std::get<0>(c.sort());
         std::vector<float> edges;
         for (int64_t e = 1; e < k; ++e) edges.push_back(s[std::min<int64_t>(N - 1, e * N / k)].item<float>());
-        c.copy_(torch::bucketize(c, torch::tensor(edges), false, true).to(torch::kFloat));
+        c.copy_(torch::bucketize(c.contiguous(), torch::tensor(edges), false, true).to(torch::kFloat));
         break;
       }
     }
