@@ -45,6 +45,39 @@ TEST(TabularPrior, FeaturesPredictTheClassBetterThanTheMajority) {
   EXPECT_GT(knn, majority + 0.08) << "7-NN " << knn << " vs majority " << majority;
 }
 
+// warp_share: with 0 every feature is a smooth node of the causal graph (all 256 values
+// distinct, mild skew); with 1 every feature is warped, so about a third are steps (at most 10
+// distinct values) and others are strongly skewed (exp). Same tables otherwise (same seeds).
+TEST(TabularPrior, WarpShareMakesSteppedAndSkewedColumns) {
+  auto count = [](double warp) {
+    PriorOptions o;
+    o.rows = 256;
+    o.min_features = 4;
+    o.max_features = 8;
+    o.warp_share = warp;
+    int64_t columns = 0, stepped = 0, skewed = 0;
+    for (int64_t t = 0; t < 60; ++t) {
+      tt::Batch b = sample_prior_table(o, 9000 + t);
+      const int64_t F = b.at("feature_mask").sum().item<int64_t>();
+      for (int64_t j = 0; j < F; ++j) {
+        const at::Tensor c = b.at("x")[0].select(1, j).to(torch::kDouble);
+        ++columns;
+        if (std::get<0>(at::_unique(c)).numel() <= 10) ++stepped;
+        const at::Tensor z = (c - c.mean()) / (c.std() + 1e-12);
+        if (z.pow(3).mean().abs().item<double>() > 2.0) ++skewed;
+      }
+    }
+    return std::make_tuple(columns, stepped, skewed);
+  };
+  const auto [n0, stepped0, skewed0] = count(0.0);
+  const auto [n1, stepped1, skewed1] = count(1.0);
+  EXPECT_EQ(n0, n1);
+  EXPECT_EQ(stepped0, 0);
+  EXPECT_GT(stepped1, n1 / 5) << "of " << n1 << " columns";
+  EXPECT_LT(stepped1, n1 / 2) << "of " << n1 << " columns";
+  EXPECT_GT(skewed1, skewed0 + n1 / 10) << "of " << n1 << " columns (" << skewed0 << " skewed unwarped)";
+}
+
 TEST(TabularPrior, TablesHaveFeatureAndClassCountsInRangeAndDrawnSupportShares) {
   PriorOptions o;
   o.rows = 128;
