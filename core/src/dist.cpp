@@ -75,6 +75,7 @@ struct Context::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<compat::PgBase> pg;    // Gloo: CPU tensors (and the small control values)
   c10::intrusive_ptr<compat::PgBase> nccl;  // NCCL: CUDA tensors, on CUDA builds with NCCL
+  Env env;
   double comm_seconds = 0;
   int64_t string_seq = 0;
 
@@ -98,13 +99,36 @@ struct Context::Impl {
 
   // The process group for a tensor's device: NCCL for CUDA tensors where tt has it (its
   // collectives run on the tensor's GPU, this rank's cuda:LOCAL_RANK), Gloo otherwise.
+  // The NCCL group is made on the first collective of a CUDA tensor, which every rank reaches
+  // in the same order; a CPU-only run never makes one.
   compat::PgBase& pg_for(const at::Tensor& t) {
-    if (t.is_cuda()) {
-      TT_CHECK(nccl, "distributed: a CUDA tensor reached a collective but this tt has no NCCL backend (its Torch "
-               "package lacks ProcessGroupNCCL): train on device: cpu, or build tt against a CUDA Torch with NCCL");
-      return *nccl;
+    if (!t.is_cuda()) return *pg;
+#if TT_DIST_NCCL
+    if (!nccl) {
+      // With blocking wait a collective that outlives TT_DIST_TIMEOUT throws instead of hanging
+      // the GPU stream (the variable's name before LibTorch 2.2, then TORCH_NCCL_BLOCKING_WAIT).
+#if TT_TORCH_AT_LEAST(2, 2)
+      setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 0);
+#else
+      setenv("NCCL_BLOCKING_WAIT", "1", 0);
+#endif
+      try {
+        auto opts = c10d::ProcessGroupNCCL::Options::create();
+        opts->timeout = env.timeout;
+        auto prefixed = c10::make_intrusive<c10d::PrefixStore>("tt/nccl", store);
+        nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, env.rank, env.world_size, opts);
+      } catch (const std::exception& e) {
+        std::string what = e.what();
+        TT_FAIL("distributed: rank ", env.rank, " could not make the NCCL process group for CUDA tensors (",
+                what.substr(0, what.find('\n')), "); check that every rank has its own GPU (cuda:LOCAL_RANK)");
+      }
     }
-    return *pg;
+    return *nccl;
+#else
+    TT_FAIL("distributed: a CUDA tensor reached a collective but this tt has no NCCL backend (its Torch package "
+            "lacks ProcessGroupNCCL, or nccl.h was not found when it was built): train on device: cpu, or build tt "
+            "against a CUDA Torch with NCCL");
+#endif
   }
 };
 
@@ -142,30 +166,12 @@ Context::Context(const Env& env) : env_(env), impl_(std::make_unique<Impl>()) {
             " within ", secs, " s (", what.substr(0, what.find('\n')), "). Check that all ", env.world_size,
             " workers were started with the same MASTER_ADDR/MASTER_PORT, or raise TT_DIST_TIMEOUT");
   }
-#if TT_DIST_NCCL
-  if (at::hasCUDA()) {
-    // NCCL communicators are made on the first collective, on the device of its tensors: one
-    // GPU per rank, cuda:LOCAL_RANK (the trainer puts the model there). With blocking wait a
-    // collective that outlives TT_DIST_TIMEOUT throws instead of hanging the GPU stream.
-    setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 0);
-    setenv("NCCL_BLOCKING_WAIT", "1", 0);  // the name before LibTorch 2.2
-    try {
-      auto nopts = c10d::ProcessGroupNCCL::Options::create();
-      nopts->timeout = env.timeout;
-      auto prefixed = c10::make_intrusive<c10d::PrefixStore>("tt/nccl", impl_->store);
-      impl_->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, env.rank, env.world_size, nopts);
-    } catch (const std::exception& e) {
-      std::string what = e.what();
-      TT_FAIL("distributed rendezvous: rank ", env.rank, " could not make the NCCL process group (",
-              what.substr(0, what.find('\n')), "); train with device: cpu to use Gloo only");
-    }
-  }
-#endif
-  log().info("distributed: rank {} of {} (local rank {}), master {}, {}", env.rank, env.world_size, env.local_rank,
-             where, impl_->nccl ? "Gloo (CPU tensors) and NCCL (CUDA tensors)" : "Gloo");
+  impl_->env = env;
+  log().info("distributed: rank {} of {} (local rank {}), master {}, Gloo{}", env.rank, env.world_size, env.local_rank,
+             where, has_nccl() ? " (CPU tensors; NCCL for CUDA tensors on their first collective)" : "");
 }
 
-bool Context::has_nccl() const { return static_cast<bool>(impl_->nccl); }
+bool Context::has_nccl() const { return TT_DIST_NCCL && at::hasCUDA(); }
 
 Context::~Context() = default;
 

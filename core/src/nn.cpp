@@ -238,7 +238,8 @@ struct GeluLinear : torch::autograd::Function<GeluLinear> {
     at::Tensor y;
     if (skip_output) {  // the value is never read (MLPImpl::skip_output): its shape and dtype only
       const amp::AutocastState ac = amp::current_autocast();
-      const bool cast = h.is_cuda() ? ac.cuda : (h.is_cpu() && ac.cpu);
+      // autocast casts float inputs of linear to its dtype and leaves double alone
+      const bool cast = (h.is_cuda() ? ac.cuda : (h.is_cpu() && ac.cpu)) && h.scalar_type() != at::kDouble;
       std::vector<int64_t> shape(h.sizes().begin(), h.sizes().end());
       shape.back() = w.size(0);
       y = at::empty(shape, h.options().dtype(cast ? (h.is_cuda() ? ac.cuda_dtype : ac.cpu_dtype)

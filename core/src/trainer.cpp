@@ -204,10 +204,11 @@ struct Trainer::Impl {
       // One GPU per rank, as torchrun does it: `device: cuda` means cuda:LOCAL_RANK.
       const int64_t n = static_cast<int64_t>(torch::cuda::device_count());
       if (!s.device.has_index()) {
-        T.check(dist->local_rank() < n, "device",
+        // one visible GPU: the launcher gave each rank its own (CUDA_VISIBLE_DEVICES per rank)
+        T.check(dist->local_rank() < n || n == 1, "device",
                 "is cuda but local rank " + std::to_string(dist->local_rank()) + " has no GPU of its own (" +
                     std::to_string(n) + " visible): start at most " + std::to_string(n) + " workers per machine");
-        s.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dist->local_rank()));
+        s.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(n == 1 ? 0 : dist->local_rank()));
       }
       T.check(dist->has_nccl(), "device",
               "is cuda in a data-parallel run but this tt has no NCCL backend: build it against a CUDA Torch with NCCL");

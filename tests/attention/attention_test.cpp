@@ -88,6 +88,13 @@ const std::vector<std::pair<int64_t, int64_t>> kChunks = {{1, 1}, {5, 5}, {16, 1
 }  // namespace
 
 TEST(ChunkedAttention, MatchesNaiveForwardAndGradients) {
+  // several threads, whatever the environment says: the kernel's items run in parallel
+  const int threads = at::get_num_threads();
+  at::set_num_threads(3);
+  struct Restore {
+    int n;
+    ~Restore() { at::set_num_threads(n); }
+  } restore{threads};
   for (bool causal : {true, false})
     for (int64_t T : {1, 7, 33, 100}) {
       auto in = random_inputs(2, 3, T, T, 8, 100 + T);

@@ -47,7 +47,8 @@ TEST(TabularPrior, FeaturesPredictTheClassBetterThanTheMajority) {
 
 // warp_share: with 0 every feature is a smooth node of the causal graph (all 256 values
 // distinct, mild skew); with 1 every feature is warped, so about a third are steps (at most 10
-// distinct values) and others are strongly skewed (exp). Same tables otherwise (same seeds).
+// distinct values) and others are strongly skewed (exp). The same seeds give the same feature
+// counts either way (drawn before the warps).
 TEST(TabularPrior, WarpShareMakesSteppedAndSkewedColumns) {
   auto count = [](double warp) {
     PriorOptions o;

@@ -100,7 +100,7 @@ Batch sample_prior_table(const PriorOptions& o, uint64_t seed) {
     at::Tensor c = feats.select(1, j);
     switch (pick(0, 2)) {
       case 0: {  // skewed: exp(a x), long right tail
-        c.copy_(torch::exp(c * uni(0.3, 1.5)));
+        c.copy_(torch::exp(c.clamp(-8, 8) * uni(0.3, 1.5)));  // finite in float32 whatever the rows
         break;
       }
       case 1: {  // power: sign(x) |x|^p

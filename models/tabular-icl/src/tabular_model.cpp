@@ -158,6 +158,7 @@ Table permute_features(const Table& t, const std::vector<int64_t>& perm) {
 std::pair<Table, Table> quantile_normal(const Table& ctx, const Table& qs) {
   Table c = ctx, q = qs;
   const int64_t F = ctx.features(), n = ctx.rows;
+  if (n == 0) return {c, q};  // no context: nothing to rank against
   auto inv_phi = [](double p) {  // Phi^-1 by bisection on erfc (the standard library has no erfinv)
     double lo = -10, hi = 10;
     for (int it = 0; it < 60; ++it) {
@@ -171,15 +172,25 @@ std::pair<Table, Table> quantile_normal(const Table& ctx, const Table& qs) {
     for (int64_t i = 0; i < n; ++i) vals[i] = ctx.x[i * F + j];
     std::vector<double> sorted = vals;
     std::sort(sorted.begin(), sorted.end());
-    // value -> normal score, by the mid-rank of the value among the context's
+    // value -> normal score, by the mid-rank of the value among the context's: a value present
+    // there takes the mean rank of its ties; one between two present values is interpolated
+    // between their mid-ranks; one outside them lies half a rank beyond the end
+    auto mid_rank = [&](double v) {
+      const auto lo = std::lower_bound(sorted.begin(), sorted.end(), v) - sorted.begin();
+      const auto hi = std::upper_bound(sorted.begin(), sorted.end(), v) - sorted.begin();
+      return 0.5 * static_cast<double>(lo + hi - 1);
+    };
     auto score = [&](double v) {
       const auto lo = std::lower_bound(sorted.begin(), sorted.end(), v) - sorted.begin();
       const auto hi = std::upper_bound(sorted.begin(), sorted.end(), v) - sorted.begin();
       double r;
-      if (lo < hi) r = 0.5 * static_cast<double>(lo + hi - 1);  // present: mean rank of the ties
+      if (lo < hi) r = 0.5 * static_cast<double>(lo + hi - 1);
       else if (lo == 0) r = -0.5;
       else if (lo == n) r = static_cast<double>(n) - 0.5;
-      else r = static_cast<double>(lo - 1) + (v - sorted[lo - 1]) / (sorted[lo] - sorted[lo - 1]);
+      else {
+        const double a = sorted[lo - 1], b = sorted[lo], ra = mid_rank(a), rb = mid_rank(b);
+        r = ra + (v - a) / (b - a) * (rb - ra);
+      }
       return inv_phi(std::clamp((r + 0.5) / static_cast<double>(n), 0.5 / n, 1.0 - 0.5 / n));
     };
     for (int64_t i = 0; i < n; ++i) c.x[i * F + j] = static_cast<float>(score(vals[i]));

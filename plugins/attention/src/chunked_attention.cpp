@@ -2,6 +2,7 @@
 
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -57,14 +58,25 @@ at::Tensor flat_float(const at::Tensor& x) {
 
 // The work is split over (batch x head, query chunk) items, each done with serial 2-D ops on
 // one head's tiles (at::parallel_for runs the ATen ops inside it on one thread): no fork/join
-// per small op, and a head's [chunk_q, chunk_k] tile stays in the core's cache. Autocast
-// and autograd are off inside (a worker thread has its own thread-local modes).
+// per small op, and a head's [chunk_q, chunk_k] tile stays in the core's cache. A worker
+// thread takes the caller's thread-local state (inference mode, dispatch keys, ...), then
+// turns autocast and autograd off. CUDA tensors are walked on the calling thread, in order:
+// their kernels go to the caller's current stream (for speed on a GPU use kernel: sdpa).
 template <class Body>
-void for_each_item(int64_t items, const Body& body) {
-  at::parallel_for(0, items, 1, [&](int64_t begin, int64_t end) {
+void for_each_item(const at::Tensor& like, int64_t items, const Body& body) {
+  auto run = [&](int64_t begin, int64_t end) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     at::NoGradGuard no_grad;
     for (int64_t i = begin; i < end; ++i) body(i);
+  };
+  if (!like.is_cpu()) {
+    run(0, items);
+    return;
+  }
+  const at::ThreadLocalState caller;
+  at::parallel_for(0, items, 1, [&](int64_t begin, int64_t end) {
+    at::ThreadLocalStateGuard same_state(caller);
+    run(begin, end);
   });
 }
 
@@ -84,7 +96,7 @@ struct ChunkedAttentionFunction : public torch::autograd::Function<ChunkedAttent
     auto out = torch::empty({B * H, T, D}, opts);
     auto lse = torch::empty({B * H, T}, opts);
     const int64_t chunks = (T + chunk_q - 1) / chunk_q;
-    for_each_item(B * H * chunks, [&](int64_t item) {
+    for_each_item(qs, B * H * chunks, [&](int64_t item) {
       const int64_t bh = item / chunks, i0 = (item % chunks) * chunk_q, i1 = std::min(i0 + chunk_q, T);
       const int64_t rows = i1 - i0;
       const auto qc = qs[bh].slice(0, i0, i1), kh = kf[bh], vh = vf[bh];
@@ -133,7 +145,7 @@ struct ChunkedAttentionFunction : public torch::autograd::Function<ChunkedAttent
 
     auto dq = torch::zeros_like(qs), dk = torch::zeros_like(kf), dv = torch::zeros_like(vf);
     // One item per batch x head: it owns its rows of dq, dk and dv.
-    for_each_item(B * H, [&](int64_t bh) {
+    for_each_item(qs, B * H, [&](int64_t bh) {
       const auto qh = qs[bh], kh = kf[bh], vh = vf[bh], doh = dout[bh], lseh = lse[bh], deltah = delta[bh];
       auto dqh = dq[bh], dkh = dk[bh], dvh = dv[bh];
       for (int64_t i0 = 0; i0 < T; i0 += chunk_q) {
