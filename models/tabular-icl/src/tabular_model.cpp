@@ -182,9 +182,8 @@ std::pair<Table, Table> quantile_normal(const Table& ctx, const Table& qs) {
     };
     auto score = [&](double v) {
       const auto lo = std::lower_bound(sorted.begin(), sorted.end(), v) - sorted.begin();
-      const auto hi = std::upper_bound(sorted.begin(), sorted.end(), v) - sorted.begin();
       double r;
-      if (lo < hi) r = 0.5 * static_cast<double>(lo + hi - 1);
+      if (lo < n && sorted[lo] == v) r = mid_rank(v);
       else if (lo == 0) r = -0.5;
       else if (lo == n) r = static_cast<double>(n) - 0.5;
       else {
