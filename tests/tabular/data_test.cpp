@@ -79,6 +79,55 @@ TEST(TabularPrior, WarpShareMakesSteppedAndSkewedColumns) {
   EXPECT_GT(skewed1, skewed0 + n1 / 10) << "of " << n1 << " columns (" << skewed0 << " skewed unwarped)";
 }
 
+// argmax_share: the feature-function tables with 3+ classes take the class as the argmax of one
+// random function per class. Two-class tables draw nothing for it (the same seed gives the same
+// table at any share); tables with more classes change, every class keeps at least
+// max(2, rows / (4 C)) rows, and the features still tell the class (7-NN well above the majority).
+TEST(TabularPrior, ArgmaxShareGivesBalancedMulticlassTablesAndLeavesBinaryOnesAlone) {
+  PriorOptions bands, argmax;
+  for (PriorOptions* o : {&bands, &argmax}) {
+    o->rows = 256;
+    o->min_features = 2;
+    o->max_features = 8;
+    o->node_target_share = 0;
+  }
+  bands.argmax_share = 0;
+  argmax.argmax_share = 1;
+  int64_t binary = 0, multi = 0, changed = 0, all_classes = 0;
+  double knn = 0, majority = 0, queries = 0;
+  for (int64_t t = 0; t < 120; ++t) {
+    const tt::Batch a = sample_prior_table(bands, 4000 + t), b = sample_prior_table(argmax, 4000 + t);
+    const int64_t C = b.at("n_classes").item<int64_t>();
+    ASSERT_EQ(C, a.at("n_classes").item<int64_t>());
+    const at::Tensor y = b.at("y")[0];
+    if (C == 2) {
+      ++binary;
+      EXPECT_TRUE(torch::equal(a.at("y"), b.at("y"))) << "table " << t;
+      continue;
+    }
+    ++multi;
+    changed += !torch::equal(a.at("y"), b.at("y"));
+    const at::Tensor counts = torch::bincount(y, {}, C);
+    all_classes += counts.min().item<int64_t>() >= std::max<int64_t>(2, 256 / (4 * C));
+    const int64_t F = b.at("feature_mask").sum().item<int64_t>();
+    const at::Tensor x = b.at("x")[0].slice(1, 0, F), s = b.at("support")[0];
+    at::Tensor xs = x.index({s}), xq = x.index({s.logical_not()});
+    const at::Tensor ys = y.index({s}), yq = y.index({s.logical_not()});
+    const at::Tensor mean = xs.mean(0), sd = xs.std(0) + 1e-6;
+    xs = (xs - mean) / sd;
+    xq = (xq - mean) / sd;
+    const at::Tensor near = std::get<1>(torch::cdist(xq, xs).topk(std::min<int64_t>(7, xs.size(0)), 1, false));
+    knn += (torch::one_hot(ys.index({near}), C).sum(1).argmax(1) == yq).sum().item<double>();
+    majority += (yq == torch::bincount(ys, {}, C).argmax()).sum().item<double>();
+    queries += static_cast<double>(yq.numel());
+  }
+  ASSERT_GT(binary, 0);
+  ASSERT_GT(multi, 60);
+  EXPECT_EQ(changed, multi);
+  EXPECT_GE(all_classes, multi * 95 / 100) << "of " << multi;
+  EXPECT_GT(knn / queries, majority / queries + 0.2) << "7-NN " << knn / queries << " vs majority " << majority / queries;
+}
+
 TEST(TabularPrior, TablesHaveFeatureAndClassCountsInRangeAndDrawnSupportShares) {
   PriorOptions o;
   o.rows = 128;

@@ -67,7 +67,8 @@ Batch sample_prior_table(const PriorOptions& o, uint64_t seed) {
   std::shuffle(cols.begin(), cols.end(), rng);
   at::Tensor feats = all.index_select(1, torch::tensor(std::vector<int64_t>(cols.begin() + 1, cols.begin() + 1 + F)));
   feats = feats.contiguous();
-  at::Tensor target;
+  at::Tensor target;   // a scalar cut into classes at quantiles, or
+  at::Tensor y_direct;  // classes given directly (the argmax of C functions)
   if (uni(0, 1) < o.node_target_share) {
     // TabPFN's way: the target is one more node of the causal graph. Often weakly related to the
     // chosen features (its causes may be unobserved): these tables teach the model to fall back
@@ -75,21 +76,40 @@ Batch sample_prior_table(const PriorOptions& o, uint64_t seed) {
     target = all.select(1, cols[0]).clone();
   } else {
     // The target is a random function of some of the features (a small random MLP, its own noise):
-    // the tables where the features do tell the class, as in most real ones.
+    // the tables where the features tell the class, as in most real ones. Either one output cut
+    // into ordered bands, or (argmax_share of these tables, when C > 2) one output per class and
+    // the class is the largest, as in multinomial logistic regression: classes that differ along
+    // several directions, none of them in between two others.
     const int64_t informative = pick(1, std::min<int64_t>(F, 8));
     std::vector<int64_t> fi(static_cast<size_t>(F));
     std::iota(fi.begin(), fi.end(), 0);
     std::shuffle(fi.begin(), fi.end(), rng);
     at::Tensor t = feats.index_select(1, torch::tensor(std::vector<int64_t>(fi.begin(), fi.begin() + informative)));
+    const bool argmax = C > 2 && uni(0, 1) < o.argmax_share;
+    const int64_t outputs = argmax ? C : 1;
     const int64_t depth = linear ? 1 : pick(1, 3);
     for (int64_t l = 0; l < depth; ++l) {
-      const int64_t out = l + 1 == depth ? 1 : pick(4, 32);
+      const int64_t out = l + 1 == depth ? outputs : pick(4, 32);
       at::Tensor w = at::normal(0, 1, {t.size(1), out}, gen, f32) / std::sqrt(static_cast<double>(t.size(1)));
       t = torch::addmm(at::normal(0, 1, {out}, gen, f32) * uni(0, 0.5), t, w);
       if (l + 1 < depth) t = activate(t, static_cast<int>(pick(1, 7)));
       t = (t - t.mean(0)) / (t.std(0) + 1e-6);
     }
-    target = t.select(1, 0) + at::normal(0, 1, {N}, gen, f32) * std::exp(uni(std::log(0.01), std::log(0.5)));
+    const double noise = std::exp(uni(std::log(0.01), std::log(0.5)));
+    if (!argmax) {
+      target = t.select(1, 0) + at::normal(0, 1, {N}, gen, f32) * noise;
+    } else {
+      // Every class keeps at least a few rows: the rarest class's score is raised until it has them.
+      at::Tensor logits = t + at::normal(0, 1, {N, C}, gen, f32) * noise;
+      const int64_t least = std::max<int64_t>(2, N / (4 * C));
+      for (int it = 0; it < 200; ++it) {
+        y_direct = logits.argmax(1);
+        const at::Tensor counts = torch::bincount(y_direct, {}, C);
+        const int64_t rarest = counts.argmin().item<int64_t>();
+        if (counts[rarest].item<int64_t>() >= least) break;
+        logits.select(1, rarest).add_(0.1);
+      }
+    }
   }
   // Real tables' columns are skewed, heavy-tailed or stepped (counts, ratings, concentrations),
   // where the causal graph's nodes are smooth. Some features are observed through a random
@@ -117,18 +137,21 @@ Batch sample_prior_table(const PriorOptions& o, uint64_t seed) {
       }
     }
   }
-  // Classes at random quantiles (each class holds a share in [0.3, 1] before normalization).
-  std::vector<double> share(static_cast<size_t>(C));
-  double total = 0;
-  for (auto& s : share) total += (s = uni(0.3, 1.0));
-  at::Tensor sorted = std::get<0>(target.sort());
-  std::vector<float> cuts;
-  double acc = 0;
-  for (int64_t c = 0; c + 1 < C; ++c) {
-    acc += share[c] / total;
-    cuts.push_back(sorted[std::min<int64_t>(N - 1, static_cast<int64_t>(acc * static_cast<double>(N)))].item<float>());
+  at::Tensor y = y_direct;
+  if (!y.defined()) {
+    // Classes at random quantiles (each class holds a share in [0.3, 1] before normalization).
+    std::vector<double> share(static_cast<size_t>(C));
+    double total = 0;
+    for (auto& s : share) total += (s = uni(0.3, 1.0));
+    at::Tensor sorted = std::get<0>(target.sort());
+    std::vector<float> cuts;
+    double acc = 0;
+    for (int64_t c = 0; c + 1 < C; ++c) {
+      acc += share[c] / total;
+      cuts.push_back(sorted[std::min<int64_t>(N - 1, static_cast<int64_t>(acc * static_cast<double>(N)))].item<float>());
+    }
+    y = torch::bucketize(target, torch::tensor(cuts), /*out_int32=*/false, /*right=*/true);
   }
-  at::Tensor y = torch::bucketize(target, torch::tensor(cuts), /*out_int32=*/false, /*right=*/true);
   std::vector<int64_t> perm(static_cast<size_t>(C));
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng);
@@ -195,6 +218,7 @@ Schema prior_schema() {
       .add("support_max", Type::Float, "0.9", "largest share of a table's rows in its support set")
       .add("linear_share", Type::Float, "0.2", "share of tables from a linear SCM")
       .add("node_target_share", Type::Float, "0.3", "share of tables whose target is a node of the causal graph (else a random function of some features)")
+      .add("argmax_share", Type::Float, "0.3", "share of the feature-function tables (3+ classes) whose class is the argmax of one random function per class (else ordered bands of one)")
       .add("warp_share", Type::Float, "0.3", "share of features observed through a random monotone warp (exp skew, power, quantile steps)")
       .add("max_layers", Type::Int, "4", "deepest random MLP")
       .add("max_width", Type::Int, "48", "widest random MLP layer");
@@ -212,6 +236,8 @@ Datasets make_prior(const Options& o, uint64_t seed) {
   p.linear_share = o.get_float("linear_share");
   p.node_target_share = o.get_float("node_target_share");
   o.check(p.node_target_share >= 0 && p.node_target_share <= 1, "node_target_share", "must be between 0 and 1");
+  p.argmax_share = o.get_float("argmax_share");
+  o.check(p.argmax_share >= 0 && p.argmax_share <= 1, "argmax_share", "must be between 0 and 1");
   p.warp_share = o.get_float("warp_share");
   o.check(p.warp_share >= 0 && p.warp_share <= 1, "warp_share", "must be between 0 and 1");
   p.max_layers = o.get_int("max_layers");

@@ -6,7 +6,8 @@
 //   layer, scale drawn per layer) run on Gaussian or uniform root causes; features and the target
 //   are distinct nodes taken at random from the root causes and all layers (node_target_share of the
 //   tables), else the target is a small random MLP of 1-8 of the features plus noise (the tables
-//   where the features tell the class); a share of the tables are linear
+//   where the features tell the class: one output cut into ordered bands, or for argmax_share of
+//   them one output per class and the largest wins); a share of the tables are linear
 //   (identity activations throughout). After the target is drawn, a warp_share of the features
 //   are observed through a random monotone warp (exp skew, a power, or steps at quantiles), as
 //   real columns are skewed or ordinal. The target is cut into 2..max_classes classes at random quantiles (every class
@@ -29,6 +30,7 @@ struct PriorOptions {
   double support_min = 0.3, support_max = 0.9;
   double linear_share = 0.2;  // tables whose SCM is linear
   double node_target_share = 0.3;  // tables whose target is a graph node (else a function of features)
+  double argmax_share = 0.3;  // feature-function tables with 3+ classes: class = argmax of C functions
   double warp_share = 0.3;  // features observed through a random monotone warp
   int64_t max_layers = 4, max_width = 48;
 };
