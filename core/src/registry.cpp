@@ -44,6 +44,10 @@ void Registry::add_model(std::string n, std::string d, Schema s, ModelFactory f)
     s.add("init_from", Type::String, "~",
           "start from the model weights of this run directory's newest checkpoint, or of this checkpoint "
           "file (the same model settings; optimizer and position start fresh)");
+  if (!s.find("init_average"))
+    s.add("init_average", Type::Int, "1",
+          "with init_from a run directory: the mean of the weights of its newest N checkpoints (checkpoint "
+          "averaging, as fairseq's average_checkpoints; 1: the newest alone)");
   add_to(models_, Kind::Model, std::move(n), std::move(d), std::move(s), std::move(f), origin_);
 }
 void Registry::add_dataset(std::string n, std::string d, Schema s, DatasetFactory f) {

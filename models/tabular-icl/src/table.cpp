@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <random>
@@ -238,19 +239,105 @@ Table read_csv_like(const std::string& path, const Table& like, const CsvOptions
   return t;
 }
 
+namespace {
+
+// numpy's legacy np.random.RandomState(seed), the generator scikit-learn's random_state=int
+// draws from: MT19937 seeded by init_genrand (std::mt19937 is the same generator and seeding),
+// bounded integers by masked rejection (numpy's random_interval) and permutations by its
+// Fisher-Yates from the last element down.
+class NumpyRandomState {
+ public:
+  explicit NumpyRandomState(uint32_t seed) : mt_(seed) {}
+  uint32_t interval(uint32_t max) {  // uniform in [0, max]
+    if (max == 0) return 0;
+    uint32_t mask = max;
+    for (int shift : {1, 2, 4, 8, 16}) mask |= mask >> shift;
+    uint32_t v;
+    while ((v = static_cast<uint32_t>(mt_()) & mask) > max) {
+    }
+    return v;
+  }
+  std::vector<int64_t> permutation(int64_t n) {  // RandomState.permutation(n)
+    std::vector<int64_t> a(static_cast<size_t>(n));
+    std::iota(a.begin(), a.end(), 0);
+    for (int64_t i = n - 1; i >= 1; --i) std::swap(a[static_cast<size_t>(i)], a[interval(static_cast<uint32_t>(i))]);
+    return a;
+  }
+
+ private:
+  std::mt19937 mt_;
+};
+
+// scikit-learn's _approximate_mode: class_counts / total * n_draws floored, the rows still
+// needed handed out by largest remainder, ties broken by the generator (rng.choice without
+// replacement, i.e. a permutation's head).
+std::vector<int64_t> approximate_mode(const std::vector<int64_t>& counts, int64_t n_draws, NumpyRandomState& rng) {
+  double total = 0;
+  for (auto c : counts) total += static_cast<double>(c);
+  std::vector<double> continuous, floored;
+  double floored_sum = 0;
+  for (auto c : counts) {
+    continuous.push_back(static_cast<double>(c) / total * static_cast<double>(n_draws));
+    floored.push_back(std::floor(continuous.back()));
+    floored_sum += floored.back();
+  }
+  auto need = static_cast<int64_t>(static_cast<double>(n_draws) - floored_sum);
+  if (need > 0) {
+    std::vector<double> remainder;
+    for (size_t i = 0; i < counts.size(); ++i) remainder.push_back(continuous[i] - floored[i]);
+    std::vector<double> values(remainder);
+    std::sort(values.begin(), values.end(), std::greater<>());
+    values.erase(std::unique(values.begin(), values.end()), values.end());
+    for (double v : values) {
+      std::vector<int64_t> inds;
+      for (size_t i = 0; i < remainder.size(); ++i)
+        if (remainder[i] == v) inds.push_back(static_cast<int64_t>(i));
+      const int64_t add_now = std::min<int64_t>(static_cast<int64_t>(inds.size()), need);
+      const auto pick = rng.permutation(static_cast<int64_t>(inds.size()));
+      for (int64_t k = 0; k < add_now; ++k) floored[static_cast<size_t>(inds[static_cast<size_t>(pick[static_cast<size_t>(k)])])] += 1;
+      need -= add_now;
+      if (need == 0) break;
+    }
+  }
+  std::vector<int64_t> out;
+  for (double f : floored) out.push_back(static_cast<int64_t>(f));
+  return out;
+}
+
+}  // namespace
+
 Split stratified_split(const Table& t, double test_fraction, uint64_t seed) {
   TT_CHECK_AS(ConfigError, test_fraction > 0 && test_fraction < 1, "tabular: data.test_fraction is ", test_fraction,
               ": it must be between 0 and 1");
-  std::mt19937_64 rng(seed);
+  TT_CHECK_AS(ConfigError, seed <= 0xFFFFFFFFull, "tabular: data.split_seed is ", seed,
+              ": it must be between 0 and 2^32 - 1 (numpy's and scikit-learn's seeds)");
+  const int64_t n = t.rows;
+  const int64_t C = t.classes();
+  std::vector<int64_t> counts(static_cast<size_t>(C), 0);
+  std::vector<std::vector<int64_t>> rows(static_cast<size_t>(C));  // each class's rows, ascending
+  for (int64_t i = 0; i < n; ++i) {
+    ++counts[static_cast<size_t>(t.y[i])];
+    rows[static_cast<size_t>(t.y[i])].push_back(i);
+  }
+  for (int64_t c = 0; c < C; ++c)
+    TT_CHECK_AS(ConfigError, counts[c] >= 2, "tabular: ", t.source, ": class '", t.class_names[c], "' has ",
+                counts[c], " row", counts[c] == 1 ? "" : "s", "; a stratified split needs at least 2 of every class ",
+                "(drop or merge that class)");
+  const auto n_test = static_cast<int64_t>(std::ceil(test_fraction * static_cast<double>(n)));
+  const int64_t n_train = n - n_test;
+  TT_CHECK_AS(ConfigError, n_test >= C && n_train >= C, "tabular: ", t.source, ": data.test_fraction ", test_fraction,
+              " gives ", n_train, " training and ", n_test, " test rows for ", C,
+              " classes; each side needs at least one row per class (change test_fraction)");
+  NumpyRandomState rng(static_cast<uint32_t>(seed));
+  const auto n_i = approximate_mode(counts, n_train, rng);
+  std::vector<int64_t> remaining(counts);
+  for (size_t c = 0; c < remaining.size(); ++c) remaining[c] -= n_i[c];
+  const auto t_i = approximate_mode(remaining, n_test, rng);
   Split s;
-  for (int64_t c = 0; c < t.classes(); ++c) {
-    std::vector<int64_t> rows;
-    for (int64_t i = 0; i < t.rows; ++i)
-      if (t.y[i] == c) rows.push_back(i);
-    std::shuffle(rows.begin(), rows.end(), rng);
-    auto n_test = static_cast<int64_t>(std::llround(static_cast<double>(rows.size()) * test_fraction));
-    if (rows.size() >= 2) n_test = std::clamp<int64_t>(n_test, 1, static_cast<int64_t>(rows.size()) - 1);
-    for (size_t i = 0; i < rows.size(); ++i) (static_cast<int64_t>(i) < n_test ? s.test : s.train).push_back(rows[i]);
+  for (size_t c = 0; c < counts.size(); ++c) {
+    const auto perm = rng.permutation(counts[c]);
+    for (int64_t k = 0; k < n_i[c] + t_i[c]; ++k)
+      (k < n_i[c] ? s.train : s.test).push_back(rows[c][static_cast<size_t>(perm[static_cast<size_t>(k)])]);
   }
   std::sort(s.train.begin(), s.train.end());
   std::sort(s.test.begin(), s.test.end());

@@ -39,8 +39,12 @@ Table read_csv(const std::string& path, const CsvOptions& o);
 // column is o.label, else like's label column by name, else a single column beyond the features.
 Table read_csv_like(const std::string& path, const Table& like, const CsvOptions& o);
 
-// Stratified split: in each class, rows shuffled with `seed`, round(n_c * test_fraction) of them
-// (at least one when the class has two or more rows) to test.
+// Stratified split, the same rows as scikit-learn's
+//   train_test_split(X, y, test_size=test_fraction, stratify=y, random_state=seed)
+// (StratifiedShuffleSplit: ceil(test_fraction * rows) test rows, shared out over the classes by
+// largest remainder, each class's rows permuted by numpy's RandomState(seed)), so tt's figures
+// and a scikit-learn baseline are measured on the same test rows. Both lists ascending.
+// ConfigError when a class has fewer than 2 rows or a side would have fewer rows than classes.
 struct Split {
   std::vector<int64_t> train, test;
 };
