@@ -16,11 +16,13 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "checkpoint_reader.h"
 #include "test_support.h"
 #include "tt/npy.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using tt::test::checkpoint_params;
 using tt::test::read_file;
 using tt::test::run;
 using tt::test::tt_run_bin;
@@ -231,25 +233,6 @@ TEST(Dist, AnInfLossOnOneRankIsSkippedByEveryRank) {
 }
 
 namespace {
-// Parameters of the model entry of a checkpoint, by name.
-void collect(torch::serialize::InputArchive& ar, const std::string& prefix, std::map<std::string, at::Tensor>& out) {
-  for (const auto& k : ar.keys()) {
-    at::Tensor t;
-    torch::serialize::InputArchive sub;
-    if (ar.try_read(k, t)) out[prefix + k] = t;
-    else if (ar.try_read(k, sub)) collect(sub, prefix + k + ".", out);
-  }
-}
-
-std::map<std::string, at::Tensor> checkpoint_params(const fs::path& file) {
-  torch::serialize::InputArchive ar, model;
-  ar.load_from(file.string());
-  ar.read("model", model);
-  std::map<std::string, at::Tensor> out;
-  collect(model, "", out);
-  return out;
-}
-
 fs::path last_checkpoint(const fs::path& run) {
   fs::path best;
   for (const auto& e : fs::directory_iterator(run / "checkpoints"))

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint_reader.h"
 #include "lora.h"
 #include "test_support.h"
 #include "tt/error.h"
@@ -291,4 +292,46 @@ TEST(LoraPlugin, InitFromAndBadOptionsAreClearErrors) {
   auto r = f.run("mismatch", "[]", "batch_size: 8, max_steps: 1");
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find("does not fit this model"), std::string::npos) << r.output;
+}
+
+// model.init_average: the weights are the elementwise mean of the newest N checkpoints of
+// init_from's run (a step at learning rate 0 then saves them unchanged); asking for more
+// checkpoints than the run kept, or averaging without init_from, are clear errors.
+TEST(InitFrom, AverageIsTheMeanOfTheNewestCheckpoints) {
+  Finetune f;
+  f.data = f.base_data;
+  f.model = "{name: transformer, d_model: 32, n_layers: 2, n_heads: 4, sample_tokens: 0}";
+  auto base = f.run("base", "[]", "batch_size: 8, threads: 2, max_steps: 3, checkpoint_every: 1, keep_checkpoints: 0",
+                    "optimizer: {name: adamw, lr: 0.01}\n");
+  ASSERT_EQ(base.rc, 0) << base.output;
+  const auto dir = f.dir / "base" / "checkpoints";
+  f.model = "{name: transformer, d_model: 32, n_layers: 2, n_heads: 4, sample_tokens: 0, init_from: " +
+            (f.dir / "base").string() + ", init_average: 2}";
+  auto avg = f.run("avg", "[]", "batch_size: 8, threads: 2, max_steps: 1, checkpoint_every: 1",
+                   "optimizer: {name: adamw, lr: 0, weight_decay: 0}\n");
+  ASSERT_EQ(avg.rc, 0) << avg.output;
+  EXPECT_NE(avg.output.find("the mean of 2 checkpoints"), std::string::npos) << avg.output;
+  const auto s2 = tt::test::checkpoint_params(dir / "step-00000002.pt");
+  const auto s3 = tt::test::checkpoint_params(dir / "step-00000003.pt");
+  const auto got = tt::test::checkpoint_params(f.dir / "avg" / "checkpoints" / "step-00000001.pt");
+  ASSERT_EQ(got.size(), s3.size());
+  double moved = 0;
+  for (const auto& [name, t] : got) {
+    ASSERT_TRUE(s2.count(name) && s3.count(name)) << name;
+    if (!t.is_floating_point()) continue;
+    EXPECT_TRUE(torch::allclose(t, (s2.at(name) + s3.at(name)) / 2, 1e-6, 1e-7)) << name;
+    moved = std::max(moved, (s2.at(name) - s3.at(name)).abs().max().item<double>());
+  }
+  EXPECT_GT(moved, 1e-4) << "the two checkpoints should differ for the mean to mean anything";
+
+  f.model = "{name: transformer, d_model: 32, n_layers: 2, n_heads: 4, sample_tokens: 0, init_from: " +
+            (f.dir / "base").string() + ", init_average: 4}";
+  auto r = f.run("too-many", "[]", "batch_size: 8, max_steps: 1");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("4 checkpoints asked for, but " + (f.dir / "base").string() + " has 3"), std::string::npos)
+      << r.output;
+  f.model = "{name: transformer, d_model: 32, n_layers: 2, n_heads: 4, sample_tokens: 0, init_average: 2}";
+  r = f.run("no-init", "[]", "batch_size: 8, max_steps: 1");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("model.init_average"), std::string::npos) << r.output;
 }
