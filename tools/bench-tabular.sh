@@ -2,7 +2,8 @@
 # The tabular in-context learner on real tables, TabTune's three strategies:
 #   1. pretrain the model on the synthetic prior (configs/tabular-pretrain.yaml), unless --pretrained RUN
 #      names a finished pretraining run;
-#   2. on ../shared/datasets/tabular/{iris,wine,breast_cancer}.csv (stratified 70/30, seed 0):
+#   2. on ../shared/datasets/tabular/{iris,wine,breast_cancer}.csv (stratified 70/30, seed 0: the rows of
+#      scikit-learn's train_test_split(stratify=y, random_state=0), as the baselines were measured on):
 #      inference (the training split as context, no training), finetune (episodic full fine-tuning),
 #      peft (LoRA on qkv, proj, fc1, fc2), each through tt-run with the configs/tabular-*.yaml files;
 #   3. prints accuracy, ROC-AUC, log-loss, Brier score and ECE per dataset and strategy, beside the
