@@ -16,17 +16,12 @@
 
 using namespace tt::tab;
 
-// The features must tell the class in most tables, or pretraining learns nothing but the class
-// frequencies: a plain 7-nearest-neighbour vote (support rows standardized) on the query rows of
-// binary tables must beat predicting the support's majority class by a clear margin.
-TEST(TabularPrior, FeaturesPredictTheClassBetterThanTheMajority) {
-  PriorOptions o;
-  o.rows = 256;
-  o.max_features = 32;
-  o.max_classes = 2;
+namespace {
+// A plain 7-nearest-neighbour vote (support rows standardized) on a prior table's query rows,
+// beside predicting the support's majority class: counts of correct queries, summed over tables.
+struct Votes {
   double knn = 0, majority = 0, queries = 0;
-  for (int64_t t = 0; t < 150; ++t) {
-    tt::Batch b = sample_prior_table(o, 7000 + t);
+  void add(const tt::Batch& b, int64_t C) {
     const int64_t F = b.at("feature_mask").sum().item<int64_t>();
     const at::Tensor x = b.at("x")[0].slice(1, 0, F), y = b.at("y")[0], s = b.at("support")[0];
     at::Tensor xs = x.index({s}), xq = x.index({s.logical_not()});
@@ -35,13 +30,24 @@ TEST(TabularPrior, FeaturesPredictTheClassBetterThanTheMajority) {
     xs = (xs - mean) / sd;
     xq = (xq - mean) / sd;
     const at::Tensor near = std::get<1>(torch::cdist(xq, xs).topk(std::min<int64_t>(7, xs.size(0)), 1, false));
-    const at::Tensor vote = torch::one_hot(ys.index({near}), 2).sum(1).argmax(1);
-    knn += (vote == yq).sum().item<double>();
-    majority += (yq == torch::one_hot(ys, 2).sum(0).argmax()).sum().item<double>();
+    knn += (torch::one_hot(ys.index({near}), C).sum(1).argmax(1) == yq).sum().item<double>();
+    majority += (yq == torch::bincount(ys, {}, C).argmax()).sum().item<double>();
     queries += static_cast<double>(yq.numel());
   }
-  knn /= queries;
-  majority /= queries;
+};
+}  // namespace
+
+// The features must tell the class in most tables, or pretraining learns nothing but the class
+// frequencies: a plain 7-nearest-neighbour vote (support rows standardized) on the query rows of
+// binary tables must beat predicting the support's majority class by a clear margin.
+TEST(TabularPrior, FeaturesPredictTheClassBetterThanTheMajority) {
+  PriorOptions o;
+  o.rows = 256;
+  o.max_features = 32;
+  o.max_classes = 2;
+  Votes v;
+  for (int64_t t = 0; t < 150; ++t) v.add(sample_prior_table(o, 7000 + t), 2);
+  const double knn = v.knn / v.queries, majority = v.majority / v.queries;
   EXPECT_GT(knn, majority + 0.08) << "7-NN " << knn << " vs majority " << majority;
 }
 
@@ -94,7 +100,7 @@ TEST(TabularPrior, ArgmaxShareGivesBalancedMulticlassTablesAndLeavesBinaryOnesAl
   bands.argmax_share = 0;
   argmax.argmax_share = 1;
   int64_t binary = 0, multi = 0, changed = 0, all_classes = 0;
-  double knn = 0, majority = 0, queries = 0;
+  Votes v;
   for (int64_t t = 0; t < 120; ++t) {
     const tt::Batch a = sample_prior_table(bands, 4000 + t), b = sample_prior_table(argmax, 4000 + t);
     const int64_t C = b.at("n_classes").item<int64_t>();
@@ -109,23 +115,14 @@ TEST(TabularPrior, ArgmaxShareGivesBalancedMulticlassTablesAndLeavesBinaryOnesAl
     changed += !torch::equal(a.at("y"), b.at("y"));
     const at::Tensor counts = torch::bincount(y, {}, C);
     all_classes += counts.min().item<int64_t>() >= std::max<int64_t>(2, 256 / (4 * C));
-    const int64_t F = b.at("feature_mask").sum().item<int64_t>();
-    const at::Tensor x = b.at("x")[0].slice(1, 0, F), s = b.at("support")[0];
-    at::Tensor xs = x.index({s}), xq = x.index({s.logical_not()});
-    const at::Tensor ys = y.index({s}), yq = y.index({s.logical_not()});
-    const at::Tensor mean = xs.mean(0), sd = xs.std(0) + 1e-6;
-    xs = (xs - mean) / sd;
-    xq = (xq - mean) / sd;
-    const at::Tensor near = std::get<1>(torch::cdist(xq, xs).topk(std::min<int64_t>(7, xs.size(0)), 1, false));
-    knn += (torch::one_hot(ys.index({near}), C).sum(1).argmax(1) == yq).sum().item<double>();
-    majority += (yq == torch::bincount(ys, {}, C).argmax()).sum().item<double>();
-    queries += static_cast<double>(yq.numel());
+    v.add(b, C);
   }
   ASSERT_GT(binary, 0);
   ASSERT_GT(multi, 60);
   EXPECT_EQ(changed, multi);
   EXPECT_GE(all_classes, multi * 95 / 100) << "of " << multi;
-  EXPECT_GT(knn / queries, majority / queries + 0.2) << "7-NN " << knn / queries << " vs majority " << majority / queries;
+  EXPECT_GT(v.knn / v.queries, v.majority / v.queries + 0.2)
+      << "7-NN " << v.knn / v.queries << " vs majority " << v.majority / v.queries;
 }
 
 TEST(TabularPrior, TablesHaveFeatureAndClassCountsInRangeAndDrawnSupportShares) {
