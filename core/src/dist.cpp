@@ -72,10 +72,11 @@ Env env_from_environment() {
 }
 
 struct Context::Impl {
+  explicit Impl(const Env& e) : env(e) {}
+  const Env& env;  // the Context's (it neither copies nor moves, and outlives its Impl)
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<compat::PgBase> pg;    // Gloo: CPU tensors (and the small control values)
   c10::intrusive_ptr<compat::PgBase> nccl;  // NCCL: CUDA tensors, on CUDA builds with NCCL
-  Env env;
   double comm_seconds = 0;
   int64_t string_seq = 0;
 
@@ -132,7 +133,7 @@ struct Context::Impl {
   }
 };
 
-Context::Context(const Env& env) : env_(env), impl_(std::make_unique<Impl>()) {
+Context::Context(const Env& env) : env_(env), impl_(std::make_unique<Impl>(env_)) {
   const double secs = env.timeout.count() / 1000.0;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   try {
@@ -166,7 +167,6 @@ Context::Context(const Env& env) : env_(env), impl_(std::make_unique<Impl>()) {
             " within ", secs, " s (", what.substr(0, what.find('\n')), "). Check that all ", env.world_size,
             " workers were started with the same MASTER_ADDR/MASTER_PORT, or raise TT_DIST_TIMEOUT");
   }
-  impl_->env = env;
   log().info("distributed: rank {} of {} (local rank {}), master {}, Gloo{}", env.rank, env.world_size, env.local_rank,
              where, has_nccl() ? " (CPU tensors; NCCL for CUDA tensors on their first collective)" : "");
 }

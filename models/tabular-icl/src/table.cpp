@@ -313,12 +313,10 @@ Split stratified_split(const Table& t, double test_fraction, uint64_t seed) {
               ": it must be between 0 and 2^32 - 1 (numpy's and scikit-learn's seeds)");
   const int64_t n = t.rows;
   const int64_t C = t.classes();
-  std::vector<int64_t> counts(static_cast<size_t>(C), 0);
   std::vector<std::vector<int64_t>> rows(static_cast<size_t>(C));  // each class's rows, ascending
-  for (int64_t i = 0; i < n; ++i) {
-    ++counts[static_cast<size_t>(t.y[i])];
-    rows[static_cast<size_t>(t.y[i])].push_back(i);
-  }
+  for (int64_t i = 0; i < n; ++i) rows[static_cast<size_t>(t.y[i])].push_back(i);
+  std::vector<int64_t> counts;
+  for (const auto& r : rows) counts.push_back(static_cast<int64_t>(r.size()));
   for (int64_t c = 0; c < C; ++c)
     TT_CHECK_AS(ConfigError, counts[c] >= 2, "tabular: ", t.source, ": class '", t.class_names[c], "' has ",
                 counts[c], " row", counts[c] == 1 ? "" : "s", "; a stratified split needs at least 2 of every class ",
