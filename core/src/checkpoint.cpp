@@ -82,6 +82,19 @@ void save_archive_atomic(torch::serialize::OutputArchive& archive, const fs::pat
   fsync_dir(dir);
 }
 
+at::Tensor bytes_to_tensor(const std::string& bytes) {
+  at::Tensor t = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
+  if (!bytes.empty()) std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  return t;
+}
+
+std::string tensor_to_bytes(const at::Tensor& tensor) {
+  TT_CHECK(tensor.scalar_type() == at::kByte && tensor.dim() == 1, "expected a 1-D uint8 tensor of bytes, got ",
+           tensor.scalar_type(), " of ", tensor.dim(), " dimensions");
+  const at::Tensor t = tensor.contiguous();
+  return std::string(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()));
+}
+
 fs::path checkpoint_path(const fs::path& dir, int64_t step) {
   char name[64];
   std::snprintf(name, sizeof name, "step-%08lld.pt", static_cast<long long>(step));

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -102,38 +104,56 @@ void Progress::finish() {
   drawn_ = false;
 }
 
+bool gnuplot_png(const std::string& commands, const fs::path& png, const std::string& size, const fs::path& log_file) {
+  for (const std::string terminal : {"pngcairo", "png"}) {
+    FILE* gp = popen(("gnuplot > '" + log_file.string() + "' 2>&1").c_str(), "w");
+    if (!gp) return false;
+    std::fprintf(gp, "set terminal %s size %s noenhanced\nset output '%s'\n%s", terminal.c_str(), size.c_str(),
+                 png.c_str(), commands.c_str());
+    std::error_code ec;
+    if (pclose(gp) == 0 && fs::exists(png, ec) && fs::file_size(png, ec) > 0) return true;
+  }
+  return false;
+}
+
 bool plot_png(const fs::path& data, const fs::path& png, const std::string& title, const std::string& xlabel,
               const std::string& ylabel, const std::string& using_cols, bool logy) {
   std::ostringstream script;
-  script << "set terminal pngcairo size 900,500 noenhanced\n"
-         << "set output '" << png.string() << "'\n"
-         << "set title '" << title << "'\n"
+  script << "set title '" << title << "'\n"
          << "set xlabel '" << xlabel << "'\nset ylabel '" << ylabel << "'\n"
          << "set grid\nset key off\n"
          << (logy ? "set logscale y\n" : "") << "plot '" << data.string() << "' using " << using_cols
          << " with lines lw 2\n";
-  FILE* gp = popen("gnuplot 2>&1", "w");
-  if (!gp) {
-    log().warn("no plot: cannot start gnuplot (apt-get install gnuplot-nox)");
-    return false;
+  const fs::path log_file = png.parent_path() / "gnuplot.log";
+  if (gnuplot_png(script.str(), png, "900,500", log_file)) {
+    std::error_code ec;
+    fs::remove(log_file, ec);
+    return true;
   }
-  std::fputs(script.str().c_str(), gp);
-  int rc = pclose(gp);
-  if (rc != 0) {
-    // pngcairo may be missing in minimal gnuplot builds: fall back to the plain png terminal
-    std::string s = script.str();
-    s.replace(s.find("pngcairo"), 8, "png");
-    gp = popen("gnuplot 2>/dev/null", "w");
-    if (gp) {
-      std::fputs(s.c_str(), gp);
-      rc = pclose(gp);
-    }
-  }
-  if (rc != 0) {
-    log().warn("no plot {}: gnuplot failed (is gnuplot-nox installed?)", png.string());
-    return false;
-  }
-  return true;
+  log().warn("no plot {}: gnuplot is missing or failed (see {}; apt-get install gnuplot-nox)", png.string(),
+             log_file.string());
+  return false;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string timestamp() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
+  return buf;
+}
+
+fs::path timestamped_dir(const fs::path& parent, const std::string& stem) {
+  const std::string name = stem + "-" + timestamp();
+  fs::path dir = parent / name;
+  for (int i = 2; fs::exists(dir); ++i) dir = parent / (name + "-" + std::to_string(i));
+  return dir;
 }
 
 }  // namespace tt

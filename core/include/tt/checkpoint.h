@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "tt/export.h"
@@ -19,6 +20,11 @@ TT_API void save_archive_atomic(torch::serialize::OutputArchive& archive, const 
 // checkpoints/step-00000100.pt files of a run, oldest first. Temp files are ignored.
 TT_API std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& dir);
 TT_API std::filesystem::path checkpoint_path(const std::filesystem::path& dir, int64_t step);
+// Bytes kept in an archive: a uint8 tensor holding them, and back (a stream position, a
+// serialized shard).
+TT_API at::Tensor bytes_to_tensor(const std::string& bytes);
+TT_API std::string tensor_to_bytes(const at::Tensor& tensor);
+
 // Deletes all but the newest `keep` checkpoints (keep <= 0 keeps all).
 TT_API void prune_checkpoints(const std::filesystem::path& dir, int keep);
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "tt/export.h"
 
@@ -36,6 +37,20 @@ class TT_API Progress {
   std::chrono::steady_clock::time_point t0_, last_;
   bool drawn_ = false;
 };
+
+// Runs gnuplot on `commands` (everything after the terminal and output lines) to draw `png` of
+// `size` ("900,500"): the pngcairo terminal, else plain png where a minimal gnuplot lacks it.
+// gnuplot's messages go to `log_file`. Returns whether the PNG was drawn (false when gnuplot is
+// missing or fails; the caller says so).
+TT_API bool gnuplot_png(const std::string& commands, const std::filesystem::path& png, const std::string& size,
+                        const std::filesystem::path& log_file);
+
+// The median of `values` (the mean of the middle two for an even count); 0 for none.
+TT_API double median(std::vector<double> values);
+// Local time as "20261125-204501", for the names of run and output directories.
+TT_API std::string timestamp();
+// parent/stem-<timestamp>, or with -2, -3, ... appended while that exists.
+TT_API std::filesystem::path timestamped_dir(const std::filesystem::path& parent, const std::string& stem);
 
 // Draws y over x from columns of a whitespace data file with gnuplot into a PNG.
 // Returns false (and logs why) when gnuplot is missing or fails.

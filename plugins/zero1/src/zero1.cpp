@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "tt/checkpoint.h"
 #include "tt/dist.h"
 #include "tt/error.h"
 
@@ -98,9 +99,7 @@ void Zero1::save(torch::serialize::OutputArchive& archive) const {
   const std::vector<std::string> shards = ctx_.all_gather_strings(buf.str());
   archive.write("zero1/world_size", c10::IValue(static_cast<int64_t>(shards.size())));
   for (size_t r = 0; r < shards.size(); ++r) {
-    at::Tensor t = torch::empty({static_cast<int64_t>(shards[r].size())}, torch::kUInt8);
-    std::memcpy(t.data_ptr(), shards[r].data(), shards[r].size());
-    archive.write("zero1/shard_" + std::to_string(r), t);
+    archive.write("zero1/shard_" + std::to_string(r), tt::bytes_to_tensor(shards[r]));
   }
 }
 
@@ -112,8 +111,7 @@ void Zero1::load(torch::serialize::InputArchive& archive) {
               " shards but this run has ", ctx_.world_size(), " ranks: resume with the same world size");
   at::Tensor t;
   archive.read("zero1/shard_" + std::to_string(ctx_.rank()), t);
-  t = t.contiguous();
-  std::istringstream in(std::string(static_cast<const char*>(t.data_ptr()), t.numel()));
+  std::istringstream in(tt::tensor_to_bytes(t));
   torch::serialize::InputArchive shard;
   shard.load_from(in);
   inner_->load(shard);
