@@ -17,7 +17,10 @@ const char* to_string(Event e) {
     case Event::BEFORE_STEP: return "BEFORE_STEP";
     case Event::AFTER_STEP: return "AFTER_STEP";
     case Event::BATCH_END: return "BATCH_END";
+    case Event::BEFORE_EVAL: return "BEFORE_EVAL";
     case Event::EVAL: return "EVAL";
+    case Event::AFTER_EVAL: return "AFTER_EVAL";
+    case Event::CHECKPOINT: return "CHECKPOINT";
     case Event::EPOCH_END: return "EPOCH_END";
     case Event::FIT_END: return "FIT_END";
     case Event::OOM: return "OOM";
@@ -32,6 +35,7 @@ bool runs_in_reverse(Event e) {
     case Event::AFTER_BACKWARD:
     case Event::AFTER_STEP:
     case Event::BATCH_END:
+    case Event::AFTER_EVAL:
     case Event::EPOCH_END:
     case Event::FIT_END: return true;
     default: return false;

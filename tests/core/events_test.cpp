@@ -73,8 +73,9 @@ TEST(Events, OrderIsYamlOrderAndAfterEventsReverse) {
   Log expected = {"A:INIT", "B:INIT", "A:OPTIMIZER", "B:OPTIMIZER", "A:FIT_START", "B:FIT_START",
                   "A:EPOCH_START", "B:EPOCH_START", "A:BATCH_START", "B:BATCH_START"};
   for (int i = 0; i < 2; ++i) expected.insert(expected.end(), micro.begin(), micro.end());  // 2 micro-batches
+  // The final checkpoint (CHECKPOINT, in list order), then FIT_END.
   for (const char* e : {"A:BEFORE_STEP", "B:BEFORE_STEP", "B:AFTER_STEP", "A:AFTER_STEP", "B:BATCH_END",
-                        "A:BATCH_END", "B:FIT_END", "A:FIT_END"})
+                        "A:BATCH_END", "A:CHECKPOINT", "B:CHECKPOINT", "B:FIT_END", "A:FIT_END"})
     expected.push_back(e);
   EXPECT_EQ(log, expected);
 }

@@ -293,7 +293,7 @@ TEST(OffloadPlugin, BadOptionsAreClearErrors) {
   for (const Case& c : std::vector<Case>{
            {"[{name: offload, target: host}]", "use target: disk"},
            {"[{name: offload, target: nvme}]", "must be disk or host"},
-           {"[offload, adam8bit]", "list offload after it"},
+           {"[offload, adam8bit]", "'offload' must be listed after 'adam8bit'"},
        }) {
     auto r = lm.run("bad", c.plugins, "max_steps: 1");
     EXPECT_EQ(r.rc, 2) << c.plugins << "\n" << r.output;

@@ -11,8 +11,16 @@
 //  - react to out-of-memory           on OOM: set state.retry_batch (e.g. after shrinking
 //                                      state.micro_batch_size)
 //  - keep state across checkpoints    save_state / load_state
+//  - declare its place in the list    must_come_after / must_wrap_the_final_optimizer
+//
+// Built-in callbacks (metrics lines, progress, checkpoint saving, the run report) are Plugins
+// too; they run after every plugin on every event, so they see what the plugins did.
+// An exception escaping a handler ends the fit with "plugin 'NAME' failed in EVENT at step N:
+// ..." (the same error kind; exit 1 for exceptions that are not tt's), in log.txt and in
+// summary.json (status "failed").
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tt/event.h"
 #include "tt/export.h"
@@ -43,8 +51,27 @@ class TT_API Plugin {
   const std::string& name() const { return name_; }
   void set_name(std::string n) { name_ = std::move(n); }
 
+  // Ordering constraints, declared in the constructor and checked by the trainer with one
+  // message format ("plugins: 'offload' must be listed after 'adam8bit' (...), but the list is
+  // [offload, adam8bit]").
+  struct Ordering {
+    std::string after;  // a plugin that must be listed earlier when both are listed;
+                        // "" = every plugin that replaces the optimizer on OPTIMIZER
+    std::string why;
+  };
+  const std::vector<Ordering>& ordering() const { return ordering_; }
+
+ protected:
+  // When `plugin` is listed too, it must come earlier (checked before INIT).
+  void must_come_after(std::string plugin, std::string why) { ordering_.push_back({std::move(plugin), std::move(why)}); }
+  // Every plugin that replaces state.optimizer on OPTIMIZER must come earlier: for a plugin that
+  // wraps the optimizer it is given (offload, zero1). Checked after OPTIMIZER, so it also covers
+  // plugins built out of tree.
+  void must_wrap_the_final_optimizer(std::string why) { ordering_.push_back({"", std::move(why)}); }
+
  private:
   std::string name_;
+  std::vector<Ordering> ordering_;
 };
 
 }  // namespace tt

@@ -3,8 +3,10 @@
 #include <torch/optim/optimizer.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,8 +17,28 @@
 namespace tt {
 
 struct Pipeline;
+struct Datasets;
 class Meter;
 class Schedule;
+
+// What the meter measured of the training loop (summary.json's "memory").
+struct MemoryBreakdown {
+  int64_t parameters = 0, gradients = 0, optimizer_state = 0, activations = 0;
+  int64_t peak_tensor = 0, peak_rss = 0;
+  int64_t rss_anon_start = 0, rss_anon_end = 0;  // anonymous (not file-backed) RSS around training
+  int64_t teacher = 0;                           // a frozen second model's bytes (State::teacher)
+};
+
+// The last batch as the loop measured it; filled before BATCH_END.
+struct StepReport {
+  double seconds = 0;                      // loading the batch to the end of the optimizer step
+  int64_t examples = 0;                    // examples of the batch, over all ranks
+  double lr = 0;                           // the learning rate the step used
+  bool skipped = false;                    // no update applied (a plugin vetoed it, or NaN with on_nan: skip)
+  std::optional<double> grad_norm;         // before clipping, when trainer.grad_clip is set
+  std::optional<double> optimizer_seconds; // when the optimizer stepped
+  std::optional<double> comm_seconds;      // in collectives (data-parallel runs)
+};
 
 struct TT_API State {
   const Pipeline* pipeline = nullptr;
@@ -51,7 +73,19 @@ struct TT_API State {
   bool stop = false;              // any event: end the fit after this batch
 
   std::string oom_message;        // OOM: what failed
-  std::map<std::string, double> metrics;  // per-step extras plugins want logged
+  // Extras for metrics.jsonl: cleared at BATCH_START, written with the step's line after
+  // BATCH_END. During an evaluation (BEFORE_EVAL .. AFTER_EVAL) it holds that evaluation's
+  // metrics: the model's, then what plugins add on EVAL; written as the evaluation's line.
+  std::map<std::string, double> metrics;
+  StepReport last_step;           // the batch just run, as measured (read it on BATCH_END)
+  int64_t skipped_steps = 0;      // steps without an update so far
+  MemoryBreakdown memory;         // filled as the loop measures it
+
+  // Extension points a plugin registers (tt/extension.h: contracts and helpers).
+  const Datasets* datasets = nullptr;     // what the model was built from (to build another)
+  std::shared_ptr<Model> teacher;         // a second model, frozen by the trainer after INIT
+  std::vector<std::function<void(size_t, at::Tensor&)>> gradient_ready_hooks;
+  std::vector<std::function<ModelOutput(const Batch&, const std::function<ModelOutput(const Batch&)>&)>> loss_hooks;
 
   // Data-parallel runs (tt/dist.h): this process's rank and the number of processes. Only
   // rank 0 writes files; plugins writing outputs check it.

@@ -21,12 +21,6 @@ struct TrainerConfig {
   bool quiet = false;                // no progress output, no summary print
 };
 
-struct MemoryBreakdown {
-  int64_t parameters = 0, gradients = 0, optimizer_state = 0, activations = 0;
-  int64_t peak_tensor = 0, peak_rss = 0;
-  int64_t rss_anon_start = 0, rss_anon_end = 0;  // anonymous (not file-backed) RSS around training
-};
-
 class TT_API Trainer {
  public:
   explicit Trainer(Pipeline pipeline, TrainerConfig config = {});

@@ -7,6 +7,7 @@
 #include "grad_scaler.h"
 #include "tt/autocast.h"
 #include "tt/error.h"
+#include "tt/extension.h"
 #include "tt/log.h"
 #include "tt/model.h"
 #include "tt/module.h"
@@ -16,16 +17,6 @@
 #include "tt/state.h"
 
 namespace {
-
-// The keep_fp32 switch of the layers that have one (core's Linear, TiedLinear, LayerNorm,
-// RMSNorm), or null.
-bool* keep_fp32_flag(torch::nn::Module& m) {
-  if (auto* l = m.as<tt::nn::LinearImpl>()) return &l->keep_fp32;
-  if (auto* l = m.as<tt::nn::TiedLinearImpl>()) return &l->keep_fp32;
-  if (auto* l = m.as<tt::nn::LayerNormImpl>()) return &l->keep_fp32;
-  if (auto* l = m.as<tt::nn::RMSNormImpl>()) return &l->keep_fp32;
-  return nullptr;
-}
 
 class AmpScope final : public tt::Scope {
  public:
@@ -81,7 +72,7 @@ class AmpPlugin final : public tt::Plugin {
       int64_t hits = 0;
       for (const auto& item : s.model->named_modules("", /*include_self=*/false)) {
         if (!tt::nn::name_matches(pattern, item.key())) continue;
-        bool* flag = keep_fp32_flag(*item.value());
+        bool* flag = tt::nn::keep_fp32_switch(*item.value());
         if (!flag) continue;  // a container: its layers match through the subtree rule
         *flag = true;
         ++hits;
@@ -90,7 +81,7 @@ class AmpPlugin final : public tt::Plugin {
         std::string some;
         int shown = 0;
         for (const auto& item : s.model->named_modules("", false)) {
-          if (!keep_fp32_flag(*item.value())) continue;
+          if (!tt::nn::keep_fp32_switch(*item.value())) continue;
           if (shown++ < 8) some += (some.empty() ? "" : ", ") + item.key();
         }
         TT_FAIL_AS(ConfigError, "plugins.amp.keep_fp32: '", pattern,

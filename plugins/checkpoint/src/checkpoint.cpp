@@ -8,9 +8,11 @@
 #include <cmath>
 #include <mutex>
 #include <numeric>
+#include <optional>
 
 #include "tt/autocast.h"
 #include "tt/error.h"
+#include "tt/extension.h"
 #include "tt/meter.h"
 
 namespace tt::ckpt {
@@ -70,25 +72,10 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
       ac.cpu_dtype = static_cast<c10::ScalarType>(ctx->saved_data["ac_cpu_dtype"].toInt());
       ac.cuda_dtype = static_cast<c10::ScalarType>(ctx->saved_data["ac_cuda_dtype"].toInt());
       tt::amp::AutocastScope autocast(ac);
-      std::vector<std::shared_ptr<tt::nn::MLPImpl>> lean;  // MLPs switched to recompute GELU for this re-run
-      if (ctx->saved_data["lean"].toBool())
-        for (auto& [name, mlp] : tt::nn::find_modules<tt::nn::MLPImpl>(*block))
-          if (!mlp->recompute_activation) {
-            mlp->recompute_activation = true;
-            lean.push_back(mlp);
-          }
-      // The MLP whose output only feeds the block's output: its value is never read in this
-      // re-run, only its backward runs, so fc2's product and GELU are skipped.
-      tt::nn::MLPImpl* unread = ctx->saved_data["lean"].toBool() ? block->residual_mlp() : nullptr;
-      if (unread) unread->skip_output = true;
-      struct Restore {
-        std::vector<std::shared_ptr<tt::nn::MLPImpl>>& mlps;
-        tt::nn::MLPImpl* unread;
-        ~Restore() {
-          for (auto& m : mlps) m->recompute_activation = false;
-          if (unread) unread->skip_output = false;
-        }
-      } restore{lean, unread};
+      // With recompute_activation: the MLPs keep less, and the residual MLP's output, which
+      // nothing in this re-run reads, is not computed (only its backward runs).
+      std::optional<tt::nn::LeanRecompute> lean;
+      if (ctx->saved_data["lean"].toBool()) lean.emplace(*block);
       const int64_t before = tt::Meter::global().current();
       at::Tensor y = block->forward(input);
       if (auto* probe = reinterpret_cast<CheckpointRunner*>(ctx->saved_data["probe"].toInt()))

@@ -1,6 +1,6 @@
 // offload: the optimizer state out of the training process's memory.
 //   target: disk   the state in a memory-mapped file, paged in one parameter at a time during
-//                  the step (disk_offload.h); composes with adam8bit (list offload after it:
+//                  the step (disk_offload.h); composes with adam8bit (listed after it:
 //                  the 8-bit state is what goes to the file)
 //   target: host   for CUDA training: optimizer state and step in host memory, gradients copied
 //                  device -> host and parameters back asynchronously (host_offload.h)
@@ -21,17 +21,12 @@ std::string mib(int64_t b) { return fmt::format("{:.2f} MiB", static_cast<double
 
 class OffloadPlugin final : public tt::Plugin {
  public:
-  OffloadPlugin(bool host, std::string path, bool keep) : host_(host), path_(std::move(path)), keep_(keep) {}
+  OffloadPlugin(bool host, std::string path, bool keep) : host_(host), path_(std::move(path)), keep_(keep) {
+    must_wrap_the_final_optimizer("it moves the state and step of the optimizer it is given, e.g. adam8bit's");
+  }
 
   void on(tt::Event event, tt::State& s) override {
     if (event == tt::Event::OPTIMIZER) wrap(s);
-    if (event == tt::Event::FIT_START) {
-      const torch::optim::Optimizer* mine = host_offload_ ? static_cast<torch::optim::Optimizer*>(host_offload_.get())
-                                                          : static_cast<torch::optim::Optimizer*>(offload_.get());
-      TT_CHECK_AS(ConfigError, s.optimizer.get() == mine,
-                  "plugins.offload: a plugin listed after offload replaced the optimizer: list offload after it "
-                  "(e.g. plugins: [adam8bit, offload])");
-    }
     if (event == tt::Event::AFTER_STEP && !reported_ && offload_ && offload_->state_bytes() > 0) {
       reported_ = true;
       tt::log().info("offload: {} of optimizer state in {} (paged in one parameter at a time)",

@@ -19,12 +19,9 @@ namespace {
 
 class Zero1Plugin final : public tt::Plugin {
  public:
+  Zero1Plugin() { must_wrap_the_final_optimizer("it shards the optimizer it is given across the ranks"); }
   void on(tt::Event event, tt::State& s) override {
     if (event == tt::Event::OPTIMIZER) wrap(s);
-    if (event == tt::Event::FIT_START) {
-      TT_CHECK_AS(ConfigError, !zero1_ || s.optimizer.get() == zero1_.get(),
-                  "plugins.zero1: a plugin listed after zero1 replaced the optimizer: list zero1 last");
-    }
     if (event == tt::Event::AFTER_STEP && zero1_ && !reported_) {
       reported_ = true;
       s.metrics["zero1_owned_parameters"] = static_cast<double>(zero1_->owned_elements());

@@ -1,0 +1,91 @@
+#pragma once
+// Every place a technique acts on training, with its contract. A plugin uses these (and the
+// events of tt/event.h); it never flips a model's private flag. Each has a test
+// (tests/core/extension_test.cpp; the model-side ones also tests/nn).
+//
+// Model side: the building blocks of tt/nn.h. A model built from them gets every technique;
+// a model of plain torch modules still gets the model-agnostic ones.
+//  1. block runner     nn::BlockStackImpl::set_runner        how each block is called (checkpoint)
+//  2. attention kernel nn::AttentionImpl::set_kernel         how attention is computed (attention)
+//  3. Linear adapters  nn::LinearImpl::add_adapter           y += adapter(x) (lora)
+//  4. keep float32     nn::keep_fp32_switch                  a layer runs in float32, autocast off (amp)
+//  5. lean re-run      nn::LeanRecompute                     a block re-run for backward keeps less (checkpoint)
+// Trainer side: registered on the State, honoured by the loop.
+//  6. gradient ready   add_gradient_ready_hook               each parameter's gradient, once per step, complete
+//  7. loss hook        add_loss_hook                         wrap or replace the model's forward_loss
+//  8. teacher          State::teacher                        a second, frozen model (distillation)
+// Plus: the optimizer (assign state.optimizer on OPTIMIZER), forward scopes (tt/plugin.h), the
+// loss before backward (AFTER_LOSS), a step veto (BEFORE_STEP), OOM handling (OOM).
+//
+// Saved-tensor pack/unpack hooks (at::SavedTensorDefaultHooks) take Python callables in
+// LibTorch 1.13 and 2.x alike, so C++ code cannot install them around a forward: activation
+// offload acts through the block runner (1), which owns what a block keeps for backward.
+#include <torch/nn/module.h>
+
+#include <functional>
+#include <memory>
+
+#include "tt/export.h"
+#include "tt/model.h"
+#include "tt/nn.h"
+
+namespace tt {
+
+struct State;
+
+namespace nn {
+
+// 4. The keep_fp32 switch of a layer that has one (Linear, TiedLinear, LayerNorm, RMSNorm), or
+// nullptr (containers and other modules). A layer whose switch is on computes in float32 with
+// autocast off and returns float32, whatever autocast is active.
+TT_API bool* keep_fp32_switch(torch::nn::Module& module);
+
+// 5. While alive, `block` runs as a re-run for backward (activation checkpointing) needs it:
+// every MLP inside keeps only fc1's output and recomputes GELU in backward
+// (MLPImpl::recompute_activation), and the MLP whose output the block only adds into its
+// result (Block::residual_mlp) skips computing that unread value (MLPImpl::skip_output; its
+// backward runs as usual). Gradients are the same as without it. Restores the flags on exit.
+class TT_API LeanRecompute {
+ public:
+  explicit LeanRecompute(Block& block);
+  ~LeanRecompute();
+  LeanRecompute(const LeanRecompute&) = delete;
+  LeanRecompute& operator=(const LeanRecompute&) = delete;
+
+ private:
+  std::vector<std::shared_ptr<MLPImpl>> switched_;
+  MLPImpl* unread_ = nullptr;
+};
+
+}  // namespace nn
+
+// 6. Called once per optimizer step for every trainable parameter that has a gradient, as soon
+// as that gradient is complete: in one process during the last micro-batch's backward, right
+// after autograd accumulated it (the earlier parameters' hooks run while backward continues
+// with the rest: gradient offload, the optimizer step in backward); in a data-parallel run
+// after the gradient sync, in parameter order. `index` is the parameter's place in the
+// optimizer's parameter list (the model's trainable parameters in order). The hook may read,
+// move or replace parameter.grad(); gradient clipping and BEFORE_STEP come after every hook.
+// Register on INIT, OPTIMIZER or FIT_START.
+using GradientReadyHook = std::function<void(size_t index, at::Tensor& parameter)>;
+TT_API void add_gradient_ready_hook(State& state, GradientReadyHook hook);
+
+// 7. Wraps the model's forward_loss for every micro-batch. `next` computes the loss of the
+// hooks registered after this one and finally the model's; a hook may call it and change the
+// result (scale it, add a term, e.g. distillation against state.teacher), or not call it and
+// compute the loss itself (chunked cross-entropy). Hooks registered first are outermost.
+// Forward scopes (amp's autocast) are active around all of them.
+using LossHook = std::function<ModelOutput(const Batch& micro, const std::function<ModelOutput(const Batch&)>& next)>;
+TT_API void add_loss_hook(State& state, LossHook hook);
+
+// The micro-batch's loss through the registered loss hooks (the trainer's call).
+TT_API ModelOutput forward_loss(State& state, const Batch& micro);
+
+// 8. State::teacher: a plugin may set it on INIT (built from the registry like any model, e.g.
+// Registry::global().model(name).factory(options, *state.datasets), with weights loaded from a
+// checkpoint). The trainer then freezes it: moved to the training device, eval mode, no
+// parameter requires grad; it is never in the optimizer, the checkpoints or the parameter
+// count; its bytes are reported as memory.teacher_bytes. Use it under torch::NoGradGuard.
+TT_API void freeze_teacher(State& state);
+
+}  // namespace tt

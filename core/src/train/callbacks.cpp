@@ -1,0 +1,70 @@
+// MetricsLog, ProgressDisplay and CheckpointSaver (RunReport: run_report.cpp).
+#include <nlohmann/json.hpp>
+
+#include "train/callbacks.h"
+#include "train/checkpoints.h"
+
+namespace tt {
+
+using json = nlohmann::json;
+
+void MetricsLog::on(Event event, State& s) {
+  if (event == Event::FIT_START) {
+    log_every_ = std::max<int64_t>(1, run_.pipeline.trainer.get_int("log_every"));
+    // A resumed run drops the lines written after the checkpoint it resumed from.
+    if (run_.root)
+      file_.open(s.run_dir / "metrics.jsonl", run_.resumed ? s.step : (run_.config.resume ? 0 : -1));
+  }
+  if (event == Event::BATCH_END && (s.step % log_every_ == 0 || s.step == s.total_steps)) {
+    const StepReport& r = s.last_step;
+    json line{{"step", s.step},
+              {"epoch", static_cast<double>(s.epoch) + static_cast<double>(s.batch_in_epoch + 1) / s.batches_per_epoch},
+              {"loss", s.batch_loss},
+              {"step_seconds", r.seconds},
+              {"samples_per_s", r.seconds > 0 ? static_cast<double>(r.examples) / r.seconds : 0.0},
+              {"tensor_bytes", run_.live()},
+              {"tensor_peak", run_.peak()},
+              {"rss", Meter::rss()},
+              {"lr", r.lr}};
+    if (r.grad_norm) line["grad_norm"] = *r.grad_norm;
+    if (r.optimizer_seconds) line["optimizer_seconds"] = *r.optimizer_seconds;
+    if (r.comm_seconds) line["comm_seconds"] = *r.comm_seconds;
+    if (r.skipped) line["skipped"] = true;
+    for (const auto& [k, v] : s.metrics) line[k] = v;
+    file_.write(line.dump());
+  }
+  if (event == Event::AFTER_EVAL) {
+    json line{{"step", s.step}};
+    for (const auto& [k, v] : s.metrics) line[k] = v;
+    file_.write(line.dump());
+  }
+  if (event == Event::EPOCH_END) {
+    file_.write(json{{"step", s.step},
+                     {"epoch_end", s.epoch + 1},
+                     {"epoch_loss", run_.record.epoch_losses.back()},
+                     {"epoch_seconds", run_.record.epoch_times.back()},
+                     {"rss", Meter::rss()},
+                     {"rss_anon", Meter::rss_anon()}}
+                    .dump());
+  }
+}
+
+void ProgressDisplay::on(Event event, State& s) {
+  if (event == Event::FIT_START) {
+    const auto mode = run_.config.quiet ? Progress::Mode::Off
+                                        : Progress::parse_mode(run_.pipeline.trainer.get_string("progress"));
+    progress_ = std::make_unique<Progress>(mode, s.total_steps, s.step);
+  }
+  if (event == Event::BATCH_END && progress_) progress_->update(s.step, s.batch_loss, run_.live(), Meter::rss());
+  if (event == Event::BEFORE_EVAL || event == Event::FIT_END) finish();  // evaluation logs its metrics
+}
+
+void ProgressDisplay::finish() {
+  if (progress_) progress_->finish();
+}
+
+void CheckpointSaver::on(Event event, State&) {
+  if (event == Event::CHECKPOINT) save_checkpoint(run_);
+}
+
+}  // namespace tt

@@ -1,0 +1,172 @@
+#include "train/checkpoints.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <map>
+
+#include "train/grad_sync.h"
+#include "train/run.h"
+#include "tt/checkpoint.h"
+#include "tt/data_loader.h"
+#include "tt/error.h"
+#include "tt/log.h"
+
+namespace fs = std::filesystem;
+
+namespace tt {
+
+namespace {
+int64_t read_int(torch::serialize::InputArchive& ar, const std::string& key) {
+  c10::IValue v;
+  ar.read(key, v);
+  return v.toInt();
+}
+double read_double(torch::serialize::InputArchive& ar, const std::string& key) {
+  c10::IValue v;
+  ar.read(key, v);
+  return v.toDouble();
+}
+
+void load_checkpoint_file(Run& run, const fs::path& file) {
+  State& s = run.state;
+  torch::serialize::InputArchive ar;
+  ar.load_from(file.string());
+  c10::IValue names;
+  ar.read("trainer/plugins", names);
+  TT_CHECK(names.toStringRef() == run.host.names(), file.string(), " was written with plugins [", names.toStringRef(),
+           "] but the pipeline now has [", run.host.names(),
+           "]: resume with the same plugins (their state is part of the checkpoint)");
+  TT_CHECK_AS(ConfigError, !(run.sync && run.sync->owned_rows()), "trainer.dist_rows: owned cannot resume (",
+              file.string(), " holds rank 0's optimizer moments only for the rows other ranks own); use dist_rows: all-reduce");
+  {
+    c10::IValue ws;
+    const int64_t saved_world = ar.try_read("trainer/world_size", ws) ? ws.toInt() : 1;
+    TT_CHECK_AS(ConfigError, saved_world == s.world_size, file.string(), " was written by a run of ", saved_world,
+                " process(es) but this one has ", s.world_size, ": resume with the same world size (tt-run --nproc ",
+                saved_world, "); the data order and sharded state depend on it");
+  }
+  torch::serialize::InputArchive model_ar, opt_ar;
+  ar.read("model", model_ar);
+  const std::string mismatch = load_model_checked(run, model_ar);
+  TT_CHECK(mismatch.empty(), file.string(), " does not fit the model of this pipeline (", mismatch,
+           "): resume with the pipeline the run was made with");
+  const int64_t before = run.live_foreground();
+  ar.read("optimizer", opt_ar);
+  s.optimizer->load(opt_ar);
+  s.memory.optimizer_state = std::max<int64_t>(0, run.live_foreground() - before);
+  run.optimizer_measured = true;
+  const auto& plugins = run.host.plugins();
+  for (size_t i = 0; i < plugins.size(); ++i) {
+    torch::serialize::InputArchive pa;
+    ar.read("plugin_" + std::to_string(i), pa);
+    plugins[i]->load_state(pa);  // what it throws makes the checkpoint unreadable: the one before is tried
+  }
+  at::Tensor rng;
+  ar.read("trainer/rng_cpu", rng);
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  gen.set_state(rng);
+  s.step = read_int(ar, "trainer/step");
+  run.next_epoch = read_int(ar, "trainer/next_epoch");
+  run.next_batch = read_int(ar, "trainer/next_batch");
+  s.skipped_steps = read_int(ar, "trainer/skipped");
+  run.epoch_loss_sum = read_double(ar, "trainer/epoch_loss_sum");
+  run.epoch_batches = read_int(ar, "trainer/epoch_batches");
+  s.micro_batch_size = read_int(ar, "trainer/micro_batch_size");
+  run.set_lr(read_double(ar, "trainer/lr"));
+  if (run.loader->streaming()) {
+    at::Tensor pos;
+    TT_CHECK(ar.try_read("trainer/data_position", pos), file.string(),
+             " has no stream position (it was written for a map-style dataset): resume with the pipeline it was made with");
+    run.loader->restore(run.next_epoch, run.next_batch, tensor_to_bytes(pos));
+  }
+  run.resumed = true;
+}
+}  // namespace
+
+void save_checkpoint(Run& run) {
+  State& s = run.state;
+  run.flush_optimizer();  // on every rank: the parameters stay equal across ranks
+  if (!run.root) {
+    if (!s.gradient_sync) {  // a sharded optimizer's save gathers every rank's state
+      torch::serialize::OutputArchive unused;
+      s.optimizer->save(unused);
+    }
+    run.last_checkpoint_step = s.step;
+    return;
+  }
+  torch::serialize::OutputArchive ar;
+  torch::serialize::OutputArchive model_ar, opt_ar;
+  s.model->save(model_ar);
+  ar.write("model", model_ar);
+  s.optimizer->save(opt_ar);
+  ar.write("optimizer", opt_ar);
+  const auto& plugins = run.host.plugins();
+  for (size_t i = 0; i < plugins.size(); ++i) {
+    torch::serialize::OutputArchive pa;
+    run.host.run_as(*plugins[i], "save_state", s, [&] { plugins[i]->save_state(pa); });
+    ar.write("plugin_" + std::to_string(i), pa);
+  }
+  ar.write("trainer/plugins", c10::IValue(run.host.names()));
+  ar.write("trainer/rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
+  ar.write("trainer/step", c10::IValue(s.step));
+  ar.write("trainer/next_epoch", c10::IValue(s.epoch));
+  ar.write("trainer/next_batch", c10::IValue(s.batch_in_epoch + 1));
+  ar.write("trainer/skipped", c10::IValue(s.skipped_steps));
+  ar.write("trainer/lr", c10::IValue(s.lr));
+  ar.write("trainer/epoch_loss_sum", c10::IValue(run.epoch_loss_sum));
+  ar.write("trainer/epoch_batches", c10::IValue(run.epoch_batches));
+  ar.write("trainer/micro_batch_size", c10::IValue(s.micro_batch_size));
+  ar.write("trainer/world_size", c10::IValue(static_cast<int64_t>(s.world_size)));
+  if (run.loader->streaming()) {  // where the text stream stands, so a resume continues it exactly
+    ar.write("trainer/data_position", bytes_to_tensor(run.loader->position()));
+  }
+  const fs::path dir = s.run_dir / "checkpoints";
+  save_archive_atomic(ar, checkpoint_path(dir, s.step));
+  prune_checkpoints(dir, static_cast<int>(run.pipeline.trainer.get_int("keep_checkpoints")));
+  run.last_checkpoint_step = s.step;
+}
+
+void load_checkpoint(Run& run) {
+  const fs::path dir = run.state.run_dir / "checkpoints";
+  auto all = list_checkpoints(dir);
+  TT_CHECK(!all.empty(), run.state.run_dir.string(), ": no checkpoint to resume from (checkpoints/step-*.pt)");
+  std::string failures;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    try {
+      load_checkpoint_file(run, *it);
+      run.resumed_from = it->string();
+      return;
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      log().warn("checkpoint {} is unreadable ({}); trying the previous one", it->string(),
+                 std::string(e.what()).substr(0, 200));
+      failures += "\n  " + it->string() + ": " + std::string(e.what()).substr(0, 200);
+    }
+  }
+  TT_FAIL("no readable checkpoint in ", dir.string(), ":", failures);
+}
+
+std::string load_model_checked(Run& run, torch::serialize::InputArchive& model_ar) {
+  Model& model = *run.state.model;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& t : model.named_parameters()) shapes[t.key()] = t.value().sizes().vec();
+  for (const auto& t : model.named_buffers()) shapes[t.key()] = t.value().sizes().vec();
+  {
+    torch::NoGradGuard no_grad;
+    model.load(model_ar);
+  }
+  auto check = [&](const std::string& name, const at::Tensor& t) -> std::string {
+    const auto& want = shapes[name];
+    if (t.sizes().vec() == want) return {};
+    return detail::cat(name, " is ", t.sizes(), " there but ", c10::IntArrayRef(want), " here");
+  };
+  for (const auto& t : model.named_parameters())
+    if (auto m = check(t.key(), t.value()); !m.empty()) return m;
+  for (const auto& t : model.named_buffers())
+    if (auto m = check(t.key(), t.value()); !m.empty()) return m;
+  return {};
+}
+
+}  // namespace tt

@@ -1,0 +1,53 @@
+#include "train/gradient_ready.h"
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "train/run.h"
+
+namespace tt {
+
+namespace {
+// After AccumulateGrad added this backward's gradient into parameter.grad().
+struct AccumulatedHook : torch::autograd::FunctionPostHook {
+  AccumulatedHook(GradientReady& owner, size_t index, const bool& armed) : owner(owner), index(index), armed(armed) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    if (armed) owner.fire(index);
+    return outputs;
+  }
+  GradientReady& owner;
+  size_t index;
+  const bool& armed;
+};
+}  // namespace
+
+void GradientReady::install() {
+  if (run_.state.gradient_ready_hooks.empty()) return;
+  fired_.assign(run_.trainable.size(), 0);
+  if (run_.sync) {  // gradients are final only after the sync: complete() fires them all
+    all_after_sync_ = true;
+    return;
+  }
+  for (size_t i = 0; i < run_.trainable.size(); ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(run_.trainable[i]);
+    acc->add_post_hook(std::make_unique<AccumulatedHook>(*this, i, armed_));
+    accumulators_.push_back(std::move(acc));
+  }
+}
+
+void GradientReady::fire(size_t index) {
+  if (fired_[index]) return;
+  fired_[index] = 1;
+  for (auto& hook : run_.state.gradient_ready_hooks) hook(index, run_.trainable[index]);
+}
+
+void GradientReady::complete() {
+  armed_ = false;
+  for (size_t i = 0; i < run_.trainable.size(); ++i)
+    if (run_.trainable[i].grad().defined()) fire(i);
+  std::fill(fired_.begin(), fired_.end(), 0);
+}
+
+}  // namespace tt

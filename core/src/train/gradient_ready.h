@@ -1,0 +1,38 @@
+#pragma once
+// Runs the gradient-ready hooks plugins registered (tt/extension.h, add_gradient_ready_hook):
+// post-hooks on the trainable parameters' gradient accumulators fire them during the last
+// micro-batch's backward; complete() fires them for the parameters backward did not reach
+// that way (every parameter in a data-parallel run, whose gradients are final after the sync).
+#include <memory>
+#include <vector>
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace tt {
+
+struct Run;
+
+class GradientReady {
+ public:
+  explicit GradientReady(Run& run) : run_(run) {}
+  // At FIT_START: installs the post-hooks when any gradient-ready hook is registered.
+  void install();
+  bool active() const { return !accumulators_.empty() || all_after_sync_; }
+  // Around the last micro-batch's backward (single process): hooks fire as gradients land.
+  void arm(bool on) { armed_ = on; }
+  // The step's gradients are complete: fire every parameter that has a gradient and whose
+  // hooks have not run yet, in parameter order.
+  void complete();
+  void fire(size_t index);  // the hooks of one parameter (once per step)
+
+ private:
+  Run& run_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they hold the hooks
+  std::vector<char> fired_;
+  bool armed_ = false;
+  bool all_after_sync_ = false;
+};
+
+}  // namespace tt

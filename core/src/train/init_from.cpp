@@ -1,0 +1,95 @@
+// model.init_from: the weights of another run (its newest readable checkpoint) or of one
+// checkpoint file; loaded before plugins act on the model (LoRA adapts the loaded weights).
+// model.init_average N > 1: the elementwise mean of the newest N readable checkpoints' floating
+// parameters and buffers (accumulated in double); other buffers come from the newest.
+#include <torch/torch.h>
+
+#include <map>
+
+#include "train/checkpoints.h"
+#include "train/run.h"
+#include "tt/checkpoint.h"
+#include "tt/error.h"
+#include "tt/log.h"
+
+namespace fs = std::filesystem;
+
+namespace tt {
+
+void init_model_from(Run& run, const std::string& from, int64_t average) {
+  Model& model = *run.state.model;
+  const fs::path src = from;
+  TT_CHECK_AS(ConfigError, average >= 1, "model.init_average: must be at least 1 (got ", average, ")");
+  std::vector<fs::path> files;
+  if (fs::is_directory(src)) {
+    files = list_checkpoints(fs::is_directory(src / "checkpoints") ? src / "checkpoints" : src);
+    TT_CHECK_AS(ConfigError, !files.empty(), "model.init_from: ", from,
+                " has no checkpoints (checkpoints/step-*.pt); train it with trainer.checkpoint_every, or name a "
+                "checkpoint file");
+  } else {
+    TT_CHECK_AS(ConfigError, fs::is_regular_file(src), "model.init_from: ", from,
+                " does not exist (give a run directory or a checkpoint file)");
+    TT_CHECK_AS(ConfigError, average == 1, "model.init_average: ", average, " needs model.init_from to be a run ",
+                "directory with that many checkpoints, not the file ", from);
+    files.push_back(src);
+  }
+  std::string failures;
+  std::vector<fs::path> used;
+  std::map<std::string, at::Tensor> sum, newest;  // floating tensors' sums; the newest's others
+  auto tensors = [&] {
+    std::vector<std::pair<std::string, at::Tensor>> all;
+    for (const auto& t : model.named_parameters()) all.emplace_back(t.key(), t.value());
+    for (const auto& t : model.named_buffers()) all.emplace_back(t.key(), t.value());
+    return all;
+  };
+  for (auto it = files.rbegin(); it != files.rend() && static_cast<int64_t>(used.size()) < average; ++it) {
+    torch::serialize::InputArchive ar, model_ar;
+    try {
+      ar.load_from(it->string());
+      ar.read("model", model_ar);
+    } catch (const std::exception& e) {
+      failures += "\n  " + it->string() + ": " + std::string(e.what()).substr(0, 200);
+      continue;  // unreadable: try the one before (as --resume does)
+    }
+    std::string mismatch;
+    try {
+      mismatch = load_model_checked(run, model_ar);
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      mismatch = what.substr(0, what.find('\n'));
+    }
+    TT_CHECK_AS(ConfigError, mismatch.empty(), "model.init_from: ", it->string(), " does not fit this model (",
+                mismatch, "): use the model settings of the run that wrote it (its pipeline.yaml)");
+    used.push_back(*it);
+    if (average == 1) break;
+    torch::NoGradGuard no_grad;
+    for (const auto& [name, t] : tensors()) {
+      if (!t.is_floating_point()) {
+        if (!newest.count(name)) newest[name] = t.clone();
+      } else if (!sum.count(name)) {
+        sum[name] = t.to(torch::kDouble).clone();
+      } else {
+        sum[name] += t.to(torch::kDouble);
+      }
+    }
+  }
+  if (used.empty()) TT_FAIL_AS(ConfigError, "model.init_from: no readable checkpoint in ", from, ":", failures);
+  TT_CHECK_AS(ConfigError, static_cast<int64_t>(used.size()) == average, "model.init_average: ", average,
+              " checkpoints asked for, but ", from, " has ", used.size(), " readable ones",
+              failures.empty() ? std::string() : ":" + failures,
+              " (lower init_average, or keep more with trainer.keep_checkpoints when training it)");
+  if (average == 1) {
+    log().info("model weights from {}", used[0].string());
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [name, t] : tensors()) {
+    if (t.is_floating_point()) t.copy_(sum.at(name) / static_cast<double>(average));
+    else t.copy_(newest.at(name));
+  }
+  std::string names;
+  for (const auto& u : used) names += (names.empty() ? "" : ", ") + u.filename().string();
+  log().info("model weights: the mean of {} checkpoints of {} ({})", average, from, names);
+}
+
+}  // namespace tt

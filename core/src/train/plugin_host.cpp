@@ -1,0 +1,131 @@
+#include "train/plugin_host.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+
+#include "tt/error.h"
+#include "tt/state.h"
+
+namespace tt {
+
+void PluginHost::add_plugin(std::unique_ptr<Plugin> plugin) { plugins_.push_back(std::move(plugin)); }
+void PluginHost::add_callback(std::unique_ptr<Plugin> callback) { callbacks_.push_back(std::move(callback)); }
+
+std::string PluginHost::names() const {
+  std::string out;
+  for (const auto& p : plugins_) out += (out.empty() ? "" : ",") + p->name();
+  return out;
+}
+
+namespace {
+std::string list_of(const std::vector<std::unique_ptr<Plugin>>& plugins) {
+  std::string out;
+  for (const auto& p : plugins) out += (out.empty() ? "" : ", ") + p->name();
+  return "[" + out + "]";
+}
+}  // namespace
+
+void PluginHost::check_ordering() const {
+  for (size_t i = 0; i < plugins_.size(); ++i)
+    for (const auto& rule : plugins_[i]->ordering())
+      for (size_t j = i + 1; j < plugins_.size() && !rule.after.empty(); ++j)
+        TT_CHECK_AS(ConfigError, plugins_[j]->name() != rule.after, "plugins: '", plugins_[i]->name(),
+                    "' must be listed after '", rule.after, "' (", rule.why, "), but the list is ", list_of(plugins_));
+}
+
+void PluginHost::check_optimizer_order(const std::vector<size_t>& replacers) const {
+  for (size_t i = 0; i < plugins_.size(); ++i)
+    for (const auto& rule : plugins_[i]->ordering())
+      for (size_t j : replacers)
+        TT_CHECK_AS(ConfigError, !rule.after.empty() || j <= i, "plugins: '", plugins_[i]->name(),
+                    "' must be listed after '", plugins_[j]->name(), "' (", rule.why, "; '", plugins_[j]->name(),
+                    "' replaces the optimizer), but the list is ", list_of(plugins_));
+}
+
+namespace {
+// The step an event belongs to: during a batch the one being taken, after it the one taken.
+std::string where(Event e, const State& s) {
+  switch (e) {
+    case Event::INIT:
+    case Event::OPTIMIZER: return "before training";
+    case Event::BATCH_START:
+    case Event::BEFORE_FORWARD:
+    case Event::AFTER_FORWARD:
+    case Event::AFTER_LOSS:
+    case Event::BEFORE_BACKWARD:
+    case Event::AFTER_BACKWARD:
+    case Event::BEFORE_STEP:
+    case Event::OOM: return "at step " + std::to_string(s.step + 1);
+    default: return "at step " + std::to_string(s.step);
+  }
+}
+}  // namespace
+
+void PluginHost::fire(Event e, State& s) {
+  auto call = [&](Plugin& p) {
+    try {
+      p.on(e, s);
+    } catch (...) {
+      rethrow_attributed(p, std::string(to_string(e)) + " " + where(e, s), s);
+    }
+  };
+  if (e == Event::OPTIMIZER) {  // who replaces the optimizer: wrappers must come after them
+    std::vector<size_t> replacers;
+    for (size_t i = 0; i < plugins_.size(); ++i) {
+      const void* before = s.optimizer.get();
+      call(*plugins_[i]);
+      if (s.optimizer.get() != before) replacers.push_back(i);
+    }
+    check_optimizer_order(replacers);
+  } else if (runs_in_reverse(e)) {
+    for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it) call(**it);
+  } else {
+    for (auto& p : plugins_) call(*p);
+  }
+  for (auto& c : callbacks_) call(*c);
+}
+
+std::vector<std::unique_ptr<Scope>> PluginHost::enter_forward_scopes(State& s) {
+  std::vector<std::unique_ptr<Scope>> scopes;
+  for (auto& p : plugins_) {
+    try {
+      if (auto sc = p->forward_scope(s)) scopes.push_back(std::move(sc));
+    } catch (...) {
+      while (!scopes.empty()) scopes.pop_back();  // exit what was entered, in reverse
+      rethrow_attributed(*p, "forward_scope at step " + std::to_string(s.step + 1), s);
+    }
+  }
+  return scopes;
+}
+
+// Out-of-memory passes through unchanged (the loop retries or reports it), and so does an
+// interruption; every other error keeps its kind (and so its exit code) with the plugin named.
+void PluginHost::rethrow_attributed(const Plugin& p, const std::string& what, const State&) {
+  const std::string prefix = "plugin '" + p.name() + "' failed in " + what + ": ";
+  try {
+    throw;
+  } catch (const c10::OutOfMemoryError&) {
+    throw;
+  } catch (const Interrupted&) {
+    throw;
+  } catch (const ConfigError& e) {
+    throw ConfigError(prefix + e.what());
+  } catch (const ModuleError& e) {
+    throw ModuleError(prefix + e.what());
+  } catch (const OutOfMemory& e) {
+    throw OutOfMemory(prefix + e.what());
+  } catch (const NumericError& e) {
+    throw NumericError(prefix + e.what());
+  } catch (const Error& e) {
+    throw Error(prefix + e.what());
+  } catch (const c10::Error& e) {
+    throw Error(prefix + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    throw Error(prefix + e.what());
+  } catch (...) {
+    throw Error(prefix + "an exception that is not a std::exception");
+  }
+}
+
+}  // namespace tt

@@ -1,0 +1,121 @@
+#pragma once
+// One fit's working set, shared by the trainer's parts (setup, step, gradient sync,
+// checkpoints, callbacks). Internal to core: plugins see State only.
+#include <sys/resource.h>
+#include <torch/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "train/gradient_ready.h"
+#include "train/plugin_host.h"
+#include "tt/error.h"
+#include "tt/dataset.h"
+#include "tt/meter.h"
+#include "tt/pipeline.h"
+#include "tt/state.h"
+#include "tt/trainer.h"
+
+namespace spdlog::sinks {
+class sink;
+}
+
+namespace tt {
+
+class DataLoader;
+class GradSync;
+class Schedule;
+namespace dist {
+class Context;
+}
+
+using Clock = std::chrono::steady_clock;
+inline double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Runs a component's code (data, model, optimizer factories; forward; backward) so that what
+// it throws names it ("WHAT: ..."), unless it is tt's own error (which already says what to
+// fix) or out-of-memory (which the step handles).
+template <class F>
+auto with_context(const std::string& what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error&) {
+    throw;
+  } catch (const c10::OutOfMemoryError&) {
+    throw;
+  } catch (const c10::Error& e) {
+    TT_FAIL(what, ": ", e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    TT_FAIL(what, ": ", e.what());
+  }
+}
+
+// What the loop recorded, for metrics lines and the summary.
+struct RunRecord {
+  std::vector<double> step_losses, step_times, optimizer_times, comm_times;
+  std::vector<double> epoch_losses, epoch_times;
+  Clock::time_point started, train_started, epoch_started;
+  double setup_seconds = 0, train_seconds = 0;
+  struct rusage usage_start {}, usage_end {};  // around the training loop
+  std::map<std::string, double> validation;    // the last evaluation's metrics
+  std::map<std::string, double> model_metrics; // what the model's write_outputs reported
+  std::vector<std::string> replica_hashes;     // every rank's parameter hash after the fit
+};
+
+struct Run {
+  Pipeline pipeline;
+  TrainerConfig config;
+  State state;
+  PluginHost host;
+  Meter& meter = Meter::global();
+
+  // Built by setup (train/setup.h).
+  Datasets data;
+  std::unique_ptr<DataLoader> loader;
+  std::unique_ptr<Schedule> schedule;
+  std::vector<at::Tensor> trainable;  // the parameters the optimizer steps
+  dist::Context* dist = nullptr;      // a multi-process run (tt-run --nproc, torchrun environment)
+  std::unique_ptr<GradSync> sync;     // with dist
+  GradientReady gradient_ready{*this};
+  bool root = true;                   // rank 0: the one that writes the run directory
+  std::shared_ptr<spdlog::sinks::sink> log_file;  // RUN_DIR/log.txt, beside the console
+  int threads = 1;
+  int64_t max_epochs = -1, max_steps = -1;  // -1: no limit of that kind
+  double base_lr = 0;
+
+  // Where the fit stands beyond State (saved in checkpoints).
+  int64_t start_step = 0;                   // the step this process started at
+  int64_t next_epoch = 0, next_batch = 0;   // resume position
+  double epoch_loss_sum = 0;
+  int64_t epoch_batches = 0;
+  int64_t last_checkpoint_step = -1;
+  int64_t last_eval_step = -1;
+  bool resumed = false;
+  std::string resumed_from;
+  bool optimizer_measured = false, gradients_measured = false;
+
+  RunRecord record;
+
+  Run(Pipeline p, TrainerConfig c);
+  ~Run();
+
+  // Live and peak bytes where the model's tensors live: the CPU meter, or CUDA's allocator.
+  int64_t live() const;
+  // live() without the batch the loader is prefetching meanwhile (activations and optimizer
+  // state are measured on it).
+  int64_t live_foreground() const;
+  int64_t peak() const;
+  void reset_peak();
+  void set_lr(double lr);
+  bool done() const { return state.step >= state.total_steps || state.stop; }
+  // An optimizer that defers updates (FusedAdamW::defer_rows) brings every parameter up to
+  // date, and rows owned by other ranks come home, before anything reads them whole:
+  // evaluation, checkpoints, outputs, epoch ends.
+  void flush_optimizer();
+  void zero_grads();
+};
+
+}  // namespace tt

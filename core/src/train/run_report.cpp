@@ -1,0 +1,191 @@
+// RunReport: summary.json, the loss plot and the printed summary.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <fstream>
+
+#include "train/callbacks.h"
+#include "tt/checkpoint.h"
+#include "tt/log.h"
+
+namespace fs = std::filesystem;
+
+namespace tt {
+
+using json = nlohmann::json;
+
+namespace {
+int64_t count_elements(const std::vector<at::Tensor>& ts) {
+  int64_t n = 0;
+  for (const auto& t : ts) n += t.numel();
+  return n;
+}
+double seconds_between(const timeval& a, const timeval& b) {
+  return static_cast<double>(b.tv_sec - a.tv_sec) + 1e-6 * static_cast<double>(b.tv_usec - a.tv_usec);
+}
+}  // namespace
+
+void RunReport::on(Event event, State&) {
+  if (event != Event::FIT_END || !run_.root) return;
+  summary_ = build();
+  summary_["status"] = "completed";
+  write_plots();
+  const fs::path dir = run_.state.run_dir;
+  std::vector<std::string> files{"summary.json"};
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_regular_file() && e.path().extension() != ".dat" && e.path().filename() != "summary.json")
+      files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  const auto ckpts = list_checkpoints(dir / "checkpoints");
+  if (!ckpts.empty()) files.push_back("checkpoints/" + ckpts.back().filename().string());
+  summary_["outputs"] = files;
+  std::ofstream(dir / "summary.json") << summary_.dump(2) << "\n";
+  if (!run_.config.quiet) print();
+}
+
+void RunReport::write_failure(const std::string& status, const std::string& error, int exit_code) noexcept {
+  if (!run_.root || run_.state.run_dir.empty()) return;
+  try {
+    if (run_.log_file) {  // the console shows the error where tt-run reports it
+      spdlog::logger file_only("tt", run_.log_file);
+      file_only.error("{}", error);
+      file_only.flush();
+    }
+    summary_ = build();
+    summary_["status"] = status;
+    summary_["error"] = error;
+    summary_["exit_code"] = exit_code;
+    std::ofstream(run_.state.run_dir / "summary.json") << summary_.dump(2) << "\n";
+  } catch (...) {  // reporting a failure must not hide it
+  }
+}
+
+json RunReport::build() const {
+  const State& s = run_.state;
+  const RunRecord& rec = run_.record;
+  const MemoryBreakdown& mem = s.memory;
+  const int64_t steps_here = s.step - run_.start_step;
+  json sum = {
+      {"name", run_.pipeline.name},
+      {"pipeline", run_.pipeline.file},
+      {"run_dir", s.run_dir.string()},
+      {"model", s.model ? s.model->describe() : std::string()},
+      {"plugins", json::array()},
+      {"steps", s.step},
+      {"steps_this_run", steps_here},
+      {"skipped_steps", s.skipped_steps},
+      {"epochs_completed", s.epoch},
+      {"batch_size", s.batch_size},
+      {"micro_batch_size", s.micro_batch_size},
+      {"parameters", s.model ? count_elements(s.model->parameters()) : 0},
+      {"trainable_parameters", count_elements(run_.trainable)},
+      {"threads", run_.threads},
+      {"wall_seconds", seconds_since(rec.started)},
+      {"setup_seconds", rec.setup_seconds},
+      {"train_seconds", rec.train_seconds},
+      {"median_step_seconds", median(rec.step_times)},
+      {"median_optimizer_seconds", median(rec.optimizer_times)},
+      {"world_size", s.world_size},
+      {"steps_per_second", rec.train_seconds > 0 ? steps_here / rec.train_seconds : 0.0},
+      {"final_loss", rec.step_losses.empty() ? 0.0 : rec.step_losses.back()},
+      {"memory",
+       {{"peak_tensor_bytes", mem.peak_tensor},
+        {"peak_rss_bytes", mem.peak_rss},
+        {"rss_anon_start_bytes", mem.rss_anon_start},
+        {"rss_anon_end_bytes", mem.rss_anon_end},
+        {"parameters_bytes", mem.parameters},
+        {"gradients_bytes", mem.gradients},
+        {"optimizer_state_bytes", mem.optimizer_state},
+        {"activations_bytes", mem.activations},
+        {"allocation_cache", run_.meter.caching()},
+        {"measured_on", s.device.is_cuda() ? "cuda caching allocator" : "cpu tracking allocator"}}},
+      {"outputs", json::array()},
+  };
+  for (const auto& pl : run_.host.plugins()) sum["plugins"].push_back(pl->name());
+  if (s.model && s.optimizer) sum["memory_estimate"] = memory_estimate();
+  sum["process"] = {{"user_cpu_seconds", seconds_between(rec.usage_start.ru_utime, rec.usage_end.ru_utime)},
+                    {"system_cpu_seconds", seconds_between(rec.usage_start.ru_stime, rec.usage_end.ru_stime)},
+                    {"minor_page_faults", rec.usage_end.ru_minflt - rec.usage_start.ru_minflt},
+                    {"major_page_faults", rec.usage_end.ru_majflt - rec.usage_start.ru_majflt}};
+  const auto& et = rec.epoch_times;
+  if (!et.empty()) sum["median_epoch_seconds"] = median(et.size() > 1 ? std::vector<double>(et.begin() + 1, et.end()) : et);
+  if (!rec.epoch_losses.empty()) {
+    sum["first_epoch_loss"] = rec.epoch_losses.front();
+    sum["final_epoch_loss"] = rec.epoch_losses.back();
+  }
+  if (!rec.validation.empty()) sum["validation"] = rec.validation;
+  if (run_.dist) {
+    sum["median_comm_seconds"] = median(rec.comm_times);
+    sum["replica_parameter_hashes"] = rec.replica_hashes;
+  }
+  if (!rec.model_metrics.empty()) sum["model_metrics"] = rec.model_metrics;
+  if (run_.resumed) sum["resumed_from"] = run_.resumed_from;
+  if (run_.meter.cap() > 0) sum["memory"]["cap_bytes"] = run_.meter.cap();
+  if (mem.teacher > 0) sum["memory"]["teacher_bytes"] = mem.teacher;
+  const auto ckpts = list_checkpoints(s.run_dir / "checkpoints");
+  if (!ckpts.empty()) sum["checkpoint"] = ckpts.back().string();
+  return sum;
+}
+
+// What the breakdown should be from the parameters, the optimizer's kind and the model's
+// own activation estimate, before measuring: the measured figures are checked against it.
+json RunReport::memory_estimate() const {
+  const State& s = run_.state;
+  int64_t trainable_bytes = 0;
+  for (const auto& t : run_.trainable) trainable_bytes += static_cast<int64_t>(t.nbytes());
+  json e = {{"parameters_bytes", s.memory.parameters}, {"gradients_bytes", trainable_bytes}};
+  const std::string& opt = run_.pipeline.optimizer.name;
+  if (opt == "adam" || opt == "adamw") e["optimizer_state_bytes"] = 2 * trainable_bytes;  // two moments
+  else if (opt == "sgd")
+    e["optimizer_state_bytes"] = run_.pipeline.optimizer.options.get_float("momentum") != 0 ? trainable_bytes : 0;
+  const int64_t act = s.model->estimate_activation_bytes(s.micro_batch_size);
+  if (act >= 0) e["activations_bytes"] = act;
+  return e;
+}
+
+void RunReport::write_plots() const {
+  const auto& losses = run_.record.step_losses;
+  if (!run_.pipeline.output.get_bool("plots") || losses.empty()) return;
+  const fs::path data_file = run_.state.run_dir / "loss.dat";
+  {
+    std::ofstream out(data_file);
+    for (size_t i = 0; i < losses.size(); ++i)
+      out << (run_.start_step + static_cast<int64_t>(i) + 1) << ' ' << losses[i] << '\n';
+  }
+  const bool logy = *std::min_element(losses.begin(), losses.end()) > 0;
+  plot_png(data_file, run_.state.run_dir / "loss.png", run_.pipeline.name + ": training loss", "step", "loss", "1:2",
+           logy);
+}
+
+void RunReport::print() const {
+  const State& s = run_.state;
+  const json& m = summary_["memory"];
+  std::string out;
+  out += fmt::format("\n== {} finished in {:.1f} s  ({})\n", run_.pipeline.name, summary_["wall_seconds"].get<double>(),
+                     s.run_dir.string());
+  out += fmt::format("  model      {}\n", s.model->describe());
+  out += fmt::format("  plugins    [{}]\n", run_.host.names());
+  out += fmt::format("  steps      {} ({} batches of {} per epoch, {} epochs done), {:.1f} steps/s, median step {:.2f} ms\n",
+                     s.step, s.batches_per_epoch, s.batch_size, s.epoch, summary_["steps_per_second"].get<double>(),
+                     1e3 * summary_["median_step_seconds"].get<double>());
+  if (run_.record.epoch_losses.size() > 1)
+    out += fmt::format("  loss       epoch 1: {:.6g}  ->  epoch {}: {:.6g}\n", summary_["first_epoch_loss"].get<double>(),
+                       s.epoch, summary_["final_epoch_loss"].get<double>());
+  else
+    out += fmt::format("  loss       last step: {:.6g}\n", summary_["final_loss"].get<double>());
+  for (const char* section : {"validation", "model_metrics"})
+    if (summary_.contains(section))
+      for (const auto& [k, v] : summary_[section].items()) out += fmt::format("  {:<10} {:.6g}\n", k, v.get<double>());
+  out += fmt::format("  memory     peak tensors {} = params {} + grads {} + optimizer {} + activations {} (+ rest); "
+                     "peak RSS {}\n",
+                     format_bytes(m["peak_tensor_bytes"]), format_bytes(m["parameters_bytes"]),
+                     format_bytes(m["gradients_bytes"]), format_bytes(m["optimizer_state_bytes"]),
+                     format_bytes(m["activations_bytes"]), format_bytes(m["peak_rss_bytes"]));
+  std::string outputs;
+  for (const auto& o : summary_["outputs"]) outputs += (outputs.empty() ? "" : ", ") + o.get<std::string>();
+  out += fmt::format("  outputs    {}\n", outputs);
+  std::fputs(out.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace tt

@@ -1,0 +1,233 @@
+#include "train/setup.h"
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <torch/torch.h>
+
+#include <fstream>
+
+#include "train/checkpoints.h"
+#include "train/grad_sync.h"
+#include "train/run.h"
+#include "tt/data_loader.h"
+#include "tt/dist.h"
+#include "tt/extension.h"
+#include "tt/fused_adamw.h"
+#include "tt/helper.h"
+#include "tt/log.h"
+#include "tt/registry.h"
+#include "tt/report.h"
+#include "tt/runtime.h"
+#include "tt/schedule.h"
+
+namespace fs = std::filesystem;
+
+namespace tt {
+
+Run::Run(Pipeline p, TrainerConfig c) : pipeline(std::move(p)), config(std::move(c)) {}
+
+Run::~Run() {
+  if (log_file) {
+    auto& sinks = log().sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), log_file), sinks.end());
+  }
+}
+
+int64_t Run::live() const { return state.device.is_cuda() ? Meter::device_current() : meter.current(); }
+int64_t Run::live_foreground() const {
+  return state.device.is_cuda() ? Meter::device_current() : meter.foreground_current();
+}
+int64_t Run::peak() const { return state.device.is_cuda() ? Meter::device_peak() : meter.peak(); }
+void Run::reset_peak() {
+  meter.reset_peak();
+  if (state.device.is_cuda()) Meter::reset_device_peak();
+}
+void Run::set_lr(double lr) {
+  state.lr = lr;
+  for (auto& g : state.optimizer->param_groups()) g.options().set_lr(lr);
+}
+void Run::flush_optimizer() {
+  if (auto* f = dynamic_cast<FusedAdamW*>(state.optimizer.get())) f->flush();
+  if (sync && sync->owned_rows()) sync->assemble_owned_rows();
+}
+void Run::zero_grads() {
+  for (auto& t : trainable)
+    if (t.grad().defined()) t.mutable_grad() = at::Tensor();
+}
+
+namespace {
+
+// Processes, threads, seeds, the meter's settings and the device.
+void setup_process(Run& run) {
+  const Options& T = run.pipeline.trainer;
+  State& s = run.state;
+  run.dist = dist::context();
+  if (run.dist) {
+    run.root = run.dist->is_root();
+    s.rank = run.dist->rank();
+    s.world_size = run.dist->world_size();
+    // The same pipeline everywhere, or gradients of different models would be averaged.
+    run.dist->check_same("resolved pipeline", run.pipeline.resolved_yaml());
+    if (!run.root) {
+      run.config.quiet = true;
+      log().set_level(spdlog::level::warn);  // rank 0 reports; the others only warn
+    }
+  }
+  run.meter.install();
+  run.threads = configure_threads(static_cast<int>(T.get_int("threads")));
+  set_flush_denormal(T.get_bool("flush_denormal"));
+  seed_everything(run.pipeline.seed);
+  run.meter.set_caching(T.get_bool("cache_allocations"));
+  run.meter.set_cap(0);  // the cap applies to training, from FIT_START on
+  const std::string dev = T.get_string("device");
+  try {
+    s.device = torch::Device(dev);
+  } catch (const std::exception&) {
+    T.fail("device", "must be cpu, cuda or cuda:N, got '" + dev + "'");
+  }
+  if (s.device.is_cuda() && !torch::cuda::is_available())
+    T.fail("device", TT_WITH_CUDA ? "is cuda but no CUDA device is visible"
+                                  : "is cuda but this tt is built without CUDA (LibTorch is CPU-only)");
+  if (run.dist && s.device.is_cuda()) {
+    // One GPU per rank, as torchrun does it: `device: cuda` means cuda:LOCAL_RANK.
+    const int64_t n = static_cast<int64_t>(torch::cuda::device_count());
+    const int local = run.dist->local_rank();
+    if (!s.device.has_index()) {
+      // one visible GPU: the launcher gave each rank its own (CUDA_VISIBLE_DEVICES per rank)
+      T.check(local < n || n == 1, "device",
+              "is cuda but local rank " + std::to_string(local) + " has no GPU of its own (" + std::to_string(n) +
+                  " visible): start at most " + std::to_string(n) + " workers per machine");
+      s.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(n == 1 ? 0 : local));
+    }
+    T.check(run.dist->has_nccl(), "device",
+            "is cuda in a data-parallel run but this tt has no NCCL backend: build it against a CUDA Torch with NCCL");
+  }
+  // cuda:N is the current device too: the meter's statistics and device-less launches refer to it
+  if (s.device.is_cuda() && s.device.has_index()) Meter::use_device(s.device.index());
+}
+
+// Batch sizes, the NaN policy, the progress mode and the training length.
+void read_limits(Run& run) {
+  const Options& T = run.pipeline.trainer;
+  State& s = run.state;
+  s.batch_size = T.get_int("batch_size");
+  T.check(s.batch_size > 0, "batch_size", "must be positive");
+  s.micro_batch_size = T.is_set("micro_batch_size") ? T.get_int("micro_batch_size") : s.batch_size;
+  T.check(s.micro_batch_size > 0 && s.micro_batch_size <= s.batch_size, "micro_batch_size",
+          "must be between 1 and batch_size (" + std::to_string(s.batch_size) + ")");
+  if (T.is_set("epochs")) {
+    run.max_epochs = T.get_int("epochs");
+    T.check(run.max_epochs > 0, "epochs", "must be positive");
+  }
+  if (T.is_set("max_steps")) {
+    run.max_steps = T.get_int("max_steps");
+    T.check(run.max_steps >= 0, "max_steps", "must not be negative (0: no training, only evaluation and outputs)");
+  }
+  if (run.max_epochs < 0 && run.max_steps < 0) run.max_epochs = 1;
+  T.check(T.get_string("on_nan") == "error" || T.get_string("on_nan") == "skip", "on_nan", "must be error or skip");
+  Progress::parse_mode(T.get_string("progress"));
+  const std::string rows = T.get_string("dist_rows");
+  T.check(rows == "all-reduce" || rows == "owned", "dist_rows", "must be all-reduce or owned");
+}
+
+// Rank 0 names and writes the run directory (pipeline.yaml, log.txt); the others only read it.
+void make_run_dir(Run& run) {
+  State& s = run.state;
+  if (!run.root) {
+    s.run_dir = run.dist->broadcast_string("");
+    return;
+  }
+  const Options& out = run.pipeline.output;
+  if (!run.config.run_dir.empty()) s.run_dir = run.config.run_dir;
+  else if (out.is_set("run_name")) s.run_dir = fs::path(out.get_string("dir")) / out.get_string("run_name");
+  else s.run_dir = timestamped_dir(out.get_string("dir"), run.pipeline.name);
+  std::error_code ec;
+  fs::create_directories(s.run_dir / "checkpoints", ec);
+  TT_CHECK(!ec, "cannot create the run directory ", s.run_dir.string(), ": ", ec.message(),
+           " (set output.dir to a writable place)");
+  std::ofstream(s.run_dir / "pipeline.yaml") << "# resolved by tt-run from " << run.pipeline.file << "\n"
+                                              << run.pipeline.resolved_yaml();
+  run.log_file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((s.run_dir / "log.txt").string());
+  log().sinks().push_back(run.log_file);
+  if (run.dist) run.dist->broadcast_string(s.run_dir.string());
+}
+
+// The pipeline's plugins, in list order, from their registered factories.
+void make_plugins(Run& run) {
+  Registry& reg = Registry::global();
+  for (const auto& spec : run.pipeline.plugins) {
+    const auto& comp = reg.plugin(spec.name);
+    std::unique_ptr<Plugin> pl;
+    try {
+      pl = comp.factory(spec.options);
+    } catch (const ConfigError&) {
+      throw;  // the plugin's own check of its options: already names the option and the fix
+    } catch (const std::exception& e) {
+      TT_FAIL_AS(ModuleError, "plugin '", spec.name, "' (", comp.origin, "): factory threw: ", e.what());
+    }
+    TT_CHECK_AS(ModuleError, pl, "plugin '", spec.name, "' (", comp.origin, "): factory returned nothing");
+    pl->set_name(spec.name);
+    run.host.add_plugin(std::move(pl));
+  }
+}
+
+}  // namespace
+
+void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins) {
+  const Pipeline& p = run.pipeline;
+  const Options& T = p.trainer;
+  State& s = run.state;
+  setup_process(run);
+  read_limits(run);
+  make_run_dir(run);
+  s.pipeline = &run.pipeline;
+  s.meter = &run.meter;
+  s.datasets = &run.data;
+  Registry& reg = Registry::global();
+
+  run.data = with_context("data (" + p.data.name + ")", [&] { return reg.dataset(p.data.name).factory(p.data.options, p.seed); });
+  TT_CHECK(run.data.train, "data (", p.data.name, ") produced no training set");
+  s.model = with_context("model (" + p.model.name + ")", [&] { return reg.model(p.model.name).factory(p.model.options, run.data); });
+  if (p.model.options.is_set("init_from"))
+    init_model_from(run, p.model.options.get_string("init_from"), p.model.options.get_int("init_average"));
+  else
+    TT_CHECK_AS(ConfigError, p.model.options.get_int("init_average") == 1,
+                "model.init_average: averages the checkpoints of model.init_from, which is not set");
+  s.model->to(s.device);
+  s.model->train();
+
+  make_plugins(run);
+  for (auto& pl : extra_plugins) run.host.add_plugin(std::move(pl));
+  run.host.check_ordering();
+  run.host.fire(Event::INIT, s);
+  freeze_teacher(s);
+  for (const auto& param : s.model->parameters()) {
+    s.memory.parameters += static_cast<int64_t>(param.nbytes());
+    if (param.requires_grad()) run.trainable.push_back(param);
+  }
+  TT_CHECK(!run.trainable.empty(), "model (", p.model.name, ") has no trainable parameters");
+  s.optimizer = with_context("optimizer (" + p.optimizer.name + ")",
+                             [&] { return reg.optimizer(p.optimizer.name).factory(run.trainable, p.optimizer.options); });
+  run.host.fire(Event::OPTIMIZER, s);
+  TT_CHECK(s.optimizer && !s.optimizer->param_groups().empty(), "no optimizer after the OPTIMIZER event");
+  s.model->on_optimizer(*s.optimizer, !run.host.plugins().empty() || T.is_set("grad_clip"));
+  run.base_lr = s.optimizer->param_groups()[0].options().get_lr();
+  run.schedule = reg.schedule(p.schedule.name).factory(p.schedule.options);
+  s.schedule = run.schedule.get();
+
+  run.loader = std::make_unique<DataLoader>(run.data.train, s.batch_size, T.get_bool("shuffle"), p.seed,
+                                            T.get_bool("prefetch"));
+  if (run.dist) {
+    run.sync = std::make_unique<GradSync>(run);
+    run.loader->shard(run.dist->rank(), run.dist->world_size(), run.sync->owned_rows());
+  }
+  s.batches_per_epoch = run.loader->batches_per_epoch();
+  if (run.threads >= 2 && run.loader->helper() && s.model->small_steps()) {
+    Helper::use_for_loops(run.loader->helper());
+    log().debug("small steps: the prefetch thread joins the model's loops (tt::parallel_for) as the second thread");
+  }
+  const int64_t by_epochs = run.max_epochs > 0 ? run.max_epochs * s.batches_per_epoch : -1;
+  s.total_steps = by_epochs < 0 ? run.max_steps : (run.max_steps < 0 ? by_epochs : std::min(by_epochs, run.max_steps));
+  run.set_lr(run.schedule->lr({0, s.total_steps, 0.0, run.base_lr}));
+}
+
+}  // namespace tt

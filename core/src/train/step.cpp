@@ -1,0 +1,202 @@
+#include "train/step.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "train/grad_sync.h"
+#include "tt/extension.h"
+#include "tt/checkpoint.h"
+#include "tt/error.h"
+#include "tt/log.h"
+#include "tt/schedule.h"
+
+namespace tt {
+
+namespace {
+
+int64_t tensor_bytes(const std::vector<at::Tensor>& ts) {
+  int64_t n = 0;
+  for (const auto& t : ts) {
+    if (!t.defined()) continue;
+    if (t.is_sparse()) n += static_cast<int64_t>(t._indices().nbytes() + t._values().nbytes());
+    else n += static_cast<int64_t>(t.nbytes());
+  }
+  return n;
+}
+
+struct Accumulated {
+  bool ok = false;           // false: the batch was dropped (NaN with on_nan: skip)
+  bool sum_reduced = false;  // the model's loss is a sum (not weighted by micro-batch share)
+};
+
+// A non-finite loss: dropped (on_nan: skip) or an error that says what to try.
+bool finite_or_dropped(Run& run, double loss) {
+  State& s = run.state;
+  if (std::isfinite(loss)) return true;
+  if (run.pipeline.trainer.get_string("on_nan") == "skip") {
+    log().warn("loss is {} at step {} (epoch {}, batch {}): batch dropped (trainer.on_nan=skip)", loss, s.step + 1,
+               s.epoch, s.batch_in_epoch);
+    return false;
+  }
+  TT_FAIL_AS(NumericError, "loss is ", loss, " at step ", s.step + 1, " (epoch ", s.epoch, ", batch ", s.batch_in_epoch,
+             "). Lower optimizer.lr, set trainer.grad_clip, check the data for NaN/inf, or set "
+             "trainer.on_nan=skip to drop such batches. Last checkpoint: ",
+             run.last_checkpoint_step >= 0
+                 ? checkpoint_path(s.run_dir / "checkpoints", run.last_checkpoint_step).string()
+                 : std::string("none"));
+}
+
+// Forward and backward over the micro-batches. Mean-reduced losses are weighted by their
+// share of the batch, so the accumulated gradient is the full batch's.
+Accumulated forward_backward(Run& run) {
+  State& s = run.state;
+  const std::string& model_name = run.pipeline.model.name;
+  Accumulated acc;
+  run.zero_grads();
+  const Batch& batch = s.batch;
+  s.micro_count = (batch.size + s.micro_batch_size - 1) / s.micro_batch_size;
+  s.batch_loss = 0;
+  for (s.micro_index = 0; s.micro_index < s.micro_count; ++s.micro_index) {
+    const int64_t begin = s.micro_index * s.micro_batch_size, end = std::min(batch.size, begin + s.micro_batch_size);
+    s.micro = s.micro_count == 1 ? batch : batch.slice(begin, end);
+    run.host.fire(Event::BEFORE_FORWARD, s);
+    const int64_t before = run.live_foreground();
+    {
+      auto scopes = run.host.enter_forward_scopes(s);
+      s.output = with_context(detail::cat("model (", model_name, ") forward at step ", s.step + 1),
+                              [&] { return tt::forward_loss(s, s.micro); });  // through the loss hooks
+      while (!scopes.empty()) scopes.pop_back();  // exit in reverse order
+    }
+    run.host.fire(Event::AFTER_FORWARD, s);
+    TT_CHECK(s.output.loss.defined() && s.output.loss.numel() == 1, "model (", model_name, ") returned no scalar loss");
+    acc.sum_reduced = s.output.reduction != Reduction::Mean;
+    const double weight = acc.sum_reduced ? 1.0 : static_cast<double>(s.micro.size) / static_cast<double>(batch.size);
+    const double raw = s.output.loss.item<double>();
+    if (!finite_or_dropped(run, raw)) {
+      run.zero_grads();
+      s.output = {};
+      return acc;
+    }
+    s.batch_loss += raw * weight;
+    s.loss = weight == 1.0 ? s.output.loss : s.output.loss * weight;
+    run.host.fire(Event::AFTER_LOSS, s);
+    s.memory.activations = std::max(s.memory.activations, run.live_foreground() - before);
+    run.host.fire(Event::BEFORE_BACKWARD, s);
+    run.gradient_ready.arm(s.micro_index + 1 == s.micro_count);
+    with_context(detail::cat("backward at step ", s.step + 1), [&] {
+      s.loss.backward();
+      return 0;
+    });
+    run.gradient_ready.arm(false);
+    s.loss = at::Tensor();
+    s.output = {};
+    run.host.fire(Event::AFTER_BACKWARD, s);
+  }
+  s.micro = {};
+  acc.ok = true;
+  return acc;
+}
+
+// forward_backward, retried after an out-of-memory error that a plugin handled on OOM (e.g.
+// oom-guard halving the micro-batch). The retry starts from the random state the batch began
+// with, so it draws the same dropout masks as if it had fitted the first time. Only where a
+// retry can happen: a plugin to handle it, and an error to handle (the meter's cap on CPU, the
+// device's allocator on CUDA).
+Accumulated forward_backward_retrying(Run& run) {
+  State& s = run.state;
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  const bool may_retry = !run.host.plugins().empty() && (run.meter.cap() > 0 || s.device.is_cuda());
+  const at::Tensor rng_at_start = may_retry ? gen.get_state() : at::Tensor();
+  for (int attempt = 0;; ++attempt) {
+    if (attempt > 0 && rng_at_start.defined()) gen.set_state(rng_at_start);
+    try {
+      return forward_backward(run);
+    } catch (const c10::OutOfMemoryError& e) {
+      std::string what = e.what();
+      s.oom_message = what.substr(0, what.find('\n'));
+      s.loss = at::Tensor();
+      s.output = {};
+      s.micro = {};
+      run.zero_grads();
+      run.meter.release_cache();
+      s.retry_batch = false;
+      run.host.fire(Event::OOM, s);
+      if (!s.retry_batch || attempt >= 16) {
+        TT_FAIL_AS(OutOfMemory, "out of memory at step ", s.step + 1, " (epoch ", s.epoch, ", batch ", s.batch_in_epoch,
+                   ", micro-batch ", s.micro_batch_size, "): ", s.oom_message, ". Peak tensor bytes so far ",
+                   format_bytes(run.peak()),
+                   ". Fixes: lower trainer.micro_batch_size (gradients accumulate to the same batch), "
+                   "add plugins: [oom-guard] to do that automatically, or use [checkpoint] / [amp] to need less "
+                   "activation memory.");
+      }
+      log().warn("out of memory at step {}; a plugin handled it, retrying the batch (micro-batch {})", s.step + 1,
+                 s.micro_batch_size);
+    }
+  }
+}
+
+// Clip, step (unless skipped), and set the schedule's learning rate for the next step.
+void optimizer_step(Run& run) {
+  State& s = run.state;
+  const Options& T = run.pipeline.trainer;
+  if (!s.skip_step && T.is_set("grad_clip"))
+    s.last_step.grad_norm = torch::nn::utils::clip_grad_norm_(run.trainable, T.get_float("grad_clip"));
+  s.last_step.lr = s.lr;
+  if (!s.skip_step) {
+    const int64_t before = run.live_foreground();
+    const auto t0 = Clock::now();
+    s.optimizer->step();
+    const double seconds = seconds_since(t0);
+    run.record.optimizer_times.push_back(seconds);
+    s.last_step.optimizer_seconds = seconds;
+    if (!run.optimizer_measured) {
+      s.memory.optimizer_state = std::max<int64_t>(0, run.live_foreground() - before);
+      run.optimizer_measured = true;
+    }
+  } else {
+    ++s.skipped_steps;
+  }
+  s.last_step.skipped = s.skip_step;
+  ++s.step;
+  const double epoch_pos = static_cast<double>(s.epoch) +
+                           static_cast<double>(s.batch_in_epoch) / static_cast<double>(s.batches_per_epoch);
+  run.set_lr(run.schedule->lr({s.step, s.total_steps, epoch_pos, run.base_lr}));
+}
+
+}  // namespace
+
+void train_step(Run& run, Batch batch, Clock::time_point started) {
+  State& s = run.state;
+  const int64_t examples = batch.size;
+  s.batch = std::move(batch);
+  s.skip_step = false;
+  s.metrics.clear();
+  s.last_step = {};
+  run.host.fire(Event::BATCH_START, s);
+
+  Accumulated acc = forward_backward_retrying(run);
+  if (run.sync) acc.ok = run.sync->sync(acc.ok, acc.sum_reduced);
+  if (!run.gradients_measured && acc.ok) {
+    std::vector<at::Tensor> grads;
+    for (auto& t : run.trainable) grads.push_back(t.grad());
+    s.memory.gradients = tensor_bytes(grads);
+    run.gradients_measured = true;
+  }
+  if (acc.ok && run.gradient_ready.active()) run.gradient_ready.complete();
+  if (!acc.ok) s.skip_step = true;
+  run.host.fire(Event::BEFORE_STEP, s);
+  optimizer_step(run);
+  run.host.fire(Event::AFTER_STEP, s);
+
+  s.last_step.seconds = seconds_since(started);
+  s.last_step.examples = run.sync ? run.sync->global_examples() : examples;  // the whole run's throughput
+  run.record.step_times.push_back(s.last_step.seconds);
+  run.record.step_losses.push_back(s.batch_loss);
+  run.epoch_loss_sum += s.batch_loss;
+  ++run.epoch_batches;
+  run.host.fire(Event::BATCH_END, s);
+}
+
+}  // namespace tt
