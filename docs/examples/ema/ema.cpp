@@ -3,18 +3,22 @@
 // It keeps a shadow copy of every trainable parameter and, after each optimizer step, moves it
 // toward the weights: shadow = decay * shadow + (1 - decay) * weights. The shadow is saved in
 // every checkpoint (a resumed run continues the same average), its distance from the weights
-// is logged (column ema_distance in metrics.jsonl), and at the end of the fit the averaged
-// weights are written as RUN_DIR/ema.pt, a checkpoint-shaped archive that model.init_from reads:
-//   tt-run PIPELINE.yaml model.init_from=RUN_DIR/ema.pt trainer.max_steps=0   # evaluates them
+// is logged (column ema_distance in metrics.jsonl), evaluations run on the averaged weights
+// (their metrics named ema_<metric>), and at the end of the fit the averaged weights are written
+// as RUN_DIR/ema.pt, a checkpoint-shaped archive that model.init_from reads.
 //
 // Events used:
-//   FIT_START   after INIT's model surgery and after a resume restored every plugin's state:
-//               take the trainable parameters, start the shadow from them (or keep the restored one)
-//   AFTER_STEP  the optimizer has stepped (unless a plugin vetoed the step): update the shadow
-//   FIT_END     the final evaluation and checkpoint are done: write ema.pt (rank 0)
+//   FIT_START    after INIT's model surgery and after a resume restored every plugin's state:
+//                take the trainable parameters, start the shadow from them (or keep the restored one)
+//   AFTER_STEP   the optimizer has stepped (unless a plugin vetoed the step): update the shadow
+//   BEFORE_EVAL  swap the average in (the trainer has flushed deferred updates already)
+//   EVAL         the metrics are the average's: rename them ema_<metric>
+//   AFTER_EVAL   swap the weights back (before any checkpoint is written)
+//   FIT_END      the final evaluation and checkpoint are done: write ema.pt (rank 0)
 #include <torch/torch.h>
 
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,12 +35,16 @@ namespace {
 
 class Ema final : public tt::Plugin {
  public:
-  Ema(double decay, int64_t start_step, bool save) : decay_(decay), start_step_(start_step), save_(save) {}
+  Ema(double decay, int64_t start_step, bool evaluate, bool save)
+      : decay_(decay), start_step_(start_step), evaluate_(evaluate), save_(save) {}
 
   void on(tt::Event event, tt::State& s) override {
     switch (event) {
       case tt::Event::FIT_START: start(s); break;
       case tt::Event::AFTER_STEP: update(s); break;
+      case tt::Event::BEFORE_EVAL: swap_in(); break;
+      case tt::Event::EVAL: rename_metrics(s); break;
+      case tt::Event::AFTER_EVAL: swap_out(); break;
       case tt::Event::FIT_END: write(s); break;
       default: break;
     }
@@ -115,6 +123,29 @@ class Ema final : public tt::Plugin {
     s.metrics["ema_distance"] = norm2 > 0 ? std::sqrt(diff2 / norm2) : 0.0;  // |w - shadow| / |w|
   }
 
+  void swap_in() {
+    if (!evaluate_ || shadow_.empty()) return;
+    torch::NoGradGuard no_grad;
+    held_.clear();
+    for (size_t i = 0; i < params_.size(); ++i) {
+      held_.push_back(params_[i].detach().clone());
+      params_[i].detach().copy_(shadow_[i]);
+    }
+  }
+
+  void rename_metrics(tt::State& s) {
+    if (held_.empty()) return;
+    std::map<std::string, double> renamed;
+    for (const auto& [k, v] : s.metrics) renamed["ema_" + k] = v;
+    s.metrics = std::move(renamed);
+  }
+
+  void swap_out() {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < held_.size(); ++i) params_[i].detach().copy_(held_[i]);
+    held_.clear();
+  }
+
   void write(tt::State& s) {
     if (!save_ || s.rank != 0 || shadow_.empty()) return;  // rank 0 writes the run directory
     torch::NoGradGuard no_grad;
@@ -135,9 +166,10 @@ class Ema final : public tt::Plugin {
 
   double decay_;
   int64_t start_step_;
-  bool save_;
+  bool evaluate_, save_;
   std::vector<std::string> names_;
   std::vector<at::Tensor> params_, shadow_;
+  std::vector<at::Tensor> held_;  // the trained weights while an evaluation runs on the average
   std::vector<std::string> loaded_names_;
   std::vector<at::Tensor> loaded_;
 };
@@ -149,6 +181,8 @@ void register_ema(tt::Registry& r) {
           .add("decay", tt::Type::Float, "0.999",
                "shadow = decay * shadow + (1 - decay) * weights after every step; in (0, 1)")
           .add("start_step", tt::Type::Int, "0", "until this step the shadow copies the weights")
+          .add("evaluate", tt::Type::Bool, "true",
+               "evaluations run on the averaged weights; their metrics are named ema_<metric>")
           .add("save", tt::Type::Bool, "true", "write the averaged weights to RUN_DIR/ema.pt at the end"),
       [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
         const double decay = o.get_float("decay");
@@ -157,7 +191,7 @@ void register_ema(tt::Registry& r) {
         const int64_t start_step = o.get_int("start_step");
         TT_CHECK_AS(ConfigError, start_step >= 0, "plugins.ema.start_step: ", start_step,
                     " is negative; give the step from which to average (0: from the start)");
-        return std::make_unique<Ema>(decay, start_step, o.get_bool("save"));
+        return std::make_unique<Ema>(decay, start_step, o.get_bool("evaluate"), o.get_bool("save"));
       });
 }
 
