@@ -38,4 +38,16 @@ TT_PLUGIN_PATH="$PLUGIN_DIR" "$WORK/prefix/bin/tt-run" --list > "$WORK/list.txt"
 grep -q "grad-stats" "$WORK/list.txt" || { echo "FAIL: --list does not show grad-stats"; exit 1; }
 n=$(grep -c '"grad_l2"' "$WORK/runs/r/metrics.jsonl")
 [ "$n" -eq 3 ] || { echo "FAIL: expected 3 grad_l2 lines (every 2 of 6 steps), got $n"; exit 1; }
-echo "template plugin built out of tree and ran: $n grad_l2 lines"
+
+# The budget planner picks up the installed plugin's PlannerOffer: --recommend on a pipeline that
+# does not name it weighs grad-stats(every 4) as a technique dimension and measures it.
+sed '/^plugins:/,/grad-stats/d' "$WORK/pipeline.yaml" > "$WORK/plain.yaml"
+TT_PLUGIN_PATH="$PLUGIN_DIR" "$WORK/prefix/bin/tt-run" --recommend --probe-steps 2 --max-probes 4 \
+  --run-dir "$WORK/rec" "$WORK/plain.yaml" > "$WORK/recommend.log" 2>&1 || { cat "$WORK/recommend.log"; exit 1; }
+grep -Eq "^budget planner: [0-9]+ technique dimensions \(.*grad-stats\)" "$WORK/recommend.log" ||
+  { cat "$WORK/recommend.log"; echo "FAIL: --recommend does not weigh grad-stats"; exit 1; }
+grep -Eq "probe +[0-9]+ +grad-stats\(every 4\) @ micro 16 +[0-9.]+ ms/step" "$WORK/recommend.log" ||
+  { cat "$WORK/recommend.log"; echo "FAIL: --recommend did not measure grad-stats(every 4)"; exit 1; }
+grep -q '"configuration": "grad-stats(every 4) @ micro 16"' "$WORK/rec-plan/recommend.json" ||
+  { echo "FAIL: recommend.json has no grad-stats(every 4) configuration"; exit 1; }
+echo "template plugin built out of tree and ran: $n grad_l2 lines; --recommend weighed and measured grad-stats(every 4)"

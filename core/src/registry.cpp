@@ -1,5 +1,9 @@
 #include "tt/registry.h"
 
+#include <yaml-cpp/yaml.h>
+
+#include <set>
+
 #include "tt/error.h"
 #include "tt/module_loader.h"
 
@@ -29,13 +33,35 @@ Registry::Registry() {
   register_builtin_schedules(*this);
 }
 
-template <class F>
-static void add_to(std::map<std::string, Component<F>>& table, Kind kind, std::string name, std::string desc,
-                   Schema schema, F f, const std::string& origin) {
-  auto it = table.find(name);
-  TT_CHECK_AS(ModuleError, it == table.end(), kind_name(kind), " '", name, "' from ", origin,
+template <class C>
+static void add_to(std::map<std::string, C>& table, Kind kind, C component) {
+  auto it = table.find(component.name);
+  TT_CHECK_AS(ModuleError, it == table.end(), kind_name(kind), " '", component.name, "' from ", component.origin,
               " is already registered by ", it->second.origin, ": rename one of them");
-  table.emplace(name, Component<F>{name, std::move(desc), std::move(schema), std::move(f), origin});
+  std::string name = component.name;
+  table.emplace(std::move(name), std::move(component));
+}
+
+// A planner alternative's options must be what the plugin's own schema accepts: checked when the
+// module registers, so a typo refuses the module instead of failing every probe that uses it.
+static void check_offer(const std::string& plugin, const Schema& schema, const PlannerOffer& offer,
+                        const std::string& origin) {
+  std::set<std::string> labels;
+  for (const auto& a : offer.alternatives) {
+    const std::string what = detail::cat("plugin '", plugin, "' from ", origin, ": planner alternative '", a.label, "'");
+    TT_CHECK_AS(ModuleError, !a.label.empty(), "plugin '", plugin, "' from ", origin,
+                ": a planner alternative has no label; give each one, e.g. \"", plugin, "(fast)\"");
+    TT_CHECK_AS(ModuleError, labels.insert(a.label).second, what, " is declared twice: give each alternative its own label");
+    try {
+      const YAML::Node node = a.options.empty() ? YAML::Node() : YAML::Load(a.options);
+      Options::parse(node, schema, "plugins." + plugin, "planner alternative '" + a.label + "'");
+    } catch (const YAML::Exception& e) {
+      TT_FAIL_AS(ModuleError, what, ": its options '", a.options, "' are not YAML (", e.what(),
+                 "); write a flow map, e.g. \"{key: value}\"");
+    } catch (const Error& e) {
+      TT_FAIL_AS(ModuleError, what, ": its options '", a.options, "' do not fit the plugin's schema: ", e.what());
+    }
+  }
 }
 
 void Registry::add_model(std::string n, std::string d, Schema s, ModelFactory f) {
@@ -48,23 +74,25 @@ void Registry::add_model(std::string n, std::string d, Schema s, ModelFactory f)
     s.add("init_average", Type::Int, "1",
           "with init_from a run directory: the mean of the weights of its newest N checkpoints (checkpoint "
           "averaging, as fairseq's average_checkpoints; 1: the newest alone)");
-  add_to(models_, Kind::Model, std::move(n), std::move(d), std::move(s), std::move(f), origin_);
+  add_to(models_, Kind::Model, Component<ModelFactory>{std::move(n), std::move(d), std::move(s), std::move(f), origin_});
 }
 void Registry::add_dataset(std::string n, std::string d, Schema s, DatasetFactory f) {
-  add_to(datasets_, Kind::Dataset, std::move(n), std::move(d), std::move(s), std::move(f), origin_);
+  add_to(datasets_, Kind::Dataset, Component<DatasetFactory>{std::move(n), std::move(d), std::move(s), std::move(f), origin_});
 }
-void Registry::add_plugin(std::string n, std::string d, Schema s, PluginFactory f) {
-  add_to(plugins_, Kind::Plugin, std::move(n), std::move(d), std::move(s), std::move(f), origin_);
+void Registry::add_plugin(std::string n, std::string d, Schema s, PluginFactory f, PlannerOffer planner) {
+  check_offer(n, s, planner, origin_);
+  add_to(plugins_, Kind::Plugin,
+         PluginComponent{{std::move(n), std::move(d), std::move(s), std::move(f), origin_}, std::move(planner)});
 }
 void Registry::add_optimizer(std::string n, std::string d, Schema s, OptimizerFactory f) {
-  add_to(optimizers_, Kind::Optimizer, std::move(n), std::move(d), std::move(s), std::move(f), origin_);
+  add_to(optimizers_, Kind::Optimizer, Component<OptimizerFactory>{std::move(n), std::move(d), std::move(s), std::move(f), origin_});
 }
 void Registry::add_schedule(std::string n, std::string d, Schema s, ScheduleFactory f) {
-  add_to(schedules_, Kind::Schedule, std::move(n), std::move(d), std::move(s), std::move(f), origin_);
+  add_to(schedules_, Kind::Schedule, Component<ScheduleFactory>{std::move(n), std::move(d), std::move(s), std::move(f), origin_});
 }
 
-template <class F>
-const Component<F>& Registry::find(std::map<std::string, Component<F>>& table, Kind kind, const std::string& name) {
+template <class C>
+const C& Registry::find(std::map<std::string, C>& table, Kind kind, const std::string& name) {
   auto it = table.find(name);
   if (it != table.end()) return it->second;
   auto& loader = ModuleLoader::global();
@@ -90,7 +118,7 @@ const Component<F>& Registry::find(std::map<std::string, Component<F>>& table, K
 
 const Component<ModelFactory>& Registry::model(const std::string& n) { return find(models_, Kind::Model, n); }
 const Component<DatasetFactory>& Registry::dataset(const std::string& n) { return find(datasets_, Kind::Dataset, n); }
-const Component<PluginFactory>& Registry::plugin(const std::string& n) { return find(plugins_, Kind::Plugin, n); }
+const PluginComponent& Registry::plugin(const std::string& n) { return find(plugins_, Kind::Plugin, n); }
 const Component<OptimizerFactory>& Registry::optimizer(const std::string& n) {
   return find(optimizers_, Kind::Optimizer, n);
 }

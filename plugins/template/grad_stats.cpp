@@ -10,6 +10,12 @@
 //      them, forward_scope / save_state / load_state);
 //   2. a Schema of its options, with defaults and docs (tt-run --list shows them);
 //   3. TT_MODULE(...) naming the plugin and a function that registers its factory.
+// and one it may have:
+//   4. a tt::PlannerOffer: the settings tt-run's budget planner (--budget, --recommend) may
+//      try. A memory technique offers the ones worth measuring (checkpoint offers policy all
+//      and every 2); the planner probes each alone, then in combination with the others'.
+//      grad-stats saves no memory and offers one setting only to show the declaration: a
+//      plugin that saves nothing should offer nothing, as every alternative costs probe runs.
 #include <torch/torch.h>
 
 #include <cmath>
@@ -70,7 +76,11 @@ void register_components(tt::Registry& r) {
                [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
                  o.check(o.get_int("every") >= 1, "every", "must be at least 1");
                  return std::make_unique<GradStats>(o.get_int("every"), o.get_float("stop_above"));
-               });
+               },
+               // label, options (checked against the schema above when the module loads), and
+               // optionally the device it is only for (tt::PlannerAlternative::Device::Cuda or Cpu);
+               // then where the planner lists it among the plugins (tt's own take 10 to 50).
+               tt::PlannerOffer{{{"grad-stats(every 4)", "{every: 4}"}}, 100});
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "planner.h"
 #include "tt/error.h"
 #include "tt/log.h"
+#include "tt/module_loader.h"
 #include "tt/options.h"
 #include "tt/pipeline.h"
 #include "tt/registry.h"
@@ -35,33 +37,56 @@ bool installed(const std::string& plugin) {
   }
 }
 
-// The technique dimensions the installed plugins offer, less those the pipeline already names.
-std::vector<Dimension> dimensions(const Pipeline& p, std::vector<std::string>& notes) {
+// A plugin's entry in the plugins list for one of its alternatives, as YAML flow text:
+// "{name: checkpoint, policy: all}".
+std::string plugin_entry(const std::string& plugin, const PlannerAlternative& a) {
+  YAML::Node entry(YAML::NodeType::Map);
+  entry["name"] = plugin;
+  if (!a.options.empty())
+    for (const auto& kv : YAML::Load(a.options)) entry[kv.first.Scalar()] = kv.second;
+  entry.SetStyle(YAML::EmitterStyle::Flow);
+  YAML::Emitter out;
+  out << entry;
+  return out.c_str();
+}
+
+}  // namespace
+
+// Every module on the search path is loaded, so a plugin installed out of tree takes part as tt's
+// own do.
+std::vector<Dimension> offered_dimensions(const Pipeline& p, std::vector<std::string>& notes) {
+  for (const auto& refusal : ModuleLoader::global().load_all()) notes.push_back("not loaded: " + refusal);
   std::set<std::string> named;
   for (const auto& c : p.plugins) named.insert(c.name);
   const bool cuda = p.trainer.get_string("device").rfind("cuda", 0) == 0;
-  std::vector<Dimension> all = {
-      {"checkpoint",
-       {{"checkpoint(all)", "{name: checkpoint, policy: all}"},
-        {"checkpoint(every 2)", "{name: checkpoint, policy: every, every: 2}"}}},
-      {"amp", {{"amp(bf16)", "{name: amp, dtype: bf16}"}}},
-      {"attention", {{"attention(chunked)", "{name: attention, kernel: chunked}"}}},
-      {"adam8bit", {{"adam8bit", "{name: adam8bit}"}}},
-      {"offload", {{cuda ? "offload(host)" : "offload(disk)", cuda ? "{name: offload, target: host}" : "{name: offload}"}}},
-  };
-  if (cuda) all[1].alternatives.push_back({"amp(fp16)", "{name: amp, dtype: fp16}"});
+  const auto device = cuda ? PlannerAlternative::Device::Cuda : PlannerAlternative::Device::Cpu;
+
+  Registry& reg = Registry::global();
+  std::vector<const PluginComponent*> offering;
+  for (const auto& e : reg.entries(Kind::Plugin))  // by name
+    if (!reg.plugin(e.name).planner.alternatives.empty()) offering.push_back(&reg.plugin(e.name));
+  std::stable_sort(offering.begin(), offering.end(),
+                   [](const PluginComponent* a, const PluginComponent* b) { return a->planner.order < b->planner.order; });
+
   std::vector<Dimension> out;
-  for (auto& d : all) {
-    if (named.count(d.name)) {
-      notes.push_back(d.name + ": kept as the pipeline sets it");
-    } else if (!installed(d.name)) {
-      notes.push_back(d.name + ": not installed");
-    } else {
-      out.push_back(std::move(d));
+  for (const PluginComponent* c : offering) {
+    if (named.count(c->name)) {
+      notes.push_back(c->name + ": kept as the pipeline sets it");
+      continue;
     }
+    Dimension d{c->name, {}};
+    for (const auto& a : c->planner.alternatives)
+      if (a.only_on == PlannerAlternative::Device::Any || a.only_on == device)
+        d.alternatives.push_back({a.label, plugin_entry(c->name, a)});
+    if (d.alternatives.empty())
+      notes.push_back(c->name + ": offers nothing for device " + p.trainer.get_string("device"));
+    else
+      out.push_back(std::move(d));
   }
   return out;
 }
+
+namespace {
 
 std::vector<int64_t> micro_sizes(int64_t batch) {
   std::vector<int64_t> m;
@@ -242,7 +267,7 @@ Outcome run(const RunOptions& o) {
   fs::create_directories(dir);
 
   std::vector<std::string> notes;
-  std::vector<Dimension> dims = dimensions(p, notes);
+  std::vector<Dimension> dims = offered_dimensions(p, notes);
   Settings settings;
   settings.micro_sizes = micro_sizes(p.trainer.get_int("batch_size"));
   settings.margin = o.margin;

@@ -12,6 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "planner.h"
+
+namespace tt {
+struct Pipeline;
+}
+
 namespace tt::plan {
 
 struct RunOptions {
@@ -33,5 +39,11 @@ struct Outcome {
 };
 
 Outcome run(const RunOptions& o);
+
+// The technique dimensions the planner weighs for pipeline p: every installed plugin's planner
+// offer (tt/registry.h; each module on the search path is loaded), in the offers' order, less the
+// plugins p already names and the alternatives for another device. `notes` says what was left
+// out and why.
+std::vector<Dimension> offered_dimensions(const Pipeline& p, std::vector<std::string>& notes);
 
 }  // namespace tt::plan

@@ -3,8 +3,9 @@
 // runs tt-run probes; the tests give a synthetic cost table). No torch, no YAML here.
 //
 // A configuration is the user's pipeline plus one alternative (or none) of each technique
-// dimension (checkpoint all / every 2, amp bf16, chunked attention, adam8bit, offload) and a
-// micro-batch size. The planner
+// dimension (a plugin and the alternatives it offers: checkpoint all / every 2, amp bf16, chunked
+// attention, adam8bit, offload, or an out-of-tree plugin's; tt::PlannerOffer) and a micro-batch
+// size. The planner
 //   1. measures the pipeline as written at its micro-batch (the reference), at half that
 //      micro-batch, and each alternative alone: per-component factors (parameters, gradients,
 //      optimizer state, the rest of the peak) and a step-time factor each;
@@ -34,7 +35,7 @@ struct Alternative {
 };
 
 struct Dimension {
-  std::string name;  // the plugin
+  std::string name;  // the plugin that offers the alternatives
   std::vector<Alternative> alternatives;
 };
 

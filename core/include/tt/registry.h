@@ -42,6 +42,29 @@ struct Component {
   std::string origin;  // "built-in" or the .so it came from
 };
 
+// What a plugin offers tt-run's budget planner (--budget, --recommend, trainer.memory_budget):
+// the settings worth trying to fit a memory budget. A configuration the planner weighs takes at
+// most one alternative per plugin (its entry appended to the pipeline's plugins list), and none
+// of a plugin the pipeline already names. An alternative that fails on the pipeline's model
+// (checkpointing a model without blocks) is measured alone once and excluded with the reason.
+struct PlannerAlternative {
+  enum class Device { Any, Cpu, Cuda };  // Cuda: trainer.device is cuda or cuda:N; Cpu: otherwise
+  std::string label;    // in the plan's table and plan.json, e.g. "checkpoint(every 2)"
+  std::string options;  // the plugin's options, a YAML map in flow style, e.g. "{policy: every, every: 2}"
+  Device only_on = Device::Any;
+};
+
+struct PlannerOffer {
+  std::vector<PlannerAlternative> alternatives;  // none: the plugin is not a planner technique
+  // Where the planner lists the plugin in a configuration, lowest first (ties by name). tt's:
+  // checkpoint 10, amp 20, attention 30, adam8bit 40, offload 50 (it moves adam8bit's state).
+  int order = 100;
+};
+
+struct PluginComponent : Component<PluginFactory> {
+  PlannerOffer planner;
+};
+
 enum class Kind { Model, Dataset, Plugin, Optimizer, Schedule };
 TT_API const char* kind_name(Kind k);  // "model", "dataset", ...
 
@@ -51,14 +74,17 @@ class TT_API Registry {
 
   void add_model(std::string name, std::string description, Schema schema, ModelFactory f);
   void add_dataset(std::string name, std::string description, Schema schema, DatasetFactory f);
-  void add_plugin(std::string name, std::string description, Schema schema, PluginFactory f);
+  // A planner offer's options are checked against the schema here: a module whose offer names
+  // an unknown key or a wrong type is refused at load time.
+  void add_plugin(std::string name, std::string description, Schema schema, PluginFactory f,
+                  PlannerOffer planner = {});
   void add_optimizer(std::string name, std::string description, Schema schema, OptimizerFactory f);
   void add_schedule(std::string name, std::string description, Schema schema, ScheduleFactory f);
 
   // Look-ups load modules on demand; unknown names throw with the list of what exists.
   const Component<ModelFactory>& model(const std::string& name);
   const Component<DatasetFactory>& dataset(const std::string& name);
-  const Component<PluginFactory>& plugin(const std::string& name);
+  const PluginComponent& plugin(const std::string& name);
   const Component<OptimizerFactory>& optimizer(const std::string& name);
   const Component<ScheduleFactory>& schedule(const std::string& name);
 
@@ -74,11 +100,11 @@ class TT_API Registry {
 
  private:
   Registry();
-  template <class F>
-  const Component<F>& find(std::map<std::string, Component<F>>& table, Kind kind, const std::string& name);
+  template <class C>
+  const C& find(std::map<std::string, C>& table, Kind kind, const std::string& name);
   std::map<std::string, Component<ModelFactory>> models_;
   std::map<std::string, Component<DatasetFactory>> datasets_;
-  std::map<std::string, Component<PluginFactory>> plugins_;
+  std::map<std::string, PluginComponent> plugins_;
   std::map<std::string, Component<OptimizerFactory>> optimizers_;
   std::map<std::string, Component<ScheduleFactory>> schedules_;
   std::string origin_ = "built-in";

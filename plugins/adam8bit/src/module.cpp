@@ -110,7 +110,8 @@ void register_adam8bit(tt::Registry& r) {
                  o.check(min_size >= 1, "min_8bit_size", "must be at least 1");
                  const int emb = o.is_set("embeddings_32bit") ? (o.get_bool("embeddings_32bit") ? 1 : 0) : -1;
                  return std::make_unique<Adam8bitPlugin>(min_size, emb);
-               });
+               },
+               tt::PlannerOffer{{{"adam8bit", ""}}, 40});
 }
 
 }  // namespace

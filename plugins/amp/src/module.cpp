@@ -154,7 +154,8 @@ void register_amp(tt::Registry& r) {
         const bool use_scaler = scaler == "on" || (scaler == "auto" && dtype == "fp16");
         return std::make_unique<AmpPlugin>(dtype == "bf16" ? c10::ScalarType::BFloat16 : c10::ScalarType::Half,
                                            use_scaler, so, std::move(keep));
-      });
+      },
+      tt::PlannerOffer{{{"amp(bf16)", "{dtype: bf16}"}, {"amp(fp16)", "{dtype: fp16}", tt::PlannerAlternative::Device::Cuda}}, 20});
 }
 
 }  // namespace

@@ -68,7 +68,8 @@ void register_attention(tt::Registry& r) {
         const int64_t chunk_k = o.is_set("key_chunk_size") ? o.get_int("key_chunk_size") : chunk_q;
         o.check(chunk_k >= 1, "key_chunk_size", "must be at least 1 (got " + std::to_string(chunk_k) + ")");
         return std::make_unique<AttentionPlugin>(kernel, chunk_q, chunk_k);
-      });
+      },
+      tt::PlannerOffer{{{"attention(chunked)", "{kernel: chunked}"}}, 30});
 }
 
 }  // namespace

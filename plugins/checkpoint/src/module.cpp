@@ -153,7 +153,9 @@ void register_checkpoint(tt::Registry& r) {
                  }
                  return std::make_unique<CheckpointPlugin>(policy, o.get_int("every"), std::move(blocks), fraction,
                                                            budget, o.get_bool("recompute_activation"));
-               });
+               },
+               tt::PlannerOffer{{{"checkpoint(all)", "{policy: all}"}, {"checkpoint(every 2)", "{policy: every, every: 2}"}},
+                                10});
 }
 
 }  // namespace

@@ -83,7 +83,8 @@ void register_offload(tt::Registry& r) {
         o.check(target == "disk" || target == "host", "target", "must be disk or host");
         return std::make_unique<OffloadPlugin>(target == "host", o.is_set("path") ? o.get_string("path") : std::string(),
                                                o.get_bool("keep_file"));
-      });
+      },
+      tt::PlannerOffer{{{"offload(disk)", "", tt::PlannerAlternative::Device::Cpu}, {"offload(host)", "{target: host}", tt::PlannerAlternative::Device::Cuda}}, 50});
 }
 
 }  // namespace
