@@ -7,67 +7,76 @@
 #include "tt/registry.h"
 
 namespace tt {
+namespace {
 
-static Schema adam_schema(const char* default_wd) {
-  const bool decoupled = std::string(default_wd) != "0";
+// The options of each optimizer; their defaults, ranges and docs are in the schemas below.
+struct SgdOptions {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov;
+};
+
+struct AdamOptions {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool amsgrad;
+  bool fused;  // adamw only
+};
+
+Schema sgd_schema() {
   return Schema()
-      .add("lr", Type::Float, "0.001", "learning rate (the schedule's base rate)")
-      .add("beta1", Type::Float, "0.9", "first-moment decay")
-      .add("beta2", Type::Float, "0.999", "second-moment decay")
-      .add("eps", Type::Float, "1e-8", "denominator epsilon")
-      .add("weight_decay", Type::Float, default_wd,
-           decoupled ? "decoupled weight decay (AdamW)" : "L2 penalty added to the gradient (Adam)")
-      .add("amsgrad", Type::Bool, "false", "keep the maximum of past second moments");
+      .field("lr", &SgdOptions::lr, 0.01, "learning rate").range(ge(0))
+      .field("momentum", &SgdOptions::momentum, 0, "momentum factor").range(ge(0))
+      .field("dampening", &SgdOptions::dampening, 0, "dampening for momentum").range(ge(0), le(1))
+      .field("weight_decay", &SgdOptions::weight_decay, 0, "L2 penalty").range(ge(0))
+      .field("nesterov", &SgdOptions::nesterov, false, "Nesterov momentum (needs momentum > 0)");
 }
 
-static void check_adam(const Options& o) {
-  o.check(o.get_float("lr") >= 0, "lr", "must be >= 0");
-  o.check(o.get_float("beta1") >= 0 && o.get_float("beta1") < 1, "beta1", "must be in [0, 1)");
-  o.check(o.get_float("beta2") >= 0 && o.get_float("beta2") < 1, "beta2", "must be in [0, 1)");
-  o.check(o.get_float("eps") >= 0, "eps", "must be >= 0");
+// adam and adamw differ in the default and meaning of weight_decay, and adamw's fused kernel.
+Schema adam_schema(bool decoupled) {
+  Schema s;
+  s.field("lr", &AdamOptions::lr, 0.001, "learning rate (the schedule's base rate)").range(ge(0))
+      .field("beta1", &AdamOptions::beta1, 0.9, "first-moment decay").range(ge(0), lt(1))
+      .field("beta2", &AdamOptions::beta2, 0.999, "second-moment decay").range(ge(0), lt(1))
+      .field("eps", &AdamOptions::eps, 1e-8, "denominator epsilon").range(ge(0))
+      .field("weight_decay", &AdamOptions::weight_decay, decoupled ? 0.01 : 0.0,
+             decoupled ? "decoupled weight decay (AdamW)" : "L2 penalty added to the gradient (Adam)")
+      .range(ge(0))
+      .field("amsgrad", &AdamOptions::amsgrad, false, "keep the maximum of past second moments");
+  if (decoupled)
+    s.field("fused", &AdamOptions::fused, true, "fused CPU kernel (same arithmetic and state as torch's AdamW)");
+  return s;
 }
+
+template <class TorchOptions>
+TorchOptions torch_options(const AdamOptions& a) {
+  return TorchOptions(a.lr).betas({a.beta1, a.beta2}).eps(a.eps).weight_decay(a.weight_decay).amsgrad(a.amsgrad);
+}
+
+}  // namespace
 
 void register_builtin_optimizers(Registry& r) {
-  r.add_optimizer("sgd", "stochastic gradient descent with optional momentum (torch::optim::SGD)",
-                  Schema()
-                      .add("lr", Type::Float, "0.01", "learning rate")
-                      .add("momentum", Type::Float, "0", "momentum factor")
-                      .add("dampening", Type::Float, "0", "dampening for momentum")
-                      .add("weight_decay", Type::Float, "0", "L2 penalty")
-                      .add("nesterov", Type::Bool, "false", "Nesterov momentum"),
+  r.add_optimizer("sgd", "stochastic gradient descent with optional momentum (torch::optim::SGD)", sgd_schema(),
                   [](const std::vector<at::Tensor>& params, const Options& o) {
-                    o.check(o.get_float("lr") >= 0, "lr", "must be >= 0");
-                    o.check(!o.get_bool("nesterov") || o.get_float("momentum") > 0, "nesterov",
-                            "needs momentum > 0");
-                    return std::make_shared<torch::optim::SGD>(params, torch::optim::SGDOptions(o.get_float("lr"))
-                                                                           .momentum(o.get_float("momentum"))
-                                                                           .dampening(o.get_float("dampening"))
-                                                                           .weight_decay(o.get_float("weight_decay"))
-                                                                           .nesterov(o.get_bool("nesterov")));
+                    const auto a = o.to<SgdOptions>();
+                    o.check(!a.nesterov || a.momentum > 0, "nesterov", "needs momentum > 0");
+                    return std::make_shared<torch::optim::SGD>(params, torch::optim::SGDOptions(a.lr)
+                                                                           .momentum(a.momentum)
+                                                                           .dampening(a.dampening)
+                                                                           .weight_decay(a.weight_decay)
+                                                                           .nesterov(a.nesterov));
                   });
-  r.add_optimizer("adam", "Adam (torch::optim::Adam)", adam_schema("0"),
+  r.add_optimizer("adam", "Adam (torch::optim::Adam)", adam_schema(false),
                   [](const std::vector<at::Tensor>& params, const Options& o) {
-                    check_adam(o);
                     return std::make_shared<torch::optim::Adam>(
-                        params, torch::optim::AdamOptions(o.get_float("lr"))
-                                    .betas({o.get_float("beta1"), o.get_float("beta2")})
-                                    .eps(o.get_float("eps"))
-                                    .weight_decay(o.get_float("weight_decay"))
-                                    .amsgrad(o.get_bool("amsgrad")));
+                        params, torch_options<torch::optim::AdamOptions>(o.to<AdamOptions>()));
                   });
   r.add_optimizer("adamw",
                   "AdamW, decoupled weight decay (fused: one vectorized pass per parameter; "
                   "otherwise torch::optim::AdamW)",
-                  adam_schema("0.01").add("fused", Type::Bool, "true",
-                                          "fused CPU kernel (same arithmetic and state as torch's AdamW)"),
+                  adam_schema(true),
                   [](const std::vector<at::Tensor>& params, const Options& o) -> std::shared_ptr<torch::optim::Optimizer> {
-                    check_adam(o);
-                    auto opts = torch::optim::AdamWOptions(o.get_float("lr"))
-                                    .betas({o.get_float("beta1"), o.get_float("beta2")})
-                                    .eps(o.get_float("eps"))
-                                    .weight_decay(o.get_float("weight_decay"))
-                                    .amsgrad(o.get_bool("amsgrad"));
-                    if (o.get_bool("fused")) return std::make_shared<FusedAdamW>(params, opts);
+                    const auto a = o.to<AdamOptions>();
+                    const auto opts = torch_options<torch::optim::AdamWOptions>(a);
+                    if (a.fused) return std::make_shared<FusedAdamW>(params, opts);
                     return std::make_shared<torch::optim::AdamW>(params, opts);
                   });
 }

@@ -8,54 +8,72 @@
 namespace tt {
 namespace {
 
+// The options of each schedule; their defaults, ranges and docs are in the schemas below.
+struct WarmupOptions {
+  int64_t warmup_steps;
+};
+struct LinearWarmupOptions {
+  int64_t warmup_steps;
+  bool decay;
+  double min_lr;
+};
+struct CosineOptions {
+  int64_t warmup_steps;
+  double min_lr;
+};
+struct WarmRestartsOptions {
+  double t0_epochs;
+  int64_t t_mult;
+  double eta_min;
+};
+
 double warmup_factor(int64_t step, int64_t warmup) {
   return (warmup > 0 && step < warmup) ? static_cast<double>(step + 1) / static_cast<double>(warmup) : 1.0;
 }
 
 class Constant final : public Schedule {
  public:
-  explicit Constant(int64_t warmup) : warmup_(warmup) {}
-  double lr(const ScheduleContext& c) const override { return c.base_lr * warmup_factor(c.step, warmup_); }
+  explicit Constant(WarmupOptions o) : o_(o) {}
+  double lr(const ScheduleContext& c) const override { return c.base_lr * warmup_factor(c.step, o_.warmup_steps); }
 
  private:
-  int64_t warmup_;
+  WarmupOptions o_;
 };
 
 class LinearWarmup final : public Schedule {
  public:
-  LinearWarmup(int64_t warmup, bool decay, double min_lr) : warmup_(warmup), decay_(decay), min_lr_(min_lr) {}
+  explicit LinearWarmup(LinearWarmupOptions o) : o_(o) {}
   double lr(const ScheduleContext& c) const override {
-    if (c.step < warmup_) return c.base_lr * warmup_factor(c.step, warmup_);
-    if (!decay_ || c.total_steps <= warmup_) return c.base_lr;
-    double t = std::min(1.0, static_cast<double>(c.step - warmup_) / static_cast<double>(c.total_steps - warmup_));
-    return c.base_lr + (min_lr_ - c.base_lr) * t;
+    const int64_t warmup = o_.warmup_steps;
+    if (c.step < warmup) return c.base_lr * warmup_factor(c.step, warmup);
+    if (!o_.decay || c.total_steps <= warmup) return c.base_lr;
+    double t = std::min(1.0, static_cast<double>(c.step - warmup) / static_cast<double>(c.total_steps - warmup));
+    return c.base_lr + (o_.min_lr - c.base_lr) * t;
   }
 
  private:
-  int64_t warmup_;
-  bool decay_;
-  double min_lr_;
+  LinearWarmupOptions o_;
 };
 
 class Cosine final : public Schedule {
  public:
-  Cosine(int64_t warmup, double min_lr) : warmup_(warmup), min_lr_(min_lr) {}
+  explicit Cosine(CosineOptions o) : o_(o) {}
   double lr(const ScheduleContext& c) const override {
-    if (c.step < warmup_) return c.base_lr * warmup_factor(c.step, warmup_);
-    if (c.total_steps <= warmup_) return c.base_lr;
-    double t = std::min(1.0, static_cast<double>(c.step - warmup_) / static_cast<double>(c.total_steps - warmup_));
-    return min_lr_ + (c.base_lr - min_lr_) * 0.5 * (1 + std::cos(M_PI * t));
+    const int64_t warmup = o_.warmup_steps;
+    if (c.step < warmup) return c.base_lr * warmup_factor(c.step, warmup);
+    if (c.total_steps <= warmup) return c.base_lr;
+    double t = std::min(1.0, static_cast<double>(c.step - warmup) / static_cast<double>(c.total_steps - warmup));
+    return o_.min_lr + (c.base_lr - o_.min_lr) * 0.5 * (1 + std::cos(M_PI * t));
   }
 
  private:
-  int64_t warmup_;
-  double min_lr_;
+  CosineOptions o_;
 };
 
 // As torch.optim.lr_scheduler.CosineAnnealingWarmRestarts stepped with a fractional epoch.
 class CosineWarmRestarts final : public Schedule {
  public:
-  CosineWarmRestarts(double t0, int64_t t_mult, double eta_min) : t0_(t0), t_mult_(t_mult), eta_min_(eta_min) {}
+  explicit CosineWarmRestarts(WarmRestartsOptions o) : t0_(o.t0_epochs), t_mult_(o.t_mult), eta_min_(o.eta_min) {}
   double lr(const ScheduleContext& c) const override {
     double e = c.epoch, t_cur, t_i;
     if (e >= t0_) {
@@ -83,43 +101,30 @@ class CosineWarmRestarts final : public Schedule {
 }  // namespace
 
 void register_builtin_schedules(Registry& r) {
+  const char* warmup_doc = "steps of linear warm-up from 0";
   r.add_schedule("constant", "the optimizer's lr throughout (optional linear warm-up)",
-                 Schema().add("warmup_steps", Type::Int, "0", "steps of linear warm-up from 0"),
-                 [](const Options& o) {
-                   o.check(o.get_int("warmup_steps") >= 0, "warmup_steps", "must be >= 0");
-                   return std::make_unique<Constant>(o.get_int("warmup_steps"));
-                 });
+                 Schema().field("warmup_steps", &WarmupOptions::warmup_steps, 0, warmup_doc).range(ge(0)),
+                 [](const Options& o) { return std::make_unique<Constant>(o.to<WarmupOptions>()); });
   r.add_schedule("linear_warmup", "linear warm-up, then constant or linear decay to min_lr",
                  Schema()
-                     .add("warmup_steps", Type::Int, "100", "steps of linear warm-up from 0")
-                     .add("decay", Type::Bool, "true", "decay linearly to min_lr at the last step")
-                     .add("min_lr", Type::Float, "0", "final learning rate"),
-                 [](const Options& o) {
-                   o.check(o.get_int("warmup_steps") >= 0, "warmup_steps", "must be >= 0");
-                   return std::make_unique<LinearWarmup>(o.get_int("warmup_steps"), o.get_bool("decay"),
-                                                         o.get_float("min_lr"));
-                 });
+                     .field("warmup_steps", &LinearWarmupOptions::warmup_steps, 100, warmup_doc).range(ge(0))
+                     .field("decay", &LinearWarmupOptions::decay, true, "decay linearly to min_lr at the last step")
+                     .field("min_lr", &LinearWarmupOptions::min_lr, 0, "final learning rate").range(ge(0)),
+                 [](const Options& o) { return std::make_unique<LinearWarmup>(o.to<LinearWarmupOptions>()); });
   r.add_schedule("cosine", "optional linear warm-up, then cosine decay to min_lr over the fit",
                  Schema()
-                     .add("warmup_steps", Type::Int, "0", "steps of linear warm-up from 0")
-                     .add("min_lr", Type::Float, "0", "final learning rate"),
-                 [](const Options& o) {
-                   o.check(o.get_int("warmup_steps") >= 0, "warmup_steps", "must be >= 0");
-                   return std::make_unique<Cosine>(o.get_int("warmup_steps"), o.get_float("min_lr"));
-                 });
+                     .field("warmup_steps", &CosineOptions::warmup_steps, 0, warmup_doc).range(ge(0))
+                     .field("min_lr", &CosineOptions::min_lr, 0, "final learning rate").range(ge(0)),
+                 [](const Options& o) { return std::make_unique<Cosine>(o.to<CosineOptions>()); });
   r.add_schedule("cosine_warm_restarts",
                  "cosine annealing with warm restarts, stepped per batch at the fractional epoch "
                  "(torch CosineAnnealingWarmRestarts, as tinytopics uses)",
                  Schema()
-                     .add("t0_epochs", Type::Float, "20", "epochs in the first cycle (T_0)")
-                     .add("t_mult", Type::Int, "1", "cycle length multiplier (T_mult)")
-                     .add("eta_min", Type::Float, "0.01", "minimum learning rate"),
-                 [](const Options& o) {
-                   o.check(o.get_float("t0_epochs") > 0, "t0_epochs", "must be > 0");
-                   o.check(o.get_int("t_mult") >= 1, "t_mult", "must be an integer >= 1");
-                   return std::make_unique<CosineWarmRestarts>(o.get_float("t0_epochs"), o.get_int("t_mult"),
-                                                               o.get_float("eta_min"));
-                 });
+                     .field("t0_epochs", &WarmRestartsOptions::t0_epochs, 20, "epochs in the first cycle (T_0)")
+                     .range(gt(0))
+                     .field("t_mult", &WarmRestartsOptions::t_mult, 1, "cycle length multiplier (T_mult)").range(ge(1))
+                     .field("eta_min", &WarmRestartsOptions::eta_min, 0.01, "minimum learning rate").range(ge(0)),
+                 [](const Options& o) { return std::make_unique<CosineWarmRestarts>(o.to<WarmRestartsOptions>()); });
 }
 
 }  // namespace tt

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <iomanip>
 
@@ -30,10 +31,116 @@ const char* type_name(Type t) {
   return "?";
 }
 
+// The shortest text that reads back as the same double: 0.001, 1e-8, 0.9, 20.
+static std::string number_text(double v) {
+  if (std::isnan(v)) return ".nan";
+  if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
+  char buf[32];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string s = buf;
+  auto e = s.find('e');  // 1e-08 -> 1e-8
+  if (e != std::string::npos) {
+    size_t digits = e + 2;
+    while (digits + 1 < s.size() && s[digits] == '0') s.erase(digits, 1);
+    if (s[e + 1] == '+') s.erase(e + 1, 1);
+  }
+  return s;
+}
+
+bool Range::contains(double v) const {
+  if (std::isnan(v)) return !min && !max;
+  if (min && (min->inclusive ? v < min->value : v <= min->value)) return false;
+  if (max && (max->inclusive ? v > max->value : v >= max->value)) return false;
+  return true;
+}
+
+std::string Range::text() const {
+  if (min && max)
+    return detail::cat("in ", min->inclusive ? "[" : "(", number_text(min->value), ", ", number_text(max->value),
+                       max->inclusive ? "]" : ")");
+  if (min) return detail::cat(min->inclusive ? ">= " : "> ", number_text(min->value));
+  if (max) return detail::cat(max->inclusive ? "<= " : "< ", number_text(max->value));
+  return "";
+}
+
+std::string OptionSpec::allowed() const {
+  std::string out;
+  for (const auto& c : choices) out += (out.empty() ? "" : " | ") + c;
+  return out.empty() ? range.text() : out;
+}
+
+namespace detail {
+std::string yaml_of(bool v) { return v ? "true" : "false"; }
+std::string yaml_of(int64_t v) { return std::to_string(v); }
+std::string yaml_of(double v) { return number_text(v); }
+std::string yaml_of(const std::string& v) { return emit_yaml_flow(YAML::Node(v)); }
+std::string yaml_of(const std::vector<std::string>& v) {
+  YAML::Node n(YAML::NodeType::Sequence);
+  for (const auto& item : v) n.push_back(item);
+  return emit_yaml_flow(n);
+}
+}  // namespace detail
+
+static std::string check_value(const YAML::Node& n, Type type, const std::string& where, const std::string& what);
+static void check_allowed(const OptionSpec& spec, const std::string& yaml, const std::string& where,
+                          const std::string& what);
+
 Schema& Schema::add(std::string key, Type type, std::string default_yaml, std::string doc) {
   TT_CHECK(!find(key), "schema: duplicate option '", key, "'");
-  specs_.push_back({std::move(key), type, std::move(default_yaml), std::move(doc)});
+  OptionSpec spec;
+  spec.key = std::move(key);
+  spec.type = type;
+  spec.default_yaml = std::move(default_yaml);
+  spec.doc = std::move(doc);
+  check_default(spec);
+  specs_.push_back(std::move(spec));
   return *this;
+}
+
+Schema& Schema::range(Range a, Range b) {
+  TT_CHECK(!specs_.empty(), "schema: range() before any option");
+  OptionSpec& spec = specs_.back();
+  TT_CHECK(spec.type == Type::Int || spec.type == Type::Float || spec.type == Type::Bytes, "schema: option '",
+           spec.key, "' is ", type_name(spec.type), ": only numbers take a range");
+  TT_CHECK(!(a.min && b.min) && !(a.max && b.max), "schema: option '", spec.key,
+           "': give range() one lower and one upper bound, e.g. range(ge(0), lt(1))");
+  spec.range.min = a.min ? a.min : b.min;
+  spec.range.max = a.max ? a.max : b.max;
+  TT_CHECK(!spec.range.min || !spec.range.max || spec.range.min->value < spec.range.max->value ||
+               (spec.range.min->value == spec.range.max->value && spec.range.min->inclusive &&
+                spec.range.max->inclusive),
+           "schema: option '", spec.key, "': the range ", spec.range.text(), " is empty");
+  check_default(spec);
+  return *this;
+}
+
+Schema& Schema::choices(std::vector<std::string> allowed) {
+  TT_CHECK(!specs_.empty(), "schema: choices() before any option");
+  OptionSpec& spec = specs_.back();
+  TT_CHECK(spec.type == Type::String || spec.type == Type::List, "schema: option '", spec.key, "' is ",
+           type_name(spec.type), ": only strings and lists take choices");
+  TT_CHECK(!allowed.empty(), "schema: option '", spec.key, "': choices() needs at least one value");
+  spec.choices = std::move(allowed);
+  check_default(spec);
+  return *this;
+}
+
+// A default that its own declaration does not allow is a bug in the component, not in the
+// user's pipeline: say so, as an internal error, when the schema is built.
+void Schema::check_default(const OptionSpec& spec) const {
+  if (spec.default_yaml.empty() || spec.default_yaml == "~") return;
+  const std::string what = "the default of option '" + spec.key + "'";
+  try {
+    YAML::Node n = YAML::Load(spec.default_yaml);
+    check_allowed(spec, check_value(n, spec.type, "schema", what), "schema", what);
+  } catch (const YAML::Exception& e) {
+    TT_FAIL_AS(Error, "schema: ", what, " is not valid YAML ('", spec.default_yaml, "'): ", e.msg);
+  } catch (const ConfigError& e) {
+    TT_FAIL_AS(Error, e.what(), " (a bug in the component that declares it)");
+  }
 }
 
 const OptionSpec* Schema::find(const std::string& key) const {
@@ -215,6 +322,32 @@ static std::string check_value(const YAML::Node& n, Type type, const std::string
   return {};
 }
 
+// Checks a valid value of the spec's type (canonical YAML text) against its range or choices.
+static void check_allowed(const OptionSpec& spec, const std::string& yaml, const std::string& where,
+                          const std::string& what) {
+  if (spec.range.min || spec.range.max) {
+    double v = 0;
+    if (spec.type == Type::Bytes) v = static_cast<double>(parse_bytes(yaml));
+    else parse_float(yaml, v);
+    if (!spec.range.contains(v)) TT_FAIL(where, ": ", what, " must be ", spec.range.text(), ", got ", yaml);
+  }
+  if (spec.choices.empty()) return;
+  YAML::Node n = YAML::Load(yaml);
+  std::vector<std::string> given;
+  if (n.IsSequence())
+    for (const auto& item : n) given.push_back(item.Scalar());
+  else
+    given.push_back(n.Scalar());
+  for (const auto& g : given) {
+    if (std::find(spec.choices.begin(), spec.choices.end(), g) != spec.choices.end()) continue;
+    std::string msg = detail::cat(where, ": ", what, spec.type == Type::List ? " items" : "", " must be one of ",
+                                  spec.allowed(), ", got '", g, "'");
+    const std::string near = nearest(g, spec.choices);
+    if (!near.empty()) msg += "; did you mean '" + near + "'?";
+    throw ConfigError(msg);
+  }
+}
+
 Options Options::defaults(const Schema& schema, const std::string& context) {
   return parse(YAML::Node(), schema, context, "");
 }
@@ -254,6 +387,7 @@ Options Options::parse(const YAML::Node& node, const Schema& schema, const std::
     if (n.IsDefined() && !n.IsNull()) {
       v.where = where(spec.key, n);
       v.yaml = check_value(n, spec.type, v.where, prefix + spec.key);
+      check_allowed(spec, v.yaml, v.where, prefix + spec.key);
       v.null = false;
     } else if (spec.default_yaml != "~" && !spec.default_yaml.empty()) {
       v.where = "default of " + prefix + spec.key;
@@ -265,6 +399,7 @@ Options Options::parse(const YAML::Node& node, const Schema& schema, const std::
     }
     o.order_.push_back(spec.key);
     o.values_[spec.key] = std::move(v);
+    if (spec.field) o.fields_.push_back(spec.field);
   }
   return o;
 }
@@ -310,6 +445,15 @@ std::string Options::get_yaml(const std::string& key) const {
   auto it = values_.find(key);
   TT_CHECK(it != values_.end(), "internal: option '", key, "' is not in the schema of ", context_);
   return it->second.yaml;
+}
+
+void Options::fill(void* object, const std::type_info& type) const {
+  TT_CHECK(!fields_.empty(), "internal: the schema of ", context_, " binds no fields (declare them with Schema::field)");
+  for (const auto& f : fields_) {
+    TT_CHECK(f->owner == std::type_index(type), "internal: the schema of ", context_,
+             " binds fields of another struct than the one asked for");
+    f->assign(object, *this);
+  }
 }
 
 void Options::fail(const std::string& key, const std::string& message) const {

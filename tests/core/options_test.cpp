@@ -1,9 +1,16 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <functional>
+
 #include "tt/error.h"
 #include "tt/options.h"
+#include "tt/pipeline.h"
 
+using tt::ge;
+using tt::gt;
+using tt::le;
+using tt::lt;
 using tt::Options;
 using tt::Schema;
 using tt::Type;
@@ -87,4 +94,169 @@ TEST(Options, ParseBytes) {
 TEST(Options, Nearest) {
   EXPECT_EQ(tt::nearest("trainr", {"trainer", "model", "data"}), "trainer");
   EXPECT_EQ(tt::nearest("xyzzy", {"trainer", "model", "data"}), "");
+}
+
+namespace {
+// What an options struct looks like to Schema::field: plain members, defaults in the declaration.
+struct Fit {
+  int64_t steps;
+  double lr;
+  bool shuffle;
+  std::string mode;
+  std::vector<std::string> targets;
+  std::optional<double> clip;
+  std::optional<int64_t> cap;
+};
+
+Schema fit_schema() {
+  return Schema()
+      .field("steps", &Fit::steps, 100, "steps").range(ge(0))
+      .field("lr", &Fit::lr, 1e-3, "learning rate").range(gt(0), le(1))
+      .field("shuffle", &Fit::shuffle, true, "reshuffle")
+      .field("mode", &Fit::mode, "fast", "how").choices({"fast", "exact"})
+      .field("targets", &Fit::targets, {"qkv", "proj"}, "layers").choices({"qkv", "proj", "fc1", "fc2"})
+      .field("clip", &Fit::clip, std::nullopt, "gradient clip").range(gt(0))
+      .bytes_field("cap", &Fit::cap, "~", "memory cap").range(ge(1024));
+}
+
+std::string fit_error(const std::string& yaml, const std::map<std::string, std::string>& origins = {}) {
+  try {
+    Options::parse(YAML::Load(yaml), fit_schema(), "trainer", "x.yaml", {}, origins);
+  } catch (const tt::ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string declaration_error(const std::function<void()>& declare) {
+  try {
+    declare();
+  } catch (const tt::ConfigError& e) {
+    return std::string("a ConfigError (the user's fault): ") + e.what();
+  } catch (const tt::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Options, RangeErrorNamesLocationKeyRangeAndValue) {
+  EXPECT_EQ(fit_error("steps: -3"), "x.yaml:1:8: trainer.steps must be >= 0, got -3");
+  EXPECT_EQ(fit_error("mode: fast\nlr: 1.5"), "x.yaml:2:5: trainer.lr must be in (0, 1], got 1.5");
+  EXPECT_EQ(fit_error("clip: -1"), "x.yaml:1:7: trainer.clip must be > 0, got -1");
+  EXPECT_EQ(fit_error("cap: 1000"), "x.yaml:1:6: trainer.cap must be >= 1024, got 1000");
+  EXPECT_EQ(fit_error("steps: -3", {{"steps", "command line 'trainer.steps=-3'"}}),
+            "command line 'trainer.steps=-3': trainer.steps must be >= 0, got -3");
+}
+
+TEST(Options, RangeBoundsAreInclusiveOrExclusiveAsDeclared) {
+  EXPECT_EQ(fit_error("steps: 0\nlr: 1\ncap: 1KiB"), "");   // >= 0, <= 1, >= 1024: the bounds themselves
+  EXPECT_NE(fit_error("lr: 0"), "");                        // > 0
+  EXPECT_NE(fit_error("clip: 0"), "");                      // > 0
+  EXPECT_NE(fit_error("lr: .nan").find("must be in (0, 1], got .nan"), std::string::npos);
+  EXPECT_EQ(fit_error("clip: 1e-9"), "");
+}
+
+TEST(Options, ChoiceErrorNamesChoicesValueAndNearest) {
+  EXPECT_EQ(fit_error("mode: exat"), "x.yaml:1:7: trainer.mode must be one of fast | exact, got 'exat'; did you mean 'exact'?");
+  EXPECT_EQ(fit_error("mode: zzzzzz"), "x.yaml:1:7: trainer.mode must be one of fast | exact, got 'zzzzzz'");
+  EXPECT_EQ(fit_error("targets: [qkv, fc3]"),
+            "x.yaml:1:10: trainer.targets items must be one of qkv | proj | fc1 | fc2, got 'fc3'; did you mean 'fc1'?");
+  EXPECT_EQ(fit_error("targets: fc2"), "");
+}
+
+TEST(Options, AllowedTextForList) {
+  const Schema s = fit_schema();
+  EXPECT_EQ(s.find("steps")->allowed(), ">= 0");
+  EXPECT_EQ(s.find("lr")->allowed(), "in (0, 1]");
+  EXPECT_EQ(s.find("mode")->allowed(), "fast | exact");
+  EXPECT_EQ(s.find("shuffle")->allowed(), "");
+  EXPECT_EQ((tt::Range{tt::ge(0).min, tt::lt(1).max}.text()), "in [0, 1)");
+  EXPECT_EQ(tt::le(-2.5).text(), "<= -2.5");
+}
+
+TEST(Options, DefaultsOutsideTheirOwnDeclarationFailWhenDeclared) {
+  std::string e = declaration_error([] { Schema().add("keep", Type::Int, "-2", "").range(ge(0)); });
+  EXPECT_EQ(e, "schema: the default of option 'keep' must be >= 0, got -2 (a bug in the component that declares it)");
+  e = declaration_error([] { Schema().add("on_nan", Type::String, "ignore", "").choices({"error", "skip"}); });
+  EXPECT_NE(e.find("schema: the default of option 'on_nan' must be one of error | skip, got 'ignore'"),
+            std::string::npos) << e;
+  e = declaration_error([] { Schema().add("n", Type::Int, "many", ""); });
+  EXPECT_NE(e.find("schema: the default of option 'n' must be an integer, got 'many'"), std::string::npos) << e;
+  e = declaration_error([] { Schema().field("lr", &Fit::lr, -1.0, "").range(gt(0)); });
+  EXPECT_NE(e.find("the default of option 'lr' must be > 0, got -1"), std::string::npos) << e;
+  e = declaration_error([] { Schema().add("mode", Type::Bool, "true", "").choices({"a"}); });
+  EXPECT_NE(e.find("only strings and lists take choices"), std::string::npos) << e;
+  e = declaration_error([] { Schema().add("x", Type::Float, "0.5", "").range(gt(1), lt(1)); });
+  EXPECT_NE(e.find("the range in (1, 1) is empty"), std::string::npos) << e;
+  // unset defaults have nothing to check
+  EXPECT_EQ(declaration_error([] { Schema().add("clip", Type::Float, "~", "").range(gt(0)); }), "");
+}
+
+TEST(Options, FieldDefaultsAreWrittenOnceAsYaml) {
+  const Schema s = fit_schema();
+  EXPECT_EQ(s.find("steps")->default_yaml, "100");
+  EXPECT_EQ(s.find("lr")->default_yaml, "0.001");
+  EXPECT_EQ(s.find("shuffle")->default_yaml, "true");
+  EXPECT_EQ(s.find("mode")->default_yaml, "fast");
+  EXPECT_EQ(s.find("targets")->default_yaml, "[qkv, proj]");
+  EXPECT_EQ(s.find("clip")->default_yaml, "~");
+  EXPECT_EQ(s.find("clip")->type, Type::Float);
+  EXPECT_EQ(s.find("cap")->type, Type::Bytes);
+  EXPECT_EQ(tt::detail::yaml_of(1e-8), "1e-8");
+  EXPECT_EQ(tt::detail::yaml_of(0.1 + 0.2), "0.30000000000000004");  // reads back as the same double
+  EXPECT_EQ(tt::detail::yaml_of(std::string("a: b")), "\"a: b\"");
+}
+
+TEST(Options, ToFillsTheBoundStructFromDefaultsAndValues) {
+  Fit d = Options::defaults(fit_schema(), "trainer").to<Fit>();
+  EXPECT_EQ(d.steps, 100);
+  EXPECT_EQ(d.lr, 1e-3);
+  EXPECT_TRUE(d.shuffle);
+  EXPECT_EQ(d.mode, "fast");
+  EXPECT_EQ(d.targets, (std::vector<std::string>{"qkv", "proj"}));
+  EXPECT_FALSE(d.clip.has_value());
+  EXPECT_FALSE(d.cap.has_value());
+
+  Fit f = Options::parse(YAML::Load("steps: 7\nlr: 0.5\nshuffle: no\nmode: exact\ntargets: [fc1]\nclip: 2.5\ncap: 2KiB"),
+                         fit_schema(), "trainer", "x.yaml")
+              .to<Fit>();
+  EXPECT_EQ(f.steps, 7);
+  EXPECT_EQ(f.lr, 0.5);
+  EXPECT_FALSE(f.shuffle);
+  EXPECT_EQ(f.mode, "exact");
+  EXPECT_EQ(f.targets, std::vector<std::string>{"fc1"});
+  EXPECT_EQ(f.clip, 2.5);
+  EXPECT_EQ(f.cap, 2048);
+}
+
+TEST(Options, ToRefusesAStructTheSchemaDoesNotBind) {
+  struct Other {
+    int64_t steps;
+  };
+  EXPECT_THROW(Options::defaults(fit_schema(), "trainer").to<Other>(), tt::Error);
+  EXPECT_THROW(Options::defaults(schema(), "trainer").to<Fit>(), tt::Error);  // add() binds nothing
+}
+
+TEST(Options, TrainerSchemaRefusesValuesOutsideTheirRanges) {
+  auto error = [](const std::string& yaml) {
+    try {
+      Options::parse(YAML::Load(yaml), tt::trainer_schema(), "trainer", "p.yaml");
+    } catch (const tt::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error("threads: -3"), "p.yaml:1:10: trainer.threads must be >= 0, got -3");
+  EXPECT_EQ(error("grad_clip: -1"), "p.yaml:1:12: trainer.grad_clip must be > 0, got -1");
+  EXPECT_EQ(error("checkpoint_every: -1"), "p.yaml:1:19: trainer.checkpoint_every must be >= 0, got -1");
+  EXPECT_EQ(error("keep_checkpoints: -2"), "p.yaml:1:19: trainer.keep_checkpoints must be >= 0, got -2");
+  EXPECT_EQ(error("batch_size: 0"), "p.yaml:1:13: trainer.batch_size must be >= 1, got 0");
+  EXPECT_EQ(error("on_nan: skp"), "p.yaml:1:9: trainer.on_nan must be one of error | skip, got 'skp'; did you mean 'skip'?");
+  EXPECT_NE(error("dist_rows: own").find("trainer.dist_rows must be one of all-reduce | owned, got 'own'"),
+            std::string::npos);
+  EXPECT_NE(error("progress: quiet").find("trainer.progress must be one of auto | bar | lines | off"),
+            std::string::npos);
+  // what 0 means stays allowed: all cores, only the final checkpoint, keep all, no training
+  EXPECT_EQ(error("threads: 0\ncheckpoint_every: 0\nkeep_checkpoints: 0\nmax_steps: 0\neval_every: 0"), "");
 }

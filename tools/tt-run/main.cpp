@@ -43,6 +43,12 @@
 
 namespace {
 
+// An option's doc and, when declared, what it allows: "learning rate [>= 0]", "... [error | skip]".
+std::string with_allowed(const tt::OptionSpec& s) {
+  const std::string allowed = s.allowed();
+  return allowed.empty() ? s.doc : s.doc + " [" + allowed + "]";
+}
+
 void print_list() {
   auto refusals = tt::ModuleLoader::global().load_all();
   auto& reg = tt::Registry::global();
@@ -63,7 +69,7 @@ void print_list() {
                     : s.type == tt::Type::Bytes  ? "bytes"
                     : s.type == tt::Type::List   ? "list"
                                                  : "map",
-                    def.c_str(), s.doc.c_str());
+                    def.c_str(), with_allowed(s).c_str());
       }
     }
     std::printf("\n");
@@ -71,7 +77,7 @@ void print_list() {
   std::printf("trainer options:\n");
   for (const auto& s : tt::trainer_schema().specs())
     std::printf("      %-20s = %-10s %s\n", s.key.c_str(), s.default_yaml == "~" ? "unset" : s.default_yaml.c_str(),
-                s.doc.c_str());
+                with_allowed(s).c_str());
   std::printf("\nmodule search path: %s\n", tt::ModuleLoader::global().describe_search_path().c_str());
   for (const auto& r : refusals) std::printf("refused: %s\n", r.c_str());
 }
