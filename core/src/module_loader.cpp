@@ -1,10 +1,13 @@
 #include "tt/module_loader.h"
 
 #define BOOST_DLL_USE_STD_FS
+#include <cxxabi.h>
 #include <dlfcn.h>
 
 #include <boost/dll/shared_library.hpp>
+#include <cctype>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -38,6 +41,39 @@ std::string fingerprint_of(const char* torch, uint32_t gxx, int32_t abi, int32_t
   o << "LibTorch " << torch << ", C++ ABI " << gxx << ", _GLIBCXX_USE_CXX11_ABI=" << abi << ", "
     << (cuda ? "CUDA" : "CPU-only");
   return o.str();
+}
+
+bool is_symbol_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '$'; }
+
+// The dynamic linker's text with every mangled C++ name in it shown demangled, the mangled
+// name kept beside it for nm and c++filt: "undefined symbol tt::foo() (_ZN2tt3fooEv)".
+std::string demangle_symbols(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    if (text.compare(i, 2, "_Z") != 0 || (i > 0 && is_symbol_char(text[i - 1]))) {
+      out += text[i++];
+      continue;
+    }
+    size_t end = i;
+    while (end < text.size() && is_symbol_char(text[end])) ++end;
+    const std::string mangled = text.substr(i, end - i);
+    int status = -1;
+    std::unique_ptr<char, decltype(&std::free)> plain(abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status),
+                                                      &std::free);
+    out += status == 0 ? detail::cat(plain.get(), " (", mangled, ")") : mangled;
+    i = end;
+  }
+  return out;
+}
+
+// Why dlopen refused `file`, without glibc's repetition of the file name it was given.
+std::string load_failure(const std::string& file, const char* dl_error, const std::string& fallback) {
+  std::string why = dl_error ? dl_error : fallback;
+  if (why.rfind(file + ": ", 0) == 0) why.erase(0, file.size() + 2);
+  const std::string undefined = "undefined symbol: ";
+  if (const size_t at = why.find(undefined); at != std::string::npos)
+    why.replace(at, undefined.size(), "undefined symbol ");
+  return demangle_symbols(why);
 }
 
 }  // namespace
@@ -82,11 +118,9 @@ void ModuleLoader::load_file(const fs::path& file_in) {
   boost::dll::shared_library lib;
   boost::dll::fs::error_code ec;
   lib.load(file, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, ec);
-  if (ec) {
-    const char* why = dlerror();
-    TT_FAIL_AS(ModuleError, f, ": cannot be loaded: ", why ? why : ec.message(),
+  if (ec)
+    TT_FAIL_AS(ModuleError, f, ": cannot be loaded: ", load_failure(f, dlerror(), ec.message()),
                " (was it built against this tt and LibTorch? rebuild it with tt's CMake package)");
-  }
   if (!lib.has(TT_MODULE_ENTRY_SYMBOL))
     TT_FAIL_AS(ModuleError, f, ": not a tt module: it does not export '", TT_MODULE_ENTRY_SYMBOL,
                "'. Define the entry point with TT_MODULE(...) from <tt/module.h>.");

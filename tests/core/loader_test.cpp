@@ -50,9 +50,18 @@ TEST(Loader, RefusesWrongFingerprint) {
   EXPECT_NE(e.find("_GLIBCXX_USE_CXX11_ABI=0"), std::string::npos) << e;
 }
 
-TEST(Loader, RefusesMissingSymbol) {
-  std::string e = refusal("tt_plugin_test-missing-symbol.so");
+TEST(Loader, RefusesLibraryWithoutEntryPoint) {
+  std::string e = refusal("tt_plugin_test-missing-entry.so");
   EXPECT_NE(e.find("not a tt module: it does not export 'tt_module_entry'"), std::string::npos) << e;
+}
+
+TEST(Loader, NamesAnUndefinedSymbolDemangled) {
+  std::string e = refusal("tt_plugin_test-missing-symbol.so");
+  EXPECT_NE(e.find(kDir + "/tt_plugin_test-missing-symbol.so: cannot be loaded: undefined symbol "
+                           "tt::missing_in_this_core(int) (_ZN2tt20missing_in_this_coreEi)"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("rebuild it"), std::string::npos) << e;
 }
 
 TEST(Loader, ExplainsThrowingRegistration) {

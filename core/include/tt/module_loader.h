@@ -23,8 +23,8 @@ class TT_API ModuleLoader {
 
   std::vector<std::filesystem::path> search_path() const;
   std::string describe_search_path() const;  // for messages
-  // Loads one file; throws tt::Error explaining why it was refused. Loading the same
-  // file twice is a no-op.
+  // Loads one file; throws tt::ModuleError explaining why it was refused (undefined
+  // symbols demangled). Loading the same file twice is a no-op.
   void load_file(const std::filesystem::path& file);
   // Finds tt_<kind>_<name>.so on the search path and loads it. Returns false if no such
   // file exists; throws if it exists but is refused.
