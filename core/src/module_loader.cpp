@@ -4,11 +4,13 @@
 #include <cxxabi.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <boost/dll/shared_library.hpp>
 #include <cctype>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -76,6 +78,49 @@ std::string load_failure(const std::string& file, const char* dl_error, const st
   return demangle_symbols(why);
 }
 
+// tt_<kind>_<name>.so promises a <kind> named <name>; other file names promise nothing.
+struct Promise {
+  std::string kind, name;
+};
+std::optional<Promise> promised_by(const fs::path& file) {
+  const std::string fn = file.filename().string();
+  for (const std::string kind : {"plugin", "model"}) {
+    const std::string prefix = "tt_" + kind + "_";
+    if (fn.size() > prefix.size() + 3 && fn.rfind(prefix, 0) == 0 && fn.compare(fn.size() - 3, 3, ".so") == 0)
+      return Promise{kind, fn.substr(prefix.size(), fn.size() - prefix.size() - 3)};
+  }
+  return std::nullopt;
+}
+
+// The registry finds a pipeline's name through the file name, so a module declaring another
+// name than its file's would load and still not be found. Empty when they agree.
+std::string misnamed(const fs::path& file, const std::string& kind, const std::string& name) {
+  const auto promise = promised_by(file);
+  if (!promise || (promise->kind == kind && promise->name == name)) return "";
+  const bool same_kind = promise->kind == kind;
+  return detail::cat(file.filename().string(), " registered ", same_kind ? "" : kind + " ", "'", name, "', not ",
+                     same_kind ? "" : promise->kind + " ", "'", promise->name, "': rename the file to tt_", kind, "_",
+                     name, ".so, or the registration (TT_MODULE and its register function) to ", promise->kind, " '",
+                     promise->name, "'");
+}
+
+// The module declared `name` in TT_MODULE and its register function added `added` (the new
+// names of its kind). Empty when `name` is among them.
+std::string misregistered(const fs::path& file, const std::string& kind, const std::string& name,
+                          const std::vector<std::string>& added) {
+  if (std::find(added.begin(), added.end(), name) != added.end()) return "";
+  const bool named_file = promised_by(file).has_value();
+  std::string registered;
+  for (const auto& a : added) registered += detail::cat(registered.empty() ? "" : ", ", "'", a, "'");
+  if (registered.empty()) registered = "no " + kind;
+  std::string s = detail::cat(named_file ? file.filename().string() : "module '" + name + "'", " registered ",
+                              registered, ", not '", name, "': register the ", kind, " as '", name,
+                              "', the name in TT_MODULE", named_file ? " and the file name" : "");
+  if (added.size() == 1)
+    s += detail::cat(", or rename the module", named_file ? " and the file" : "", " to '", added[0], "'");
+  return s;
+}
+
 }  // namespace
 
 ModuleLoader& ModuleLoader::global() {
@@ -113,6 +158,7 @@ void ModuleLoader::load_file(const fs::path& file_in) {
   const std::string f = file.string();
   for (const auto& done : loaded_files_)
     if (done == f) return;
+  if (auto it = refused_.find(f); it != refused_.end()) throw ModuleError(it->second);
   TT_CHECK_AS(ModuleError, fs::exists(file), f, ": no such file");
 
   boost::dll::shared_library lib;
@@ -143,17 +189,31 @@ void ModuleLoader::load_file(const fs::path& file_in) {
               "' must be \"plugin\" or \"model\"");
   TT_CHECK_AS(ModuleError, info->register_components != nullptr, f, ": module '", name,
               "' has no register function");
+  if (std::string why = misnamed(file, kind, name); !why.empty()) throw ModuleError(f + ": " + why);
 
   Registry& reg = Registry::global();
+  const Kind registry_kind = kind == "plugin" ? Kind::Plugin : Kind::Model;
+  const std::vector<std::string> before = reg.names(registry_kind);
   reg.set_current_origin(f);
+  std::string refusal;
   try {
     info->register_components(reg);
   } catch (const std::exception& e) {
-    reg.set_current_origin("built-in");
-    TT_FAIL_AS(ModuleError, f, ": ", kind, " '", name, "' failed to register: ", e.what());
+    refusal = detail::cat(f, ": ", kind, " '", name, "' failed to register: ", e.what());
   }
   reg.set_current_origin("built-in");
+  // Whatever it registered, even before failing, points into the library: never unload it.
   libraries().push_back(std::move(lib));
+  if (refusal.empty()) {
+    const std::vector<std::string> after = reg.names(registry_kind);  // sorted, as `before`
+    std::vector<std::string> added;
+    std::set_difference(after.begin(), after.end(), before.begin(), before.end(), std::back_inserter(added));
+    if (std::string why = misregistered(file, kind, name, added); !why.empty()) refusal = f + ": " + why;
+  }
+  if (!refusal.empty()) {
+    refused_.emplace(f, refusal);  // loading it again would register the same names twice
+    throw ModuleError(refusal);
+  }
   loaded_files_.push_back(f);
   loaded_.push_back({kind, name, info->description ? info->description : "", f,
                      info->torch_version ? info->torch_version : "", info->compiler ? info->compiler : ""});

@@ -2,8 +2,10 @@
 // before its directory is on the search path and works after.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 
 #include "test_support.h"
 #include "tt/compat.h"
@@ -23,6 +25,24 @@ std::string refusal(const std::string& file) {
     return e.what();
   }
   return "";
+}
+
+// TT_PLUGIN_PATH for one test (unset with nullptr), restored when the test ends.
+class PluginPath {
+ public:
+  explicit PluginPath(const char* value) {
+    if (const char* old = std::getenv("TT_PLUGIN_PATH")) old_ = old;
+    value ? setenv("TT_PLUGIN_PATH", value, 1) : unsetenv("TT_PLUGIN_PATH");
+  }
+  ~PluginPath() { old_ ? setenv("TT_PLUGIN_PATH", old_->c_str(), 1) : unsetenv("TT_PLUGIN_PATH"); }
+
+ private:
+  std::optional<std::string> old_;
+};
+
+bool plugin_registered(const std::string& name) {
+  const auto names = tt::Registry::global().names(tt::Kind::Plugin);
+  return std::find(names.begin(), names.end(), name) != names.end();
 }
 }  // namespace
 
@@ -62,6 +82,35 @@ TEST(Loader, NamesAnUndefinedSymbolDemangled) {
             std::string::npos)
       << e;
   EXPECT_NE(e.find("rebuild it"), std::string::npos) << e;
+}
+
+TEST(Loader, RefusesAFileNamedForAnotherModuleBeforeItRegisters) {
+  const std::string expected = kDir +
+                               "/tt_plugin_test-wrong-name.so: tt_plugin_test-wrong-name.so registered "
+                               "'test-other-name', not 'test-wrong-name': rename the file to "
+                               "tt_plugin_test-other-name.so, or the registration (TT_MODULE and its register "
+                               "function) to plugin 'test-wrong-name'";
+  EXPECT_EQ(refusal("tt_plugin_test-wrong-name.so"), expected);
+  // A pipeline naming the file's plugin gets the same explanation, not "unknown plugin".
+  PluginPath path(kDir.c_str());
+  try {
+    tt::Registry::global().plugin("test-wrong-name");
+    FAIL() << "test-wrong-name was found";
+  } catch (const tt::ModuleError& e) {
+    EXPECT_EQ(e.what(), expected);
+  }
+  EXPECT_FALSE(plugin_registered("test-other-name"));
+}
+
+TEST(Loader, RefusesAModuleRegisteringAnotherNameThanItsOwn) {
+  const std::string expected = kDir +
+                               "/tt_plugin_test-wrong-registration.so: tt_plugin_test-wrong-registration.so "
+                               "registered 'test-registered-name', not 'test-wrong-registration': register the "
+                               "plugin as 'test-wrong-registration', the name in TT_MODULE and the file name, or "
+                               "rename the module and the file to 'test-registered-name'";
+  EXPECT_EQ(refusal("tt_plugin_test-wrong-registration.so"), expected);
+  EXPECT_EQ(refusal("tt_plugin_test-wrong-registration.so"), expected);  // again: the same, not "already registered"
+  EXPECT_FALSE(plugin_registered("test-wrong-registration"));
 }
 
 TEST(Loader, ExplainsThrowingRegistration) {
