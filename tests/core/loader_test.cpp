@@ -1,5 +1,9 @@
 // Every refusal of the module loader is explained; a pipeline naming a plugin fails
 // before its directory is on the search path and works after.
+//
+// Modules are never unloaded and the registry is global, so a test cannot know which
+// modules an earlier test in this process loaded: each one sets the search path it needs,
+// asserts what holds either way, and runs tt-run where only a fresh process will do.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,12 +50,22 @@ bool plugin_registered(const std::string& name) {
 }
 }  // namespace
 
-TEST(Loader, LoadsAGoodModule) {
-  tt::ModuleLoader::global().load_file(kDir + "/tt_plugin_test-good.so");
+TEST(Loader, LoadsAGoodModuleAndTrainsWithIt) {
+  const std::string file = kDir + "/tt_plugin_test-good.so";
+  tt::ModuleLoader::global().load_file(file);
+  tt::ModuleLoader::global().load_file(file);  // twice is a no-op
+  const auto loaded = tt::ModuleLoader::global().loaded();
+  EXPECT_EQ(std::count_if(loaded.begin(), loaded.end(), [&](const tt::ModuleRecord& r) { return r.file == file; }), 1);
   const auto& c = tt::Registry::global().plugin("test-good");
-  EXPECT_EQ(c.origin, kDir + "/tt_plugin_test-good.so");
+  EXPECT_EQ(c.origin, file);
   EXPECT_NE(c.schema.find("bonus"), nullptr);
-  tt::ModuleLoader::global().load_file(kDir + "/tt_plugin_test-good.so");  // twice is a no-op
+
+  auto out = tt::test::temp_dir("loader");
+  auto p = tt::parse_pipeline(
+      tt::test::topic_yaml(out, "  max_steps: 3\n", "plugins:\n  - {name: test-good, bonus: 100}\n"), "p.yaml");
+  tt::Trainer t(p, {out / "run", false, true});
+  t.fit();
+  EXPECT_NE(tt::test::read_file(out / "run" / "metrics.jsonl").find("\"test_good_batches\":103.0"), std::string::npos);
 }
 
 TEST(Loader, RefusesWrongApiVersion) {
@@ -131,7 +145,8 @@ TEST(Loader, RefusesMissingAndNonLibraryFiles) {
   }
 }
 
-TEST(Loader, NotFoundListsSearchPathAndAvailable) {
+TEST(Loader, NotFoundListsSearchPathAvailableAndRefused) {
+  PluginPath path(kDir.c_str());
   try {
     tt::Registry::global().plugin("no-such-plugin");
     FAIL();
@@ -139,25 +154,32 @@ TEST(Loader, NotFoundListsSearchPathAndAvailable) {
     std::string m = e.what();
     EXPECT_NE(m.find("unknown plugin 'no-such-plugin'"), std::string::npos) << m;
     EXPECT_NE(m.find("Available plugins:"), std::string::npos) << m;
-    EXPECT_NE(m.find("Searched "), std::string::npos) << m;
+    EXPECT_NE(m.find("test-good"), std::string::npos) << m;
+    EXPECT_NE(m.find("Searched " + kDir + ", "), std::string::npos) << m;
     EXPECT_NE(m.find("lib/tt"), std::string::npos) << m;
+    EXPECT_NE(m.find("refused: " + kDir + "/tt_plugin_test-wrong-api.so: built for tt module API version 999"),
+              std::string::npos)
+        << m;
   }
 }
 
+// tt-run each time: in this process another test may have loaded the plugin already.
 TEST(Loader, PipelineFailsBeforeAndWorksAfterPluginPathIsSet) {
-  unsetenv("TT_PLUGIN_PATH");
   auto out = tt::test::temp_dir("loader");
-  const std::string yaml = tt::test::topic_yaml(out, "  max_steps: 3\n", "plugins:\n  - {name: test-good, bonus: 100}\n");
-  EXPECT_THROW(tt::parse_pipeline(yaml, "p.yaml"), tt::ConfigError);
-  setenv("TT_PLUGIN_PATH", kDir.c_str(), 1);
-  auto p = tt::parse_pipeline(yaml, "p.yaml");
-  tt::Trainer t(p, {out / "run", false, true});
-  t.fit();
-  EXPECT_NE(tt::test::read_file(out / "run" / "metrics.jsonl").find("\"test_good_batches\":103.0"), std::string::npos);
+  std::ofstream(out / "p.yaml") << tt::test::topic_yaml(out, "  max_steps: 3\n",
+                                                         "plugins:\n  - {name: test-good, bonus: 100}\n");
+  const std::string tt_run = tt::test::tt_run_bin() + " -q " + (out / "p.yaml").string() + " --run-dir ";
+  auto before = tt::test::run("env -u TT_PLUGIN_PATH " + tt_run + (out / "before").string());
+  EXPECT_EQ(before.rc, 2) << before.output;
+  EXPECT_NE(before.output.find("unknown plugin 'test-good'"), std::string::npos) << before.output;
+  auto after = tt::test::run("TT_PLUGIN_PATH=" + kDir + " " + tt_run + (out / "after").string());
+  ASSERT_EQ(after.rc, 0) << after.output;
+  EXPECT_NE(tt::test::read_file(out / "after" / "metrics.jsonl").find("\"test_good_batches\":103.0"),
+            std::string::npos);
 }
 
 TEST(Loader, ThrowingFactoryIsExplained) {
-  setenv("TT_PLUGIN_PATH", kDir.c_str(), 1);
+  PluginPath path(kDir.c_str());
   auto out = tt::test::temp_dir("loader");
   auto p = tt::parse_pipeline(tt::test::topic_yaml(out, "  max_steps: 1\n", "plugins: [test-throwing-factory]\n"),
                               "p.yaml");
