@@ -1,11 +1,16 @@
 #include "tt/module_loader.h"
 
 #define BOOST_DLL_USE_STD_FS
+#include <cxxabi.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <boost/dll/shared_library.hpp>
+#include <cctype>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -38,6 +43,82 @@ std::string fingerprint_of(const char* torch, uint32_t gxx, int32_t abi, int32_t
   o << "LibTorch " << torch << ", C++ ABI " << gxx << ", _GLIBCXX_USE_CXX11_ABI=" << abi << ", "
     << (cuda ? "CUDA" : "CPU-only");
   return o.str();
+}
+
+bool is_symbol_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '$'; }
+
+// The dynamic linker's text with every mangled C++ name in it shown demangled, the mangled
+// name kept beside it for nm and c++filt: "undefined symbol tt::foo() (_ZN2tt3fooEv)".
+std::string demangle_symbols(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    if (text.compare(i, 2, "_Z") != 0 || (i > 0 && is_symbol_char(text[i - 1]))) {
+      out += text[i++];
+      continue;
+    }
+    size_t end = i;
+    while (end < text.size() && is_symbol_char(text[end])) ++end;
+    const std::string mangled = text.substr(i, end - i);
+    int status = -1;
+    std::unique_ptr<char, decltype(&std::free)> plain(abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status),
+                                                      &std::free);
+    out += status == 0 ? detail::cat(plain.get(), " (", mangled, ")") : mangled;
+    i = end;
+  }
+  return out;
+}
+
+// Why dlopen refused `file`, without glibc's repetition of the file name it was given.
+std::string load_failure(const std::string& file, const char* dl_error, const std::string& fallback) {
+  std::string why = dl_error ? dl_error : fallback;
+  if (why.rfind(file + ": ", 0) == 0) why.erase(0, file.size() + 2);
+  const std::string undefined = "undefined symbol: ";
+  if (const size_t at = why.find(undefined); at != std::string::npos)
+    why.replace(at, undefined.size(), "undefined symbol ");
+  return demangle_symbols(why);
+}
+
+// tt_<kind>_<name>.so promises a <kind> named <name>; other file names promise nothing.
+struct Promise {
+  std::string kind, name;
+};
+std::optional<Promise> promised_by(const fs::path& file) {
+  const std::string fn = file.filename().string();
+  for (const std::string kind : {"plugin", "model"}) {
+    const std::string prefix = "tt_" + kind + "_";
+    if (fn.size() > prefix.size() + 3 && fn.rfind(prefix, 0) == 0 && fn.compare(fn.size() - 3, 3, ".so") == 0)
+      return Promise{kind, fn.substr(prefix.size(), fn.size() - prefix.size() - 3)};
+  }
+  return std::nullopt;
+}
+
+// The registry finds a pipeline's name through the file name, so a module declaring another
+// name than its file's would load and still not be found. Empty when they agree.
+std::string misnamed(const fs::path& file, const std::string& kind, const std::string& name) {
+  const auto promise = promised_by(file);
+  if (!promise || (promise->kind == kind && promise->name == name)) return "";
+  const bool same_kind = promise->kind == kind;
+  return detail::cat(file.filename().string(), " registered ", same_kind ? "" : kind + " ", "'", name, "', not ",
+                     same_kind ? "" : promise->kind + " ", "'", promise->name, "': rename the file to tt_", kind, "_",
+                     name, ".so, or the registration (TT_MODULE and its register function) to ", promise->kind, " '",
+                     promise->name, "'");
+}
+
+// The module declared `name` in TT_MODULE and its register function added `added` (the new
+// names of its kind). Empty when `name` is among them.
+std::string misregistered(const fs::path& file, const std::string& kind, const std::string& name,
+                          const std::vector<std::string>& added) {
+  if (std::find(added.begin(), added.end(), name) != added.end()) return "";
+  const bool named_file = promised_by(file).has_value();
+  std::string registered;
+  for (const auto& a : added) registered += detail::cat(registered.empty() ? "" : ", ", "'", a, "'");
+  if (registered.empty()) registered = "no " + kind;
+  std::string s = detail::cat(named_file ? file.filename().string() : "module '" + name + "'", " registered ",
+                              registered, ", not '", name, "': register the ", kind, " as '", name,
+                              "', the name in TT_MODULE", named_file ? " and the file name" : "");
+  if (added.size() == 1)
+    s += detail::cat(", or rename the module", named_file ? " and the file" : "", " to '", added[0], "'");
+  return s;
 }
 
 }  // namespace
@@ -77,16 +158,15 @@ void ModuleLoader::load_file(const fs::path& file_in) {
   const std::string f = file.string();
   for (const auto& done : loaded_files_)
     if (done == f) return;
+  if (auto it = refused_.find(f); it != refused_.end()) throw ModuleError(it->second);
   TT_CHECK_AS(ModuleError, fs::exists(file), f, ": no such file");
 
   boost::dll::shared_library lib;
   boost::dll::fs::error_code ec;
   lib.load(file, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, ec);
-  if (ec) {
-    const char* why = dlerror();
-    TT_FAIL_AS(ModuleError, f, ": cannot be loaded: ", why ? why : ec.message(),
+  if (ec)
+    TT_FAIL_AS(ModuleError, f, ": cannot be loaded: ", load_failure(f, dlerror(), ec.message()),
                " (was it built against this tt and LibTorch? rebuild it with tt's CMake package)");
-  }
   if (!lib.has(TT_MODULE_ENTRY_SYMBOL))
     TT_FAIL_AS(ModuleError, f, ": not a tt module: it does not export '", TT_MODULE_ENTRY_SYMBOL,
                "'. Define the entry point with TT_MODULE(...) from <tt/module.h>.");
@@ -109,17 +189,31 @@ void ModuleLoader::load_file(const fs::path& file_in) {
               "' must be \"plugin\" or \"model\"");
   TT_CHECK_AS(ModuleError, info->register_components != nullptr, f, ": module '", name,
               "' has no register function");
+  if (std::string why = misnamed(file, kind, name); !why.empty()) throw ModuleError(f + ": " + why);
 
   Registry& reg = Registry::global();
+  const Kind registry_kind = kind == "plugin" ? Kind::Plugin : Kind::Model;
+  const std::vector<std::string> before = reg.names(registry_kind);
   reg.set_current_origin(f);
+  std::string refusal;
   try {
     info->register_components(reg);
   } catch (const std::exception& e) {
-    reg.set_current_origin("built-in");
-    TT_FAIL_AS(ModuleError, f, ": ", kind, " '", name, "' failed to register: ", e.what());
+    refusal = detail::cat(f, ": ", kind, " '", name, "' failed to register: ", e.what());
   }
   reg.set_current_origin("built-in");
+  // Whatever it registered, even before failing, points into the library: never unload it.
   libraries().push_back(std::move(lib));
+  if (refusal.empty()) {
+    const std::vector<std::string> after = reg.names(registry_kind);  // sorted, as `before`
+    std::vector<std::string> added;
+    std::set_difference(after.begin(), after.end(), before.begin(), before.end(), std::back_inserter(added));
+    if (std::string why = misregistered(file, kind, name, added); !why.empty()) refusal = f + ": " + why;
+  }
+  if (!refusal.empty()) {
+    refused_.emplace(f, refusal);  // loading it again would register the same names twice
+    throw ModuleError(refusal);
+  }
   loaded_files_.push_back(f);
   loaded_.push_back({kind, name, info->description ? info->description : "", f,
                      info->torch_version ? info->torch_version : "", info->compiler ? info->compiler : ""});

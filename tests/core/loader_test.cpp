@@ -1,9 +1,15 @@
 // Every refusal of the module loader is explained; a pipeline naming a plugin fails
 // before its directory is on the search path and works after.
+//
+// Modules are never unloaded and the registry is global, so a test cannot know which
+// modules an earlier test in this process loaded: each one sets the search path it needs,
+// asserts what holds either way, and runs tt-run where only a fresh process will do.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 
 #include "test_support.h"
 #include "tt/compat.h"
@@ -24,14 +30,42 @@ std::string refusal(const std::string& file) {
   }
   return "";
 }
+
+// TT_PLUGIN_PATH for one test (unset with nullptr), restored when the test ends.
+class PluginPath {
+ public:
+  explicit PluginPath(const char* value) {
+    if (const char* old = std::getenv("TT_PLUGIN_PATH")) old_ = old;
+    value ? setenv("TT_PLUGIN_PATH", value, 1) : unsetenv("TT_PLUGIN_PATH");
+  }
+  ~PluginPath() { old_ ? setenv("TT_PLUGIN_PATH", old_->c_str(), 1) : unsetenv("TT_PLUGIN_PATH"); }
+
+ private:
+  std::optional<std::string> old_;
+};
+
+bool plugin_registered(const std::string& name) {
+  const auto names = tt::Registry::global().names(tt::Kind::Plugin);
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
 }  // namespace
 
-TEST(Loader, LoadsAGoodModule) {
-  tt::ModuleLoader::global().load_file(kDir + "/tt_plugin_test-good.so");
+TEST(Loader, LoadsAGoodModuleAndTrainsWithIt) {
+  const std::string file = kDir + "/tt_plugin_test-good.so";
+  tt::ModuleLoader::global().load_file(file);
+  tt::ModuleLoader::global().load_file(file);  // twice is a no-op
+  const auto loaded = tt::ModuleLoader::global().loaded();
+  EXPECT_EQ(std::count_if(loaded.begin(), loaded.end(), [&](const tt::ModuleRecord& r) { return r.file == file; }), 1);
   const auto& c = tt::Registry::global().plugin("test-good");
-  EXPECT_EQ(c.origin, kDir + "/tt_plugin_test-good.so");
+  EXPECT_EQ(c.origin, file);
   EXPECT_NE(c.schema.find("bonus"), nullptr);
-  tt::ModuleLoader::global().load_file(kDir + "/tt_plugin_test-good.so");  // twice is a no-op
+
+  auto out = tt::test::temp_dir("loader");
+  auto p = tt::parse_pipeline(
+      tt::test::topic_yaml(out, "  max_steps: 3\n", "plugins:\n  - {name: test-good, bonus: 100}\n"), "p.yaml");
+  tt::Trainer t(p, {out / "run", false, true});
+  t.fit();
+  EXPECT_NE(tt::test::read_file(out / "run" / "metrics.jsonl").find("\"test_good_batches\":103.0"), std::string::npos);
 }
 
 TEST(Loader, RefusesWrongApiVersion) {
@@ -50,9 +84,47 @@ TEST(Loader, RefusesWrongFingerprint) {
   EXPECT_NE(e.find("_GLIBCXX_USE_CXX11_ABI=0"), std::string::npos) << e;
 }
 
-TEST(Loader, RefusesMissingSymbol) {
-  std::string e = refusal("tt_plugin_test-missing-symbol.so");
+TEST(Loader, RefusesLibraryWithoutEntryPoint) {
+  std::string e = refusal("tt_plugin_test-missing-entry.so");
   EXPECT_NE(e.find("not a tt module: it does not export 'tt_module_entry'"), std::string::npos) << e;
+}
+
+TEST(Loader, NamesAnUndefinedSymbolDemangled) {
+  std::string e = refusal("tt_plugin_test-missing-symbol.so");
+  EXPECT_NE(e.find(kDir + "/tt_plugin_test-missing-symbol.so: cannot be loaded: undefined symbol "
+                           "tt::missing_in_this_core(int) (_ZN2tt20missing_in_this_coreEi)"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("rebuild it"), std::string::npos) << e;
+}
+
+TEST(Loader, RefusesAFileNamedForAnotherModuleBeforeItRegisters) {
+  const std::string expected = kDir +
+                               "/tt_plugin_test-wrong-name.so: tt_plugin_test-wrong-name.so registered "
+                               "'test-other-name', not 'test-wrong-name': rename the file to "
+                               "tt_plugin_test-other-name.so, or the registration (TT_MODULE and its register "
+                               "function) to plugin 'test-wrong-name'";
+  EXPECT_EQ(refusal("tt_plugin_test-wrong-name.so"), expected);
+  // A pipeline naming the file's plugin gets the same explanation, not "unknown plugin".
+  PluginPath path(kDir.c_str());
+  try {
+    tt::Registry::global().plugin("test-wrong-name");
+    FAIL() << "test-wrong-name was found";
+  } catch (const tt::ModuleError& e) {
+    EXPECT_EQ(e.what(), expected);
+  }
+  EXPECT_FALSE(plugin_registered("test-other-name"));
+}
+
+TEST(Loader, RefusesAModuleRegisteringAnotherNameThanItsOwn) {
+  const std::string expected = kDir +
+                               "/tt_plugin_test-wrong-registration.so: tt_plugin_test-wrong-registration.so "
+                               "registered 'test-registered-name', not 'test-wrong-registration': register the "
+                               "plugin as 'test-wrong-registration', the name in TT_MODULE and the file name, or "
+                               "rename the module and the file to 'test-registered-name'";
+  EXPECT_EQ(refusal("tt_plugin_test-wrong-registration.so"), expected);
+  EXPECT_EQ(refusal("tt_plugin_test-wrong-registration.so"), expected);  // again: the same, not "already registered"
+  EXPECT_FALSE(plugin_registered("test-wrong-registration"));
 }
 
 TEST(Loader, ExplainsThrowingRegistration) {
@@ -73,7 +145,8 @@ TEST(Loader, RefusesMissingAndNonLibraryFiles) {
   }
 }
 
-TEST(Loader, NotFoundListsSearchPathAndAvailable) {
+TEST(Loader, NotFoundListsSearchPathAvailableAndRefused) {
+  PluginPath path(kDir.c_str());
   try {
     tt::Registry::global().plugin("no-such-plugin");
     FAIL();
@@ -81,25 +154,32 @@ TEST(Loader, NotFoundListsSearchPathAndAvailable) {
     std::string m = e.what();
     EXPECT_NE(m.find("unknown plugin 'no-such-plugin'"), std::string::npos) << m;
     EXPECT_NE(m.find("Available plugins:"), std::string::npos) << m;
-    EXPECT_NE(m.find("Searched "), std::string::npos) << m;
+    EXPECT_NE(m.find("test-good"), std::string::npos) << m;
+    EXPECT_NE(m.find("Searched " + kDir + ", "), std::string::npos) << m;
     EXPECT_NE(m.find("lib/tt"), std::string::npos) << m;
+    EXPECT_NE(m.find("refused: " + kDir + "/tt_plugin_test-wrong-api.so: built for tt module API version 999"),
+              std::string::npos)
+        << m;
   }
 }
 
+// tt-run each time: in this process another test may have loaded the plugin already.
 TEST(Loader, PipelineFailsBeforeAndWorksAfterPluginPathIsSet) {
-  unsetenv("TT_PLUGIN_PATH");
   auto out = tt::test::temp_dir("loader");
-  const std::string yaml = tt::test::topic_yaml(out, "  max_steps: 3\n", "plugins:\n  - {name: test-good, bonus: 100}\n");
-  EXPECT_THROW(tt::parse_pipeline(yaml, "p.yaml"), tt::ConfigError);
-  setenv("TT_PLUGIN_PATH", kDir.c_str(), 1);
-  auto p = tt::parse_pipeline(yaml, "p.yaml");
-  tt::Trainer t(p, {out / "run", false, true});
-  t.fit();
-  EXPECT_NE(tt::test::read_file(out / "run" / "metrics.jsonl").find("\"test_good_batches\":103.0"), std::string::npos);
+  std::ofstream(out / "p.yaml") << tt::test::topic_yaml(out, "  max_steps: 3\n",
+                                                         "plugins:\n  - {name: test-good, bonus: 100}\n");
+  const std::string tt_run = tt::test::tt_run_bin() + " -q " + (out / "p.yaml").string() + " --run-dir ";
+  auto before = tt::test::run("env -u TT_PLUGIN_PATH " + tt_run + (out / "before").string());
+  EXPECT_EQ(before.rc, 2) << before.output;
+  EXPECT_NE(before.output.find("unknown plugin 'test-good'"), std::string::npos) << before.output;
+  auto after = tt::test::run("TT_PLUGIN_PATH=" + kDir + " " + tt_run + (out / "after").string());
+  ASSERT_EQ(after.rc, 0) << after.output;
+  EXPECT_NE(tt::test::read_file(out / "after" / "metrics.jsonl").find("\"test_good_batches\":103.0"),
+            std::string::npos);
 }
 
 TEST(Loader, ThrowingFactoryIsExplained) {
-  setenv("TT_PLUGIN_PATH", kDir.c_str(), 1);
+  PluginPath path(kDir.c_str());
   auto out = tt::test::temp_dir("loader");
   auto p = tt::parse_pipeline(tt::test::topic_yaml(out, "  max_steps: 1\n", "plugins: [test-throwing-factory]\n"),
                               "p.yaml");
