@@ -20,6 +20,7 @@
 #include "tt/options.h"
 #include "tt/pipeline.h"
 #include "tt/registry.h"
+#include "tt/report.h"
 
 namespace tt::plan {
 
@@ -258,12 +259,7 @@ Outcome run(const RunOptions& o) {
   base.remove("compare");  // a budget plans the pipeline itself, not its comparison's variants
 
   fs::path dir = o.out_dir;
-  if (dir.empty()) {
-    char stamp[32];
-    const std::time_t t = std::time(nullptr);
-    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&t));
-    dir = fs::path(p.output.get_string("dir")) / (p.name + "-plan-" + stamp);
-  }
+  if (dir.empty()) dir = timestamped_dir(p.output.get_string("dir"), p.name + "-plan");
   fs::create_directories(dir);
 
   std::vector<std::string> notes;

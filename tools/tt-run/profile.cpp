@@ -15,6 +15,7 @@
 #include "tt/nn.h"
 #include "tt/pipeline.h"
 #include "tt/plugin.h"
+#include "tt/report.h"
 #include "tt/state.h"
 #include "tt/trainer.h"
 
@@ -128,22 +129,17 @@ std::string mib(int64_t b) {
 
 void plot(const fs::path& dir, const std::vector<Mark>& marks) {
   const fs::path png = dir / "memory_timeline.png";
-  for (const char* term : {"pngcairo size 1000,600 font ',10'", "png size 1000,600"}) {
-    FILE* gp = popen(("gnuplot > " + (dir / "gnuplot.log").string() + " 2>&1").c_str(), "w");
-    if (!gp) break;
-    std::fprintf(gp, "set terminal %s\nset output '%s'\nset title 'live tensor bytes over one training step (tt meter)'\n"
-                     "set xlabel 'ms since the step started'\nset ylabel 'MiB'\nset grid\nset key off\n",
-                 term, png.c_str());
-    int k = 0;
-    for (const auto& mk : marks) {
-      if (mk.what.rfind("step ", 0) == 0 && mk.what.find("starts") != std::string::npos) continue;
-      std::fprintf(gp, "set arrow from %g, graph 0 to %g, graph 1 nohead dt 2 lc rgb 'gray40'\n", mk.ms, mk.ms);
-      std::fprintf(gp, "set label '%s' at %g, graph %g rotate by 90 right offset -0.8,0 font ',8'\n", mk.what.c_str(),
-                   mk.ms, 0.98 - 0.3 * (k++ % 3));
-    }
-    std::fprintf(gp, "plot '%s' using 1:2 with steps lw 1.5\n", (dir / "memory_timeline.dat").c_str());
-    if (pclose(gp) == 0 && fs::exists(png) && fs::file_size(png) > 0) return;
+  std::string script = "set title 'live tensor bytes over one training step (tt meter)'\n"
+                       "set xlabel 'ms since the step started'\nset ylabel 'MiB'\nset grid\nset key off\n";
+  int k = 0;
+  for (const auto& mk : marks) {
+    if (mk.what.rfind("step ", 0) == 0 && mk.what.find("starts") != std::string::npos) continue;
+    script += fmt::format("set arrow from {}, graph 0 to {}, graph 1 nohead dt 2 lc rgb 'gray40'\n", mk.ms, mk.ms);
+    script += fmt::format("set label '{}' at {}, graph {} rotate by 90 right offset -0.8,0 font ',8'\n", mk.what, mk.ms,
+                          0.98 - 0.3 * (k++ % 3));
   }
+  script += "plot '" + (dir / "memory_timeline.dat").string() + "' using 1:2 with steps lw 1.5\n";
+  if (gnuplot_png(script, png, "1000,600 font ',10'", dir / "gnuplot.log")) return;
   log().warn("profile: no plot (gnuplot missing or failed; see {})", (dir / "gnuplot.log").string());
 }
 
@@ -160,10 +156,7 @@ int run(const Options& o) {
   if (!o.run_dir.empty()) {
     cfg.run_dir = o.run_dir;
   } else {
-    char stamp[32];
-    const std::time_t t = std::time(nullptr);
-    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&t));
-    cfg.run_dir = fs::path(p.output.get_string("dir")) / (p.name + "-profile-" + stamp);
+    cfg.run_dir = timestamped_dir(p.output.get_string("dir"), p.name + "-profile");
   }
   Trainer trainer(std::move(p), cfg);
   auto owned = std::make_unique<Profiler>(o.step);

@@ -10,7 +10,7 @@ using json = nlohmann::json;
 
 void MetricsLog::on(Event event, State& s) {
   if (event == Event::FIT_START) {
-    log_every_ = std::max<int64_t>(1, run_.pipeline.trainer.get_int("log_every"));
+    log_every_ = run_.pipeline.trainer.get_int("log_every");
     // A resumed run drops the lines written after the checkpoint it resumed from.
     if (run_.root)
       file_.open(s.run_dir / "metrics.jsonl", run_.resumed ? s.step : (run_.config.resume ? 0 : -1));

@@ -105,28 +105,18 @@ void setup_process(Run& run) {
   if (s.device.is_cuda() && s.device.has_index()) Meter::use_device(s.device.index());
 }
 
-// Batch sizes, the NaN policy, the progress mode and the training length.
+// Batch sizes and the training length. (Ranges and choices of single options are declared
+// with the trainer's schema, core/src/pipeline.cpp, and checked when the pipeline is read.)
 void read_limits(Run& run) {
   const Options& T = run.pipeline.trainer;
   State& s = run.state;
   s.batch_size = T.get_int("batch_size");
-  T.check(s.batch_size > 0, "batch_size", "must be positive");
   s.micro_batch_size = T.is_set("micro_batch_size") ? T.get_int("micro_batch_size") : s.batch_size;
-  T.check(s.micro_batch_size > 0 && s.micro_batch_size <= s.batch_size, "micro_batch_size",
-          "must be between 1 and batch_size (" + std::to_string(s.batch_size) + ")");
-  if (T.is_set("epochs")) {
-    run.max_epochs = T.get_int("epochs");
-    T.check(run.max_epochs > 0, "epochs", "must be positive");
-  }
-  if (T.is_set("max_steps")) {
-    run.max_steps = T.get_int("max_steps");
-    T.check(run.max_steps >= 0, "max_steps", "must not be negative (0: no training, only evaluation and outputs)");
-  }
+  T.check(s.micro_batch_size <= s.batch_size, "micro_batch_size",
+          "must be at most batch_size (" + std::to_string(s.batch_size) + ")");
+  if (T.is_set("epochs")) run.max_epochs = T.get_int("epochs");
+  if (T.is_set("max_steps")) run.max_steps = T.get_int("max_steps");
   if (run.max_epochs < 0 && run.max_steps < 0) run.max_epochs = 1;
-  T.check(T.get_string("on_nan") == "error" || T.get_string("on_nan") == "skip", "on_nan", "must be error or skip");
-  Progress::parse_mode(T.get_string("progress"));
-  const std::string rows = T.get_string("dist_rows");
-  T.check(rows == "all-reduce" || rows == "owned", "dist_rows", "must be all-reduce or owned");
 }
 
 // Rank 0 names and writes the run directory (pipeline.yaml, log.txt); the others only read it.
