@@ -107,12 +107,31 @@ TEST(Dist, ResumeNeedsTheSameWorldSize) {
   EXPECT_NE(one.output.find("same world size"), std::string::npos) << one.output;
 }
 
+namespace {
+// A launcher this test started: whatever way the test ends (a failed ASSERT returns early),
+// the launcher and its workers do not outlive it.
+struct LauncherGuard {
+  pid_t pid = -1;
+  bool reaped = false;
+  ~LauncherGuard() {
+    if (pid <= 0 || reaped) return;
+    std::istringstream kids(run("pgrep -P " + std::to_string(pid)).output);
+    for (pid_t w; kids >> w;) kill(w, SIGKILL);
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+  }
+};
+}  // namespace
+
 TEST(Dist, AKilledRankEndsTheOthersWithin60s) {
   tt::test::TinyLm lm("dist_kill");
   lm.run("lm", "[]", "batch_size: 4, max_steps: 1");
   const fs::path out = lm.dir / "launcher.out";
   pid_t launcher = fork();
   ASSERT_GE(launcher, 0);
+  LauncherGuard guard;
+  if (launcher > 0) guard.pid = launcher;
   if (launcher == 0) {
     std::string cmd = "exec " + env_clean() + tt_run_bin() + " --nproc 2 " + (lm.dir / "lm.yaml").string() +
                       " trainer.max_steps=100000 trainer.epochs=1000 -q --run-dir " + (lm.dir / "long").string() +
@@ -140,11 +159,10 @@ TEST(Dist, AKilledRankEndsTheOthersWithin60s) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (done == 0) {
-    kill(launcher, SIGKILL);
     for (pid_t w : workers) kill(w, SIGKILL);
-    waitpid(launcher, &status, 0);
-    FAIL() << "the launcher did not exit within 90 s";
+    FAIL() << "the launcher did not exit within 90 s";  // the guard ends it
   }
+  guard.reaped = true;
   EXPECT_LT(secs, 60.0);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_NE(WEXITSTATUS(status), 0);
@@ -269,4 +287,38 @@ TEST(Dist, Zero1ShardsTheOptimizerStateAndMatchesDdp) {
   auto res = run(env_clean() + tt_run_bin() + " --nproc 2 --resume " + (lm.dir / "zr").string() + " -q");
   ASSERT_EQ(res.rc, 0) << res.output;
   EXPECT_EQ(summary(lm.dir / "zr")["replica_parameter_hashes"][0], sz["replica_parameter_hashes"][0]);
+}
+
+// trainer.dist_rows: owned keeps L's rows on the rank that owns the documents (i % 2) and
+// all-reduces F only. In file order (shuffle off) a step's 2 x 8 documents are the same ones
+// either way (documents 16s..16s+15, split by halves for all-reduce, by parity for owned), so
+// the trajectory must be all-reduce's to rounding, and the assembled L that rank 0 writes
+// must hold every rank's rows.
+TEST(Dist, OwnedRowsTrainLikeAllReduce) {
+  const fs::path dir = tt::test::temp_dir("dist_owned");
+  const fs::path y = topic_pipeline(dir, "o", "  shuffle: false\n  checkpoint_every: 4\n");
+  const std::string base = env_clean() + tt_run_bin() + " --nproc 2 " + y.string() + " trainer.batch_size=8 -q ";
+  auto all = run(base + "--run-dir " + (dir / "all").string());
+  ASSERT_EQ(all.rc, 0) << all.output;
+  auto owned = run(base + "trainer.dist_rows=owned --run-dir " + (dir / "owned").string());
+  ASSERT_EQ(owned.rc, 0) << owned.output;
+  auto a = losses(dir / "all"), b = losses(dir / "owned");
+  ASSERT_EQ(a.size(), 12u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * std::abs(a[i])) << "step " << i + 1;
+  json s = summary(dir / "owned");
+  EXPECT_EQ(s["world_size"], 2);
+  EXPECT_EQ(s["replica_parameter_hashes"][0], s["replica_parameter_hashes"][1]);
+  for (const char* f : {"L.npy", "F.npy"}) {
+    at::Tensor x = tt::read_npy((dir / "all" / f).string()), z = tt::read_npy((dir / "owned" / f).string());
+    ASSERT_EQ(x.sizes(), z.sizes()) << f;
+    EXPECT_LT((x - z).abs().max().item<double>(), 1e-5) << f;
+  }
+  // rank 0 holds the other rank's optimizer moments only for its own rows: no resume
+  for (const auto& e : fs::directory_iterator(dir / "owned" / "checkpoints"))
+    if (e.path().filename().string() > "step-00000004.pt") fs::remove(e.path());
+  fs::remove(dir / "owned" / "summary.json");
+  auto res = run(env_clean() + tt_run_bin() + " --nproc 2 --resume " + (dir / "owned").string() + " -q");
+  EXPECT_EQ(res.rc, 2) << res.output;
+  EXPECT_NE(res.output.find("dist_rows: owned cannot resume"), std::string::npos) << res.output;
 }

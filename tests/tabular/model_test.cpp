@@ -127,15 +127,47 @@ TEST(TabularModel, LossIsTheQueryRowsNllAndTrainsOnOneTable) {
   b.set("y", t.y);
   b.set("support", t.support);
   b.set("n_classes", torch::full({1}, 3, torch::kLong));
-  torch::optim::Adam opt(m->parameters(), torch::optim::AdamOptions(3e-3));
+  // The query rows' negative log-likelihood, row by row: -log p(label) from the predicted
+  // class probabilities, averaged over the query rows (20..31). Support rows' labels are inputs,
+  // not targets, and do not count.
+  auto query_nll = [&](const at::Tensor& y) {
+    torch::NoGradGuard ng;
+    const at::Tensor p = m->probabilities(t.x, t.fmask, y, t.support).to(torch::kDouble);
+    double sum = 0;
+    int64_t rows = 0;
+    for (int64_t i = 20; i < 32; ++i) {
+      const int64_t label = y[0][i].item<int64_t>();
+      if (label < 0 || label == 4) continue;  // unlabelled; a class no support row has (below)
+      sum -= std::log(p[0][i][label].item<double>());
+      ++rows;
+    }
+    EXPECT_GT(rows, 0);
+    return sum / static_cast<double>(rows);
+  };
   const double first = m->forward_loss(b).loss.item<double>();
+  EXPECT_NEAR(first, query_nll(t.y), 1e-5 * first);
   EXPECT_NEAR(first, std::log(3.0), 0.6);  // about uniform at initialisation
+  // A query row without a label (-1), or labelled with a class no support row has (4, which
+  // the model cannot predict), is left out of the mean: the loss is the others' NLL.
+  {
+    at::Tensor y = t.y.clone();
+    y[0][30] = -1;
+    y[0][31] = 4;
+    tt::Batch partial = b;
+    partial.set("y", y);
+    const double loss = m->forward_loss(partial).loss.item<double>();
+    EXPECT_NEAR(loss, query_nll(y), 1e-5 * loss);
+    EXPECT_NE(loss, first);
+  }
+  torch::optim::Adam opt(m->parameters(), torch::optim::AdamOptions(3e-3));
   for (int i = 0; i < 60; ++i) {
     opt.zero_grad();
     m->forward_loss(b).loss.backward();
     opt.step();
   }
-  EXPECT_LT(m->forward_loss(b).loss.item<double>(), 0.5 * first);
+  const double last = m->forward_loss(b).loss.item<double>();
+  EXPECT_LT(last, 0.5 * first);
+  EXPECT_NEAR(last, query_nll(t.y), 1e-5 * last);
 }
 
 // The feature-order ensemble (model.ensemble): the mean of its members' probabilities. With one

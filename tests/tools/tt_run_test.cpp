@@ -103,15 +103,48 @@ TEST(TtRun, CrashDuringCheckpointWriteKeepsThePreviousOne) {
   EXPECT_EQ(a["final_loss"].get<double>(), b["final_loss"].get<double>());  // bitwise
 }
 
-TEST(TtRun, CtrlCWritesACheckpointAndResumes) {
+TEST(TtRun, CtrlCWritesACheckpointAndResumesToTheEnd) {
   auto dir = tt::test::temp_dir("cli");
-  auto pipe = write_pipeline(dir, tt::test::topic_yaml(dir, "  max_steps: 100000000\n"));
+  // Long enough that Ctrl-C lands mid-run. The topic model's deferred row updates resume to
+  // float rounding only (TopicTraining.DeferredRowUpdatesResumeToRounding): off here, so the
+  // resumed run must follow the uninterrupted one bitwise.
+  constexpr int kSteps = 10000;
+  std::string yaml = tt::test::topic_yaml(dir, "  max_steps: " + std::to_string(kSteps) + "\n");
+  yaml.replace(yaml.find("k: 4}"), 5, "k: 4, defer_updates: false}");
+  auto pipe = write_pipeline(dir, yaml);
+  auto straight = run(tt_run() + " -q " + quote(pipe) + " --run-dir " + quote(dir / "straight"));
+  ASSERT_EQ(straight.rc, 0) << straight.output;
+
+  // Ctrl-C once the run has written 20 steps (polled every 10 ms, for at most 60 s).
+  const std::string metrics = quote(dir / "run" / "metrics.jsonl");
   auto r = run("(" + tt_run() + " -q " + quote(pipe) + " --run-dir " + quote(dir / "run") +
-               " & pid=$!; sleep 3; kill -INT $pid; wait $pid)");
-  ASSERT_EQ(r.rc, 130) << r.output;
+               " & pid=$!; for i in $(seq 6000); do n=$(grep -c '\"loss\"' " + metrics +
+               " 2>/dev/null); [ \"${n:-0}\" -ge 20 ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.01; done; "
+               "kill -INT $pid; wait $pid)");
+  ASSERT_EQ(r.rc, 130) << "the run was not interrupted mid-run:\n" << r.output;
   EXPECT_NE(r.output.find("checkpoint written. Continue with: tt-run --resume"), std::string::npos) << r.output;
   auto ckpts = tt::list_checkpoints(dir / "run" / "checkpoints");
   ASSERT_EQ(ckpts.size(), 1u);
-  r = run(tt_run() + " -q --resume " + quote(dir / "run") + " trainer.max_steps=1");  // already past: finishes at once
-  EXPECT_EQ(r.rc, 0) << r.output;
+  const int stopped = std::stoi(ckpts[0].stem().string().substr(std::string("step-").size()));
+  ASSERT_GE(stopped, 20);
+  ASSERT_LT(stopped, kSteps) << "the interruption came after the last step: nothing left to resume";
+  EXPECT_EQ(tt::test::step_lines(dir / "run" / "metrics.jsonl").size(), static_cast<size_t>(stopped));
+
+  // Resumed as the message says, the run goes on from the checkpoint to the last step and
+  // every step's loss is the uninterrupted run's, each step once in metrics.jsonl.
+  r = run(tt_run() + " -q --resume " + quote(dir / "run"));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  auto a = tt::test::step_lines(dir / "straight" / "metrics.jsonl");
+  auto b = tt::test::step_lines(dir / "run" / "metrics.jsonl");
+  ASSERT_EQ(a.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(b.size(), a.size()) << "stopped at step " << stopped;
+  for (size_t i = 0; i < a.size(); ++i) {
+    auto x = nlohmann::json::parse(a[i]), y = nlohmann::json::parse(b[i]);
+    ASSERT_EQ(y["step"].get<int64_t>(), static_cast<int64_t>(i + 1));
+    ASSERT_EQ(y["loss"].get<double>(), x["loss"].get<double>()) << "step " << i + 1 << " (stopped at " << stopped << ")";
+  }
+  auto s1 = nlohmann::json::parse(tt::test::read_file(dir / "straight" / "summary.json"));
+  auto s2 = nlohmann::json::parse(tt::test::read_file(dir / "run" / "summary.json"));
+  EXPECT_EQ(s2["steps"], kSteps);
+  EXPECT_EQ(s2["final_loss"].get<double>(), s1["final_loss"].get<double>());
 }

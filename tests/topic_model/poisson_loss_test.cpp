@@ -80,12 +80,44 @@ TEST(PoissonLoss, SparseGradientHoldsTheBatchRows) {
 }
 
 TEST(PoissonLoss, TinyReconstructionsPassNoGradientBelowTheFloor) {
-  // A term whose reconstruction is below 1e-10 contributes x*log(1e-10) and no gradient.
-  auto L_raw = torch::tensor({{0.0f, -60.0f}}).requires_grad_();
-  auto F_raw = torch::tensor({{0.0f, -60.0f}, {-60.0f, 0.0f}}).requires_grad_();
-  auto x = torch::tensor({{0.0f, 2.0f}});
-  auto idx = torch::tensor({0}, torch::kLong);
-  auto fused = poisson_nmf_loss(L_raw, F_raw, idx, nonzeros_of(x), false);
-  auto ref = poisson_nmf_loss_reference(L_raw, F_raw, idx, x);
+  // A term whose reconstruction is below 1e-10 contributes x*log(1e-10) and no gradient; the
+  // mass term's gradient is exactly zero, so a batch whose only count sits below the floor
+  // passes no gradient at all. Document 0: P = softmax(0, -g), topics F_raw rows (0, -g) and
+  // (-g, 0); its one count (x = 2) is at term 1, whose reconstruction is 2 exp(-g) / (1 + exp(-g))^2.
+  auto case_of = [](float g) {
+    Problem p;
+    p.L_raw = torch::tensor({{0.0f, -g}}).requires_grad_();
+    p.F_raw = torch::tensor({{0.0f, -g}, {-g, 0.0f}}).requires_grad_();
+    p.x = torch::tensor({{0.0f, 2.0f}});
+    p.index = torch::tensor({0}, torch::kLong);
+    return p;
+  };
+  auto below = case_of(60.0f);  // reconstruction ~1.7e-26
+  auto fused = poisson_nmf_loss(below.L_raw, below.F_raw, below.index, nonzeros_of(below.x), false);
+  const double floor_term = -2.0 * std::log(1e-10);  // -x log(1e-10), plus the mass of one row
+  EXPECT_NEAR(fused.item<double>(), 1.0 + floor_term, 1e-5 * floor_term);
+  fused.backward();
+  EXPECT_EQ(below.L_raw.grad().abs().max().item<float>(), 0.0f) << below.L_raw.grad();
+  EXPECT_EQ(below.F_raw.grad().abs().max().item<float>(), 0.0f) << below.F_raw.grad();
+  // The dense formula through autograd agrees: clamp_min passes no gradient below the floor,
+  // and the mass term's gradient is zero up to float rounding.
+  auto Lr = below.L_raw.detach().clone().requires_grad_(), Fr = below.F_raw.detach().clone().requires_grad_();
+  auto ref = poisson_nmf_loss_reference(Lr, Fr, below.index, below.x);
   EXPECT_NEAR(fused.item<double>(), ref.item<double>(), 1e-4 * std::abs(ref.item<double>()));
+  ref.backward();
+  EXPECT_LT(Lr.grad().abs().max().item<float>(), 1e-6f);
+  EXPECT_LT(Fr.grad().abs().max().item<float>(), 1e-6f);
+
+  // Above the floor the same count has a gradient (-x / xhat times the softmax's), and it
+  // matches the exact one in double: the zero above is the floor's doing.
+  auto above = case_of(10.0f);  // reconstruction ~9e-5
+  auto loss = poisson_nmf_loss(above.L_raw, above.F_raw, above.index, nonzeros_of(above.x), false);
+  loss.backward();
+  auto Ld = above.L_raw.detach().to(torch::kDouble).requires_grad_();
+  auto Fd = above.F_raw.detach().to(torch::kDouble).requires_grad_();
+  poisson_nmf_loss_reference(Ld, Fd, above.index, above.x.to(torch::kDouble)).backward();
+  EXPECT_GT(above.L_raw.grad().abs().max().item<float>(), 0.5f);
+  EXPECT_GT(above.F_raw.grad().abs().max().item<float>(), 0.5f);
+  EXPECT_LT(rel(above.L_raw.grad().to(torch::kDouble), Ld.grad()), 1e-4);
+  EXPECT_LT(rel(above.F_raw.grad().to(torch::kDouble), Fd.grad()), 1e-4);
 }

@@ -222,3 +222,81 @@ TEST(TopicTraining, DeferredRowUpdatesResumeToRounding) {
   auto La = tt::read_npy(out / "straight" / "L.npy"), Lb = tt::read_npy(out / "resumed" / "L.npy");
   EXPECT_LT((La - Lb).abs().max().item<double>(), 1e-6);
 }
+
+// trainer.grad_clip is torch's clip_grad_norm_ between BEFORE_STEP and the optimizer step:
+// metrics.jsonl's grad_norm is the total 2-norm of the gradients before clipping (what
+// clip_grad_norm_ returns); over the limit every gradient is scaled by max_norm / (norm + 1e-6),
+// under it none changes; plain SGD then moves each parameter by -lr times the clipped gradient.
+TEST(TopicTraining, GradClipScalesTheGradientsToTheLimitAndReportsTheirNorm) {
+  struct Step {
+    std::vector<torch::Tensor> params_before, grads_before, params_after, grads_after;
+  };
+  struct Capture : tt::Plugin {
+    std::vector<Step>* steps;
+    explicit Capture(std::vector<Step>* s) : steps(s) {}
+    static std::vector<torch::Tensor> clones(const std::vector<torch::Tensor>& ts, bool grads) {
+      std::vector<torch::Tensor> out;
+      for (const auto& t : ts) out.push_back((grads ? t.grad() : t).detach().clone());
+      return out;
+    }
+    void on(tt::Event e, tt::State& s) override {
+      if (e == tt::Event::BEFORE_STEP) {
+        steps->emplace_back();
+        steps->back().params_before = clones(s.model->parameters(), false);
+        steps->back().grads_before = clones(s.model->parameters(), true);
+      } else if (e == tt::Event::AFTER_STEP) {
+        steps->back().params_after = clones(s.model->parameters(), false);
+        steps->back().grads_after = clones(s.model->parameters(), true);
+      }
+    }
+  };
+  auto run = [](const std::string& clip, std::vector<Step>* steps) {
+    auto out = tt::test::temp_dir("topic");
+    tt::Trainer t(pipe(out, {"trainer.max_steps=6", "trainer.grad_clip=" + clip, "optimizer.name=sgd", "optimizer.lr=0.05",
+                               "optimizer.weight_decay=0"}),
+                  {out / "run", false, true});
+    t.add_plugin(std::make_unique<Capture>(steps));
+    t.fit();
+    return step_lines(out / "run" / "metrics.jsonl");
+  };
+  for (const double clip : {2.0, 1e9}) {
+    std::vector<Step> steps;
+    const auto lines = run(clip == 2.0 ? "2" : "1.0e9", &steps);
+    ASSERT_EQ(lines.size(), 6u);
+    ASSERT_EQ(steps.size(), 6u);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const Step& st = steps[i];
+      ASSERT_TRUE(lines[i].contains("grad_norm")) << lines[i].dump();
+      double sq = 0;
+      for (const auto& g : st.grads_before) {
+        ASSERT_FALSE(g.is_sparse());
+        sq += g.to(torch::kDouble).pow(2).sum().item<double>();
+      }
+      const double norm = std::sqrt(sq), reported = lines[i]["grad_norm"].get<double>();
+      EXPECT_NEAR(reported, norm, 1e-5 * norm) << "clip " << clip << ", step " << i + 1;
+      const double coef = clip / (norm + 1e-6);
+      if (clip == 2.0) {
+        ASSERT_GT(norm, 2 * clip) << "the limit should clip at step " << i + 1;
+      }
+      double sq_after = 0;
+      const double lr = lines[i]["lr"].get<double>();
+      for (size_t j = 0; j < st.grads_before.size(); ++j) {
+        const torch::Tensor& g = st.grads_before[j];
+        const torch::Tensor& clipped = st.grads_after[j];
+        if (coef < 1) {
+          const torch::Tensor expected = g.to(torch::kDouble) * coef;
+          EXPECT_LT((clipped.to(torch::kDouble) - expected).abs().max().item<double>(),
+                    1e-6 * expected.abs().max().item<double>() + 1e-12)
+              << "parameter " << j << ", step " << i + 1;
+        } else {
+          EXPECT_TRUE(torch::equal(clipped, g)) << "under the limit: parameter " << j << ", step " << i + 1;
+        }
+        sq_after += clipped.to(torch::kDouble).pow(2).sum().item<double>();
+        // SGD without momentum: p <- p - lr * clipped gradient
+        EXPECT_TRUE(torch::equal(st.params_after[j], st.params_before[j].add(clipped, -lr)))
+            << "parameter " << j << ", step " << i + 1;
+      }
+      EXPECT_NEAR(std::sqrt(sq_after), std::min(norm, clip), 1e-5 * std::min(norm, clip)) << "step " << i + 1;
+    }
+  }
+}

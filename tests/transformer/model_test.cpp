@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "test_support.h"
@@ -216,9 +217,18 @@ TEST(TransformerLM, MemoryEstimateMatchesTheMeter) {
   auto s = nlohmann::json::parse(t.summary_json());
   const auto& m = s["memory"];
   const auto& e = s["memory_estimate"];
-  for (const char* k : {"parameters_bytes", "gradients_bytes", "optimizer_state_bytes"}) {
-    const double measured = m[k].get<double>(), estimate = e[k].get<double>();
-    EXPECT_NEAR(estimate / measured, 1.0, 0.2) << k << ": estimate " << estimate << ", measured " << measured;
+  // Parameters, their gradients and AdamW's two moments are float32 tensors of the
+  // parameters' shapes: both the estimate and the meter must give these bytes exactly.
+  int64_t param_bytes = 0;
+  for (const auto& prm : t.state().model->parameters()) {
+    ASSERT_TRUE(prm.requires_grad());
+    param_bytes += prm.numel() * static_cast<int64_t>(sizeof(float));
+  }
+  const std::map<std::string, int64_t> exact = {
+      {"parameters_bytes", param_bytes}, {"gradients_bytes", param_bytes}, {"optimizer_state_bytes", 2 * param_bytes}};
+  for (const auto& [k, bytes] : exact) {
+    EXPECT_EQ(e[k].get<int64_t>(), bytes) << "estimate of " << k;
+    EXPECT_EQ(m[k].get<int64_t>(), bytes) << "measured " << k;
   }
   const double act = m["activations_bytes"].get<double>(), act_est = e["activations_bytes"].get<double>();
   EXPECT_NEAR(act_est / act, 1.0, 0.5) << "activations: estimate " << act_est << ", measured " << act;
