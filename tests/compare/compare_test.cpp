@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
 
 #include "test_support.h"
 
@@ -21,12 +23,19 @@ struct Cmp {
            ", seq_len: 32}\nmodel: {name: transformer, d_model: 32, n_layers: 2, n_heads: 2, sample_tokens: 0}\n"
            "trainer: {batch_size: 4, threads: 1}\noutput: {dir: " + (dir / "runs").string() + "}\n";
   }
-  tt::test::RunResult run(const std::string& tag, const std::string& compare_section, const std::string& args = "") {
-    std::ofstream(dir / (tag + ".yaml")) << base() << compare_section;
+  tt::test::RunResult run(const std::string& tag, const std::string& compare_section, const std::string& args = "",
+                          const std::string& pipeline = "") {
+    std::ofstream(dir / (tag + ".yaml")) << (pipeline.empty() ? base() : pipeline) << compare_section;
     return tt::test::run("TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR " " + tt::test::tt_run_bin() + " " +
                          (dir / (tag + ".yaml")).string() + " --run-dir " + (dir / tag).string() + " " + args);
   }
 };
+std::map<std::string, json> by_name(const json& compare) {
+  std::map<std::string, json> v;
+  for (const auto& x : compare["variants"]) v[x["name"].get<std::string>()] = x;
+  return v;
+}
+
 }  // namespace
 
 TEST(Compare, ACrashingVariantIsReportedWhileTheOthersComplete) {
@@ -84,7 +93,7 @@ TEST(Compare, ACrashingVariantIsReportedWhileTheOthersComplete) {
   EXPECT_TRUE(fs::exists(c.dir / "crash" / "crashes.log"));
 }
 
-TEST(Compare, ComparesPipelineFilesNamedOnTheCommandLine) {
+TEST(Compare, PipelineFilesNamedOnTheCommandLineKeepTheirOwnPlugins) {
   Cmp c;
   std::ofstream(c.dir / "plain.yaml") << c.base();
   std::ofstream(c.dir / "ckpt.yaml") << c.base() << "plugins: [checkpoint]\n";
@@ -96,7 +105,28 @@ TEST(Compare, ComparesPipelineFilesNamedOnTheCommandLine) {
   EXPECT_EQ(j["variants"][0]["name"], "plain");
   EXPECT_EQ(j["baseline"], "plain");
   EXPECT_EQ(j["steps"], 2);
-  EXPECT_TRUE(j["variants"][1]["ok"].get<bool>());
+  auto v = by_name(j);
+  ASSERT_TRUE(v["plain"]["ok"].get<bool>()) << r.output;
+  ASSERT_TRUE(v["ckpt"]["ok"].get<bool>()) << r.output;
+  // each file runs with its own plugins list, and the meter sees the difference
+  EXPECT_EQ(v["plain"]["plugins"], json::array());
+  EXPECT_EQ(v["ckpt"]["plugins"], json::array({"checkpoint"}));
+  EXPECT_NE(tt::test::read_file(c.dir / "files" / "ckpt.yaml").find("checkpoint"), std::string::npos);
+  EXPECT_LT(v["ckpt"]["activations_bytes"].get<int64_t>(), v["plain"]["activations_bytes"].get<int64_t>());
+  EXPECT_LT(v["ckpt"]["peak_vs_baseline"].get<double>(), 1.0);
+}
+
+TEST(Compare, AVariantWithoutPluginsKeepsThePipelinesAndAnEmptyListRemovesThem) {
+  Cmp c;
+  auto r = c.run("keep", "compare:\n  steps: 2\n  warmup_steps: 0\n  variants:\n    kept: {}\n    none: {plugins: []}\n",
+                 "", c.base() + "plugins: [checkpoint]\n");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  auto v = by_name(json::parse(tt::test::read_file(c.dir / "keep" / "compare.json")));
+  ASSERT_TRUE(v["kept"]["ok"].get<bool>()) << r.output;
+  ASSERT_TRUE(v["none"]["ok"].get<bool>()) << r.output;
+  EXPECT_EQ(v["kept"]["plugins"], json::array({"checkpoint"}));
+  EXPECT_EQ(v["none"]["plugins"], json::array());
+  EXPECT_LT(v["kept"]["activations_bytes"].get<int64_t>(), v["none"]["activations_bytes"].get<int64_t>());
 }
 
 TEST(Compare, BadSectionsAreClearErrors) {

@@ -25,14 +25,14 @@ namespace tt::compare {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using child::median;
-using child::set_path;
 
 namespace {
 
 struct Variant {
   std::string name;
   std::string file;      // the pipeline it starts from
-  YAML::Node plugins;    // undefined: keep the pipeline's
+  bool replaces_plugins = false;  // plugins: given: it replaces the pipeline's list
+  YAML::Node plugins;
   std::vector<std::pair<std::string, YAML::Node>> set;
 };
 
@@ -96,6 +96,7 @@ Spec parse_section(const YAML::Node& c, const std::string& file) {
         TT_CHECK_AS(ConfigError, body["plugins"].IsSequence(), file, ": compare.variants.", var.name,
                     ".plugins must be a list, e.g. [checkpoint, {name: amp, dtype: bf16}]");
         var.plugins = YAML::Clone(body["plugins"]);
+        var.replaces_plugins = true;
       }
       if (body["set"]) {
         TT_CHECK_AS(ConfigError, body["set"].IsMap(), file, ": compare.variants.", var.name,
@@ -212,17 +213,13 @@ int run(const Options& o) {
     TT_CHECK_AS(ConfigError, root.IsMap(), v.file, ": a pipeline is a YAML map");
     root.remove("compare");
     const std::string where = v.file + ": compare.variants." + v.name;
-    if (v.plugins) root["plugins"] = v.plugins;
-    for (const auto& ov : o.overrides) {
-      const auto eq = ov.find('=');
-      TT_CHECK_AS(ConfigError, eq != std::string::npos && eq > 0, "command line '", ov, "': expected key=value");
-      set_path(root, ov.substr(0, eq), YAML::Load(ov.substr(eq + 1)), "command line '" + ov + "'");
-    }
-    for (const auto& [k, val] : v.set) set_path(root, k, val, where + ".set");
-    set_path(root, "trainer.max_steps", YAML::Node(spec.warmup + spec.steps), where);
+    if (v.replaces_plugins) root["plugins"] = YAML::Clone(v.plugins);
+    for (const auto& ov : o.overrides) apply_override(root, ov);
+    for (const auto& [k, val] : v.set) set_dotted(root, k, val, where + ".set '" + k + "'");
+    set_dotted(root, "trainer.max_steps", YAML::Node(spec.warmup + spec.steps), where);
     if (root["trainer"]["epochs"]) root["trainer"].remove("epochs");
-    set_path(root, "trainer.progress", YAML::Node("off"), where);
-    set_path(root, "output.plots", YAML::Node(false), where);
+    set_dotted(root, "trainer.progress", YAML::Node("off"), where);
+    set_dotted(root, "output.plots", YAML::Node(false), where);
     const fs::path y = out / (v.name + ".yaml");
     std::ofstream(y) << "# variant '" << v.name << "' of a tt-run comparison, from " << v.file << "\n"
                      << YAML::Dump(root) << "\n";
