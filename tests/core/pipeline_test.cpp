@@ -169,9 +169,8 @@ TEST(Pipeline, SetDottedOnAYamlTree) {
   tt::set_dotted(root, "output.plots", YAML::Node(false), "plan");  // a missing section is created
   EXPECT_FALSE(root["output"]["plots"].as<bool>());
   EXPECT_EQ(YAML::Dump(root),
-            "model:\n  name: transformer\n  d_model: 64\nplugins:\n  - name: amp\n    dtype: fp16\n"
-            "  - {name: checkpoint, policy: every}\ntrainer: {batch_size: 8, micro_batch_size: 4}\n"
-            "output:\n  plots: false");
+            "model:\n  name: transformer\n  d_model: 64\nplugins: [{name: amp, dtype: fp16}, {name: checkpoint, "
+            "policy: every}]\ntrainer: {batch_size: 8, micro_batch_size: 4}\noutput:\n  plots: false");
 
   // errors start with the caller's `where`
   EXPECT_NE(dotted_error(root, "plugins.x.dtype", "fp16").find("plan: 'x' indexes a list; use a number"),
