@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -74,78 +75,119 @@ const Schema& output_schema() {
 
 namespace {
 
-const std::vector<std::string> kTopKeys = {"name",     "seed",    "model",   "data",   "optimizer",
-                                           "schedule", "plugins", "trainer", "output", "compare"};
+// A component given by name ("model: topic", "plugins: [amp]") reached by a deeper key becomes
+// {name: <scalar>}; a missing or null entry becomes an empty map.
+YAML::Node as_map(const YAML::Node& n) {
+  YAML::Node m(YAML::NodeType::Map);
+  if (n.IsDefined() && n.IsScalar()) m["name"] = n.Scalar();
+  return m;
+}
 
-// Applies "a.b.0.c=value" to the tree. Returns the dotted path.
+size_t list_index(const YAML::Node& list, const std::string& segment, const std::string& where) {
+  size_t idx = 0, used = 0;
+  try {
+    idx = std::stoul(segment, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  TT_CHECK_AS(ConfigError, used == segment.size() && segment.find_first_not_of("0123456789") == std::string::npos,
+              where, ": '", segment, "' indexes a list; use a number (0 is the first entry)");
+  TT_CHECK_AS(ConfigError, idx < list.size(), where, ": index ", idx, " is past the end of the list (", list.size(),
+              list.size() == 1 ? " entry)" : " entries)");
+  return idx;
+}
+
+}  // namespace
+
+void set_dotted(YAML::Node root, const std::string& key, const YAML::Node& value, const std::string& where) {
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+  TT_CHECK_AS(ConfigError,
+              !key.empty() && key.back() != '.' &&
+                  std::none_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); }),
+              where, ": '", key, "' has an empty key segment; a key is dotted, e.g. trainer.batch_size");
+  TT_CHECK_AS(ConfigError, root.IsMap(), where, ": a pipeline is a YAML map");
+  // yaml-cpp nodes are handles: walk with reset() so that assignments write into the tree
+  YAML::Node cur;
+  cur.reset(root);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const bool last = i + 1 == parts.size();
+    if (cur.IsSequence()) {
+      const size_t idx = list_index(cur, parts[i], where);
+      if (last) {
+        cur[idx] = value;
+        return;
+      }
+      if (!cur[idx].IsMap() && !cur[idx].IsSequence()) cur[idx] = as_map(cur[idx]);
+      YAML::Node next;
+      next.reset(cur[idx]);
+      cur.reset(next);
+    } else {
+      if (last) {
+        cur[parts[i]] = value;
+        return;
+      }
+      if (!cur[parts[i]].IsMap() && !cur[parts[i]].IsSequence()) cur[parts[i]] = as_map(cur[parts[i]]);
+      YAML::Node next;
+      next.reset(cur[parts[i]]);
+      cur.reset(next);
+    }
+  }
+}
+
 void apply_override(YAML::Node root, const std::string& text) {
-  auto eq = text.find('=');
+  const auto eq = text.find('=');
   TT_CHECK_AS(ConfigError, eq != std::string::npos && eq > 0, "command line '", text,
               "': an override is key=value, e.g. trainer.batch_size=64");
-  const std::string path = text.substr(0, eq), value = text.substr(eq + 1);
-  std::vector<std::string> parts;
-  std::stringstream ss(path);
-  std::string p;
-  while (std::getline(ss, p, '.')) {
-    TT_CHECK_AS(ConfigError, !p.empty(), "command line '", text, "': empty key segment in '", path, "'");
-    parts.push_back(p);
-  }
+  const std::string where = "command line '" + text + "'", value = text.substr(eq + 1);
   YAML::Node v;
   try {
     v = value.empty() ? YAML::Node(YAML::NodeType::Null) : YAML::Load(value);
   } catch (const YAML::Exception& e) {
-    TT_FAIL_AS(ConfigError, "command line '", text, "': the value is not valid YAML: ", e.msg);
+    TT_FAIL_AS(ConfigError, where, ": the value is not valid YAML: ", e.msg);
   }
-  // yaml-cpp nodes are handles: walk with reset() so assignments write into the tree
-  YAML::Node cur;
-  cur.reset(root);
-  for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    const std::string& k = parts[i];
-    YAML::Node next;
-    if (cur.IsSequence()) {
-      size_t idx = 0;
-      try {
-        idx = std::stoul(k);
-      } catch (...) {
-        TT_FAIL_AS(ConfigError, "command line '", text, "': '", k, "' indexes a list; use a number");
-      }
-      TT_CHECK_AS(ConfigError, idx < cur.size(), "command line '", text, "': index ", idx, " is past the end (",
-                  cur.size(), " entries)");
-      if (cur[idx].IsScalar()) {  // "plugins: [amp]" + plugins.0.dtype=bf16
-        YAML::Node m(YAML::NodeType::Map);
-        m["name"] = cur[idx].Scalar();
-        cur[idx] = m;
-      }
-      next.reset(cur[idx]);
-    } else {
-      if (!cur[k].IsDefined() || cur[k].IsNull()) cur[k] = YAML::Node(YAML::NodeType::Map);
-      else if (cur[k].IsScalar()) {  // "model: topic" + model.k=5
-        YAML::Node m(YAML::NodeType::Map);
-        m["name"] = cur[k].Scalar();
-        cur[k] = m;
-      }
-      next.reset(cur[k]);
-    }
-    cur.reset(next);
-  }
-  if (cur.IsSequence()) {
-    size_t idx = std::stoul(parts.back());
-    TT_CHECK_AS(ConfigError, idx < cur.size(), "command line '", text, "': index past the end");
-    cur[idx] = v;
-  } else {
-    cur[parts.back()] = v;
-  }
+  set_dotted(root, text.substr(0, eq), v, where);
 }
 
-// key -> origin for overrides under `prefix` ("trainer.", "plugins.1.").
-std::map<std::string, std::string> origins_under(const std::vector<std::string>& overrides, const std::string& prefix) {
+namespace {
+
+const std::vector<std::string> kTopKeys = {"name",     "seed",    "model",   "data",   "optimizer",
+                                           "schedule", "plugins", "trainer", "output", "compare"};
+
+std::string override_key(const std::string& o) { return o.substr(0, o.find('=')); }
+
+// "command line '<override>'" for the last override that wrote the section at PATH ("plugins.1")
+// or one above it ("plugins=[...]"), else "": the marks of nodes parsed from an override's
+// value are positions in that value, not in the pipeline file.
+std::string covering_origin(const std::vector<std::string>& overrides, const std::string& path) {
+  std::string out;
+  for (const auto& o : overrides) {
+    const std::string key = override_key(o);
+    if (path == key || path.rfind(key + ".", 0) == 0) out = "command line '" + o + "'";
+  }
+  return out;
+}
+
+std::string where_of(const std::string& file, const YAML::Node& node, const std::vector<std::string>& overrides,
+                     const std::string& path) {
+  const std::string origin = covering_origin(overrides, path);
+  return origin.empty() ? location(file, node) : origin;
+}
+
+// key -> origin for the keys of SECTION (at `prefix`: "trainer.", "plugins.1.") that came from
+// the command line: set one by one (trainer.batch_size=64) or with the whole section, or a
+// section above it (trainer={batch_size: 64}, plugins=[...]). Later overrides win.
+std::map<std::string, std::string> origins_under(const std::vector<std::string>& overrides, const std::string& prefix,
+                                                 const YAML::Node& section) {
   std::map<std::string, std::string> out;
   for (const auto& o : overrides) {
-    auto eq = o.find('=');
-    std::string path = o.substr(0, eq);
-    if (path.rfind(prefix, 0) == 0) {
-      std::string rest = path.substr(prefix.size());
-      out[rest.substr(0, rest.find('.'))] = "command line '" + o + "'";
+    const std::string key = override_key(o), origin = "command line '" + o + "'";
+    if (key.rfind(prefix, 0) == 0) {
+      const std::string rest = key.substr(prefix.size());
+      out[rest.substr(0, rest.find('.'))] = origin;
+    } else if (!prefix.empty() && prefix.rfind(key + ".", 0) == 0 && section.IsDefined() && section.IsMap()) {
+      for (const auto& kv : section) out[kv.first.Scalar()] = origin;
     }
   }
   return out;
@@ -156,7 +198,8 @@ ComponentSpec parse_component(const YAML::Node& node, const std::string& section
                               const Schema& (*schema_of)(const std::string&), const std::string& default_name,
                               const std::vector<std::string>& overrides, const std::string& prefix) {
   ComponentSpec c;
-  c.where = location(file, node);
+  const std::string path = prefix.substr(0, prefix.size() - 1);  // "plugins.1"
+  c.where = where_of(file, node, overrides, path);
   YAML::Node opts;
   if (!node.IsDefined() || node.IsNull()) {
     TT_CHECK_AS(ConfigError, !default_name.empty(), file, ": the pipeline has no '", section,
@@ -165,16 +208,16 @@ ComponentSpec parse_component(const YAML::Node& node, const std::string& section
   } else if (node.IsScalar()) {
     c.name = node.Scalar();
   } else if (node.IsMap()) {
-    TT_CHECK_AS(ConfigError, node["name"].IsDefined() && node["name"].IsScalar(), location(file, node), ": ",
+    TT_CHECK_AS(ConfigError, node["name"].IsDefined() && node["name"].IsScalar(), c.where, ": ",
                 section, " needs a 'name' (tt-run --list shows the choices)");
     c.name = node["name"].Scalar();
     opts = node;
   } else {
-    TT_FAIL_AS(ConfigError, location(file, node), ": ", section, " must be a name or a map with 'name'");
+    TT_FAIL_AS(ConfigError, c.where, ": ", section, " must be a name or a map with 'name'");
   }
   const Schema& schema = schema_of(c.name);
   std::string ctx = section + " (" + c.name + ")";
-  c.options = Options::parse(opts, schema, ctx, file, {"name"}, origins_under(overrides, prefix));
+  c.options = Options::parse(opts, schema, ctx, file, {"name"}, origins_under(overrides, prefix, node));
   return c;
 }
 
@@ -191,7 +234,7 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
   TT_CHECK_AS(ConfigError, root.IsMap(), location(file, root),
               ": a pipeline is a YAML map (model:, data:, trainer:, ...), not ", root.IsSequence() ? "a list" : "a value");
   for (const auto& o : overrides) apply_override(root, o);
-  auto top_origins = origins_under(overrides, "");
+  auto top_origins = origins_under(overrides, "", root);
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string key = it->first.Scalar();
     if (std::find(kTopKeys.begin(), kTopKeys.end(), key) == kTopKeys.end()) {
@@ -207,7 +250,7 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
   p.file = file;
   p.overrides = overrides;
   if (root["compare"].IsDefined() && !root["compare"].IsNull()) {
-    TT_CHECK_AS(ConfigError, root["compare"].IsMap(), location(file, root["compare"]),
+    TT_CHECK_AS(ConfigError, root["compare"].IsMap(), where_of(file, root["compare"], overrides, "compare"),
                 ": compare must be a map (variants:, steps:, warmup_steps:, repeats:, baseline:)");
     p.has_compare = true;
   }
@@ -224,7 +267,7 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
     p.seed = static_cast<uint64_t>(o.get_int("seed"));
   }
   p.trainer = Options::parse(root["trainer"], trainer_schema(), "trainer", file, {},
-                             origins_under(overrides, "trainer."));
+                             origins_under(overrides, "trainer.", root["trainer"]));
   if (p.trainer.is_set("memory_budget")) {
     try {
       parse_budget(p.trainer.get_string("memory_budget"));
@@ -236,7 +279,7 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
       }
     }
   }
-  p.output = Options::parse(root["output"], output_schema(), "output", file, {}, origins_under(overrides, "output."));
+  p.output = Options::parse(root["output"], output_schema(), "output", file, {}, origins_under(overrides, "output.", root["output"]));
   p.data = parse_component(root["data"], "data", file, &dataset_schema, "", overrides, "data.");
   p.model = parse_component(root["model"], "model", file, &model_schema, "", overrides, "model.");
   p.optimizer = parse_component(root["optimizer"], "optimizer", file, &optimizer_schema, "adamw", overrides,
@@ -245,7 +288,7 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
                                "schedule.");
   YAML::Node plugins = root["plugins"];
   if (plugins.IsDefined() && !plugins.IsNull()) {
-    TT_CHECK_AS(ConfigError, plugins.IsSequence(), location(file, plugins),
+    TT_CHECK_AS(ConfigError, plugins.IsSequence(), where_of(file, plugins, overrides, "plugins"),
                 ": plugins must be a list, e.g. plugins: [checkpoint, {name: amp, dtype: bf16}]");
     for (size_t i = 0; i < plugins.size(); ++i) {
       const std::string section = "plugins[" + std::to_string(i) + "]";

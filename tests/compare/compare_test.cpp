@@ -1,8 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
 
 #include "test_support.h"
 
@@ -15,18 +18,63 @@ struct Cmp {
   Cmp() {
     std::ofstream t(dir / "train.txt");
     for (int i = 0; i < 300; ++i) t << "the quick brown fox jumps over the lazy dog " << i << "\n";
+    std::ofstream v(dir / "val.txt");
+    for (int i = 0; i < 40; ++i) v << "a lazy dog sleeps under the quick brown fox " << i << "\n";
   }
-  std::string base() const {
+  // validation: the text dataset's validation stream, evaluated at the end of each run
+  std::string base(bool validation = false) const {
     return "name: cmp\nseed: 0\ndata: {name: text, train: " + (dir / "train.txt").string() +
+           (validation ? ", validation: [" + (dir / "val.txt").string() + "]" : std::string()) +
            ", seq_len: 32}\nmodel: {name: transformer, d_model: 32, n_layers: 2, n_heads: 2, sample_tokens: 0}\n"
            "trainer: {batch_size: 4, threads: 1}\noutput: {dir: " + (dir / "runs").string() + "}\n";
   }
-  tt::test::RunResult run(const std::string& tag, const std::string& compare_section, const std::string& args = "") {
-    std::ofstream(dir / (tag + ".yaml")) << base() << compare_section;
+  tt::test::RunResult run(const std::string& tag, const std::string& compare_section, const std::string& args = "",
+                          const std::string& pipeline = "") {
+    std::ofstream(dir / (tag + ".yaml")) << (pipeline.empty() ? base() : pipeline) << compare_section;
     return tt::test::run("TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR " " + tt::test::tt_run_bin() + " " +
                          (dir / (tag + ".yaml")).string() + " --run-dir " + (dir / tag).string() + " " + args);
   }
 };
+std::map<std::string, json> by_name(const json& compare) {
+  std::map<std::string, json> v;
+  for (const auto& x : compare["variants"]) v[x["name"].get<std::string>()] = x;
+  return v;
+}
+
+// compare.csv as rows of header -> field (quoted fields unquoted; no field spans lines here).
+std::vector<std::map<std::string, std::string>> csv_rows(const fs::path& file) {
+  auto split = [](const std::string& line) {
+    std::vector<std::string> out(1);
+    bool quoted = false;
+    for (size_t i = 0; i < line.size(); ++i) {
+      const char ch = line[i];
+      if (ch == '"' && quoted && i + 1 < line.size() && line[i + 1] == '"') {
+        out.back() += '"';
+        ++i;
+      } else if (ch == '"') {
+        quoted = !quoted;
+      } else if (ch == ',' && !quoted) {
+        out.emplace_back();
+      } else {
+        out.back() += ch;
+      }
+    }
+    return out;
+  };
+  std::ifstream in(file);
+  std::string line;
+  std::getline(in, line);
+  const auto header = split(line);
+  std::vector<std::map<std::string, std::string>> rows;
+  while (std::getline(in, line)) {
+    const auto f = split(line);
+    EXPECT_EQ(f.size(), header.size()) << line;
+    std::map<std::string, std::string> row;
+    for (size_t i = 0; i < std::min(f.size(), header.size()); ++i) row[header[i]] = f[i];
+    rows.push_back(row);
+  }
+  return rows;
+}
 }  // namespace
 
 TEST(Compare, ACrashingVariantIsReportedWhileTheOthersComplete) {
@@ -63,6 +111,10 @@ TEST(Compare, ACrashingVariantIsReportedWhileTheOthersComplete) {
   // The same losses: the same data, seed and batches in every variant.
   EXPECT_EQ(v["checkpoint"]["final_loss"], v["baseline"]["final_loss"]);
   EXPECT_EQ(v["checkpoint"]["plugins"], json::array({"checkpoint"}));
+  // no validation data: no validation column
+  EXPECT_FALSE(j.contains("validation_metric"));
+  EXPECT_FALSE(v["baseline"].contains("validation"));
+  EXPECT_EQ(r.output.find("val_loss"), std::string::npos) << r.output;
 
   // compare.csv: a header and one row per variant, the same figures.
   std::ifstream csv(c.dir / "crash" / "compare.csv");
@@ -84,7 +136,7 @@ TEST(Compare, ACrashingVariantIsReportedWhileTheOthersComplete) {
   EXPECT_TRUE(fs::exists(c.dir / "crash" / "crashes.log"));
 }
 
-TEST(Compare, ComparesPipelineFilesNamedOnTheCommandLine) {
+TEST(Compare, PipelineFilesNamedOnTheCommandLineKeepTheirOwnPlugins) {
   Cmp c;
   std::ofstream(c.dir / "plain.yaml") << c.base();
   std::ofstream(c.dir / "ckpt.yaml") << c.base() << "plugins: [checkpoint]\n";
@@ -96,7 +148,142 @@ TEST(Compare, ComparesPipelineFilesNamedOnTheCommandLine) {
   EXPECT_EQ(j["variants"][0]["name"], "plain");
   EXPECT_EQ(j["baseline"], "plain");
   EXPECT_EQ(j["steps"], 2);
-  EXPECT_TRUE(j["variants"][1]["ok"].get<bool>());
+  auto v = by_name(j);
+  ASSERT_TRUE(v["plain"]["ok"].get<bool>()) << r.output;
+  ASSERT_TRUE(v["ckpt"]["ok"].get<bool>()) << r.output;
+  // each file runs with its own plugins list, and the meter sees the difference
+  EXPECT_EQ(v["plain"]["plugins"], json::array());
+  EXPECT_EQ(v["ckpt"]["plugins"], json::array({"checkpoint"}));
+  EXPECT_NE(tt::test::read_file(c.dir / "files" / "ckpt.yaml").find("checkpoint"), std::string::npos);
+  EXPECT_LT(v["ckpt"]["activations_bytes"].get<int64_t>(), v["plain"]["activations_bytes"].get<int64_t>());
+  EXPECT_LT(v["ckpt"]["peak_vs_baseline"].get<double>(), 1.0);
+}
+
+TEST(Compare, AVariantWithoutPluginsKeepsThePipelinesAndAnEmptyListRemovesThem) {
+  Cmp c;
+  auto r = c.run("keep", "compare:\n  steps: 2\n  warmup_steps: 0\n  variants:\n    kept: {}\n    none: {plugins: []}\n",
+                 "", c.base() + "plugins: [checkpoint]\n");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  auto v = by_name(json::parse(tt::test::read_file(c.dir / "keep" / "compare.json")));
+  ASSERT_TRUE(v["kept"]["ok"].get<bool>()) << r.output;
+  ASSERT_TRUE(v["none"]["ok"].get<bool>()) << r.output;
+  EXPECT_EQ(v["kept"]["plugins"], json::array({"checkpoint"}));
+  EXPECT_EQ(v["none"]["plugins"], json::array());
+  EXPECT_LT(v["kept"]["activations_bytes"].get<int64_t>(), v["none"]["activations_bytes"].get<int64_t>());
+}
+
+TEST(Compare, ValidationColumnShowsEachVariantsValidationMetric) {
+  Cmp c;
+  auto r = c.run("val", R"(compare:
+  steps: 3
+  warmup_steps: 0
+  variants:
+    baseline: {}
+    fast: {set: {optimizer.lr: 0.02}}
+)",
+                 "", c.base(true));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const json j = json::parse(tt::test::read_file(c.dir / "val" / "compare.json"));
+  EXPECT_EQ(j["validation_metric"], "val_loss");
+  auto v = by_name(j);
+  std::map<std::string, std::string> csv_val;
+  for (const auto& row : csv_rows(c.dir / "val" / "compare.csv")) csv_val[row.at("variant")] = row.at("val_loss");
+  for (const char* name : {"baseline", "fast"}) {
+    ASSERT_TRUE(v[name]["ok"].get<bool>()) << r.output;
+    // the figures are the variant's own run's: its summary.json's validation object
+    const json summary = json::parse(tt::test::read_file(c.dir / "val" / name / "summary.json"));
+    ASSERT_TRUE(summary.contains("validation")) << summary.dump();
+    EXPECT_EQ(v[name]["validation"], summary["validation"]);
+    const double val_loss = summary["validation"]["val_loss"].get<double>();
+    EXPECT_GT(val_loss, 0);
+    EXPECT_NEAR(std::stod(csv_val[name]), val_loss, 1e-6);
+  }
+  // a different learning rate trains to a different validation loss: the column tells them apart
+  EXPECT_NE(v["baseline"]["validation"]["val_loss"], v["fast"]["validation"]["val_loss"]);
+  // the table has the column, with the value rounded to 4 places in each variant's row
+  EXPECT_NE(r.output.find("val_loss\n"), std::string::npos) << r.output;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f\n", v["fast"]["validation"]["val_loss"].get<double>());
+  EXPECT_NE(r.output.find(std::string(" ") + buf), std::string::npos) << buf << r.output;
+}
+
+TEST(Compare, BytesAPluginHoldsShowInTheRestOfThePeak) {
+  Cmp c;
+  auto r = c.run("rest", R"(compare:
+  steps: 2
+  warmup_steps: 0
+  variants:
+    baseline: {}
+    holds: {plugins: [{name: test-hold, bytes: 4MiB}]}
+)");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  auto v = by_name(json::parse(tt::test::read_file(c.dir / "rest" / "compare.json")));
+  ASSERT_TRUE(v["baseline"]["ok"].get<bool>()) << r.output;
+  ASSERT_TRUE(v["holds"]["ok"].get<bool>()) << r.output;
+  for (const char* name : {"baseline", "holds"}) {
+    const json& x = v[name];
+    // rest = peak - parameters - gradients - optimizer state - activations
+    EXPECT_EQ(x["rest_bytes"].get<int64_t>(),
+              x["peak_tensor_bytes"].get<int64_t>() - x["parameters_bytes"].get<int64_t>() -
+                  x["gradients_bytes"].get<int64_t>() - x["optimizer_state_bytes"].get<int64_t>() -
+                  x["activations_bytes"].get<int64_t>());
+  }
+  // the plugin's 4 MiB are in none of the four named parts: they show in the rest
+  for (const char* part : {"parameters_bytes", "gradients_bytes", "optimizer_state_bytes"})
+    EXPECT_EQ(v["holds"][part], v["baseline"][part]) << part;
+  const int64_t held = 4 << 20, more = v["holds"]["rest_bytes"].get<int64_t>() - v["baseline"]["rest_bytes"].get<int64_t>();
+  EXPECT_NEAR(static_cast<double>(more), static_cast<double>(held), 0.05 * held) << r.output;
+  std::map<std::string, std::string> csv_rest;
+  for (const auto& row : csv_rows(c.dir / "rest" / "compare.csv")) csv_rest[row.at("variant")] = row.at("rest_bytes");
+  EXPECT_EQ(std::stoll(csv_rest["holds"]), v["holds"]["rest_bytes"].get<int64_t>());
+  EXPECT_NE(r.output.find(" rest "), std::string::npos) << r.output;
+}
+
+TEST(Compare, ARefusedVariantIsNamedInItsRowAndTheOthersRun) {
+  Cmp c;
+  auto r = c.run("refused", R"(compare:
+  steps: 2
+  warmup_steps: 0
+  variants:
+    baseline: {}
+    typo: {plugins: [{name: checkpoint, everry: 2}]}
+    old-api: {plugins: [test-wrong-api]}
+    bad-index: {set: {plugins.x.every: 2}, plugins: [checkpoint]}
+    checkpoint: {plugins: [checkpoint]}
+)");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("typo ... refused: "), std::string::npos) << r.output;
+  auto v = by_name(json::parse(tt::test::read_file(c.dir / "refused" / "compare.json")));
+  ASSERT_EQ(v.size(), 5u);
+  struct Refusal {
+    const char* name;
+    const char* reason;
+  };
+  for (const Refusal& k : {Refusal{"typo", "unknown key 'everry' in plugins[0] (checkpoint)"},
+                           Refusal{"old-api", "built for tt module API version 999"},
+                           Refusal{"bad-index", "compare.variants.bad-index.set 'plugins.x.every': 'x' indexes a list"}}) {
+    EXPECT_EQ(v[k.name]["status"], "refused") << k.name;
+    EXPECT_FALSE(v[k.name]["ok"].get<bool>()) << k.name;
+    EXPECT_NE(v[k.name]["reason"].get<std::string>().find(k.reason), std::string::npos) << v[k.name]["reason"];
+    // the table's row names the variant and its reason
+    const std::string row = std::string(k.name) + " ";
+    size_t at = r.output.rfind("\n" + row);
+    ASSERT_NE(at, std::string::npos) << k.name << r.output;
+    const std::string line = r.output.substr(at + 1, r.output.find('\n', at + 1) - at - 1);
+    EXPECT_NE(line.find("refused"), std::string::npos) << line;
+    EXPECT_NE(line.find(k.reason), std::string::npos) << line;
+    EXPECT_FALSE(fs::exists(c.dir / "refused" / k.name)) << "a refused variant does not run";
+  }
+  // the others ran and were measured
+  ASSERT_TRUE(v["baseline"]["ok"].get<bool>()) << r.output;
+  ASSERT_TRUE(v["checkpoint"]["ok"].get<bool>()) << r.output;
+  EXPECT_LT(v["checkpoint"]["activations_bytes"].get<int64_t>(), v["baseline"]["activations_bytes"].get<int64_t>());
+  std::map<std::string, std::map<std::string, std::string>> rows;
+  for (const auto& row : csv_rows(c.dir / "refused" / "compare.csv")) rows[row.at("variant")] = row;
+  ASSERT_EQ(rows.size(), 5u);
+  EXPECT_EQ(rows["typo"]["status"], "refused");
+  EXPECT_NE(rows["typo"]["reason"].find("unknown key 'everry'"), std::string::npos) << rows["typo"]["reason"];
+  EXPECT_EQ(rows["checkpoint"]["status"], "ok");
 }
 
 TEST(Compare, BadSectionsAreClearErrors) {

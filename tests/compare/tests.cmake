@@ -1,4 +1,8 @@
 # tt-run's compare mode (tools/tt-run/compare.cpp) and --profile-memory (profile.cpp): variants in child processes, a crashing one
-# reported while the others complete, the output files, bad compare sections.
+# reported while the others complete, a refused one named in its row, the output files, bad compare sections.
 tt_add_test_executable(tt_compare_tests SOURCES ${CMAKE_CURRENT_LIST_DIR}/compare_test.cpp)
-add_dependencies(tt_compare_tests tt_plugin_checkpoint tt_plugin_test-crash tt_model_transformer)
+# test-hold holds tensor memory of its own (the rest of the peak); beside the test modules, never installed
+tt_add_plugin(test-hold SOURCES ${CMAKE_CURRENT_LIST_DIR}/hold_plugin.cpp NO_INSTALL)
+set_target_properties(tt_plugin_test-hold PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${TT_TEST_MODULE_DIR})
+add_dependencies(tt_compare_tests tt_plugin_checkpoint tt_plugin_test-crash tt_plugin_test-wrong-api tt_plugin_test-hold
+                 tt_model_transformer)

@@ -5,6 +5,8 @@
 #include "test_support.h"
 #include "tt/error.h"
 #include "tt/pipeline.h"
+#include "tt/plugin.h"
+#include "tt/registry.h"
 
 using tt::test::temp_dir;
 using tt::test::topic_yaml;
@@ -102,6 +104,115 @@ TEST(Pipeline, OverrideErrorsNameTheCommandLine) {
   EXPECT_NE(e.find("command line 'trainer.batch_size=lots': trainer.batch_size must be an integer"), std::string::npos)
       << e;
   EXPECT_NE(error_of(yaml, {"trainer.batch_size"}).find("an override is key=value"), std::string::npos);
+}
+
+namespace {
+// A plugin registered in-process (no module file): a scalar list entry with an option.
+void register_dtype_plugin() {
+  static const bool once = [] {
+    tt::Registry::global().add_plugin("pipeline-test-dtype", "a plugin with one option, for override tests",
+                                      tt::Schema().add("dtype", tt::Type::String, "bf16", "bf16 or fp16"),
+                                      [](const tt::Options&) { return std::make_unique<tt::Plugin>(); });
+    return true;
+  }();
+  (void)once;
+}
+
+std::string dotted_error(YAML::Node root, const std::string& key, const std::string& value) {
+  try {
+    tt::set_dotted(root, key, YAML::Load(value), "plan");
+  } catch (const tt::ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+// The pipeline's overrides: a scalar list entry addressed with a sub-key becomes {name, key}.
+TEST(Pipeline, OverrideIntoAScalarListEntryMakesItAComponentMap) {
+  register_dtype_plugin();
+  const std::string yaml = "model: topic\ndata: topic-synthetic\nplugins: [pipeline-test-dtype, pipeline-test-dtype]\n";
+  auto p = tt::parse_pipeline(yaml, "p.yaml", {"plugins.1.dtype=fp16"});
+  ASSERT_EQ(p.plugins.size(), 2u);
+  EXPECT_EQ(p.plugins[0].name, "pipeline-test-dtype");
+  EXPECT_EQ(p.plugins[0].options.get_string("dtype"), "bf16");  // untouched: still the scalar, defaults
+  EXPECT_EQ(p.plugins[1].name, "pipeline-test-dtype");
+  EXPECT_EQ(p.plugins[1].options.get_string("dtype"), "fp16");
+  // a whole entry replaced by index, then reached into
+  auto q = tt::parse_pipeline("model: topic\ndata: topic-synthetic\nplugins: [pipeline-test-dtype]\n", "p.yaml",
+                              {"plugins.0=pipeline-test-dtype", "plugins.0.dtype=fp16"});
+  ASSERT_EQ(q.plugins.size(), 1u);
+  EXPECT_EQ(q.plugins[0].options.get_string("dtype"), "fp16");
+  // the error in an option set this way names the command line
+  std::string e = error_of(yaml, {"plugins.0.dtyp=fp16"});
+  EXPECT_NE(e.find("command line 'plugins.0.dtyp=fp16': unknown key 'dtyp' in plugins[0] (pipeline-test-dtype)"),
+            std::string::npos)
+      << e;
+}
+
+// What compare's variants (set:) and the planner's probes call: the same parser on a YAML tree.
+TEST(Pipeline, SetDottedOnAYamlTree) {
+  YAML::Node root = YAML::Load("model: transformer\nplugins: [amp, checkpoint]\ntrainer: {batch_size: 8}\n");
+  tt::set_dotted(root, "plugins.0.dtype", YAML::Node("fp16"), "plan");
+  ASSERT_TRUE(root["plugins"][0].IsMap());
+  EXPECT_EQ(root["plugins"][0]["name"].as<std::string>(), "amp");
+  EXPECT_EQ(root["plugins"][0]["dtype"].as<std::string>(), "fp16");
+  EXPECT_EQ(root["plugins"][1].as<std::string>(), "checkpoint");  // the other entry stays a scalar
+  tt::set_dotted(root, "plugins.1", YAML::Load("{name: checkpoint, policy: every}"), "plan");
+  EXPECT_EQ(root["plugins"][1]["policy"].as<std::string>(), "every");
+  tt::set_dotted(root, "model.d_model", YAML::Node(64), "plan");  // a scalar section becomes a map
+  EXPECT_EQ(root["model"]["name"].as<std::string>(), "transformer");
+  EXPECT_EQ(root["model"]["d_model"].as<int>(), 64);
+  tt::set_dotted(root, "trainer.micro_batch_size", YAML::Node(4), "plan");
+  EXPECT_EQ(root["trainer"]["batch_size"].as<int>(), 8);
+  EXPECT_EQ(root["trainer"]["micro_batch_size"].as<int>(), 4);
+  tt::set_dotted(root, "output.plots", YAML::Node(false), "plan");  // a missing section is created
+  EXPECT_FALSE(root["output"]["plots"].as<bool>());
+  EXPECT_EQ(YAML::Dump(root),
+            "model:\n  name: transformer\n  d_model: 64\nplugins: [{name: amp, dtype: fp16}, {name: checkpoint, "
+            "policy: every}]\ntrainer: {batch_size: 8, micro_batch_size: 4}\noutput:\n  plots: false");
+
+  // errors start with the caller's `where`
+  EXPECT_NE(dotted_error(root, "plugins.x.dtype", "fp16").find("plan: 'x' indexes a list; use a number"),
+            std::string::npos);
+  EXPECT_NE(dotted_error(root, "plugins.2.dtype", "fp16").find("plan: index 2 is past the end of the list (2 entries)"),
+            std::string::npos);
+  EXPECT_NE(dotted_error(root, "plugins.2", "amp").find("index 2 is past the end"), std::string::npos);
+  EXPECT_NE(dotted_error(root, "plugins.-1", "amp").find("'-1' indexes a list"), std::string::npos);
+  EXPECT_NE(dotted_error(root, "trainer..batch_size", "1").find("plan: 'trainer..batch_size' has an empty key segment"),
+            std::string::npos);
+  EXPECT_NE(dotted_error(root, "trainer.", "1").find("empty key segment"), std::string::npos);
+}
+
+// An override whose value is a structure: its errors are on the command line, not at the
+// value's position read as a position in the pipeline file.
+TEST(Pipeline, ErrorsInsideAStructuredOverrideValueNameTheCommandLine) {
+  register_dtype_plugin();
+  const std::string yaml = "model: topic\ndata: topic-synthetic\n";
+  struct Case {
+    std::string override_, expect;
+  };
+  for (const Case& k : std::vector<Case>{
+           {"trainer={epochs: 1, batch_size: abc}", "trainer.batch_size must be an integer"},
+           {"model={name: topic, k: abc}", "model (topic).k must be an integer"},
+           {"model={name: topic, topics: 5}", "unknown key 'topics' in model (topic)"},
+           {"model={k: 5}", "model needs a 'name'"},
+           {"plugins=[{name: pipeline-test-dtype, dtype: [a]}]", "plugins[0] (pipeline-test-dtype).dtype"},
+           {"plugins.0={name: pipeline-test-dtype, dtyp: fp16}", "unknown key 'dtyp'"},
+           {"plugins={name: pipeline-test-dtype}", "plugins must be a list"},
+       }) {
+    const std::string e = error_of(yaml + (k.override_.rfind("plugins.0", 0) == 0 ? "plugins: [x]\n" : ""),
+                                   {"trainer.max_steps=1", k.override_});
+    EXPECT_EQ(e.rfind("command line '" + k.override_ + "': ", 0), 0u) << e;
+    EXPECT_NE(e.find(k.expect), std::string::npos) << e;
+    EXPECT_EQ(e.find("p.yaml:1:"), std::string::npos) << e;
+  }
+  // a key set on its own after the whole section is named by its own override
+  std::string e = error_of(yaml, {"trainer={batch_size: 4}", "trainer.epochs=abc"});
+  EXPECT_EQ(e.rfind("command line 'trainer.epochs=abc': trainer.epochs must be an integer", 0), 0u) << e;
+  // a value the file set is still located in the file
+  e = error_of("model: topic\ndata: topic-synthetic\ntrainer: {batch_size: abc}\n", {"trainer.epochs=1"});
+  EXPECT_EQ(e.rfind("p.yaml:3:", 0), 0u) << e;
 }
 
 TEST(Pipeline, ResolvedYamlRoundTrips) {

@@ -17,47 +17,6 @@ namespace tt::child {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// Sets a dotted path ("trainer.micro_batch_size", "plugins.0.dtype") in a YAML tree.
-void set_path(YAML::Node root, const std::string& path, const YAML::Node& value, const std::string& where) {
-  std::vector<std::string> parts;
-  std::stringstream ss(path);
-  for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
-  TT_CHECK_AS(ConfigError, !parts.empty() && std::none_of(parts.begin(), parts.end(), [](auto& p) { return p.empty(); }),
-              where, ": '", path, "' is not a dotted key like trainer.micro_batch_size");
-  std::vector<YAML::Node> chain{root};
-  for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    YAML::Node cur = chain.back();
-    YAML::Node next;
-    if (cur.IsSequence()) {
-      size_t idx = 0;
-      try {
-        idx = std::stoul(parts[i]);
-      } catch (const std::exception&) {
-        TT_FAIL_AS(ConfigError, where, ": '", path, "': '", parts[i], "' indexes a list and must be a number");
-      }
-      TT_CHECK_AS(ConfigError, idx < cur.size(), where, ": '", path, "': index ", idx, " is past the end of the list");
-      next.reset(cur[idx]);
-    } else {
-      if (!cur[parts[i]].IsDefined() || cur[parts[i]].IsNull() || cur[parts[i]].IsScalar()) {
-        // "model: transformer" + model.d_model=...: the scalar is the component's name
-        YAML::Node m(YAML::NodeType::Map);
-        if (cur[parts[i]].IsDefined() && cur[parts[i]].IsScalar()) m["name"] = cur[parts[i]].Scalar();
-        cur[parts[i]] = m;
-      }
-      next.reset(cur[parts[i]]);
-    }
-    chain.push_back(next);
-  }
-  YAML::Node last = chain.back();
-  if (last.IsSequence()) {
-    size_t idx = std::stoul(parts.back());
-    TT_CHECK_AS(ConfigError, idx < last.size(), where, ": '", path, "': index past the end of the list");
-    last[idx] = value;
-  } else {
-    last[parts.back()] = value;
-  }
-}
-
 YAML::Node load_yaml(const std::string& file) {
   try {
     return YAML::LoadFile(file);

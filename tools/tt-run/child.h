@@ -9,10 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "tt/pipeline.h"
+
 namespace tt::child {
 
-// Sets a dotted path ("trainer.micro_batch_size", "plugins.0.dtype") in a YAML tree.
-void set_path(YAML::Node root, const std::string& path, const YAML::Node& value, const std::string& where);
+// Sets a dotted path ("trainer.micro_batch_size", "plugins.0.dtype") in a YAML tree: the core's
+// one dotted-key parser, tt::set_dotted (tt/pipeline.h), under the name the planner calls.
+inline void set_path(YAML::Node root, const std::string& path, const YAML::Node& value, const std::string& where) {
+  tt::set_dotted(std::move(root), path, value, where);
+}
 
 // Reads a pipeline file as YAML (ConfigError naming the file when it cannot).
 YAML::Node load_yaml(const std::string& file);

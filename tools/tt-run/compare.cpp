@@ -25,14 +25,14 @@ namespace tt::compare {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using child::median;
-using child::set_path;
 
 namespace {
 
 struct Variant {
   std::string name;
   std::string file;      // the pipeline it starts from
-  YAML::Node plugins;    // undefined: keep the pipeline's
+  bool replaces_plugins = false;  // plugins: given: it replaces the pipeline's list
+  YAML::Node plugins;
   std::vector<std::pair<std::string, YAML::Node>> set;
 };
 
@@ -43,8 +43,8 @@ struct Spec {
 };
 
 struct Result : child::Measured {
-  std::string status = "not run";  // ok, out of memory, error (exit N), crashed (signal N)
-  std::string reason;              // the last error line of a failed run
+  std::string status = "not run";  // ok, refused, out of memory, error (exit N), crashed (signal N)
+  std::string reason;              // why a variant was refused, or the last error line of a failed run
   bool ok = false;
   std::vector<double> repeat_step_ms;
 };
@@ -96,6 +96,7 @@ Spec parse_section(const YAML::Node& c, const std::string& file) {
         TT_CHECK_AS(ConfigError, body["plugins"].IsSequence(), file, ": compare.variants.", var.name,
                     ".plugins must be a list, e.g. [checkpoint, {name: amp, dtype: bf16}]");
         var.plugins = YAML::Clone(body["plugins"]);
+        var.replaces_plugins = true;
       }
       if (body["set"]) {
         TT_CHECK_AS(ConfigError, body["set"].IsMap(), file, ": compare.variants.", var.name,
@@ -113,6 +114,7 @@ std::string mib(int64_t b) {
   std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(b) / (1 << 20));
   return buf;
 }
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 std::string fixed(double x, int digits) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.*f", digits, x);
@@ -205,37 +207,47 @@ int run(const Options& o) {
   }
   fs::create_directories(out);
 
-  // Each variant's pipeline, written out and validated before anything runs.
+  // Each variant's pipeline, written out and validated before anything runs. A variant whose
+  // pipeline is refused is reported in its row; the others still run.
+  const size_t n = spec.variants.size();
   std::vector<fs::path> yamls;
-  for (const auto& v : spec.variants) {
-    YAML::Node root = child::load_yaml(v.file);
-    TT_CHECK_AS(ConfigError, root.IsMap(), v.file, ": a pipeline is a YAML map");
-    root.remove("compare");
-    const std::string where = v.file + ": compare.variants." + v.name;
-    if (v.plugins) root["plugins"] = v.plugins;
-    for (const auto& ov : o.overrides) {
-      const auto eq = ov.find('=');
-      TT_CHECK_AS(ConfigError, eq != std::string::npos && eq > 0, "command line '", ov, "': expected key=value");
-      set_path(root, ov.substr(0, eq), YAML::Load(ov.substr(eq + 1)), "command line '" + ov + "'");
-    }
-    for (const auto& [k, val] : v.set) set_path(root, k, val, where + ".set");
-    set_path(root, "trainer.max_steps", YAML::Node(spec.warmup + spec.steps), where);
-    if (root["trainer"]["epochs"]) root["trainer"].remove("epochs");
-    set_path(root, "trainer.progress", YAML::Node("off"), where);
-    set_path(root, "output.plots", YAML::Node(false), where);
+  std::vector<Result> results(n);
+  auto refuse = [](Result& r, const Error& e) {
+    r.status = "refused";
+    r.reason = e.what();
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const Variant& v = spec.variants[i];
     const fs::path y = out / (v.name + ".yaml");
-    std::ofstream(y) << "# variant '" << v.name << "' of a tt-run comparison, from " << v.file << "\n"
-                     << YAML::Dump(root) << "\n";
+    yamls.push_back(y);
     try {
+      YAML::Node root = child::load_yaml(v.file);
+      TT_CHECK_AS(ConfigError, root.IsMap(), v.file, ": a pipeline is a YAML map");
+      root.remove("compare");
+      const std::string where = v.file + ": compare.variants." + v.name;
+      if (v.replaces_plugins) root["plugins"] = YAML::Clone(v.plugins);
+      for (const auto& ov : o.overrides) apply_override(root, ov);
+      for (const auto& [k, val] : v.set) set_dotted(root, k, val, where + ".set '" + k + "'");
+      set_dotted(root, "trainer.max_steps", YAML::Node(spec.warmup + spec.steps), where);
+      if (root["trainer"]["epochs"]) root["trainer"].remove("epochs");
+      set_dotted(root, "trainer.progress", YAML::Node("off"), where);
+      set_dotted(root, "output.plots", YAML::Node(false), where);
+      std::ofstream(y) << "# variant '" << v.name << "' of a tt-run comparison, from " << v.file << "\n"
+                       << YAML::Dump(root) << "\n";
       load_pipeline(y.string());
     } catch (const ConfigError& e) {
-      TT_FAIL_AS(ConfigError, "compare: variant '", v.name, "' (", y.string(), "): ", e.what());
+      refuse(results[i], e);
+    } catch (const ModuleError& e) {  // a plugin that does not load
+      refuse(results[i], e);
     }
-    yamls.push_back(y);
+  }
+  if (std::all_of(results.begin(), results.end(), [](const Result& r) { return r.status == "refused"; })) {
+    std::string msg = "compare: no variant can run:";
+    for (size_t i = 0; i < n; ++i)
+      msg += "\n  variant '" + spec.variants[i].name + "': " + results[i].reason;
+    throw ConfigError(msg);
   }
 
-  const size_t n = spec.variants.size();
-  std::vector<Result> results(n);
   if (!o.quiet)
     std::printf("comparing %zu variants, %d steps each after %d warm-up steps, %d run%s each, in %s\n", n, spec.steps,
                 spec.warmup, spec.repeats, spec.repeats > 1 ? "s" : "", out.c_str());
@@ -245,6 +257,11 @@ int run(const Options& o) {
     for (size_t i = 0; i < n; ++i) {
       Result& r = results[i];
       if (k > 0 && !r.ok) continue;  // failed in an earlier round: reported once
+      if (r.status == "refused") {
+        if (!o.quiet) std::printf("[%zu/%zu] %s ... refused: %s\n", i + 1, n, spec.variants[i].name.c_str(),
+                                  first_line(r.reason).c_str());
+        continue;
+      }
       const auto t0 = std::chrono::steady_clock::now();
       const fs::path dir = out / (k == 0 ? spec.variants[i].name : spec.variants[i].name + "-r" + std::to_string(k + 1));
       fs::remove_all(dir);
@@ -284,23 +301,50 @@ int run(const Options& o) {
   for (auto& r : results)
     if (r.ok) r.step_ms = median(r.repeat_step_ms);
 
-  // The table, compare.csv, compare.json.
+  // The table, compare.csv, compare.json. A pipeline that evaluates gets a validation column
+  // (val_loss when the model reports it, else the first of its metrics by name): a variant
+  // that changes what is trained (EMA weights, LoRA) is judged there, not by the training loss.
   const Result& b = results[base];
+  std::string val_key;
+  for (const auto& r : results) {
+    if (!r.ok || !r.summary.contains("validation") || r.summary["validation"].empty()) continue;
+    const json& val = r.summary["validation"];
+    if (val.contains("val_loss")) {
+      val_key = "val_loss";
+      break;
+    }
+    if (val_key.empty()) val_key = val.begin().key();
+  }
+  auto val_of = [&](const Result& r) -> const json* {
+    if (val_key.empty() || !r.summary.contains("validation") || !r.summary["validation"].contains(val_key))
+      return nullptr;
+    return &r.summary["validation"][val_key];
+  };
   auto ratio = [](double x, double y) { return y > 0 ? fixed(x / y, 3) + "x" : std::string("-"); };
+  auto quoted = [](std::string t) {
+    for (size_t p = t.find('"'); p != std::string::npos; p = t.find('"', p + 2)) t.insert(p, 1, '"');
+    return '"' + t + '"';
+  };
   json doc = {{"pipeline", o.files.size() == 1 ? o.files[0] : std::string()},
               {"baseline", spec.baseline},
               {"steps", spec.steps},
               {"warmup_steps", spec.warmup},
               {"repeats", spec.repeats},
               {"variants", json::array()}};
+  if (!val_key.empty()) doc["validation_metric"] = val_key;
   std::ofstream csv(out / "compare.csv");
   csv << "variant,status,peak_tensor_bytes,peak_vs_baseline,peak_rss_bytes,parameters_bytes,gradients_bytes,"
-         "optimizer_state_bytes,activations_bytes,median_step_ms,step_vs_baseline,samples_per_s,final_loss,plugins\n";
+         "optimizer_state_bytes,activations_bytes,rest_bytes,median_step_ms,step_vs_baseline,samples_per_s,final_loss,"
+      << (val_key.empty() ? "" : val_key + ",") << "plugins,reason\n";
   int w = 8;
   for (const auto& v : spec.variants) w = std::max(w, static_cast<int>(v.name.size()));
-  std::printf("\n%-*s %-14s %11s %8s %9s %9s %9s %9s %11s %9s %8s %10s %9s\n", w, "variant", "status", "peak MiB",
-              "vs base", "RSS MiB", "params", "grads", "optim", "activations", "step ms", "vs base", "samples/s",
-              "loss");
+  // rest: the peak less parameters, gradients, optimizer state and activations; what a plugin
+  // holds of its own (EMA weights, buffers) and what is live beside the step (the next batch)
+  std::printf("\n%-*s %-14s %11s %8s %9s %9s %9s %9s %11s %9s %9s %8s %10s %9s", w, "variant", "status", "peak MiB",
+              "vs base", "RSS MiB", "params", "grads", "optim", "activations", "rest", "step ms", "vs base",
+              "samples/s", "loss");
+  if (!val_key.empty()) std::printf(" %*s", std::max(10, static_cast<int>(val_key.size())), val_key.c_str());
+  std::printf("\n");
   for (size_t i = 0; i < n; ++i) {
     const Result& r = results[i];
     const auto& v = spec.variants[i];
@@ -310,34 +354,45 @@ int run(const Options& o) {
     json j = {{"name", v.name}, {"status", r.status}, {"ok", r.ok}};
     if (!r.ok) {
       j["reason"] = r.reason;
-      std::printf("%-*s %-14s %s\n", w, v.name.c_str(), r.status.c_str(), r.reason.substr(0, 100).c_str());
-      csv << v.name << ',' << '"' << r.status << '"' << ",,,,,,,,,,,,\n";
+      std::printf("%-*s %-14s %s\n", w, v.name.c_str(), r.status.c_str(), first_line(r.reason).c_str());
+      csv << v.name << ',' << quoted(r.status) << ",,,,,,,,,,,,," << (val_key.empty() ? "" : ",") << ','
+          << quoted(first_line(r.reason)) << '\n';
     } else {
       const bool with_base = b.ok;
-      std::printf("%-*s %-14s %11s %8s %9s %9s %9s %9s %11s %9.1f %8s %10.2f %9.4f\n", w, v.name.c_str(), "ok",
+      const int64_t rest = r.peak - r.params - r.grads - r.optimizer - r.activations;
+      std::printf("%-*s %-14s %11s %8s %9s %9s %9s %9s %11s %9s %9.1f %8s %10.2f %9.4f", w, v.name.c_str(), "ok",
                   mib(r.peak).c_str(), with_base ? ratio(r.peak, b.peak).c_str() : "-", mib(r.rss).c_str(),
                   mib(r.params).c_str(), mib(r.grads).c_str(), mib(r.optimizer).c_str(), mib(r.activations).c_str(),
-                  r.step_ms, with_base ? ratio(r.step_ms, b.step_ms).c_str() : "-", r.samples_per_s, r.loss);
+                  mib(rest).c_str(), r.step_ms, with_base ? ratio(r.step_ms, b.step_ms).c_str() : "-", r.samples_per_s,
+                  r.loss);
+      const json* val = val_of(r);
+      if (!val_key.empty())
+        std::printf(" %*s", std::max(10, static_cast<int>(val_key.size())), val ? fixed(val->get<double>(), 4).c_str() : "-");
+      std::printf("\n");
       j.update({{"peak_tensor_bytes", r.peak},
                 {"peak_rss_bytes", r.rss},
                 {"parameters_bytes", r.params},
                 {"gradients_bytes", r.grads},
                 {"optimizer_state_bytes", r.optimizer},
                 {"activations_bytes", r.activations},
+                {"rest_bytes", rest},
                 {"median_step_ms", r.step_ms},
                 {"step_ms_per_run", r.repeat_step_ms},
                 {"samples_per_s", r.samples_per_s},
                 {"final_loss", r.loss},
                 {"plugins", r.summary["plugins"]},
                 {"micro_batch_size", r.summary["micro_batch_size"]}});
+      if (r.summary.contains("validation")) j["validation"] = r.summary["validation"];
       if (with_base) {
         j["peak_vs_baseline"] = static_cast<double>(r.peak) / static_cast<double>(b.peak);
         j["step_vs_baseline"] = r.step_ms / b.step_ms;
       }
       csv << v.name << ",ok," << r.peak << ',' << (with_base ? fixed(double(r.peak) / b.peak, 4) : "") << ',' << r.rss
-          << ',' << r.params << ',' << r.grads << ',' << r.optimizer << ',' << r.activations << ','
+          << ',' << r.params << ',' << r.grads << ',' << r.optimizer << ',' << r.activations << ',' << rest << ','
           << fixed(r.step_ms, 3) << ',' << (with_base ? fixed(r.step_ms / b.step_ms, 4) : "") << ','
-          << fixed(r.samples_per_s, 3) << ',' << fixed(r.loss, 6) << ',' << '"' << plugins << '"' << '\n';
+          << fixed(r.samples_per_s, 3) << ',' << fixed(r.loss, 6) << ',';
+      if (!val_key.empty()) csv << (val ? fixed(val->get<double>(), 6) : "") << ',';
+      csv << quoted(plugins) << ",\n";
     }
     doc["variants"].push_back(j);
   }

@@ -3,6 +3,14 @@
 // in its own child process, collected into one table (ratios against a baseline), compare.csv,
 // compare.json and a Pareto plot (peak tensor memory against step time).
 //
+// The table breaks the peak into parameters, gradients, optimizer state, activations and the
+// rest (peak less those four: what a plugin holds of its own, the prefetched batch), and has a
+// validation column when the pipeline evaluates (val_loss, else the first of the model's
+// validation metrics by name; each variant's whole validation object is in compare.json).
+// A variant whose pipeline is refused (an unknown plugin or option, a plugin that does not
+// load) is named in its row with the reason and the others still run; when every variant is
+// refused, nothing runs.
+//
 //   tt-run PIPELINE.yaml            with a compare: section
 //   tt-run --compare A.yaml B.yaml  each file a variant (named by its file name)
 //
@@ -12,7 +20,7 @@
 //   warmup_steps: 3          # steps run first and left out of the timing
 //   repeats: 1               # runs per variant (median step time over them)
 //   variants:
-//     baseline: {}                                  # the pipeline as written
+//     baseline: {}                                  # the pipeline as written, its plugins included
 //     checkpoint: {plugins: [checkpoint]}           # plugins: replaces the pipeline's list
 //     amp-small: {plugins: [amp], set: {trainer.micro_batch_size: 4}}   # any key=value override
 #include <string>
@@ -29,8 +37,9 @@ struct Options {
   bool quiet = false;
 };
 
-// Runs the comparison; returns tt-run's exit code (0 when the baseline ran; failed variants
-// are reported in the table). Throws tt::ConfigError on a bad compare section or variant.
+// Runs the comparison; returns tt-run's exit code (0 when the baseline ran; failed and refused
+// variants are reported in the table). Throws tt::ConfigError on a bad compare section, or when
+// every variant is refused.
 int run(const Options& o);
 
 }  // namespace tt::compare

@@ -14,6 +14,8 @@
 // Each component section is its `name` plus the options of that component's schema.
 // Overrides ("trainer.batch_size=64", "plugins.1.dtype=fp16") apply before validation and
 // are named as "command line" in errors.
+#include <yaml-cpp/yaml.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,6 +45,24 @@ struct TT_API Pipeline {
   // printed by --dry-run).
   std::string resolved_yaml() const;
 };
+
+// The one dotted-key parser, shared by the pipeline's overrides, tt-run's compare variants
+// (`set:`) and the budget planner's probes. Sets KEY ("trainer.batch_size", "plugins.1.dtype")
+// in a pipeline's YAML tree to VALUE. The key is map keys and list indexes (numbers, 0 first)
+// joined by dots. Walking it:
+//   - a missing or null entry on the way becomes an empty map: data.seq_len=64 without data:;
+//   - a scalar on the way is a component given by name and becomes {name: <scalar>}:
+//       model: topic       + model.k=5          -> model: {name: topic, k: 5}
+//       plugins: [amp, x]  + plugins.0.dtype=fp16 -> plugins: [{name: amp, dtype: fp16}, x]
+//     (a scalar entry addressed by its index alone is replaced: plugins.0=checkpoint);
+//   - a list index must name an existing entry (a list is not extended; set the whole list,
+//     plugins=[amp, checkpoint], to add one).
+// Errors are ConfigError starting with WHERE, e.g. "command line 'trainer.batch_size=64'".
+TT_API void set_dotted(YAML::Node root, const std::string& key, const YAML::Node& value, const std::string& where);
+
+// One command-line override "KEY=VALUE": VALUE is parsed as YAML ("" is null, "[a, b]" a list)
+// and set with set_dotted; errors are named "command line 'KEY=VALUE'".
+TT_API void apply_override(YAML::Node root, const std::string& key_equals_value);
 
 TT_API const Schema& trainer_schema();
 TT_API const Schema& output_schema();

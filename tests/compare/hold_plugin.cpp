@@ -1,0 +1,32 @@
+// A test plugin that holds `bytes` of tensor memory from FIT_START to FIT_END, as a plugin with
+// state of its own does (EMA weights, buffers): tt-run's compare mode must show those bytes in
+// the rest of the peak, beside parameters, gradients, optimizer state and activations.
+#include <torch/torch.h>
+
+#include "tt/module.h"
+#include "tt/plugin.h"
+#include "tt/registry.h"
+#include "tt/state.h"
+
+namespace {
+class Hold final : public tt::Plugin {
+ public:
+  explicit Hold(int64_t bytes) : bytes_(bytes) {}
+  void on(tt::Event e, tt::State&) override {
+    if (e == tt::Event::FIT_START) held_ = torch::ones({bytes_}, torch::kUInt8);
+    if (e == tt::Event::FIT_END) held_ = at::Tensor();
+  }
+
+ private:
+  int64_t bytes_;
+  at::Tensor held_;
+};
+
+void reg(tt::Registry& r) {
+  r.add_plugin("test-hold", "test plugin that holds tensor memory during the fit",
+               tt::Schema().add("bytes", tt::Type::Bytes, "4MiB", "tensor bytes held from FIT_START to FIT_END"),
+               [](const tt::Options& o) { return std::make_unique<Hold>(o.get_bytes("bytes")); });
+}
+}  // namespace
+
+TT_MODULE("plugin", "test-hold", "a test plugin that holds tensor memory", reg)
