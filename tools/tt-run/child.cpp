@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "tt/error.h"
+#include "tt/report.h"
 
 namespace tt::child {
 
@@ -35,13 +36,6 @@ std::string status_of(int status) {
     case 130: return "interrupted";
     default: return "error (exit " + std::to_string(WEXITSTATUS(status)) + ")";
   }
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 std::string last_error_line(const fs::path& log) {

@@ -13,12 +13,6 @@
 
 namespace tt::child {
 
-// Sets a dotted path ("trainer.micro_batch_size", "plugins.0.dtype") in a YAML tree: the core's
-// one dotted-key parser, tt::set_dotted (tt/pipeline.h), under the name the planner calls.
-inline void set_path(YAML::Node root, const std::string& path, const YAML::Node& value, const std::string& where) {
-  tt::set_dotted(std::move(root), path, value, where);
-}
-
 // Reads a pipeline file as YAML (ConfigError naming the file when it cannot).
 YAML::Node load_yaml(const std::string& file);
 
@@ -32,8 +26,6 @@ std::string status_of(int wait_status);
 
 // The last line of a log that says "error" (else its last line).
 std::string last_error_line(const std::filesystem::path& log);
-
-double median(std::vector<double> v);
 
 // What a finished run measured: summary.json's memory figures, and the median step time and
 // throughput of the metrics.jsonl step lines after `warmup` steps.

@@ -19,12 +19,12 @@
 #include "tt/error.h"
 #include "tt/log.h"
 #include "tt/pipeline.h"
+#include "tt/report.h"
 
 namespace tt::compare {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using child::median;
 
 namespace {
 
@@ -142,19 +142,14 @@ void pareto_plot(const fs::path& out, const std::vector<Variant>& vs, const std:
       }
   }
   const fs::path png = out / "compare.png";
-  for (const char* term : {"pngcairo size 900,600 font ',10'", "png size 900,600"}) {
-    FILE* gp = popen(("gnuplot > " + (out / "gnuplot.log").string() + " 2>&1").c_str(), "w");
-    if (!gp) break;
-    std::fprintf(gp,
-                 "set terminal %s\nset output '%s'\nset title 'peak tensor memory vs step time (tt meter)'\n"
-                 "set xlabel 'median step time (ms)'\nset ylabel 'peak tensor memory (MiB)'\nset grid\n"
-                 "set key top right\nset offsets graph 0.1, graph 0.15, graph 0.1, graph 0.1\n"
-                 "plot '%s' using 2:3 with points pt 7 ps 1.5 title 'variants', "
-                 "'' using 2:3:1 with labels offset 0,1 notitle, "
-                 "'%s' using 1:2 with linespoints lw 2 dt 2 pt 6 title 'Pareto front'\n",
-                 term, png.c_str(), (out / "compare.dat").c_str(), (out / "front.dat").c_str());
-    if (pclose(gp) == 0 && fs::exists(png) && fs::file_size(png) > 0) return;
-  }
+  const std::string script =
+      "set title 'peak tensor memory vs step time (tt meter)'\n"
+      "set xlabel 'median step time (ms)'\nset ylabel 'peak tensor memory (MiB)'\nset grid\n"
+      "set key top right\nset offsets graph 0.1, graph 0.15, graph 0.1, graph 0.1\n"
+      "plot '" + (out / "compare.dat").string() + "' using 2:3 with points pt 7 ps 1.5 title 'variants', "
+      "'' using 2:3:1 with labels offset 0,1 notitle, '" + (out / "front.dat").string() +
+      "' using 1:2 with linespoints lw 2 dt 2 pt 6 title 'Pareto front'\n";
+  if (gnuplot_png(script, png, "900,600 font ',10'", out / "gnuplot.log")) return;
   log().warn("compare: no plot (gnuplot missing or failed; see {}; apt-get install gnuplot-nox)",
              (out / "gnuplot.log").string());
 }
@@ -199,11 +194,8 @@ int run(const Options& o) {
   // Where the comparison goes.
   fs::path out = o.out_dir;
   if (out.empty()) {
-    char stamp[32];
-    const std::time_t t = std::time(nullptr);
-    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&t));
     const Pipeline first = load_pipeline(spec.variants.front().file, o.overrides);
-    out = fs::path(first.output.get_string("dir")) / (name + "-compare-" + stamp);
+    out = timestamped_dir(first.output.get_string("dir"), name + "-compare");
   }
   fs::create_directories(out);
 

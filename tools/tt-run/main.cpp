@@ -231,7 +231,6 @@ int main(int argc, char** argv) {
       TT_CHECK_AS(ConfigError, resume_dir.empty() && !dry_run, "--compare does not go with --resume or --dry-run");
       std::vector<std::string> files{pipeline_file}, ovs;
       for (const auto& ov : overrides) (ov.find('=') == std::string::npos ? files : ovs).push_back(ov);
-      for (const auto& f : files) tt::load_pipeline(f, ovs);  // each must be a valid pipeline
       return run_compare(files, ovs);
     }
     tt::Pipeline pipeline = resume_dir.empty() ? tt::load_pipeline(pipeline_file, overrides)

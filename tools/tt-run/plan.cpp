@@ -122,13 +122,13 @@ class Runner {
     for (size_t d = 0; d < dims_.size(); ++d)
       if (c.pick[d] >= 0) plugins.push_back(YAML::Load(dims_[d].alternatives[static_cast<size_t>(c.pick[d])].yaml));
     root["plugins"] = plugins;
-    child::set_path(root, "trainer.micro_batch_size", YAML::Node(c.micro), "plan");
+    set_dotted(root, "trainer.micro_batch_size", YAML::Node(c.micro), "plan");
     if (probe) {
       YAML::Node t = root["trainer"];
       for (const char* k : {"epochs", "eval_every", "checkpoint_every", "memory_cap"}) t.remove(k);
       t["max_steps"] = 1 + o_.probe_steps;
       t["progress"] = "off";
-      child::set_path(root, "output.plots", YAML::Node(false), "plan");
+      set_dotted(root, "output.plots", YAML::Node(false), "plan");
     }
     return root;
   }
@@ -250,11 +250,7 @@ Outcome run(const RunOptions& o) {
   // The pipeline as a YAML tree with the overrides applied: probes and the plan start from it.
   YAML::Node base = child::load_yaml(o.file);
   TT_CHECK_AS(ConfigError, base.IsMap(), o.file, ": a pipeline is a YAML map");
-  for (const auto& ov : o.overrides) {
-    const auto eq = ov.find('=');
-    TT_CHECK_AS(ConfigError, eq != std::string::npos && eq > 0, "command line '", ov, "': expected key=value");
-    child::set_path(base, ov.substr(0, eq), YAML::Load(ov.substr(eq + 1)), "command line '" + ov + "'");
-  }
+  for (const auto& ov : o.overrides) apply_override(base, ov);
   if (base["trainer"] && base["trainer"].IsMap()) base["trainer"].remove("memory_budget");
   base.remove("compare");  // a budget plans the pipeline itself, not its comparison's variants
 
@@ -326,7 +322,7 @@ Outcome run(const RunOptions& o) {
     return {4, ""};
   }
   YAML::Node planned = runner.pipeline(pl.chosen, false);
-  child::set_path(planned, "trainer.memory_cap", YAML::Node(std::to_string(o.budget)), "plan");
+  set_dotted(planned, "trainer.memory_cap", YAML::Node(std::to_string(o.budget)), "plan");
   bool guard = false;
   for (const auto& x : planned["plugins"])
     guard = guard || (x.IsScalar() ? x.Scalar() : x["name"].as<std::string>("")) == "oom-guard";
