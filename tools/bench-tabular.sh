@@ -1,69 +1,338 @@
 #!/usr/bin/env bash
-# The tabular in-context learner on real tables, TabTune's three strategies:
+# The tabular in-context learner on real tables, TabTune's three strategies, beside classical baselines:
 #   1. pretrain the model on the synthetic prior (configs/tabular-pretrain.yaml), unless --pretrained RUN
 #      names a finished pretraining run;
-#   2. on ../shared/datasets/tabular/{iris,wine,breast_cancer}.csv (stratified 70/30, seed 0: the rows of
-#      scikit-learn's train_test_split(stratify=y, random_state=0), as the baselines were measured on):
+#   2. on each table — ../shared/datasets/tabular/{iris,wine,breast_cancer}.csv by default, or any CSV
+#      given with --csv — split as tt splits it (stratified, test fraction 0.3 and split seed 0 unless
+#      --test-fraction/--split-seed say otherwise; both are passed to tt-run too, so the two agree):
 #      inference (the training split as context, no training), finetune (episodic full fine-tuning),
 #      peft (LoRA on qkv, proj, fc1, fc2), each through tt-run with the configs/tabular-*.yaml files;
-#   3. prints accuracy, ROC-AUC, log-loss, Brier score and ECE per dataset and strategy, beside the
-#      logistic-regression accuracies of the shared datasets' README (0.978 / 1.000 / 0.959).
+#   3. computes two baselines with scikit-learn on the same rows: the table read as tt reads it (a
+#      header row; the label column by --label, else the last; labels numbered in tt's class order;
+#      a missing value an error, or the column's mean with --impute mean), split by
+#        train_test_split(X, y, test_size=FRACTION, stratify=y, random_state=SEED)
+#      (the rows tt's stratified_split picks), features standardized by a StandardScaler fit on the
+#      training rows, then LogisticRegression(max_iter=5000) and KNeighborsClassifier(n_neighbors=5);
+#   4. prints accuracy, ROC-AUC, log-loss, Brier score and ECE per table for tt's strategies and the two
+#      baselines (logreg, knn5), all from the same metric definitions as tt's (models/tabular-icl/src/metrics.h).
+# scikit-learn is Debian's python3-sklearn, installed with apt-get when missing (as root, or with sudo).
+# --baselines-only skips steps 1-2 (no tt build or pretrained model needed).
 # With --memory it also runs configs/compare-tabular.yaml (memory vs support size, naive vs chunked).
 #   tools/bench-tabular.sh [--pretrained RUN] [--pretrain-steps 2000] [--datasets "iris wine breast_cancer"]
+#                          [--csv FILE]... [--label COLUMN] [--impute none|mean]
+#                          [--test-fraction 0.3] [--split-seed 0] [--baselines-only]
 #                          [--memory] [--out DIR] [--build DIR]
+# --csv may be repeated; with --csv and no --datasets only the given files are run. A table is named
+# by its file name without .csv (the run directories in --out are NAME-STRATEGY). --label names the
+# label column of the --csv files (default: their last column; the shared tables' is their last,
+# target); --impute applies to every table, as data.impute does in tt.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="$ROOT/build"; PRE=""; PRE_STEPS=""; SETS="iris wine breast_cancer"; MEMORY=0; OUT=""
+BUILD="$ROOT/build"; PRE=""; PRE_STEPS=""; SETS=""; SETS_GIVEN=0; MEMORY=0; OUT=""; CSVS=()
+LABEL=""; IMPUTE="none"; FRACTION="0.3"; SPLIT_SEED="0"; BASELINES_ONLY=0  # tt's defaults (csv_schema)
+need() { [ $# -ge 2 ] || { echo "bench-tabular: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --pretrained) PRE="$2"; shift 2 ;; --pretrain-steps) PRE_STEPS="$2"; shift 2 ;;
-    --datasets) SETS="$2"; shift 2 ;; --memory) MEMORY=1; shift ;; --out) OUT="$2"; shift 2 ;;
-    --build) BUILD="$2"; shift 2 ;;
-    *) echo "bench-tabular: unknown argument $1" >&2; exit 2 ;;
+    --pretrained) need "$@"; PRE="$2"; shift 2 ;; --pretrain-steps) need "$@"; PRE_STEPS="$2"; shift 2 ;;
+    --datasets) need "$@"; SETS="$2"; SETS_GIVEN=1; shift 2 ;; --csv) need "$@"; CSVS+=("$2"); shift 2 ;;
+    --label) need "$@"; LABEL="$2"; shift 2 ;; --impute) need "$@"; IMPUTE="$2"; shift 2 ;;
+    --test-fraction) need "$@"; FRACTION="$2"; shift 2 ;; --split-seed) need "$@"; SPLIT_SEED="$2"; shift 2 ;;
+    --baselines-only) BASELINES_ONLY=1; shift ;;
+    --memory) MEMORY=1; shift ;; --out) need "$@"; OUT="$2"; shift 2 ;;
+    --build) need "$@"; BUILD="$2"; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench-tabular: unknown argument $1 (--help lists them)" >&2; exit 2 ;;
   esac
 done
+case "$IMPUTE" in none|mean) ;; *) echo "bench-tabular: --impute is '$IMPUTE': use none or mean" >&2; exit 2 ;; esac
+[ "$SETS_GIVEN" = 1 ] || [ ${#CSVS[@]} -gt 0 ] || SETS="iris wine breast_cancer"
+
+# The tables: NAME<TAB>LABEL<TAB>PATH lines (LABEL empty: the last column), names unique (they name
+# the run directories).
+TABLES=()
 DATA="$ROOT/../shared/datasets/tabular"
-[ -d "$DATA" ] || { echo "bench-tabular: $DATA not found (../shared/datasets beside the repository)"; exit 1; }
-command -v python3 >/dev/null || { echo "bench-tabular: needs python3 for the table (apt-get install python3)"; exit 1; }
+for d in $SETS; do
+  [ -d "$DATA" ] || { echo "bench-tabular: $DATA not found (../shared/datasets beside the repository); use --csv FILE"; exit 1; }
+  [ -f "$DATA/$d.csv" ] || { echo "bench-tabular: $DATA/$d.csv not found"; exit 1; }
+  TABLES+=("$d"$'\t'$'\t'"$(cd "$DATA" && pwd)/$d.csv")  # label: the last column, target
+done
+for f in ${CSVS[@]+"${CSVS[@]}"}; do
+  [ -f "$f" ] || { echo "bench-tabular: $f not found (--csv)"; exit 1; }
+  n="$(basename "$f")"; n="${n%.csv}"
+  case "$n" in *[!A-Za-z0-9._-]*) n="$(printf '%s' "$n" | tr -c 'A-Za-z0-9._-' '_')" ;; esac
+  TABLES+=("$n"$'\t'"$LABEL"$'\t'"$(cd "$(dirname "$f")" && pwd)/$(basename "$f")")
+done
+[ ${#TABLES[@]} -gt 0 ] || { echo "bench-tabular: no tables (--datasets or --csv)" >&2; exit 2; }
+dups="$(printf '%s\n' "${TABLES[@]}" | cut -f1 | sort | uniq -d)"
+[ -z "$dups" ] || { echo "bench-tabular: two tables are named ${dups//$'\n'/ }: give files different names" >&2; exit 2; }
+
+# scikit-learn (and numpy with it): the first python3 that has it (the one on PATH, then Debian's
+# /usr/bin/python3), else Debian's python3-sklearn installed only when missing, as tools/setup.sh does.
+PY=""
+for p in python3 /usr/bin/python3; do
+  command -v "$p" >/dev/null && "$p" -c 'import sklearn, numpy' 2>/dev/null && { PY="$p"; break; }
+done
+if [ -z "$PY" ]; then
+  command -v apt-get >/dev/null || {
+    echo "bench-tabular: needs python3 with scikit-learn for the baselines (Debian: python3-sklearn; pip: scikit-learn)" >&2; exit 1; }
+  SUDO=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "bench-tabular: need root (or sudo) to apt-get install python3-sklearn for the baselines" >&2; exit 1; }
+    SUDO=(sudo)
+  fi
+  echo "bench-tabular: installing python3-sklearn (scikit-learn, for the baselines)"
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-sklearn
+  PY=/usr/bin/python3  # a Debian package serves Debian's python
+  "$PY" -c 'import sklearn, numpy' || { echo "bench-tabular: python3-sklearn installed but $PY cannot import sklearn" >&2; exit 1; }
+fi
+
 TT="$BUILD/bin/tt-run"
-[ -x "$TT" ] || { echo "bench-tabular: $TT not built (tools/setup.sh build)"; exit 1; }
+if [ "$BASELINES_ONLY" = 0 ]; then
+  [ -x "$TT" ] || { echo "bench-tabular: $TT not built (tools/setup.sh build), or use --baselines-only"; exit 1; }
+fi
 OUT="${OUT:-$(mktemp -d /tmp/tt-bench-tabular-XXXXXX)}"
 mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
 cd "$ROOT"
 
-if [ -z "$PRE" ]; then
-  PRE="$OUT/pretrain"
-  echo "bench-tabular: pretraining on the prior -> $PRE"
-  "$TT" configs/tabular-pretrain.yaml ${PRE_STEPS:+trainer.max_steps=$PRE_STEPS} \
-    ${PRE_STEPS:+trainer.eval_every=$PRE_STEPS} ${PRE_STEPS:+trainer.checkpoint_every=$PRE_STEPS} \
-    --run-dir "$PRE" -q
-fi
-[ -d "$PRE/checkpoints" ] || { echo "bench-tabular: $PRE is not a pretraining run (no checkpoints/)"; exit 1; }
+# Baselines first: quick, and a table tt cannot read fails here before any pretraining.
+printf '%s\n' "${TABLES[@]}" > "$OUT/tables.tsv"
+"$PY" - "$OUT" "$IMPUTE" "$FRACTION" "$SPLIT_SEED" <<'PY'
+# Reads each table as models/tabular-icl/src/table.cpp's read_csv does, splits it as its
+# stratified_split does (by calling scikit-learn's train_test_split, which that function mirrors)
+# and scores logistic regression and 5-NN with metrics.cpp's definitions.
+import json, math, re, sys, warnings
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import train_test_split
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
-for d in $SETS; do
-  [ -f "$DATA/$d.csv" ] || { echo "bench-tabular: $DATA/$d.csv not found"; exit 1; }
-  for s in inference finetune peft; do
-    "$TT" "configs/tabular-$s.yaml" "data.path=$DATA/$d.csv" "model.init_from=$PRE" \
-      --run-dir "$OUT/$d-$s" -q > "$OUT/$d-$s.log" 2>&1 || { cat "$OUT/$d-$s.log"; exit 1; }
-  done
-done
+out, impute, fraction, seed = sys.argv[1:5]
+MAX_CLASSES = 10  # tt::tab::kMaxClasses
+MISSING = {"", "NA", "na", "NaN", "nan", "?", "null"}
 
-python3 - "$OUT" $SETS <<'PY'
-import json, sys
-out, sets = sys.argv[1], sys.argv[2:]
-lr = {"iris": 0.978, "wine": 1.000, "breast_cancer": 0.959}
-print(f"{'dataset':<14} {'strategy':<10} {'accuracy':>8} {'LR acc':>7} {'ROC-AUC':>8} {'log-loss':>9} {'Brier':>7} {'ECE':>7} {'step ms':>8}")
-for d in sets:
-    for s in ("inference", "finetune", "peft"):
-        sm = json.load(open(f"{out}/{d}-{s}/summary.json"))
-        v = sm["validation"]
-        ms = sm.get("median_step_seconds") or 0
-        ms = f"{ms * 1e3:8.1f}" if ms > 0 else f"{'-':>8}"
-        print(f"{d:<14} {s:<10} {v['val_accuracy']:8.3f} {lr.get(d, float('nan')):7.3f} {v['val_roc_auc']:8.3f} "
-              f"{v['val_log_loss']:9.4f} {v['val_brier']:7.4f} {v['val_ece']:7.4f} {ms}")
+def fail(msg):
+    print(f"bench-tabular: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+try:
+    fraction = float(fraction)
+    seed = int(seed)
+except ValueError:
+    fail(f"--test-fraction {sys.argv[3]} / --split-seed {sys.argv[4]}: expected a number and an integer")
+if not 0 < fraction < 1:
+    fail(f"--test-fraction is {fraction}: it must be between 0 and 1")
+if not 0 <= seed <= 0xFFFFFFFF:
+    fail(f"--split-seed is {seed}: it must be between 0 and 2^32 - 1")
+
+def split_line(line):  # table.cpp split_line: commas, double quotes ("" inside), \r dropped, fields trimmed
+    out, cur, quoted, i = [], [], False, 0
+    while i < len(line):
+        c = line[i]
+        if quoted:
+            if c == '"' and i + 1 < len(line) and line[i + 1] == '"':
+                cur.append('"'); i += 1
+            elif c == '"':
+                quoted = False
+            else:
+                cur.append(c)
+        elif c == '"':
+            quoted = True
+        elif c == ',':
+            out.append("".join(cur)); cur = []
+        elif c != '\r':
+            cur.append(c)
+        i += 1
+    out.append("".join(cur))
+    return [f.strip(" \t") for f in out]
+
+def parse_number(f):  # strtod over the whole field, finite
+    if not f or "_" in f or f != f.strip():
+        return None
+    try:
+        v = float(f)
+    except ValueError:
+        if not re.match(r"[+-]?0[xX]", f):
+            return None
+        try:
+            v = float.fromhex(f)
+        except ValueError:
+            return None
+    return v if math.isfinite(v) else None
+
+def read_csv(path, label):
+    header, rows, line_of = None, [], []
+    with open(path, "rb") as fh:
+        text = fh.read().decode("utf-8", errors="surrogateescape")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    for n, line in enumerate(lines, 1):
+        if line.strip(" \t\r") == "":
+            continue
+        if header is None:
+            header = split_line(line)
+            continue
+        rows.append(split_line(line)); line_of.append(n)
+    if header is None:
+        fail(f"{path} is empty: expected a header row of column names and data rows")
+    if not rows:
+        fail(f"{path} has a header but no data rows")
+    for r, n in zip(rows, line_of):
+        if len(r) != len(header):
+            fail(f"{path}:{n} has {len(r)} fields where the header has {len(header)}")
+    lc = len(header) - 1
+    if label:
+        if label not in header:
+            fail(f"{path} has no column '{label}' (--label); its columns are: {', '.join(header[:40])}")
+        lc = header.index(label)
+    if len(header) < 2:
+        fail(f"{path} has a single column: expected features and a label column")
+    cols = [j for j in range(len(header)) if j != lc]
+    X = np.zeros((len(rows), len(cols)))
+    missing = []
+    for i, r in enumerate(rows):
+        for k, j in enumerate(cols):
+            f = r[j]
+            if f in MISSING:
+                if impute != "mean":
+                    fail(f"{path}:{line_of[i]} column '{header[j]}' has a missing value ('{f}'): fill it in, "
+                         "or use --impute mean (data.impute: mean) to replace missing values by the column's mean")
+                missing.append((i, k)); continue
+            v = parse_number(f)
+            if v is None:
+                fail(f"{path}:{line_of[i]} column '{header[j]}' is not numeric ('{f}'): features must be numbers")
+            X[i, k] = v
+    if missing:  # the column's mean over every row that has a value (tt imputes before splitting)
+        mask = np.ones(X.shape, bool)
+        for i, k in missing:
+            mask[i, k] = False
+        for i, k in missing:
+            if not mask[:, k].any():
+                fail(f"{path} column '{header[cols[k]]}' has no value at all to impute from: drop the column")
+            X[i, k] = X[mask[:, k], k].mean()
+    labels = []
+    for i, r in enumerate(rows):
+        if r[lc] in MISSING:
+            fail(f"{path}:{line_of[i]} has no label in column '{header[lc]}': every training row needs one")
+        labels.append(r[lc])
+    classes = sorted(set(labels))  # numerically when every label is a number, as tt numbers its classes
+    if all(parse_number(l) is not None for l in labels):
+        classes.sort(key=parse_number)
+    if len(classes) > MAX_CLASSES:
+        fail(f"{path} column '{header[lc]}' has {len(classes)} classes; tt predicts at most {MAX_CLASSES}")
+    if len(classes) < 2:
+        fail(f"{path} column '{header[lc]}' has a single class: nothing to learn")
+    ids = {c: i for i, c in enumerate(classes)}
+    return X, np.array([ids[l] for l in labels]), classes, header[lc]
+
+def roc_auc(scores, positive):  # metrics.cpp roc_auc: Mann-Whitney U, average ranks for ties
+    order = sorted(range(len(scores)), key=lambda i: scores[i])
+    rank_sum, pos, i, n = 0.0, 0, 0, len(scores)
+    while i < n:
+        j = i
+        while j + 1 < n and scores[order[j + 1]] == scores[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            if positive[order[k]]:
+                rank_sum += 0.5 * (i + j) + 1.0; pos += 1
+        i = j + 1
+    neg = n - pos
+    if pos == 0 or neg == 0:
+        return math.nan
+    return (rank_sum - 0.5 * pos * (pos + 1)) / (pos * neg)
+
+def metrics(p, y, C, bins=15):  # metrics.cpp classification_metrics
+    n = len(y)
+    top = p.argmax(axis=1)
+    ok = top == y
+    logloss = -np.log(np.clip(p[np.arange(n), y], 1e-15, 1.0)).sum()
+    brier = ((p - np.eye(C)[y]) ** 2).sum()
+    conf = p[np.arange(n), top]
+    b = np.minimum(bins - 1, (conf * bins).astype(int))
+    ece = sum(abs(ok[b == k].sum() - conf[b == k].sum()) / n for k in range(bins) if (b == k).any())
+    aucs = [roc_auc(list(p[:, c]), list(y == c)) for c in range(1 if C == 2 else 0, C)]
+    aucs = [a for a in aucs if not math.isnan(a)]
+    dn = max(1, n)
+    return {"accuracy": ok.sum() / dn, "roc_auc": sum(aucs) / len(aucs) if aucs else math.nan,
+            "log_loss": logloss / dn, "brier": brier / dn, "ece": float(ece), "examples": n}
+
+result = {}
+for entry in open(f"{out}/tables.tsv").read().splitlines():
+    name, label, path = entry.split("\t", 2)
+    X, y, classes, label_name = read_csv(path, label)
+    C = len(classes)
+    try:
+        Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=fraction, stratify=y, random_state=seed)
+    except ValueError as e:
+        fail(f"{path}: no stratified split with test fraction {fraction}: {e}")
+    res = {"path": path, "label": label_name, "classes": C, "train_rows": len(ytr), "test_rows": len(yte)}
+    k = min(5, len(ytr))
+    for key, model in (("logreg", LogisticRegression(max_iter=5000)), ("knn5", KNeighborsClassifier(n_neighbors=k))):
+        pipe = make_pipeline(StandardScaler(), model)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pipe.fit(Xtr, ytr)
+            q = pipe.predict_proba(Xte)
+        p = np.zeros((len(yte), C))
+        p[:, pipe.classes_] = q  # every class is in the training rows (stratified), but be exact
+        res[key] = {k2: float(v) for k2, v in metrics(p, yte, C).items()}
+    if k != 5:
+        res["knn_k"] = k
+    result[name] = res
+json.dump(result, open(f"{out}/baselines.json", "w"), indent=1)
 PY
 
-if [ "$MEMORY" = 1 ]; then
+if [ "$BASELINES_ONLY" = 0 ]; then
+  if [ -z "$PRE" ]; then
+    PRE="$OUT/pretrain"
+    echo "bench-tabular: pretraining on the prior -> $PRE"
+    "$TT" configs/tabular-pretrain.yaml ${PRE_STEPS:+trainer.max_steps=$PRE_STEPS} \
+      ${PRE_STEPS:+trainer.eval_every=$PRE_STEPS} ${PRE_STEPS:+trainer.checkpoint_every=$PRE_STEPS} \
+      --run-dir "$PRE" -q
+  fi
+  [ -d "$PRE/checkpoints" ] || { echo "bench-tabular: $PRE is not a pretraining run (no checkpoints/)"; exit 1; }
+  for t in "${TABLES[@]}"; do
+    d="${t%%$'\t'*}"; r="${t#*$'\t'}"; l="${r%%$'\t'*}"; f="${r#*$'\t'}"
+    DATA_SET=("data.path=$f" "data.test_fraction=$FRACTION" "data.split_seed=$SPLIT_SEED" "data.impute=$IMPUTE")
+    [ -z "$l" ] || DATA_SET+=("data.label=$l")
+    for s in inference finetune peft; do
+      "$TT" "configs/tabular-$s.yaml" "${DATA_SET[@]}" "model.init_from=$PRE" \
+        --run-dir "$OUT/$d-$s" -q > "$OUT/$d-$s.log" 2>&1 || { cat "$OUT/$d-$s.log"; exit 1; }
+    done
+  done
+fi
+
+"$PY" - "$OUT" "$BASELINES_ONLY" "$FRACTION" "$SPLIT_SEED" <<'PY'
+import json, math, sys
+out, baselines_only = sys.argv[1], sys.argv[2] == "1"
+base = json.load(open(f"{out}/baselines.json"))
+def num(v, w, p):
+    return f"{v:{w}.{p}f}" if v is not None and not math.isnan(v) else f"{'-':>{w}}"
+print(f"stratified split: test fraction {sys.argv[3]}, seed {sys.argv[4]}; baselines: scikit-learn on standardized features")
+print(f"{'dataset':<14} {'strategy':<10} {'accuracy':>8} {'ROC-AUC':>8} {'log-loss':>9} {'Brier':>7} {'ECE':>7} {'step ms':>8}  test rows")
+for d, b in base.items():
+    rows = []
+    if not baselines_only:
+        for s in ("inference", "finetune", "peft"):
+            sm = json.load(open(f"{out}/{d}-{s}/summary.json"))
+            v = {k[4:]: x for k, x in sm["validation"].items() if k.startswith("val_")}
+            ms = sm.get("median_step_seconds") or 0
+            rows.append((s, v, ms * 1e3 if ms > 0 else None))
+            if int(v.get("examples", b["test_rows"])) != b["test_rows"]:
+                print(f"bench-tabular: warning: {d}: tt scored {int(v['examples'])} test rows, the baselines "
+                      f"{b['test_rows']}", file=sys.stderr)
+    knn = "knn5" if "knn_k" not in b else f"knn{b['knn_k']}"
+    rows += [("logreg", b["logreg"], None), (knn, b["knn5"], None)]
+    for s, v, ms in rows:
+        print(f"{d:<14} {s:<10} {num(v['accuracy'], 8, 3)} {num(v['roc_auc'], 8, 3)} {num(v['log_loss'], 9, 4)} "
+              f"{num(v['brier'], 7, 4)} {num(v['ece'], 7, 4)} {num(ms, 8, 1)}  {int(v.get('examples', 0))}")
+PY
+
+if [ "$MEMORY" = 1 ] && [ "$BASELINES_ONLY" = 0 ]; then
   "$TT" configs/compare-tabular.yaml --run-dir "$OUT/compare"
 fi
 echo "bench-tabular: runs in $OUT"
