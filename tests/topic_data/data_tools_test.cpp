@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "data_test_util.h"
-#include "source_synthetic.h"
+#include "topic_data.h"
 #include "tt/module_loader.h"
 #include "tt/npy.h"
 #include "tt/registry.h"
