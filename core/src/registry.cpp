@@ -90,6 +90,32 @@ void Registry::add_optimizer(std::string n, std::string d, Schema s, OptimizerFa
 void Registry::add_schedule(std::string n, std::string d, Schema s, ScheduleFactory f) {
   add_to(schedules_, Kind::Schedule, Component<ScheduleFactory>{std::move(n), std::move(d), std::move(s), std::move(f), origin_});
 }
+void Registry::add_data_tool(std::string n, std::string d, DataToolRun run) {
+  TT_CHECK_AS(ModuleError, !n.empty() && n[0] != '-' && n.find_first_of(" \t\n") == std::string::npos, "data tool '",
+              n, "' from ", origin_, ": a tool's name must not be empty, start with '-' or hold spaces (tt-data NAME ",
+              "ARGS... could not tell it from an option); name it like \"synth-topics\"");
+  TT_CHECK_AS(ModuleError, static_cast<bool>(run), "data tool '", n, "' from ", origin_,
+              " has no run function: register the function tt-data calls with its arguments");
+  auto it = data_tools_.find(n);
+  TT_CHECK_AS(ModuleError, it == data_tools_.end(), "data tool '", n, "' from ", origin_,
+              " is already registered by ", it->second.origin, ": rename one of them");
+  std::string name = n;
+  data_tools_.emplace(std::move(name), DataTool{std::move(n), std::move(d), std::move(run), origin_});
+}
+
+// "unknown model 'x'; did you mean 'y'? Available models: ... Searched ...", then the refusals.
+static std::string unknown_name(const std::string& what, const std::string& name,
+                                const std::vector<std::string>& available, const std::vector<std::string>& refusals) {
+  std::string list;
+  for (const auto& a : available) list += (list.empty() ? "" : ", ") + a;
+  std::string msg = detail::cat("unknown ", what, " '", name, "'");
+  std::string near = nearest(name, available);
+  if (!near.empty()) msg += "; did you mean '" + near + "'?";
+  msg += detail::cat(" Available ", what, "s: ", list.empty() ? "(none)" : list, ". Searched ",
+                     ModuleLoader::global().describe_search_path(), ".");
+  for (const auto& r : refusals) msg += "\n  refused: " + r;
+  return msg;
+}
 
 template <class C>
 const C& Registry::find(std::map<std::string, C>& table, Kind kind, const std::string& name) {
@@ -105,15 +131,7 @@ const C& Registry::find(std::map<std::string, C>& table, Kind kind, const std::s
   if (it != table.end()) return it->second;
   std::vector<std::string> available;
   for (const auto& [k, v] : table) available.push_back(k);
-  std::string list;
-  for (const auto& a : available) list += (list.empty() ? "" : ", ") + a;
-  std::string msg = detail::cat("unknown ", kind_name(kind), " '", name, "'");
-  std::string near = nearest(name, available);
-  if (!near.empty()) msg += "; did you mean '" + near + "'?";
-  msg += detail::cat(" Available ", kind_name(kind), "s: ", list.empty() ? "(none)" : list, ". Searched ",
-                     loader.describe_search_path(), ".");
-  for (const auto& r : refusals) msg += "\n  refused: " + r;
-  throw ConfigError(msg);
+  throw ConfigError(unknown_name(kind_name(kind), name, available, refusals));
 }
 
 const Component<ModelFactory>& Registry::model(const std::string& n) { return find(models_, Kind::Model, n); }
@@ -124,6 +142,23 @@ const Component<OptimizerFactory>& Registry::optimizer(const std::string& n) {
 }
 const Component<ScheduleFactory>& Registry::schedule(const std::string& n) {
   return find(schedules_, Kind::Schedule, n);
+}
+
+const DataTool& Registry::data_tool(const std::string& name) {
+  auto it = data_tools_.find(name);
+  if (it != data_tools_.end()) return it->second;
+  std::vector<std::string> refusals = ModuleLoader::global().load_all();
+  it = data_tools_.find(name);
+  if (it != data_tools_.end()) return it->second;
+  std::vector<std::string> available;
+  for (const auto& [k, v] : data_tools_) available.push_back(k);
+  throw ConfigError(unknown_name("data tool", name, available, refusals));
+}
+
+std::vector<DataTool> Registry::data_tools() const {
+  std::vector<DataTool> out;
+  for (const auto& [name, t] : data_tools_) out.push_back(t);
+  return out;
 }
 
 std::vector<Registry::Entry> Registry::entries(Kind k) const {

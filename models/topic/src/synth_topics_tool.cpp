@@ -1,17 +1,18 @@
 // tt-data synth-topics: tinytopics' generate_synthetic_data written to DIR/X.npy (float32
 // n x m counts), DIR/true_L.npy (n x k) and DIR/true_F.npy (k x m), streamed in chunks of
 // documents so that X may be larger than memory. The same generator as the topic-synthetic
-// dataset (models/topic/src/source_synthetic.h): equal seeds give equal counts, whatever
-// the number of threads.
+// dataset (source_synthetic.h): equal seeds give equal counts, whatever the number of threads.
+#include "synth_topics_tool.h"
+
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <memory>
 
-#include "commands.h"
 #include "source_synthetic.h"
 #include "tt/error.h"
 #include "tt/npy.h"
@@ -20,7 +21,7 @@
 
 namespace fs = std::filesystem;
 
-namespace tt::data {
+namespace tt::topic {
 
 namespace {
 
@@ -79,7 +80,7 @@ void run_synth_topics(const SynthArgs& a) {
 
   const auto start = std::chrono::steady_clock::now();
   const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  topic::SyntheticCorpus corpus(a.n, a.m, a.k, a.avg_doc_length, a.seed);
+  SyntheticCorpus corpus(a.n, a.m, a.k, a.avg_doc_length, a.seed);
   // Chunks of documents: at most 1024, and at most ~64 MiB of counts, so memory stays bounded.
   const int64_t chunk = a.chunk_rows > 0 ? a.chunk_rows : std::clamp<int64_t>((int64_t{64} << 20) / (a.m * 4), 1, 1024);
   std::vector<float> L(static_cast<size_t>(chunk * a.k)), X(static_cast<size_t>(chunk * a.m));
@@ -127,25 +128,31 @@ void run_synth_topics(const SynthArgs& a) {
 
 }  // namespace
 
-Command add_synth_topics(CLI::App& app) {
-  auto a = std::make_shared<SynthArgs>();
-  CLI::App* sub = app.add_subcommand(
-      "synth-topics",
+int synth_topics_tool(const std::vector<std::string>& args) {
+  SynthArgs a;
+  CLI::App app{
       "a synthetic corpus as tinytopics' generate_synthetic_data, streamed to DIR/X.npy (float32 n x m counts), "
-      "DIR/true_L.npy (n x k) and DIR/true_F.npy (k x m); X may be larger than memory");
-  sub->add_option("--n", a->n, "documents")->capture_default_str();
-  sub->add_option("--m", a->m, "terms (vocabulary size)")->capture_default_str();
-  sub->add_option("--k", a->k, "true topics (2 to m)")->capture_default_str();
-  sub->add_option("--avg-doc-length", a->avg_doc_length, "mean words per document (Poisson, at least 1)")
+      "DIR/true_L.npy (n x k) and DIR/true_F.npy (k x m); X may be larger than memory",
+      "tt-data synth-topics"};
+  app.add_option("--n", a.n, "documents")->capture_default_str();
+  app.add_option("--m", a.m, "terms (vocabulary size)")->capture_default_str();
+  app.add_option("--k", a.k, "true topics (2 to m)")->capture_default_str();
+  app.add_option("--avg-doc-length", a.avg_doc_length, "mean words per document (Poisson, at least 1)")
       ->capture_default_str();
-  sub->add_option("--seed", a->seed, "generator seed (same seed, same files, whatever --threads)")
+  app.add_option("--seed", a.seed, "generator seed (same seed, same files, whatever --threads)")
       ->capture_default_str();
-  sub->add_option("--out", a->out, "output directory (created if missing)")->required();
-  sub->add_option("--threads", a->threads, "threads (0: all cores)")->capture_default_str();
-  sub->add_option("--chunk-rows", a->chunk_rows, "documents generated and written at a time (0: up to 1024, ~64 MiB)")
+  app.add_option("--out", a.out, "output directory (created if missing)")->required();
+  app.add_option("--threads", a.threads, "threads (0: all cores)")->capture_default_str();
+  app.add_option("--chunk-rows", a.chunk_rows, "documents generated and written at a time (0: up to 1024, ~64 MiB)")
       ->capture_default_str();
-  sub->add_flag("--quiet,-q", a->quiet, "no progress on stderr");
-  return {sub, [a] { run_synth_topics(*a); }};
+  app.add_flag("--quiet,-q", a.quiet, "no progress on stderr");
+  try {
+    app.parse(std::vector<std::string>(args.rbegin(), args.rend()));  // CLI11 takes them last first
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help, or the usage error printed
+  }
+  run_synth_topics(a);
+  return 0;
 }
 
-}  // namespace tt::data
+}  // namespace tt::topic
