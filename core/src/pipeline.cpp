@@ -208,9 +208,12 @@ ComponentSpec parse_component(const YAML::Node& node, const std::string& section
   } else if (node.IsScalar()) {
     c.name = node.Scalar();
   } else if (node.IsMap()) {
-    TT_CHECK_AS(ConfigError, node["name"].IsDefined() && node["name"].IsScalar(), c.where, ": ",
+    // A map without a name changes the default component's options (optimizer.lr=0.01 on a
+    // pipeline that names no optimizer); sections without a default need one.
+    const bool named = node["name"].IsDefined();
+    TT_CHECK_AS(ConfigError, (named && node["name"].IsScalar()) || (!named && !default_name.empty()), c.where, ": ",
                 section, " needs a 'name' (tt-run --list shows the choices)");
-    c.name = node["name"].Scalar();
+    c.name = named ? node["name"].Scalar() : default_name;
     opts = node;
   } else {
     TT_FAIL_AS(ConfigError, c.where, ": ", section, " must be a name or a map with 'name'");

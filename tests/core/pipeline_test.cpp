@@ -239,3 +239,15 @@ TEST(Batch, SlicesPerExampleAndCoordinateTensors) {
   EXPECT_TRUE(torch::equal(s.at("rows"), torch::tensor({0, 1, 1}, torch::kLong)));
   EXPECT_TRUE(torch::equal(s.at("vals"), torch::tensor({3.f, 4.f, 5.f})));
 }
+
+TEST(Pipeline, AnOverrideIntoAMissingSectionWithADefaultChangesTheDefaultComponent) {
+  const std::string yaml = "model: topic\ndata: topic-synthetic\n";  // no optimizer, no schedule
+  auto p = tt::parse_pipeline(yaml, "p.yaml", {"optimizer.lr=0.02", "schedule.warmup_steps=3"});
+  EXPECT_EQ(p.optimizer.name, "adamw");
+  EXPECT_DOUBLE_EQ(p.optimizer.options.get_float("lr"), 0.02);
+  auto q = tt::parse_pipeline(yaml + "optimizer: {lr: 0.5}\n", "p.yaml");
+  EXPECT_EQ(q.optimizer.name, "adamw");
+  EXPECT_DOUBLE_EQ(q.optimizer.options.get_float("lr"), 0.5);
+  // a model has no default: it still needs its name
+  EXPECT_NE(error_of("model: {k: 5}\ndata: topic-synthetic\n").find("model needs a 'name'"), std::string::npos);
+}

@@ -10,6 +10,7 @@
 #include "plan.h"
 #include "tt/error.h"
 #include "tt/pipeline.h"
+#include "tt/plugin.h"
 #include "tt/registry.h"
 
 namespace {
