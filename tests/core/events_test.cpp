@@ -10,6 +10,7 @@
 #include "tt/trainer.h"
 
 using tt::Event;
+using tt::test::OnEvent;
 
 namespace {
 
@@ -34,18 +35,6 @@ class Recorder : public tt::Plugin {
   Log* log_;
 };
 
-// A plugin defined by a lambda on one event.
-class OnEvent : public tt::Plugin {
- public:
-  OnEvent(Event e, std::function<void(tt::State&)> f) : e_(e), f_(std::move(f)) {}
-  void on(Event e, tt::State& s) override {
-    if (e == e_) f_(s);
-  }
-
- private:
-  Event e_;
-  std::function<void(tt::State&)> f_;
-};
 
 tt::Pipeline tiny(const std::filesystem::path& out, const std::string& trainer_extra,
                   const std::vector<std::string>& overrides = {}) {

@@ -13,29 +13,11 @@
 
 namespace fs = std::filesystem;
 using tt::Event;
+using tt::test::OnEvent;
 
 namespace {
 
-class OnEvent : public tt::Plugin {
- public:
-  OnEvent(Event e, std::function<void(tt::State&)> f) : e_(e), f_(std::move(f)) {}
-  void on(Event e, tt::State& s) override {
-    if (e == e_) f_(s);
-  }
 
- private:
-  Event e_;
-  std::function<void(tt::State&)> f_;
-};
-
-tt::Pipeline regression(const fs::path& out, const std::string& trainer_extra) {
-  tt::test::register_test_components();
-  const std::string yaml = "name: reg\nseed: 1\ndata: {name: test-regression-data}\nmodel: {name: test-regression}\n"
-                           "optimizer: {name: sgd, lr: 0.05}\ntrainer:\n  batch_size: 16\n  threads: 1\n"
-                           "  progress: off\n" +
-                           trainer_extra + "output:\n  dir: " + out.string() + "\n  plots: false\n";
-  return tt::parse_pipeline(yaml, "reg.yaml");
-}
 
 std::vector<torch::Tensor> clone_grads(tt::State& s) {
   std::vector<torch::Tensor> g;
@@ -48,7 +30,7 @@ std::vector<torch::Tensor> clone_grads(tt::State& s) {
 TEST(Extension, GradientReadyFiresOncePerParameterWithTheCompleteGradient) {
   for (int micro : {16, 4}) {  // one micro-batch, and four accumulated
     auto out = tt::test::temp_dir("ext");
-    tt::Trainer t(regression(out, "  max_steps: 3\n  micro_batch_size: " + std::to_string(micro) + "\n"),
+    tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 3\n  micro_batch_size: " + std::to_string(micro) + "\n"),
                   {out / "run", false, true});
     std::vector<std::vector<torch::Tensor>> at_hook(3);  // per step, per parameter index
     std::vector<int> micro_at_hook;
@@ -78,7 +60,7 @@ TEST(Extension, GradientReadyFiresOncePerParameterWithTheCompleteGradient) {
 TEST(Extension, LossHooksWrapOrReplaceTheModelsLoss) {
   auto grads_with = [](const std::function<void(tt::State&)>& register_hooks) {
     auto out = tt::test::temp_dir("ext");
-    tt::Trainer t(regression(out, "  max_steps: 1\n"), {out / "run", false, true});
+    tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 1\n"), {out / "run", false, true});
     t.add_plugin(std::make_unique<OnEvent>(Event::INIT, register_hooks));
     std::vector<torch::Tensor> g;
     t.add_plugin(std::make_unique<OnEvent>(Event::BEFORE_STEP, [&](tt::State& s) { g = clone_grads(s); }));
@@ -119,7 +101,7 @@ TEST(Extension, LossHooksWrapOrReplaceTheModelsLoss) {
 
 TEST(Extension, TeacherIsFrozenAndKeptOutOfTrainingAndCheckpoints) {
   auto out = tt::test::temp_dir("ext");
-  tt::Trainer t(regression(out, "  max_steps: 3\n"), {out / "run", false, true});
+  tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 3\n"), {out / "run", false, true});
   std::vector<torch::Tensor> teacher_before;
   size_t optimized = 0;
   t.add_plugin(std::make_unique<OnEvent>(Event::INIT, [&](tt::State& s) {

@@ -16,30 +16,11 @@
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using tt::Event;
+using tt::test::OnEvent;
 
 namespace {
 
-class OnEvent : public tt::Plugin {
- public:
-  OnEvent(Event e, std::function<void(tt::State&)> f) : e_(e), f_(std::move(f)) {}
-  void on(Event e, tt::State& s) override {
-    if (e == e_) f_(s);
-  }
 
- private:
-  Event e_;
-  std::function<void(tt::State&)> f_;
-};
-
-// Regression model with validation data (tests/support): 64 examples, batch 16.
-tt::Pipeline regression(const fs::path& out, const std::string& trainer_extra) {
-  tt::test::register_test_components();
-  const std::string yaml = "name: reg\nseed: 1\ndata: {name: test-regression-data}\nmodel: {name: test-regression}\n"
-                           "optimizer: {name: sgd, lr: 0.05}\ntrainer:\n  batch_size: 16\n  threads: 1\n"
-                           "  progress: off\n" +
-                           trainer_extra + "output:\n  dir: " + out.string() + "\n  plots: false\n";
-  return tt::parse_pipeline(yaml, "reg.yaml");
-}
 
 std::vector<json> lines_of(const fs::path& file) {
   std::vector<json> out;
@@ -53,7 +34,7 @@ std::vector<json> lines_of(const fs::path& file) {
 
 TEST(Host, EvaluationEventsWrapTheEvaluationAndPluginMetricsReachTheFiles) {
   auto out = tt::test::temp_dir("host");
-  tt::Trainer t(regression(out, "  max_steps: 4\n  eval_every: 2\n"), {out / "run", false, true});
+  tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 4\n  eval_every: 2\n"), {out / "run", false, true});
   std::vector<std::string> seen;
   auto record = [&](Event e) {
     t.add_plugin(std::make_unique<OnEvent>(e, [&seen, e](tt::State& s) {
@@ -88,7 +69,7 @@ TEST(Host, EvaluationEventsWrapTheEvaluationAndPluginMetricsReachTheFiles) {
 
 TEST(Host, CheckpointEventComesBeforeTheCheckpointIsWritten) {
   auto out = tt::test::temp_dir("host");
-  tt::Trainer t(regression(out, "  max_steps: 5\n  checkpoint_every: 2\n  keep_checkpoints: 0\n"),
+  tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 5\n  checkpoint_every: 2\n  keep_checkpoints: 0\n"),
                 {out / "run", false, true});
   std::vector<std::pair<int64_t, bool>> at;  // step, whether its file existed when the event fired
   t.add_plugin(std::make_unique<OnEvent>(Event::CHECKPOINT, [&](tt::State& s) {
@@ -121,7 +102,7 @@ TEST(Host, PluginFailureNamesPluginEventAndStepInTheErrorTheLogAndTheSummary) {
   };
   for (const auto& c : cases) {
     auto out = tt::test::temp_dir("host");
-    tt::Trainer t(regression(out, "  max_steps: 4\n"), {out / "run", false, true});
+    tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 4\n"), {out / "run", false, true});
     auto boom = std::make_unique<OnEvent>(c.event, [&](tt::State& s) {
       if (s.step + (c.event == Event::BEFORE_STEP ? 1 : 0) == 2) c.fail();
     });
@@ -190,28 +171,28 @@ std::string fit_error(tt::Trainer& t) {
 TEST(Host, DeclaredOrderingIsCheckedWithOneMessageFormat) {
   auto out = tt::test::temp_dir("host");
   {
-    tt::Trainer t(regression(out, "  max_steps: 1\n"), {out / "a", false, true});
+    tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 1\n"), {out / "a", false, true});
     t.add_plugin(std::make_unique<After>("late", "early"));
     t.add_plugin(std::make_unique<After>("early", "nobody"));
     EXPECT_EQ(fit_error(t), "plugins: 'late' must be listed after 'early' (it needs the other's work), but the list is "
                             "[late, early]");
   }
   {  // the right order trains
-    tt::Trainer t(regression(out, "  max_steps: 1\n"), {out / "b", false, true});
+    tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 1\n"), {out / "b", false, true});
     t.add_plugin(std::make_unique<After>("early", "nobody"));
     t.add_plugin(std::make_unique<After>("late", "early"));
     EXPECT_EQ(fit_error(t), "");
     EXPECT_EQ(t.state().step, 1);
   }
   {  // a wrapper listed before a plugin that replaces the optimizer
-    tt::Trainer t(regression(out, "  max_steps: 1\n"), {out / "c", false, true});
+    tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 1\n"), {out / "c", false, true});
     t.add_plugin(std::make_unique<Wrapper>());
     t.add_plugin(std::make_unique<Replacer>());
     EXPECT_EQ(fit_error(t), "plugins: 'wrapper' must be listed after 'replacer' (it wraps the optimizer it is given; "
                             "'replacer' replaces the optimizer), but the list is [wrapper, replacer]");
   }
   {  // after it, the wrapper gets the replaced optimizer
-    tt::Trainer t(regression(out, "  max_steps: 1\n"), {out / "d", false, true});
+    tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 1\n"), {out / "d", false, true});
     t.add_plugin(std::make_unique<Replacer>());
     auto w = std::make_unique<Wrapper>();
     const Wrapper* wrapper = w.get();

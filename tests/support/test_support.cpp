@@ -125,6 +125,15 @@ void register_test_components() {
               });
 }
 
+Pipeline regression_pipeline(const fs::path& out, const std::string& trainer_extra) {
+  register_test_components();
+  const std::string yaml = "name: reg\nseed: 1\ndata: {name: test-regression-data}\nmodel: {name: test-regression}\n"
+                           "optimizer: {name: sgd, lr: 0.05}\ntrainer:\n  batch_size: 16\n  threads: 1\n"
+                           "  progress: off\n" +
+                           trainer_extra + "output:\n  dir: " + out.string() + "\n  plots: false\n";
+  return parse_pipeline(yaml, "reg.yaml");
+}
+
 std::vector<std::string> step_lines(const fs::path& metrics_jsonl) {
   std::vector<std::string> out;
   std::ifstream in(metrics_jsonl);

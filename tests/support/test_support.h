@@ -2,10 +2,12 @@
 // Helpers shared by the tests: temp dirs, small pipelines, subprocesses, a tiny
 // mean-reduced regression model registered in-process.
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "tt/pipeline.h"
+#include "tt/plugin.h"
 
 namespace tt::test {
 
@@ -26,6 +28,23 @@ RunResult run(const std::string& command);
 
 // Registers "test-regression" (model, mean-reduced MSE) and "test-regression-data".
 void register_test_components();
+
+// A pipeline of the test-regression model with validation data (64 examples, batch 16, SGD),
+// its trainer section extended by `trainer_extra` ("  max_steps: 4\n"); registers the components.
+Pipeline regression_pipeline(const std::filesystem::path& out_dir, const std::string& trainer_extra);
+
+// A plugin that calls `f` on one event.
+class OnEvent : public Plugin {
+ public:
+  OnEvent(Event e, std::function<void(State&)> f) : e_(e), f_(std::move(f)) {}
+  void on(Event e, State& s) override {
+    if (e == e_) f_(s);
+  }
+
+ private:
+  Event e_;
+  std::function<void(State&)> f_;
+};
 
 std::string read_file(const std::filesystem::path& p);
 
