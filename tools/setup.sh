@@ -23,12 +23,14 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   gnuplot-nox
 )
+# What only the tests need: files Python's torch and numpy write and read (Debian's, with its LibTorch).
+TEST_PACKAGES=(python3-torch)
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
 install_packages() {
   local missing=()
-  for p in "${PACKAGES[@]}"; do
+  for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
@@ -58,7 +60,7 @@ build() {
 
 case "$MODE" in
   quickstart)
-    install_packages
+    install_packages "${PACKAGES[@]}"
     configure
     build tt-run tt_model_topic
     say "tt-run configs/quickstart.yaml"
@@ -66,14 +68,14 @@ case "$MODE" in
     "$BUILD/bin/tt-run" configs/quickstart.yaml
     ;;
   test)
-    install_packages
+    install_packages "${PACKAGES[@]}" "${TEST_PACKAGES[@]}"
     configure
     build
     say "running the test suite"
     ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" --timeout 900
     ;;
   build)
-    install_packages
+    install_packages "${PACKAGES[@]}"
     configure
     build
     ;;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "dist_compat.h"
 #include "tt/error.h"
@@ -80,6 +81,16 @@ struct Context::Impl {
   double comm_seconds = 0;
   int64_t string_seq = 0;
 
+  // A finished collective's Work (and the buffers it holds) may still be referenced by the Gloo
+  // thread that ran it for a moment after wait() returns; that thread would then free a temporary
+  // buffer (a flattened bucket) at an arbitrary point later in the step, where the meter would
+  // count it against whatever was being measured (the optimizer state of the first step). Waits
+  // until this thread holds the last reference, so the buffers die here, when their owner drops them.
+  static void own_last_reference(const c10::intrusive_ptr<compat::Work>& work) {
+    const auto until = Clock::now() + std::chrono::milliseconds(200);
+    while (work.use_count() > 1 && Clock::now() < until) std::this_thread::yield();
+  }
+
   // Runs one collective and waits for it; c10d/Gloo failures (a peer gone, the timeout) become
   // tt::Error naming the operation.
   void run(const char* op, const std::function<c10::intrusive_ptr<compat::Work>()>& start) {
@@ -87,6 +98,7 @@ struct Context::Impl {
     try {
       auto work = start();
       work->wait();
+      own_last_reference(work);
     } catch (const c10::Error& e) {
       std::string what = e.what_without_backtrace();
       TT_FAIL("distributed ", op, " failed (another rank exited, or it did not answer within TT_DIST_TIMEOUT): ",
@@ -262,6 +274,7 @@ void Context::all_reduce_sum_bucketed(std::vector<at::Tensor>& tensors, int64_t 
   for (auto& bk : buckets) {
     try {
       bk.work->wait();
+      Impl::own_last_reference(bk.work);
     } catch (const std::exception& e) {
       std::string what = e.what();
       TT_FAIL("distributed gradient all-reduce failed (another rank exited, or it did not answer within "
