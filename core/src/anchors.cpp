@@ -13,6 +13,7 @@ ModuleError::~ModuleError() = default;
 OutOfMemory::~OutOfMemory() = default;
 NumericError::~NumericError() = default;
 Interrupted::~Interrupted() = default;
+WriteError::~WriteError() = default;
 Dataset::~Dataset() = default;
 StreamDataset::~StreamDataset() = default;
 Batch StreamDataset::get(const at::Tensor&) {

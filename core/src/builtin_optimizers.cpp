@@ -53,6 +53,9 @@ TorchOptions torch_options(const AdamOptions& a) {
 
 }  // namespace
 
+// Adam keeps two moments per parameter (and a third, the maximum, with amsgrad).
+int64_t two_moments(const Options& o, int64_t trainable) { return (o.to<AdamOptions>().amsgrad ? 3 : 2) * trainable; }
+
 void register_builtin_optimizers(Registry& r) {
   r.add_optimizer("sgd", "stochastic gradient descent with optional momentum (torch::optim::SGD)", sgd_schema(),
                   [](const std::vector<at::Tensor>& params, const Options& o) {
@@ -63,12 +66,16 @@ void register_builtin_optimizers(Registry& r) {
                                                                            .dampening(a.dampening)
                                                                            .weight_decay(a.weight_decay)
                                                                            .nesterov(a.nesterov));
+                  },
+                  [](const Options& o, int64_t trainable) {  // the momentum buffer
+                    return o.to<SgdOptions>().momentum != 0 ? trainable : int64_t{0};
                   });
   r.add_optimizer("adam", "Adam (torch::optim::Adam)", adam_schema(false),
                   [](const std::vector<at::Tensor>& params, const Options& o) {
                     return std::make_shared<torch::optim::Adam>(
                         params, torch_options<torch::optim::AdamOptions>(o.to<AdamOptions>()));
-                  });
+                  },
+                  two_moments);
   r.add_optimizer("adamw",
                   "AdamW, decoupled weight decay (fused: one vectorized pass per parameter; "
                   "otherwise torch::optim::AdamW)",
@@ -78,7 +85,8 @@ void register_builtin_optimizers(Registry& r) {
                     const auto opts = torch_options<torch::optim::AdamWOptions>(a);
                     if (a.fused) return std::make_shared<FusedAdamW>(params, opts);
                     return std::make_shared<torch::optim::AdamW>(params, opts);
-                  });
+                  },
+                  two_moments);
 }
 
 }  // namespace tt

@@ -52,9 +52,12 @@ void save_archive_atomic(torch::serialize::OutputArchive& archive, const fs::pat
   int64_t written = 0;
   std::string error;
   try {
+    // The writer must not throw: LibTorch's stream writer calls it again from its destructor
+    // (to end the zip) while an exception unwinds, which would terminate the process. A failed
+    // write is remembered, the rest discarded, and reported once the archive returns.
     archive.save_to([&](const void* data, size_t n) -> size_t {
       const char* p = static_cast<const char*>(data);
-      size_t left = n;
+      size_t left = error.empty() ? n : 0;
       while (left > 0) {
         size_t chunk = left;
         if (crash && written + static_cast<int64_t>(chunk) > crash_after)
@@ -62,7 +65,8 @@ void save_archive_atomic(torch::serialize::OutputArchive& archive, const fs::pat
         ssize_t w = chunk ? ::write(fd, p, chunk) : 0;
         if (w < 0) {
           if (errno == EINTR) continue;
-          throw Error(std::string("write failed: ") + std::strerror(errno));
+          error = std::string("write failed: ") + std::strerror(errno);
+          break;
         }
         written += w, p += w, left -= static_cast<size_t>(w);
         if (crash && written >= crash_after) ::_exit(86);  // simulated crash mid-write
@@ -70,7 +74,7 @@ void save_archive_atomic(torch::serialize::OutputArchive& archive, const fs::pat
       return n;
     });
   } catch (const std::exception& e) {
-    error = e.what();
+    if (error.empty()) error = e.what();
   }
   if (error.empty() && ::fsync(fd) != 0) error = std::string("fsync failed: ") + std::strerror(errno);
   ::close(fd);

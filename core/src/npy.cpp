@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cctype>
+#include <csignal>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -233,10 +235,14 @@ void write_npy(const std::filesystem::path& path, const at::Tensor& tensor) {
   at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
   const std::string header = npy_header_bytes(t.scalar_type(), t.sizes().vec());
   std::ofstream out(path, std::ios::binary);
-  TT_CHECK(out.good(), "cannot write ", path.string());
+  TT_CHECK_AS(WriteError, out.good(), "cannot write ", path.string(), ": ", errno_text());
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
   out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
-  TT_CHECK(out.good(), "write to ", path.string(), " failed (disk full?)");
+  out.close();  // the buffered tail is written here: a full disk shows now, not in a destructor
+  if (!out) {
+    std::remove(path.c_str());
+    TT_FAIL_AS(WriteError, "write to ", path.string(), " failed (disk full?); the partial file was removed");
+  }
 }
 
 at::Tensor read_npy(const std::filesystem::path& path) {
@@ -262,10 +268,83 @@ void write_csv(const std::filesystem::path& path, const at::Tensor& matrix) {
     for (int64_t j = 0; j < t.size(1); ++j) std::fprintf(f, j ? ",%.8g" : "%.8g", d[i * t.size(1) + j]);
     std::fputc('\n', f);
   }
-  std::fclose(f);
+  const bool ok = !std::ferror(f);
+  if (std::fclose(f) != 0 || !ok) {
+    std::remove(path.c_str());
+    TT_FAIL_AS(WriteError, "write to ", path.string(), " failed (disk full?); the partial file was removed");
+  }
 }
 
 // ---- NpyMap
+
+namespace {
+// A mapped file that shrinks while it is read (truncated, rewritten in place) makes the next
+// read of a page past its new end raise SIGBUS. The handler names the file from the faulting
+// address and exits 1, instead of the process dying with no word. Only async-signal-safe calls.
+struct MappedRange {
+  std::atomic<uintptr_t> begin{0}, end{0};
+  char path[512] = {};
+};
+MappedRange g_mapped[64];
+struct sigaction g_previous_bus {};
+
+void write_all(const char* text) {
+  size_t n = std::strlen(text);
+  while (n > 0) {
+    const ssize_t w = ::write(STDERR_FILENO, text, n);
+    if (w <= 0) return;
+    text += w, n -= static_cast<size_t>(w);
+  }
+}
+
+void on_sigbus(int sig, siginfo_t* info, void* context) {
+  const auto addr = reinterpret_cast<uintptr_t>(info ? info->si_addr : nullptr);
+  for (auto& r : g_mapped) {
+    if (addr < r.begin.load() || addr >= r.end.load()) continue;
+    write_all("\ntt: error: ");
+    write_all(r.path);
+    write_all(" changed while it was being read (SIGBUS: it was truncated or rewritten during training). "
+              "Leave input files alone while tt reads them: write a new file and point the pipeline at it.\n");
+    ::_exit(1);
+  }
+  // not one of ours: what was there before (the default ends the process with the signal)
+  if (g_previous_bus.sa_flags & SA_SIGINFO) {
+    if (g_previous_bus.sa_sigaction) return g_previous_bus.sa_sigaction(sig, info, context);
+  } else if (g_previous_bus.sa_handler != SIG_DFL && g_previous_bus.sa_handler != SIG_IGN && g_previous_bus.sa_handler) {
+    return g_previous_bus.sa_handler(sig);
+  }
+  ::signal(SIGBUS, SIG_DFL);
+  ::raise(SIGBUS);
+}
+
+void watch_mapping(const char* base, size_t length, const std::string& path) {
+  static const bool installed = [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, &g_previous_bus);
+    return true;
+  }();
+  (void)installed;
+  for (auto& r : g_mapped) {
+    uintptr_t free_slot = 0;
+    if (!r.end.compare_exchange_strong(free_slot, 1)) continue;  // claimed: [0, 1) matches nothing
+    std::strncpy(r.path, path.c_str(), sizeof r.path - 1);
+    r.begin.store(reinterpret_cast<uintptr_t>(base));
+    r.end.store(reinterpret_cast<uintptr_t>(base) + length);
+    return;
+  }
+}
+
+void unwatch_mapping(const char* base) {
+  for (auto& r : g_mapped)
+    if (r.begin.load() == reinterpret_cast<uintptr_t>(base) && r.end.load() != 0) {
+      r.end.store(0);
+      r.begin.store(0);
+    }
+}
+}  // namespace
 
 NpyMap::NpyMap(const std::filesystem::path& path) : path_(path), header_(read_npy_header(path)) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -282,6 +361,7 @@ NpyMap::NpyMap(const std::filesystem::path& path) : path_(path), header_(read_np
   ::close(fd);  // the mapping keeps the file open
   TT_CHECK(p != MAP_FAILED, path.string(), ": cannot memory-map ", length_, " bytes: ", why);
   base_ = static_cast<const char*>(p);
+  watch_mapping(base_, length_, path.string());
   // Batches read rows in shuffled order: the kernel's read-around on a fault (pages beside the
   // row, which belong to other documents) only evicts useful pages when the file exceeds memory.
   ::madvise(p, length_, MADV_RANDOM);
@@ -302,7 +382,9 @@ void NpyMap::release(const char* p, size_t bytes) const { advise(p, bytes, MADV_
 void NpyMap::will_need(const char* p, size_t bytes) const { advise(p, bytes, MADV_WILLNEED); }
 
 NpyMap::~NpyMap() {
-  if (base_) ::munmap(const_cast<char*>(base_), length_);
+  if (!base_) return;
+  unwatch_mapping(base_);
+  ::munmap(const_cast<char*>(base_), length_);
 }
 
 // ---- NpyWriter
@@ -354,8 +436,8 @@ void NpyWriter::append(const void* data, int64_t rows) {
   TT_CHECK(rows >= 0 && rows_ + rows <= shape_[0], "NpyWriter ", path_.string(), ": ", rows_ + rows,
            " rows appended, the array has ", shape_[0]);
   const size_t n = static_cast<size_t>(rows * row_bytes_);
-  TT_CHECK(n == 0 || std::fwrite(data, 1, n, file_) == n, "write to ", partial_.string(), " failed: ", errno_text(),
-           " (disk full?)");
+  TT_CHECK_AS(WriteError, n == 0 || std::fwrite(data, 1, n, file_) == n, "write to ", partial_.string(),
+              " failed: ", errno_text(), " (disk full?)");
   rows_ += rows;
   bytes_ += static_cast<int64_t>(n);
 }

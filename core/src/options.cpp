@@ -36,6 +36,10 @@ static std::string number_text(double v) {
   if (std::isnan(v)) return ".nan";
   if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
   char buf[32];
+  if (v == std::trunc(v) && std::fabs(v) < 1e6) {  // 10, not the shortest form 1e1
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+    return buf;
+  }
   for (int precision = 1; precision <= 17; ++precision) {
     std::snprintf(buf, sizeof buf, "%.*g", precision, v);
     if (std::strtod(buf, nullptr) == v) break;
@@ -364,12 +368,14 @@ std::string Options::get_yaml(const std::string& key) const {
 }
 
 void Options::fill(void* object, const std::type_info& type) const {
-  TT_CHECK(!fields_.empty(), "internal: the schema of ", context_, " binds no fields (declare them with Schema::field)");
+  bool any = false;
   for (const auto& f : fields_) {
-    TT_CHECK(f->owner == std::type_index(type), "internal: the schema of ", context_,
-             " binds fields of another struct than the one asked for");
+    if (f->owner != std::type_index(type)) continue;  // a field of another struct of the same schema
     f->assign(object, *this);
+    any = true;
   }
+  TT_CHECK(any, "internal: the schema of ", context_, " binds no field of the struct asked for (declare them with "
+           "Schema::field)");
 }
 
 void Options::fail(const std::string& key, const std::string& message) const {

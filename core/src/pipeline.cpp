@@ -35,7 +35,7 @@ const Schema& trainer_schema() {
           .add("eval_batch_size", Type::Int, "~", "batch size for validation (default: batch_size)")
           .range(ge(1))
           .add("threads", Type::Int, "0", "intra-op CPU threads; 0 = all cores (LibTorch's default here is 1)")
-          .range(ge(0))
+          .range(ge(0), le(1024))
           .add("flush_denormal", Type::Bool, "true", "flush denormal floats to zero (much faster on CPU)")
           .add("device", Type::String, "cpu", "cpu, or cuda / cuda:N on a CUDA build")
           .add("memory_cap", Type::Bytes, "~", "raise out-of-memory when live tensor bytes would exceed this")
@@ -141,12 +141,14 @@ void apply_override(YAML::Node root, const std::string& text) {
   TT_CHECK_AS(ConfigError, eq != std::string::npos && eq > 0, "command line '", text,
               "': an override is key=value, e.g. trainer.batch_size=64");
   const std::string where = "command line '" + text + "'", value = text.substr(eq + 1);
+  TT_CHECK_AS(ConfigError, !value.empty(), where, ": no value after '='; give one, or ~ for the default");
   YAML::Node v;
   try {
-    v = value.empty() ? YAML::Node(YAML::NodeType::Null) : YAML::Load(value);
+    v = YAML::Load(value);
   } catch (const YAML::Exception& e) {
     TT_FAIL_AS(ConfigError, where, ": the value is not valid YAML: ", e.msg);
   }
+  check_unique_keys(v, where);
   set_dotted(root, text.substr(0, eq), v, where);
 }
 
@@ -297,6 +299,10 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
       const std::string section = "plugins[" + std::to_string(i) + "]";
       p.plugins.push_back(parse_component(plugins[i], section, file, &plugin_schema, "", overrides,
                                           "plugins." + std::to_string(i) + "."));
+      for (size_t j = 0; j + 1 < p.plugins.size(); ++j)
+        TT_CHECK_AS(ConfigError, p.plugins[j].name != p.plugins.back().name, p.plugins.back().where, ": ", section,
+                    " lists '", p.plugins.back().name, "' again (it is plugins[", j, "], at ", p.plugins[j].where,
+                    "); list each plugin once, with all its options in one entry");
     }
   }
   return p;
@@ -311,6 +317,7 @@ Pipeline parse_pipeline(const std::string& text, const std::string& file, const 
   } catch (const YAML::ParserException& e) {
     TT_FAIL_AS(ConfigError, file, ":", e.mark.line + 1, ":", e.mark.column + 1, ": YAML syntax error: ", e.msg);
   }
+  check_unique_keys(root, file);
   return parse_tree(root, file, overrides);
 }
 

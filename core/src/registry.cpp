@@ -84,8 +84,9 @@ void Registry::add_plugin(std::string n, std::string d, Schema s, PluginFactory 
   add_to(plugins_, Kind::Plugin,
          PluginComponent{{std::move(n), std::move(d), std::move(s), std::move(f), origin_}, std::move(planner)});
 }
-void Registry::add_optimizer(std::string n, std::string d, Schema s, OptimizerFactory f) {
-  add_to(optimizers_, Kind::Optimizer, Component<OptimizerFactory>{std::move(n), std::move(d), std::move(s), std::move(f), origin_});
+void Registry::add_optimizer(std::string n, std::string d, Schema s, OptimizerFactory f, OptimizerStateBytes b) {
+  add_to(optimizers_, Kind::Optimizer,
+         OptimizerComponent{{std::move(n), std::move(d), std::move(s), std::move(f), origin_}, std::move(b)});
 }
 void Registry::add_schedule(std::string n, std::string d, Schema s, ScheduleFactory f) {
   add_to(schedules_, Kind::Schedule, Component<ScheduleFactory>{std::move(n), std::move(d), std::move(s), std::move(f), origin_});
@@ -137,7 +138,7 @@ const C& Registry::find(std::map<std::string, C>& table, Kind kind, const std::s
 const Component<ModelFactory>& Registry::model(const std::string& n) { return find(models_, Kind::Model, n); }
 const Component<DatasetFactory>& Registry::dataset(const std::string& n) { return find(datasets_, Kind::Dataset, n); }
 const PluginComponent& Registry::plugin(const std::string& n) { return find(plugins_, Kind::Plugin, n); }
-const Component<OptimizerFactory>& Registry::optimizer(const std::string& n) {
+const OptimizerComponent& Registry::optimizer(const std::string& n) {
   return find(optimizers_, Kind::Optimizer, n);
 }
 const Component<ScheduleFactory>& Registry::schedule(const std::string& n) {

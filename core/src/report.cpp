@@ -1,6 +1,10 @@
 #include "tt/report.h"
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cmath>
@@ -18,6 +22,35 @@ namespace fs = std::filesystem;
 
 namespace tt {
 
+void write_file_atomic(const fs::path& path, const std::string& text) {
+  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  const fs::path tmp = dir / ("." + path.filename().string() + ".tmp");
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) TT_FAIL_AS(WriteError, "cannot write ", path.string(), ": ", std::strerror(errno));
+  std::string error;
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    const ssize_t w = ::write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      error = w < 0 ? std::strerror(errno) : "nothing written";
+      break;
+    }
+    p += w, left -= static_cast<size_t>(w);
+  }
+  if (error.empty() && ::fsync(fd) != 0) error = std::strerror(errno);
+  if (::close(fd) != 0 && error.empty()) error = std::strerror(errno);
+  std::error_code ec;
+  if (error.empty()) {
+    fs::rename(tmp, path, ec);
+    if (!ec) return;
+    error = ec.message();
+  }
+  fs::remove(tmp, ec);
+  TT_FAIL_AS(WriteError, "cannot write ", path.string(), ": ", error, " (is the disk full?)");
+}
+
 void MetricsFile::open(const fs::path& path, int64_t truncate_after_step) {
   if (truncate_after_step >= 0 && fs::exists(path)) {
     // On resume, drop lines the interrupted run wrote after the checkpoint we resume from.
@@ -30,18 +63,23 @@ void MetricsFile::open(const fs::path& path, int64_t truncate_after_step) {
       keep.push_back(line);
     }
     in.close();
-    std::ofstream out(path, std::ios::trunc);
-    for (const auto& l : keep) out << l << '\n';
+    std::string text;
+    for (const auto& l : keep) text += l + '\n';
+    write_file_atomic(path, text);
   }
   f_ = std::fopen(path.c_str(), "a");
-  TT_CHECK(f_, "cannot write ", path.string());
+  if (!f_) TT_FAIL_AS(WriteError, "cannot write ", path.string(), ": ", std::strerror(errno));
+  path_ = path;
 }
 
 void MetricsFile::write(const std::string& line) {
   if (!f_) return;
-  std::fputs(line.c_str(), f_);
-  std::fputc('\n', f_);
-  std::fflush(f_);
+  if (std::fputs(line.c_str(), f_) < 0 || std::fputc('\n', f_) == EOF || std::fflush(f_) != 0) {
+    const std::string why = std::strerror(errno);
+    std::fclose(f_);
+    f_ = nullptr;
+    TT_FAIL_AS(WriteError, "cannot append to ", path_.string(), ": ", why, " (is the disk full?)");
+  }
 }
 
 MetricsFile::~MetricsFile() {
@@ -104,14 +142,32 @@ void Progress::finish() {
   drawn_ = false;
 }
 
+namespace {
+// A whole PNG ends with its IEND chunk (length 0, "IEND", the chunk's CRC).
+bool png_complete(const fs::path& png) {
+  std::ifstream in(png, std::ios::binary | std::ios::ate);
+  if (!in || in.tellg() < 8) return false;
+  in.seekg(-8, std::ios::end);
+  char tail[8];
+  in.read(tail, 8);
+  return in && std::string(tail, 8) == std::string("IEND\xAE\x42\x60\x82", 8);
+}
+}  // namespace
+
 bool gnuplot_png(const std::string& commands, const fs::path& png, const std::string& size, const fs::path& log_file) {
+  // drawn beside the target and renamed over it once whole: a full disk leaves no half image
+  const fs::path tmp = png.parent_path() / ("." + png.filename().string() + ".tmp");
+  std::error_code ec;
   for (const std::string terminal : {"pngcairo", "png"}) {
     FILE* gp = popen(("gnuplot > '" + log_file.string() + "' 2>&1").c_str(), "w");
     if (!gp) return false;
     std::fprintf(gp, "set terminal %s size %s noenhanced\nset output '%s'\n%s", terminal.c_str(), size.c_str(),
-                 png.c_str(), commands.c_str());
-    std::error_code ec;
-    if (pclose(gp) == 0 && fs::exists(png, ec) && fs::file_size(png, ec) > 0) return true;
+                 tmp.c_str(), commands.c_str());
+    if (pclose(gp) == 0 && png_complete(tmp)) {
+      fs::rename(tmp, png, ec);
+      if (!ec) return true;
+    }
+    fs::remove(tmp, ec);
   }
   return false;
 }
@@ -130,8 +186,8 @@ bool plot_png(const fs::path& data, const fs::path& png, const std::string& titl
     fs::remove(log_file, ec);
     return true;
   }
-  log().warn("no plot {}: gnuplot is missing or failed (see {}; apt-get install gnuplot-nox)", png.string(),
-             log_file.string());
+  log().warn("no plot {}: gnuplot is missing, failed, or could not write the image (disk full?); see {} "
+             "(apt-get install gnuplot-nox)", png.string(), log_file.string());
   return false;
 }
 

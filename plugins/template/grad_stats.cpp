@@ -8,7 +8,9 @@
 // The three parts every plugin has:
 //   1. a class deriving tt::Plugin that overrides on(Event, State&) (and, when it needs
 //      them, forward_scope / save_state / load_state);
-//   2. a Schema of its options, with defaults and docs (tt-run --list shows them);
+//   2. a Schema of its options: each declared once, bound to a field of an options struct,
+//      with its default, allowed range or choices, and a doc line (tt-run --list shows them;
+//      a pipeline giving a value outside them is refused naming the file, line and option);
 //   3. TT_MODULE(...) naming the plugin and a function that registers its factory.
 // and one it may have:
 //   4. a tt::PlannerOffer: the settings tt-run's budget planner (--budget, --recommend) may
@@ -68,14 +70,22 @@ class GradStats final : public tt::Plugin {
   int64_t observed_ = 0;
 };
 
+struct GradStatsOptions {
+  int64_t every;
+  double stop_above;
+};
+
 void register_components(tt::Registry& r) {
   r.add_plugin("grad-stats", "logs gradient L2 norm and max |grad| to metrics (example plugin)",
                tt::Schema()
-                   .add("every", tt::Type::Int, "1", "log every N steps")
-                   .add("stop_above", tt::Type::Float, "0", "stop the fit when the norm exceeds this (0: never)"),
+                   .field("every", &GradStatsOptions::every, 1, "log every N steps")
+                   .range(tt::ge(1))
+                   .field("stop_above", &GradStatsOptions::stop_above, 0.0,
+                          "stop the fit when the norm exceeds this (0: never)")
+                   .range(tt::ge(0)),
                [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
-                 o.check(o.get_int("every") >= 1, "every", "must be at least 1");
-                 return std::make_unique<GradStats>(o.get_int("every"), o.get_float("stop_above"));
+                 const auto g = o.to<GradStatsOptions>();  // checked against the schema already
+                 return std::make_unique<GradStats>(g.every, g.stop_above);
                },
                // label, options (checked against the schema above when the module loads), and
                // optionally the device it is only for (tt::PlannerAlternative::Device::Cuda or Cpu);

@@ -107,9 +107,9 @@ TEST(Checkpoint, PoliciesAndBadOptions) {
   EXPECT_EQ(tt::ckpt::select_blocks("all", 4, 1, {}), (std::set<int64_t>{0, 1, 2, 3}));
   EXPECT_EQ(tt::ckpt::select_blocks("every", 5, 2, {}), (std::set<int64_t>{0, 2, 4}));
   EXPECT_EQ(tt::ckpt::select_blocks("blocks", 4, 1, {3, 1}), (std::set<int64_t>{1, 3}));
-  EXPECT_THROW(tt::ckpt::select_blocks("every", 4, 0, {}), tt::ConfigError);
-  EXPECT_THROW(tt::ckpt::select_blocks("blocks", 4, 1, {4}), tt::ConfigError);
-  EXPECT_THROW(tt::ckpt::select_blocks("selectiv", 4, 1, {}), tt::ConfigError);
+  EXPECT_THROW(tt::ckpt::select_blocks("every", 4, 0, {}), tt::Error);
+  EXPECT_THROW(tt::ckpt::select_blocks("blocks", 4, 1, {4}), tt::Error);
+  EXPECT_THROW(tt::ckpt::select_blocks("selectiv", 4, 1, {}), tt::Error);
 }
 
 TEST(Checkpoint, PluginCutsMeasuredActivationsAndRefusesModelsWithoutBlocks) {
@@ -128,12 +128,23 @@ TEST(Checkpoint, PluginCutsMeasuredActivationsAndRefusesModelsWithoutBlocks) {
   std::ofstream(dir / "topic.yaml") << tt::test::topic_yaml(dir, "  max_steps: 1\n", "plugins: [checkpoint]\n");
   auto r = tt::test::run(tt::test::tt_run_bin() + " " + (dir / "topic.yaml").string() + " -q");
   EXPECT_EQ(r.rc, 2) << r.output;
-  EXPECT_NE(r.output.find("plugins.checkpoint"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("plugin 'checkpoint' failed in INIT"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("BlockStack"), std::string::npos) << r.output;
   r = tt::test::run(tt::test::tt_run_bin() + " " + (dir / "base.yaml").string() +
                     " -q 'plugins=[{name: checkpoint, policy: sometimes}]'");
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find("sometimes"), std::string::npos) << r.output;
+  // each refusal names the option, what it may be and what was given
+  for (const auto& [plugin, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"{name: checkpoint, fraction: 0}", "checkpoint).fraction must be in (0, 1], got 0"},
+           {"{name: checkpoint, every: 0}", "checkpoint).every must be >= 1, got 0"},
+           {"{name: checkpoint, policy: blocks, blocks: [1, x]}", "blocks must be a list of block indices (0, 1, ...), not 'x'"},
+           {"{name: checkpoint, policy: blocks, blocks: [9]}", "blocks block 9 does not exist (the stack 'blocks' has 4 blocks"},
+           {"{name: checkpoint, policy: budget}", "budget policy: budget needs a budget"}}) {
+    r = tt::test::run(tt::test::tt_run_bin() + " " + (dir / "base.yaml").string() + " -q 'plugins=[" + plugin + "]'");
+    EXPECT_EQ(r.rc, 2) << plugin << "\n" << r.output;
+    EXPECT_NE(r.output.find(expect), std::string::npos) << plugin << "\n" << r.output;
+  }
 }
 
 TEST(Checkpoint, SelectiveAndBudgetChoicesOnMeasuredSizes) {
@@ -142,7 +153,7 @@ TEST(Checkpoint, SelectiveAndBudgetChoicesOnMeasuredSizes) {
   EXPECT_EQ(tt::ckpt::choose_selective(held, 0.25), (std::set<int64_t>{1}));
   EXPECT_EQ(tt::ckpt::choose_selective(held, 0.75), (std::set<int64_t>{1, 2, 3}));
   EXPECT_EQ(tt::ckpt::choose_selective(held, 1.0).size(), 4u);
-  EXPECT_THROW(tt::ckpt::choose_selective(held, 0), tt::ConfigError);
+  EXPECT_THROW(tt::ckpt::choose_selective(held, 0), tt::Error);
   // four equal blocks of 100; the all-checkpointed step peaks at 1000 (900 + one re-run)
   const std::vector<int64_t> eq{100, 100, 100, 100};
   auto c = tt::ckpt::choose_budget(eq, 1000, 1150);

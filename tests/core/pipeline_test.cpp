@@ -251,3 +251,43 @@ TEST(Pipeline, AnOverrideIntoAMissingSectionWithADefaultChangesTheDefaultCompone
   // a model has no default: it still needs its name
   EXPECT_NE(error_of("model: {k: 5}\ndata: topic-synthetic\n").find("model needs a 'name'"), std::string::npos);
 }
+
+// YAML forbids a key twice in one map; yaml-cpp would keep one of them silently.
+TEST(Pipeline, ADuplicateKeyIsRefusedWhereverItIs) {
+  const std::string yaml = topic_yaml(temp_dir("pipe"));
+  std::string e = error_of("seed: 1\n" + yaml);  // topic_yaml has its own seed: on line 3
+  EXPECT_NE(e.find("p.yaml:3:1: 'seed' appears twice in this map (first at p.yaml:1:1); give each key once"),
+            std::string::npos) << e;
+  e = error_of(yaml + "trainer: {batch_size: 4}\n");
+  EXPECT_NE(e.find("'trainer' appears twice in this map"), std::string::npos) << e;
+  e = error_of(yaml + "compare: {variants: {a: {k: 3, k: 4}}}\n");
+  EXPECT_NE(e.find("'k' appears twice in this map"), std::string::npos) << e;
+  e = error_of(yaml, {"model={name: topic, k: 3, k: 4}"});
+  EXPECT_NE(e.find("command line 'model={name: topic, k: 3, k: 4}'"), std::string::npos) << e;
+  EXPECT_NE(e.find("'k' appears twice"), std::string::npos) << e;
+}
+
+TEST(Pipeline, AnEmptyOverrideValueIsAnErrorNotTheDefault) {
+  const std::string e = error_of(topic_yaml(temp_dir("pipe")), {"trainer.batch_size="});
+  EXPECT_NE(e.find("command line 'trainer.batch_size=': no value after '='; give one, or ~ for the default"),
+            std::string::npos) << e;
+}
+
+TEST(Pipeline, NumbersNoRunCouldUseAreRefused) {
+  const std::string yaml = topic_yaml(temp_dir("pipe"));
+  for (const auto& [override, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"trainer.threads=-3", "trainer.threads must be in [0, 1024], got -3"},
+           {"trainer.threads=100000", "trainer.threads must be in [0, 1024], got 100000"},
+           {"trainer.grad_clip=-1", "trainer.grad_clip must be > 0, got -1"},
+           {"trainer.checkpoint_every=-1", "trainer.checkpoint_every must be >= 0, got -1"},
+           {"trainer.keep_checkpoints=-2", "trainer.keep_checkpoints must be >= 0, got -2"}}) {
+    const std::string e = error_of(yaml, {override});
+    EXPECT_NE(e.find(expect), std::string::npos) << override << ": " << e;
+  }
+}
+
+TEST(Pipeline, APluginListedTwiceIsRefusedNamingBothEntries) {
+  const std::string e = error_of(topic_yaml(temp_dir("pipe"), "", "plugins: [oom-guard, {name: oom-guard, min_micro_batch: 2}]\n"));
+  EXPECT_NE(e.find("plugins[1] lists 'oom-guard' again (it is plugins[0], at p.yaml:"), std::string::npos) << e;
+  EXPECT_NE(e.find("list each plugin once, with all its options in one entry"), std::string::npos) << e;
+}

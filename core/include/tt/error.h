@@ -48,6 +48,15 @@ class TT_API NumericError : public Error {
   int exit_code() const override { return 5; }
 };
 
+// A file tt writes could not be written whole: a full disk, a read-only folder, a file-size
+// limit (exit 6). The file named is left as it was before (or absent), never truncated.
+class TT_API WriteError : public Error {
+ public:
+  using Error::Error;
+  ~WriteError() override;
+  int exit_code() const override { return 6; }
+};
+
 namespace detail {
 template <class... Args>
 std::string cat(const Args&... args) {

@@ -17,6 +17,10 @@
 //       .field("nesterov", &SgdOptions::nesterov, false, "Nesterov momentum");
 //   SgdOptions o = Options::parse(node, s, ...).to<SgdOptions>();
 //
+// Where a library's struct keeps its defaults next to its fields (as PyTorch's Options structs
+// do), the declaration takes the default from there instead of repeating it:
+//   .field("init_scale", &GradScaler::Options::init_scale, GradScaler::Options{}.init_scale, "...")
+//
 // A field of type std::optional<T> is unset ("~") when its default is std::nullopt.
 #include <cstdint>
 #include <functional>
@@ -137,6 +141,8 @@ class TT_API Options {
   std::string get_yaml(const std::string& key) const;  // raw YAML text (Map or anything)
 
   // The options struct whose fields the schema bound (Schema::field), filled from these values.
+  // A schema may bind fields of several structs (a plugin's own and a library's); each to<T>()
+  // fills the fields of T.
   template <class T>
   T to() const {
     T out{};

@@ -65,6 +65,15 @@ struct PluginComponent : Component<PluginFactory> {
   PlannerOffer planner;
 };
 
+// The bytes of state an optimizer keeps for `trainable_bytes` of trainable parameters with these
+// options (Adam's two moments: 2x; SGD with momentum: 1x). The run's memory estimate states it
+// beside the measured figure; an optimizer registered without one has no estimate.
+using OptimizerStateBytes = std::function<int64_t(const Options&, int64_t trainable_bytes)>;
+
+struct OptimizerComponent : Component<OptimizerFactory> {
+  OptimizerStateBytes state_bytes;
+};
+
 // A command-line tool a module brings for its data, run as `tt-data NAME ARGS...` (tt's: the
 // topic model's synth-topics, the transformer's tokenizer and fetch). It parses its own arguments
 // (those after NAME; --help is its own) and returns the exit code: 0 done, 2 a bad command line
@@ -93,7 +102,8 @@ class TT_API Registry {
   // an unknown key or a wrong type is refused at load time.
   void add_plugin(std::string name, std::string description, Schema schema, PluginFactory f,
                   PlannerOffer planner = {});
-  void add_optimizer(std::string name, std::string description, Schema schema, OptimizerFactory f);
+  void add_optimizer(std::string name, std::string description, Schema schema, OptimizerFactory f,
+                     OptimizerStateBytes state_bytes = {});
   void add_schedule(std::string name, std::string description, Schema schema, ScheduleFactory f);
   // A name is refused when empty, when it starts with '-' or holds a space (tt-data could not
   // tell it from an option), or when another module registered it.
@@ -103,7 +113,7 @@ class TT_API Registry {
   const Component<ModelFactory>& model(const std::string& name);
   const Component<DatasetFactory>& dataset(const std::string& name);
   const PluginComponent& plugin(const std::string& name);
-  const Component<OptimizerFactory>& optimizer(const std::string& name);
+  const OptimizerComponent& optimizer(const std::string& name);
   const Component<ScheduleFactory>& schedule(const std::string& name);
   // A data tool lives in the module of the models it serves, not in a file named after it: an
   // unregistered name loads every module on the search path, then throws (ConfigError) with the
@@ -128,7 +138,7 @@ class TT_API Registry {
   std::map<std::string, Component<ModelFactory>> models_;
   std::map<std::string, Component<DatasetFactory>> datasets_;
   std::map<std::string, PluginComponent> plugins_;
-  std::map<std::string, Component<OptimizerFactory>> optimizers_;
+  std::map<std::string, OptimizerComponent> optimizers_;
   std::map<std::string, Component<ScheduleFactory>> schedules_;
   std::string origin_ = "built-in";
   std::map<std::string, DataTool> data_tools_;

@@ -10,7 +10,8 @@
 
 namespace tt {
 
-// Appends one JSON object per line; flushed each line so a crash loses nothing.
+// Appends one JSON object per line; flushed each line so a crash loses nothing. A line that
+// cannot be written (disk full) throws WriteError.
 class TT_API MetricsFile {
  public:
   MetricsFile() = default;
@@ -20,7 +21,13 @@ class TT_API MetricsFile {
 
  private:
   std::FILE* f_ = nullptr;
+  std::filesystem::path path_;
 };
+
+// Writes `text` to `path` whole or not at all: a temp file beside it, renamed over it once
+// written and flushed. A failed write (disk full) removes the temp file and throws WriteError
+// naming `path` and the cause; what was at `path` before stays.
+TT_API void write_file_atomic(const std::filesystem::path& path, const std::string& text);
 
 // A progress bar on a terminal; plain periodic lines otherwise.
 class TT_API Progress {

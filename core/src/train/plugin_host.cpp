@@ -117,6 +117,8 @@ void PluginHost::rethrow_attributed(const Plugin& p, const std::string& what, co
     throw OutOfMemory(prefix + e.what());
   } catch (const NumericError& e) {
     throw NumericError(prefix + e.what());
+  } catch (const WriteError& e) {
+    throw WriteError(prefix + e.what());
   } catch (const Error& e) {
     throw Error(prefix + e.what());
   } catch (const c10::Error& e) {

@@ -82,6 +82,8 @@ struct Run {
   GradientReady gradient_ready{*this};
   bool root = true;                   // rank 0: the one that writes the run directory
   std::shared_ptr<spdlog::sinks::sink> log_file;  // RUN_DIR/log.txt, beside the console
+  // Why a line could not be written to log.txt (disk full), or empty; the run fails at its end.
+  std::string log_file_error() const;
   int threads = 1;
   int64_t max_epochs = -1, max_steps = -1;  // -1: no limit of that kind
   double base_lr = 0;

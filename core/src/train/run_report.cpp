@@ -3,10 +3,12 @@
 #include <spdlog/spdlog.h>
 
 #include <fstream>
+#include <sstream>
 
 #include "train/callbacks.h"
 #include "tt/checkpoint.h"
 #include "tt/log.h"
+#include "tt/registry.h"
 
 namespace fs = std::filesystem;
 
@@ -27,6 +29,8 @@ double seconds_between(const timeval& a, const timeval& b) {
 
 void RunReport::on(Event event, State&) {
   if (event != Event::FIT_END || !run_.root) return;
+  const std::string log_error = run_.log_file_error();
+  if (!log_error.empty()) TT_FAIL_AS(WriteError, log_error);
   summary_ = build();
   summary_["status"] = "completed";
   write_plots();
@@ -39,7 +43,7 @@ void RunReport::on(Event event, State&) {
   const auto ckpts = list_checkpoints(dir / "checkpoints");
   if (!ckpts.empty()) files.push_back("checkpoints/" + ckpts.back().filename().string());
   summary_["outputs"] = files;
-  std::ofstream(dir / "summary.json") << summary_.dump(2) << "\n";
+  write_file_atomic(dir / "summary.json", summary_.dump(2) + "\n");
   if (!run_.config.quiet) print();
 }
 
@@ -55,7 +59,7 @@ void RunReport::write_failure(const std::string& status, const std::string& erro
     summary_["status"] = status;
     summary_["error"] = error;
     summary_["exit_code"] = exit_code;
-    std::ofstream(run_.state.run_dir / "summary.json") << summary_.dump(2) << "\n";
+    write_file_atomic(run_.state.run_dir / "summary.json", summary_.dump(2) + "\n");
   } catch (...) {  // reporting a failure must not hide it
   }
 }
@@ -134,10 +138,9 @@ json RunReport::memory_estimate() const {
   int64_t trainable_bytes = 0;
   for (const auto& t : run_.trainable) trainable_bytes += static_cast<int64_t>(t.nbytes());
   json e = {{"parameters_bytes", s.memory.parameters}, {"gradients_bytes", trainable_bytes}};
-  const std::string& opt = run_.pipeline.optimizer.name;
-  if (opt == "adam" || opt == "adamw") e["optimizer_state_bytes"] = 2 * trainable_bytes;  // two moments
-  else if (opt == "sgd")
-    e["optimizer_state_bytes"] = run_.pipeline.optimizer.options.get_float("momentum") != 0 ? trainable_bytes : 0;
+  const auto& optimizer = Registry::global().optimizer(run_.pipeline.optimizer.name);
+  if (optimizer.state_bytes)
+    e["optimizer_state_bytes"] = optimizer.state_bytes(run_.pipeline.optimizer.options, trainable_bytes);
   const int64_t act = s.model->estimate_activation_bytes(s.micro_batch_size);
   if (act >= 0) e["activations_bytes"] = act;
   return e;
@@ -148,9 +151,10 @@ void RunReport::write_plots() const {
   if (!run_.pipeline.output.get_bool("plots") || losses.empty()) return;
   const fs::path data_file = run_.state.run_dir / "loss.dat";
   {
-    std::ofstream out(data_file);
+    std::ostringstream out;
     for (size_t i = 0; i < losses.size(); ++i)
       out << (run_.start_step + static_cast<int64_t>(i) + 1) << ' ' << losses[i] << '\n';
+    write_file_atomic(data_file, out.str());
   }
   const bool logy = *std::min_element(losses.begin(), losses.end()) > 0;
   plot_png(data_file, run_.state.run_dir / "loss.png", run_.pipeline.name + ": training loss", "step", "loss", "1:2",

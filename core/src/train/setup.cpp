@@ -1,13 +1,18 @@
 #include "train/setup.h"
 
-#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/base_sink.h>
 #include <torch/torch.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <mutex>
 
 #include "train/checkpoints.h"
 #include "train/grad_sync.h"
 #include "train/run.h"
+#include "tt/checkpoint.h"
 #include "tt/data_loader.h"
 #include "tt/dist.h"
 #include "tt/extension.h"
@@ -22,6 +27,44 @@
 namespace fs = std::filesystem;
 
 namespace tt {
+
+namespace {
+// log.txt: each line written and flushed at once; the first failure (disk full) is kept for the
+// end of the run, which then fails naming the file, instead of spdlog's note on stderr.
+class LogFileSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit LogFileSink(const fs::path& path) : path_(path), f_(std::fopen(path.c_str(), "a")) {
+    if (!f_) TT_FAIL_AS(WriteError, "cannot write ", path.string(), ": ", std::strerror(errno));
+  }
+  ~LogFileSink() override {
+    if (f_) std::fclose(f_);
+  }
+  std::string error() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return error_;
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    if (!error_.empty()) return;
+    spdlog::memory_buf_t line;
+    formatter_->format(msg, line);
+    if (std::fwrite(line.data(), 1, line.size(), f_) != line.size() || std::fflush(f_) != 0)
+      error_ = "cannot write " + path_.string() + ": " + std::strerror(errno) + " (is the disk full?)";
+  }
+  void flush_() override {}
+
+ private:
+  fs::path path_;
+  std::FILE* f_;
+  std::string error_;
+};
+}  // namespace
+
+std::string Run::log_file_error() const {
+  auto* sink = dynamic_cast<LogFileSink*>(log_file.get());
+  return sink ? sink->error() : std::string();
+}
 
 Run::Run(Pipeline p, TrainerConfig c) : pipeline(std::move(p)), config(std::move(c)) {}
 
@@ -131,12 +174,26 @@ void make_run_dir(Run& run) {
   else if (out.is_set("run_name")) s.run_dir = fs::path(out.get_string("dir")) / out.get_string("run_name");
   else s.run_dir = timestamped_dir(out.get_string("dir"), run.pipeline.name);
   std::error_code ec;
+  if (!run.config.resume) {  // two runs in one directory would mix their checkpoints and metrics
+    std::vector<std::string> held;
+    for (const char* f : {"summary.json", "metrics.jsonl", "pipeline.yaml"})
+      if (fs::exists(s.run_dir / f, ec)) held.push_back(f);
+    if (const size_t n = list_checkpoints(s.run_dir / "checkpoints").size())
+      held.push_back(std::to_string(n) + " checkpoint" + (n == 1 ? "" : "s"));
+    if (!held.empty()) {
+      std::string what;
+      for (const auto& h : held) what += (what.empty() ? "" : ", ") + h;
+      TT_FAIL_AS(ConfigError, "the run directory ", s.run_dir.string(), " already holds a run (", what,
+                 "): continue it with tt-run --resume ", s.run_dir.string(), ", or give another ",
+                 run.config.run_dir.empty() ? "output.run_name" : "--run-dir", " (or remove that directory)");
+    }
+  }
   fs::create_directories(s.run_dir / "checkpoints", ec);
   TT_CHECK(!ec, "cannot create the run directory ", s.run_dir.string(), ": ", ec.message(),
            " (set output.dir to a writable place)");
-  std::ofstream(s.run_dir / "pipeline.yaml") << "# resolved by tt-run from " << run.pipeline.file << "\n"
-                                              << run.pipeline.resolved_yaml();
-  run.log_file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((s.run_dir / "log.txt").string());
+  write_file_atomic(s.run_dir / "pipeline.yaml",
+                    "# resolved by tt-run from " + run.pipeline.file + "\n" + run.pipeline.resolved_yaml());
+  run.log_file = std::make_shared<LogFileSink>(s.run_dir / "log.txt");
   log().sinks().push_back(run.log_file);
   if (run.dist) run.dist->broadcast_string(s.run_dir.string());
 }

@@ -174,24 +174,28 @@ class Ema final : public tt::Plugin {
   std::vector<at::Tensor> loaded_;
 };
 
+struct EmaOptions {
+  double decay;
+  int64_t start_step;
+  bool evaluate, save;
+};
+
 void register_ema(tt::Registry& r) {
   r.add_plugin(
       "ema", "an exponential moving average of the trainable weights, kept in checkpoints and written to ema.pt",
       tt::Schema()
-          .add("decay", tt::Type::Float, "0.999",
-               "shadow = decay * shadow + (1 - decay) * weights after every step; in (0, 1)")
-          .add("start_step", tt::Type::Int, "0", "until this step the shadow copies the weights")
-          .add("evaluate", tt::Type::Bool, "true",
-               "evaluations run on the averaged weights; their metrics are named ema_<metric>")
-          .add("save", tt::Type::Bool, "true", "write the averaged weights to RUN_DIR/ema.pt at the end"),
+          .field("decay", &EmaOptions::decay, 0.999,
+                 "shadow = decay * shadow + (1 - decay) * weights after every step; the average spans about "
+                 "1/(1 - decay) steps: 0.99 for 100, 0.999 for 1000")
+          .range(tt::gt(0), tt::lt(1))
+          .field("start_step", &EmaOptions::start_step, 0, "until this step the shadow copies the weights")
+          .range(tt::ge(0))
+          .field("evaluate", &EmaOptions::evaluate, true,
+                 "evaluations run on the averaged weights; their metrics are named ema_<metric>")
+          .field("save", &EmaOptions::save, true, "write the averaged weights to RUN_DIR/ema.pt at the end"),
       [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
-        const double decay = o.get_float("decay");
-        TT_CHECK_AS(ConfigError, decay > 0 && decay < 1, "plugins.ema.decay: ", decay,
-                    " is not in (0, 1); the average spans about 1/(1 - decay) steps: 0.99 for 100, 0.999 for 1000");
-        const int64_t start_step = o.get_int("start_step");
-        TT_CHECK_AS(ConfigError, start_step >= 0, "plugins.ema.start_step: ", start_step,
-                    " is negative; give the step from which to average (0: from the start)");
-        return std::make_unique<Ema>(decay, start_step, o.get_bool("evaluate"), o.get_bool("save"));
+        const auto e = o.to<EmaOptions>();
+        return std::make_unique<Ema>(e.decay, e.start_step, e.evaluate, e.save);
       });
 }
 

@@ -6,6 +6,8 @@
 #include <torch/optim/adamw.h>
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "adam8bit.h"
 #include "quant.h"
 #include "tt/error.h"
@@ -22,7 +24,8 @@ namespace {
 class Adam8bitPlugin final : public tt::Plugin {
  public:
   // embeddings_32bit: 1 yes, 0 no, -1 auto (yes when the model has embedding tables).
-  Adam8bitPlugin(int64_t min_size, int embeddings_32bit) : min_size_(min_size), embeddings_32bit_(embeddings_32bit) {}
+  Adam8bitPlugin(tt::Options options, int64_t min_size, int embeddings_32bit)
+      : options_(std::move(options)), min_size_(min_size), embeddings_32bit_(embeddings_32bit) {}
 
   void on(tt::Event event, tt::State& s) override {
     if (event == tt::Event::OPTIMIZER) replace(s);
@@ -35,14 +38,14 @@ class Adam8bitPlugin final : public tt::Plugin {
  private:
   void replace(tt::State& s) {
     auto& old = *s.optimizer;
-    TT_CHECK_AS(ConfigError, !old.param_groups().empty(), "plugins.adam8bit: the optimizer has no parameters");
+    TT_CHECK_AS(ConfigError, !old.param_groups().empty(), "the optimizer has no parameters");
     tt::adam8bit::Config c;
     c.min_8bit_size = min_size_;
     const auto& first = old.param_groups()[0].options();
     // Adam and AdamW options have the same fields; AdamW's decay is decoupled.
     auto take = [&](const auto& o, bool decoupled) {
       TT_CHECK_AS(ConfigError, !o.amsgrad(),
-                  "plugins.adam8bit: optimizer.amsgrad: true is not supported with 8-bit moments (set amsgrad: false "
+                  "optimizer.amsgrad: true is not supported with 8-bit moments (set amsgrad: false "
                   "or drop the adam8bit plugin)");
       c.lr = o.lr();
       c.beta1 = std::get<0>(o.betas());
@@ -57,7 +60,7 @@ class Adam8bitPlugin final : public tt::Plugin {
       take(*o, false);
     } else {
       TT_FAIL_AS(ConfigError,
-                 "plugins.adam8bit: quantizes Adam's moments, so the pipeline's optimizer must be adam or adamw "
+                 "adam8bit quantizes Adam's moments, so the pipeline's optimizer must be adam or adamw "
                  "(set optimizer: {name: adamw, ...})");
     }
     std::set<const void*> keep;
@@ -70,8 +73,8 @@ class Adam8bitPlugin final : public tt::Plugin {
           ++n_emb;
         }
       }
-      TT_CHECK_AS(ConfigError, n_emb > 0 || embeddings_32bit_ < 0,
-                  "plugins.adam8bit: embeddings_32bit: true but the model has no Embedding layer");
+      options_.check(n_emb > 0 || embeddings_32bit_ < 0, "embeddings_32bit",
+                     "is true but the model has no Embedding layer");
     }
     std::vector<torch::optim::OptimizerParamGroup> groups;
     int64_t n8 = 0, n32 = 0;
@@ -91,9 +94,15 @@ class Adam8bitPlugin final : public tt::Plugin {
                    (n8 + n32) > 0 ? bytes / static_cast<double>(n8 + n32) : 0.0);
   }
 
+  tt::Options options_;
   int64_t min_size_;
   int embeddings_32bit_;
   std::shared_ptr<tt::adam8bit::Adam8bit> optimizer_;
+};
+
+struct Adam8bitOptions {
+  int64_t min_8bit_size;
+  std::optional<bool> embeddings_32bit;
 };
 
 void register_adam8bit(tt::Registry& r) {
@@ -101,15 +110,16 @@ void register_adam8bit(tt::Registry& r) {
                "Adam/AdamW with 8-bit block-wise quantized moments (blocks of 256, dynamic maps): ~2 bytes of "
                "optimizer state per parameter instead of 8; replaces the pipeline's adam/adamw, same hyper-parameters",
                tt::Schema()
-                   .add("min_8bit_size", tt::Type::Int, "4096", "tensors with fewer elements keep float32 moments")
-                   .add("embeddings_32bit", tt::Type::Bool, "~",
-                        "embedding tables keep float32 moments (default: yes when the model has them; with 8-bit "
-                        "moments the rows of rare tokens steer a language model's loss, +-8% over 3 seeds here)"),
+                   .field("min_8bit_size", &Adam8bitOptions::min_8bit_size, tt::adam8bit::Config{}.min_8bit_size,
+                          "tensors with fewer elements keep float32 moments")
+                   .range(tt::ge(1))
+                   .field("embeddings_32bit", &Adam8bitOptions::embeddings_32bit, std::nullopt,
+                          "embedding tables keep float32 moments (default: yes when the model has them; with 8-bit "
+                          "moments the rows of rare tokens steer a language model's loss, +-8% over 3 seeds here)"),
                [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
-                 const int64_t min_size = o.get_int("min_8bit_size");
-                 o.check(min_size >= 1, "min_8bit_size", "must be at least 1");
-                 const int emb = o.is_set("embeddings_32bit") ? (o.get_bool("embeddings_32bit") ? 1 : 0) : -1;
-                 return std::make_unique<Adam8bitPlugin>(min_size, emb);
+                 const auto a = o.to<Adam8bitOptions>();
+                 return std::make_unique<Adam8bitPlugin>(o, a.min_8bit_size,
+                                                         a.embeddings_32bit ? (*a.embeddings_32bit ? 1 : 0) : -1);
                },
                tt::PlannerOffer{{{"adam8bit", ""}}, 40});
 }

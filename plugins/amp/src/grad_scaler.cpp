@@ -7,14 +7,13 @@
 
 namespace tt::amp {
 
+// The plugin's schema declares what each option may be (amp's init_scale > 0, growth_factor > 1,
+// backoff_factor in (0, 1), growth_interval >= 1); here they are preconditions.
 GradScaler::GradScaler(Options o) : o_(o), scale_(o.init_scale) {
-  TT_CHECK_AS(ConfigError, o.init_scale > 0 && std::isfinite(o.init_scale),
-              "plugins.amp.init_scale must be a positive finite number (got ", o.init_scale, ")");
-  TT_CHECK_AS(ConfigError, o.growth > 1, "plugins.amp.growth_factor must be > 1 (got ", o.growth, ")");
-  TT_CHECK_AS(ConfigError, o.backoff > 0 && o.backoff < 1, "plugins.amp.backoff_factor must be in (0, 1) (got ",
-              o.backoff, ")");
-  TT_CHECK_AS(ConfigError, o.growth_interval >= 1, "plugins.amp.growth_interval must be at least 1 (got ",
-              o.growth_interval, ")");
+  TT_CHECK(o.init_scale > 0 && std::isfinite(o.init_scale) && o.growth > 1 && o.backoff > 0 && o.backoff < 1 &&
+               o.growth_interval >= 1,
+           "GradScaler: init_scale ", o.init_scale, ", growth ", o.growth, ", backoff ", o.backoff,
+           ", growth_interval ", o.growth_interval, " are outside what amp's options allow");
 }
 
 bool GradScaler::unscale(const std::vector<at::Tensor>& params) {

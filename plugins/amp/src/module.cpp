@@ -4,6 +4,8 @@
 
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "grad_scaler.h"
 #include "tt/autocast.h"
 #include "tt/error.h"
@@ -28,8 +30,9 @@ class AmpScope final : public tt::Scope {
 
 class AmpPlugin final : public tt::Plugin {
  public:
-  AmpPlugin(c10::ScalarType dtype, bool scaler, tt::amp::GradScaler::Options so, std::vector<std::string> keep)
-      : dtype_(dtype), keep_(std::move(keep)) {
+  AmpPlugin(tt::Options options, c10::ScalarType dtype, bool scaler, tt::amp::GradScaler::Options so,
+            std::vector<std::string> keep)
+      : options_(std::move(options)), dtype_(dtype), keep_(std::move(keep)) {
     if (scaler) scaler_ = std::make_unique<tt::amp::GradScaler>(so);
   }
 
@@ -56,9 +59,9 @@ class AmpPlugin final : public tt::Plugin {
  private:
   void init(tt::State& s) {
     const bool cuda = s.device.is_cuda();
-    TT_CHECK_AS(ConfigError, cuda || dtype_ == c10::ScalarType::BFloat16,
-                "plugins.amp.dtype: fp16 autocast needs a CUDA device (LibTorch autocasts fp16 on CUDA only) and this "
-                "run is on ", s.device.str(), ". Use dtype: bf16 on CPU.");
+    options_.check(cuda || dtype_ == c10::ScalarType::BFloat16, "dtype",
+                   "fp16: fp16 autocast needs a CUDA device (LibTorch autocasts fp16 on CUDA only) and this run is on " +
+                       s.device.str() + ". Use dtype: bf16 on CPU.");
     if (cuda) {
       autocast_.cuda = true;
       autocast_.cuda_dtype = dtype_;
@@ -84,9 +87,9 @@ class AmpPlugin final : public tt::Plugin {
           if (!tt::nn::keep_fp32_switch(*item.value())) continue;
           if (shown++ < 8) some += (some.empty() ? "" : ", ") + item.key();
         }
-        TT_FAIL_AS(ConfigError, "plugins.amp.keep_fp32: '", pattern,
-                   "' matches no Linear/LayerNorm/RMSNorm layer of the model (",
-                   some.empty() ? std::string("it has none") : "some of its layers: " + some, ")");
+        options_.fail("keep_fp32", "'" + pattern + "' matches no Linear/LayerNorm/RMSNorm layer of the model (" +
+                                       (some.empty() ? std::string("it has none") : "some of its layers: " + some) +
+                                       ")");
       }
       n_kept += hits;
       kept += (kept.empty() ? "" : ", ") + pattern;
@@ -116,44 +119,45 @@ class AmpPlugin final : public tt::Plugin {
     s.metrics["amp_skipped_steps"] = static_cast<double>(scaler_->skipped());
   }
 
+  tt::Options options_;
   c10::ScalarType dtype_;
   std::vector<std::string> keep_;
   std::unique_ptr<tt::amp::GradScaler> scaler_;
   tt::amp::AutocastState autocast_;
 };
 
+struct AmpOptions {
+  std::string dtype, grad_scaler;
+  std::optional<std::vector<std::string>> keep_fp32;
+};
+
 void register_amp(tt::Registry& r) {
+  using Scaler = tt::amp::GradScaler::Options;
+  const Scaler d{};
   r.add_plugin(
       "amp", "automatic mixed precision: autocast forward (bf16, or fp16 on CUDA) with a GradScaler",
       tt::Schema()
-          .add("dtype", tt::Type::String, "bf16", "bf16 (CPU and CUDA) | fp16 (CUDA only)")
-          .add("grad_scaler", tt::Type::String, "auto", "auto (on for fp16, off for bf16) | on | off")
-          .add("init_scale", tt::Type::Float, "65536", "initial loss scale (2^16)")
-          .add("growth_factor", tt::Type::Float, "2.0", "scale x this after growth_interval finite steps")
-          .add("backoff_factor", tt::Type::Float, "0.5", "scale x this after a step with inf/NaN gradients")
-          .add("growth_interval", tt::Type::Int, "2000", "finite steps in a row before the scale grows")
-          .add("keep_fp32", tt::Type::List, "~",
-               "layers kept in float32: dotted names with wildcards, a subtree, or a last name part, e.g. [head, ln_f] "
-               "(the LM head in float32 keeps bf16 training within 0.1% of float32's loss)"),
+          .field("dtype", &AmpOptions::dtype, "bf16", "bf16 (CPU and CUDA) | fp16 (CUDA only)")
+          .choices({"bf16", "fp16"})
+          .field("grad_scaler", &AmpOptions::grad_scaler, "auto", "auto (on for fp16, off for bf16) | on | off")
+          .choices({"auto", "on", "off"})
+          .field("init_scale", &Scaler::init_scale, d.init_scale, "initial loss scale (2^16)")
+          .range(tt::gt(0))
+          .field("growth_factor", &Scaler::growth, d.growth, "scale x this after growth_interval finite steps")
+          .range(tt::gt(1))
+          .field("backoff_factor", &Scaler::backoff, d.backoff, "scale x this after a step with inf/NaN gradients")
+          .range(tt::gt(0), tt::lt(1))
+          .field("growth_interval", &Scaler::growth_interval, d.growth_interval,
+                 "finite steps in a row before the scale grows")
+          .range(tt::ge(1))
+          .field("keep_fp32", &AmpOptions::keep_fp32, std::nullopt,
+                 "layers kept in float32: dotted names with wildcards, a subtree, or a last name part, e.g. [head, "
+                 "ln_f] (the LM head in float32 keeps bf16 training within 0.1% of float32's loss)"),
       [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
-        const std::string dtype = o.get_string("dtype"), scaler = o.get_string("grad_scaler");
-        o.check(dtype == "bf16" || dtype == "fp16", "dtype", "must be bf16 or fp16, not '" + dtype + "'");
-        o.check(scaler == "auto" || scaler == "on" || scaler == "off", "grad_scaler",
-                "must be auto, on or off, not '" + scaler + "'");
-        tt::amp::GradScaler::Options so;
-        so.init_scale = o.get_float("init_scale");
-        so.growth = o.get_float("growth_factor");
-        so.backoff = o.get_float("backoff_factor");
-        so.growth_interval = o.get_int("growth_interval");
-        o.check(so.init_scale > 0, "init_scale", "must be positive");
-        o.check(so.growth > 1, "growth_factor", "must be greater than 1");
-        o.check(so.backoff > 0 && so.backoff < 1, "backoff_factor", "must be between 0 and 1");
-        o.check(so.growth_interval >= 1, "growth_interval", "must be at least 1");
-        std::vector<std::string> keep;
-        if (o.is_set("keep_fp32")) keep = o.get_list("keep_fp32");
-        const bool use_scaler = scaler == "on" || (scaler == "auto" && dtype == "fp16");
-        return std::make_unique<AmpPlugin>(dtype == "bf16" ? c10::ScalarType::BFloat16 : c10::ScalarType::Half,
-                                           use_scaler, so, std::move(keep));
+        const auto a = o.to<AmpOptions>();
+        const bool use_scaler = a.grad_scaler == "on" || (a.grad_scaler == "auto" && a.dtype == "fp16");
+        return std::make_unique<AmpPlugin>(o, a.dtype == "bf16" ? c10::ScalarType::BFloat16 : c10::ScalarType::Half,
+                                           use_scaler, o.to<Scaler>(), a.keep_fp32.value_or(std::vector<std::string>{}));
       },
       tt::PlannerOffer{{{"amp(bf16)", "{dtype: bf16}"}, {"amp(fp16)", "{dtype: fp16}", tt::PlannerAlternative::Device::Cuda}}, 20});
 }

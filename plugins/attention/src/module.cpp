@@ -1,5 +1,7 @@
 // attention: swaps the kernel of every tt::nn::Attention of the model (see chunked_attention.h,
 // sdpa_attention.h). Options: kernel chunked | sdpa | naive, chunk_size, key_chunk_size.
+#include <optional>
+
 #include "chunked_attention.h"
 #include "sdpa_attention.h"
 #include "tt/error.h"
@@ -19,7 +21,7 @@ class AttentionPlugin final : public tt::Plugin {
   void on(tt::Event event, tt::State& s) override {
     if (event != tt::Event::INIT) return;
     auto modules = tt::nn::find_modules<tt::nn::AttentionImpl>(*s.model);
-    TT_CHECK_AS(ConfigError, !modules.empty(), "plugins.attention: the model (", s.model->describe(),
+    TT_CHECK_AS(ConfigError, !modules.empty(), "the model (", s.model->describe(),
                 ") has no tt::nn::Attention whose kernel could be swapped; the plugin acts on models built from "
                 "core's attention (e.g. model: transformer)");
     auto kernel = make_kernel();
@@ -47,27 +49,31 @@ class AttentionPlugin final : public tt::Plugin {
   int64_t chunk_q_, chunk_k_;
 };
 
+struct AttentionOptions {
+  std::string kernel;
+  int64_t chunk_size;
+  std::optional<int64_t> key_chunk_size;
+};
+
 void register_attention(tt::Registry& r) {
   r.add_plugin(
       "attention",
       "attention kernels: chunked (online softmax, O(T) memory, no T x S matrix; attention dropout in training "
       "falls back to naive), sdpa (LibTorch >= 2.0's fused kernel, else chunked), naive",
       tt::Schema()
-          .add("kernel", tt::Type::String, "chunked",
-               "chunked | sdpa | naive. chunked: query chunks x key blocks with an online softmax, backward "
-               "recomputes the tiles (training calls with attention dropout use naive, logged once); sdpa: "
-               "at::scaled_dot_product_attention (LibTorch >= 2.0; chunked on 1.13); naive: core's T x S kernel")
-          .add("chunk_size", tt::Type::Int, "256", "chunked: queries per chunk")
-          .add("key_chunk_size", tt::Type::Int, "~", "chunked: keys per block (default: chunk_size)"),
+          .field("kernel", &AttentionOptions::kernel, "chunked",
+                 "chunked | sdpa | naive. chunked: query chunks x key blocks with an online softmax, backward "
+                 "recomputes the tiles (training calls with attention dropout use naive, logged once); sdpa: "
+                 "at::scaled_dot_product_attention (LibTorch >= 2.0; chunked on 1.13); naive: core's T x S kernel")
+          .choices({"chunked", "sdpa", "naive"})
+          .field("chunk_size", &AttentionOptions::chunk_size, 256, "chunked: queries per chunk")
+          .range(tt::ge(1))
+          .field("key_chunk_size", &AttentionOptions::key_chunk_size, std::nullopt,
+                 "chunked: keys per block (default: chunk_size)")
+          .range(tt::ge(1)),
       [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
-        const std::string kernel = o.get_string("kernel");
-        o.check(kernel == "chunked" || kernel == "sdpa" || kernel == "naive", "kernel",
-                "must be chunked, sdpa or naive, not '" + kernel + "'");
-        const int64_t chunk_q = o.get_int("chunk_size");
-        o.check(chunk_q >= 1, "chunk_size", "must be at least 1 (got " + std::to_string(chunk_q) + ")");
-        const int64_t chunk_k = o.is_set("key_chunk_size") ? o.get_int("key_chunk_size") : chunk_q;
-        o.check(chunk_k >= 1, "key_chunk_size", "must be at least 1 (got " + std::to_string(chunk_k) + ")");
-        return std::make_unique<AttentionPlugin>(kernel, chunk_q, chunk_k);
+        const auto a = o.to<AttentionOptions>();
+        return std::make_unique<AttentionPlugin>(a.kernel, a.chunk_size, a.key_chunk_size.value_or(a.chunk_size));
       },
       tt::PlannerOffer{{{"attention(chunked)", "{kernel: chunked}"}}, 30});
 }

@@ -133,8 +133,7 @@ std::vector<int64_t> by_size_descending(const std::vector<int64_t>& held) {
 }  // namespace
 
 std::set<int64_t> choose_selective(const std::vector<int64_t>& held, double fraction) {
-  TT_CHECK_AS(ConfigError, fraction > 0 && fraction <= 1, "plugins.checkpoint.fraction must be in (0, 1] (got ",
-              fraction, ")");
+  TT_CHECK(fraction > 0 && fraction <= 1, "choose_selective: fraction ", fraction, " is not in (0, 1]");
   const auto order = by_size_descending(held);
   const auto count = static_cast<size_t>(std::ceil(fraction * static_cast<double>(held.size()) - 1e-9));
   return std::set<int64_t>(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(std::min(count, order.size())));
@@ -178,18 +177,16 @@ std::set<int64_t> select_blocks(const std::string& policy, int64_t n, int64_t ev
   if (policy == "all") {
     for (int64_t i = 0; i < n; ++i) out.insert(i);
   } else if (policy == "every") {
-    TT_CHECK_AS(ConfigError, every >= 1, "plugins.checkpoint.every must be at least 1 (got ", every, ")");
+    TT_CHECK(every >= 1, "select_blocks: every ", every, " is below 1");
     for (int64_t i = 0; i < n; i += every) out.insert(i);
   } else if (policy == "blocks") {
-    TT_CHECK_AS(ConfigError, !listed.empty(), "plugins.checkpoint.blocks: give the block indices, e.g. [0, 2]");
+    TT_CHECK(!listed.empty(), "select_blocks: policy blocks with no block listed");
     for (int64_t i : listed) {
-      TT_CHECK_AS(ConfigError, i >= 0 && i < n, "plugins.checkpoint.blocks: block ", i, " does not exist (the stack has ",
-                  n, " blocks: 0..", n - 1, ")");
+      TT_CHECK(i >= 0 && i < n, "select_blocks: block ", i, " does not exist (the stack has ", n, " blocks)");
       out.insert(i);
     }
   } else {
-    TT_FAIL_AS(ConfigError, "plugins.checkpoint.policy: unknown policy '", policy,
-               "' (all, every, blocks, selective, budget)");
+    TT_FAIL("select_blocks: unknown policy '", policy, "' (all, every, blocks)");
   }
   return out;
 }

@@ -65,7 +65,8 @@ struct BudgetChoice {
 BudgetChoice choose_budget(const std::vector<int64_t>& held, int64_t base_peak, int64_t budget);
 
 // The blocks a policy picks in a stack of `n`: "all"; "every" k (0, k, 2k, ...); "blocks" (a
-// list). Bad settings throw tt::ConfigError naming plugins.checkpoint and the option.
+// list). The plugin's schema and its INIT check the settings; here a bad one is a precondition
+// (tt::Error).
 std::set<int64_t> select_blocks(const std::string& policy, int64_t n, int64_t every,
                                 const std::vector<int64_t>& listed);
 

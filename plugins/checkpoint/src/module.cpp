@@ -1,5 +1,7 @@
 // checkpoint: activation checkpointing on every tt::nn::BlockStack of the model (see
 // checkpoint.h). Options: policy all | every (k) | blocks (a list).
+#include <optional>
+
 #include "checkpoint.h"
 #include "tt/error.h"
 #include "tt/log.h"
@@ -15,9 +17,10 @@ namespace {
 
 class CheckpointPlugin final : public tt::Plugin {
  public:
-  CheckpointPlugin(std::string policy, int64_t every, std::vector<int64_t> blocks, double fraction, int64_t budget,
-                   bool recompute_activation)
-      : policy_(std::move(policy)),
+  CheckpointPlugin(tt::Options options, std::string policy, int64_t every, std::vector<int64_t> blocks,
+                   double fraction, int64_t budget, bool recompute_activation)
+      : options_(std::move(options)),
+        policy_(std::move(policy)),
         every_(every),
         blocks_(std::move(blocks)),
         fraction_(fraction),
@@ -36,13 +39,18 @@ class CheckpointPlugin final : public tt::Plugin {
 
   void init(tt::State& s) {
     auto stacks = tt::nn::find_modules<tt::nn::BlockStackImpl>(*s.model);
-    TT_CHECK_AS(ConfigError, !stacks.empty(), "plugins.checkpoint: the model (", s.model->describe(),
+    TT_CHECK_AS(ConfigError, !stacks.empty(), "the model (", s.model->describe(),
                 ") has no tt::nn::BlockStack to checkpoint; the plugin acts on models built from core's block stack "
                 "(e.g. model: transformer)");
-    TT_CHECK_AS(ConfigError, policy_ != "budget" || stacks.size() == 1, "plugins.checkpoint.policy: budget needs a "
-                "model with one block stack (this one has ", stacks.size(), "); use selective or blocks");
+    options_.check(policy_ != "budget" || stacks.size() == 1, "policy",
+                   "budget needs a model with one block stack (this one has " + std::to_string(stacks.size()) +
+                       "); use selective or blocks");
     for (auto& [name, stack] : stacks) {
       const auto n = static_cast<int64_t>(stack->size());
+      for (int64_t i : blocks_)
+        options_.check(policy_ != "blocks" || i < n, "blocks",
+                       "block " + std::to_string(i) + " does not exist (the stack '" + name + "' has " +
+                           std::to_string(n) + " blocks: 0.." + std::to_string(n - 1) + ")");
       if (probing()) {
         auto runner = std::make_shared<tt::ckpt::CheckpointRunner>(std::set<int64_t>{});
         runner->set_recompute_activation(recompute_activation_);
@@ -89,10 +97,10 @@ class CheckpointPlugin final : public tt::Plugin {
       }
       const int64_t base = meter.peak();  // the training loop's peak so far: every block checkpointed
       auto c = tt::ckpt::choose_budget(held, base, budget_);
-      TT_CHECK_AS(ConfigError, c.fits, "plugins.checkpoint.budget: ", tt::format_bytes(budget_),
-                  " is below the predicted peak with every block checkpointed (", tt::format_bytes(c.predicted_peak),
-                  ", ", tt::format_bytes(c.predicted_peak - budget_),
-                  " over). Raise the budget, lower trainer.micro_batch_size, or add plugins such as amp.");
+      options_.check(c.fits, "budget",
+                     tt::format_bytes(budget_) + " is below the predicted peak with every block checkpointed (" +
+                         tt::format_bytes(c.predicted_peak) + ", " + tt::format_bytes(c.predicted_peak - budget_) +
+                         " over). Raise the budget, lower trainer.micro_batch_size, or add plugins such as amp.");
       tt::log().info("checkpoint: budget {}: {} of {} blocks of '{}' recomputed in backward ({}), predicted peak {}",
                      tt::format_bytes(budget_), c.which.size(), held.size(), name, list(c.which),
                      tt::format_bytes(c.predicted_peak));
@@ -100,6 +108,7 @@ class CheckpointPlugin final : public tt::Plugin {
     }
   }
 
+  tt::Options options_;
   std::string policy_;
   int64_t every_;
   std::vector<int64_t> blocks_;
@@ -111,51 +120,56 @@ class CheckpointPlugin final : public tt::Plugin {
   std::vector<std::pair<std::string, std::shared_ptr<tt::ckpt::CheckpointRunner>>> runners_;
 };
 
+struct CheckpointOptions {
+  std::string policy;
+  int64_t every;
+  std::optional<std::vector<std::string>> blocks;
+  double fraction;
+  std::optional<int64_t> budget;
+  bool recompute_activation;
+};
+
 void register_checkpoint(tt::Registry& r) {
-  r.add_plugin("checkpoint", "activation checkpointing: blocks keep only their input and are re-run in backward",
-               tt::Schema()
-                   .add("policy", tt::Type::String, "all", "all | every (every k-th block: 0, k, 2k, ...) | blocks (a list)")
-                   .add("every", tt::Type::Int, "2", "k for policy: every")
-                   .add("blocks", tt::Type::List, "~", "block indices for policy: blocks, e.g. [0, 2]")
-                   .add("fraction", tt::Type::Float, "0.5",
-                        "policy: selective: checkpoint this fraction of the blocks, those holding the most bytes")
-                   .add("budget", tt::Type::String, "~",
-                        "policy: budget: the fewest checkpointed blocks whose predicted step peak fits, e.g. 1.5GiB")
-                   .add("recompute_activation", tt::Type::Bool, "true",
-                        "in a block's re-run, keep fc1's output only and recompute GELU in fc2's backward (one "
-                        "d_ff-wide tensor less at the backward peak, for one more GELU)"),
-               [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
-                 std::vector<int64_t> blocks;
-                 if (o.is_set("blocks"))
-                   for (const auto& b : o.get_list("blocks")) {
-                     try {
-                       blocks.push_back(std::stoll(b));
-                     } catch (const std::exception&) {
-                       o.fail("blocks", "must be a list of block indices, not '" + b + "'");
-                     }
-                   }
-                 const std::string policy = o.get_string("policy");
-                 o.check(policy == "all" || policy == "every" || policy == "blocks" || policy == "selective" ||
-                             policy == "budget",
-                         "policy", "must be all, every, blocks, selective or budget, not '" + policy + "'");
-                 o.check(o.get_int("every") >= 1, "every", "must be at least 1");
-                 const double fraction = o.get_float("fraction");
-                 o.check(fraction > 0 && fraction <= 1, "fraction", "must be in (0, 1]");
-                 int64_t budget = 0;
-                 if (policy == "budget") {
-                   o.check(o.is_set("budget"), "budget", "policy: budget needs a budget, e.g. budget: 1.5GiB");
-                   try {
-                     budget = tt::parse_bytes(o.get_string("budget"));
-                   } catch (const std::exception& e) {
-                     o.fail("budget", std::string("is not a size: ") + e.what());
-                   }
-                   o.check(budget > 0, "budget", "must be positive");
-                 }
-                 return std::make_unique<CheckpointPlugin>(policy, o.get_int("every"), std::move(blocks), fraction,
-                                                           budget, o.get_bool("recompute_activation"));
-               },
-               tt::PlannerOffer{{{"checkpoint(all)", "{policy: all}"}, {"checkpoint(every 2)", "{policy: every, every: 2}"}},
-                                10});
+  using O = CheckpointOptions;
+  r.add_plugin(
+      "checkpoint", "activation checkpointing: blocks keep only their input and are re-run in backward",
+      tt::Schema()
+          .field("policy", &O::policy, "all",
+                 "all | every (every k-th block: 0, k, 2k, ...) | blocks (a list) | selective (the blocks holding the "
+                 "most bytes, measured) | budget (the fewest blocks whose predicted peak fits)")
+          .choices({"all", "every", "blocks", "selective", "budget"})
+          .field("every", &O::every, 2, "k for policy: every")
+          .range(tt::ge(1))
+          .field("blocks", &O::blocks, std::nullopt, "block indices for policy: blocks, e.g. [0, 2]")
+          .field("fraction", &O::fraction, 0.5,
+                 "policy: selective: checkpoint this fraction of the blocks, those holding the most bytes")
+          .range(tt::gt(0), tt::le(1))
+          .bytes_field("budget", &O::budget, "~",
+                       "policy: budget: the fewest checkpointed blocks whose predicted step peak fits, e.g. 1.5GiB")
+          .range(tt::gt(0))
+          .field("recompute_activation", &O::recompute_activation, true,
+                 "in a block's re-run, keep fc1's output only and recompute GELU in fc2's backward (one d_ff-wide "
+                 "tensor less at the backward peak, for one more GELU)"),
+      [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
+        const auto c = o.to<CheckpointOptions>();
+        std::vector<int64_t> blocks;
+        for (const auto& b : c.blocks.value_or(std::vector<std::string>{})) {
+          size_t used = 0;
+          int64_t i = -1;
+          try {
+            i = std::stoll(b, &used);
+          } catch (const std::exception&) {
+          }
+          o.check(used == b.size() && i >= 0, "blocks", "must be a list of block indices (0, 1, ...), not '" + b + "'");
+          blocks.push_back(i);
+        }
+        o.check(c.policy != "blocks" || !blocks.empty(), "blocks", "policy: blocks needs the block indices, e.g. [0, 2]");
+        o.check(c.policy != "budget" || c.budget, "budget", "policy: budget needs a budget, e.g. budget: 1.5GiB");
+        return std::make_unique<CheckpointPlugin>(o, c.policy, c.every, std::move(blocks), c.fraction,
+                                                  c.budget.value_or(0), c.recompute_activation);
+      },
+      tt::PlannerOffer{{{"checkpoint(all)", "{policy: all}"}, {"checkpoint(every 2)", "{policy: every, every: 2}"}},
+                       10});
 }
 
 }  // namespace

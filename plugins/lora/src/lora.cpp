@@ -39,16 +39,15 @@ bool is_all_linear(const std::vector<std::string>& targets) {
 }  // namespace
 
 Lora::Lora(torch::nn::Module& model, Config config) : config_(std::move(config)) {
-  TT_CHECK_AS(ConfigError, config_.r >= 1, "plugins.lora.r must be at least 1");
-  TT_CHECK_AS(ConfigError, config_.alpha > 0, "plugins.lora.alpha must be positive");
-  TT_CHECK_AS(ConfigError, config_.dropout >= 0 && config_.dropout < 1, "plugins.lora.dropout must be in [0, 1)");
-  TT_CHECK_AS(ConfigError, !config_.targets.empty(),
-              "plugins.lora.targets is empty: name layers (e.g. [qkv, proj, fc1, fc2]) or use [all-linear]");
+  // what the plugin's schema allows (r >= 1, alpha > 0, dropout in [0, 1), targets given)
+  TT_CHECK(config_.r >= 1 && config_.alpha > 0 && config_.dropout >= 0 && config_.dropout < 1 &&
+               !config_.targets.empty(),
+           "lora: r ", config_.r, ", alpha ", config_.alpha, ", dropout ", config_.dropout, " or no targets");
   std::vector<std::pair<std::string, tt::nn::LinearImpl*>> linears;
   for (const auto& item : model.named_modules("", /*include_self=*/false))
     if (auto* l = item.value()->as<tt::nn::LinearImpl>()) linears.emplace_back(item.key(), l);
   TT_CHECK_AS(ConfigError, !linears.empty(),
-              "plugins.lora: the model has no tt::nn::Linear layer to adapt (LoRA applies to models built from "
+              "lora: the model has no tt::nn::Linear layer to adapt (LoRA applies to models built from "
               "core's blocks, such as the transformer)");
   std::string some;
   for (size_t i = 0; i < linears.size() && i < 8; ++i) some += (i ? ", " : "") + linears[i].first;
@@ -57,11 +56,11 @@ Lora::Lora(torch::nn::Module& model, Config config) : config_(std::move(config))
   if (!is_all_linear(config_.targets)) {
     for (const auto& pattern : config_.targets) {
       TT_CHECK_AS(ConfigError, pattern != "all-linear",
-                  "plugins.lora.targets: all-linear stands alone (targets: [all-linear])");
+                  "lora targets: all-linear stands alone (targets: [all-linear])");
       bool hit = false;
       for (size_t i = 0; i < linears.size(); ++i)
         if (tt::nn::name_matches(pattern, linears[i].first)) chosen[i] = hit = true;
-      TT_CHECK_AS(ConfigError, hit, "plugins.lora.targets: '", pattern,
+      TT_CHECK_AS(ConfigError, hit, "lora targets: '", pattern,
                   "' matches no Linear layer of the model (some of its layers: ", some, ")");
     }
   }
@@ -70,7 +69,7 @@ Lora::Lora(torch::nn::Module& model, Config config) : config_(std::move(config))
   for (size_t i = 0; i < linears.size(); ++i) {
     if (!chosen[i]) continue;
     auto* l = linears[i].second;
-    TT_CHECK_AS(ConfigError, config_.r <= std::min(l->in_features, l->out_features), "plugins.lora.r = ", config_.r,
+    TT_CHECK_AS(ConfigError, config_.r <= std::min(l->in_features, l->out_features), "lora r = ", config_.r,
                 " exceeds the smaller side of ", linears[i].first, " (", l->in_features, " -> ", l->out_features,
                 "): a low-rank adapter needs r below it");
     auto a = std::make_shared<Adapter>(l->in_features, l->out_features, config_.r, config_.alpha, config_.dropout);
@@ -92,7 +91,7 @@ Lora::Lora(torch::nn::Module& model, Config config) : config_(std::move(config))
       item.value().set_requires_grad(true);
       hit = true;
     }
-    TT_CHECK_AS(ConfigError, hit, "plugins.lora.train: '", pattern, "' matches no module or parameter of the model");
+    TT_CHECK_AS(ConfigError, hit, "lora train: '", pattern, "' matches no module or parameter of the model");
   }
 }
 
@@ -138,7 +137,7 @@ void Lora::save(const std::filesystem::path& file) const {
 }
 
 void Lora::load(const std::filesystem::path& file) {
-  TT_CHECK_AS(ConfigError, std::filesystem::is_regular_file(file), "plugins.lora.load: ", file.string(),
+  TT_CHECK_AS(ConfigError, std::filesystem::is_regular_file(file), "lora load: ", file.string(),
               " does not exist (the adapters.pt a LoRA run writes into its run directory)");
   torch::serialize::InputArchive ar;
   c10::IValue v;
@@ -146,16 +145,16 @@ void Lora::load(const std::filesystem::path& file) {
     ar.load_from(file.string());
     ar.read("format", v);
   } catch (const std::exception& e) {
-    TT_FAIL_AS(ConfigError, "plugins.lora.load: ", file.string(), " is not a LoRA adapter file written by tt (",
+    TT_FAIL_AS(ConfigError, "lora load: ", file.string(), " is not a LoRA adapter file written by tt (",
                std::string(e.what()).substr(0, std::string(e.what()).find('\n')), ")");
   }
-  TT_CHECK_AS(ConfigError, v.isString() && v.toStringRef() == "tt-lora-1", "plugins.lora.load: ", file.string(),
+  TT_CHECK_AS(ConfigError, v.isString() && v.toStringRef() == "tt-lora-1", "lora load: ", file.string(),
               " has an unknown format");
   ar.read("r", v);
   const int64_t r = v.toInt();
   ar.read("alpha", v);
   const double alpha = v.toDouble();
-  TT_CHECK_AS(ConfigError, r == config_.r && alpha == config_.alpha, "plugins.lora.load: ", file.string(),
+  TT_CHECK_AS(ConfigError, r == config_.r && alpha == config_.alpha, "lora load: ", file.string(),
               " holds adapters of r = ", r, ", alpha = ", alpha, " but the plugin has r = ", config_.r,
               ", alpha = ", config_.alpha, ": set the same r and alpha");
   ar.read("count", v);
@@ -168,13 +167,13 @@ void Lora::load(const std::filesystem::path& file) {
     c10::IValue name;
     ar.read(k + "name", name);
     auto it = index.find(name.toStringRef());
-    TT_CHECK_AS(ConfigError, it != index.end(), "plugins.lora.load: ", file.string(), " has an adapter for ",
+    TT_CHECK_AS(ConfigError, it != index.end(), "lora load: ", file.string(), " has an adapter for ",
                 name.toStringRef(), ", which the targets here do not adapt: use the targets it was trained with");
     at::Tensor a, b;
     ar.read(k + "A", a);
     ar.read(k + "B", b);
     auto& ad = *layers_[it->second].adapter;
-    TT_CHECK_AS(ConfigError, a.sizes() == ad.A.sizes() && b.sizes() == ad.B.sizes(), "plugins.lora.load: ",
+    TT_CHECK_AS(ConfigError, a.sizes() == ad.A.sizes() && b.sizes() == ad.B.sizes(), "lora load: ",
                 file.string(), ": the adapter of ", name.toStringRef(), " has shapes ", a.sizes(), " / ", b.sizes(),
                 " but this model needs ", ad.A.sizes(), " / ", ad.B.sizes(), " (another model shape)");
     ad.A.copy_(a);
@@ -182,7 +181,7 @@ void Lora::load(const std::filesystem::path& file) {
     seen[it->second] = true;
   }
   for (size_t i = 0; i < layers_.size(); ++i)
-    TT_CHECK_AS(ConfigError, seen[i], "plugins.lora.load: ", file.string(), " has no adapter for ", layers_[i].name,
+    TT_CHECK_AS(ConfigError, seen[i], "lora load: ", file.string(), " has no adapter for ", layers_[i].name,
                 ": use the targets it was trained with");
 }
 

@@ -13,12 +13,13 @@
 
 namespace tt::lora {
 
+// The plugin's schema takes its defaults from here (plugins/lora/src/module.cpp).
 struct Config {
   int64_t r = 8;
   double alpha = 16;
   double dropout = 0;
-  std::vector<std::string> targets;  // name patterns (tt::nn::name_matches), or {"all-linear"}
-  std::vector<std::string> train;    // more parameters to keep trainable (name patterns), e.g. "ln*"
+  std::vector<std::string> targets{"all-linear"};  // name patterns (tt::nn::name_matches), or {"all-linear"}
+  std::vector<std::string> train;                 // more parameters to keep trainable (name patterns), e.g. "ln*"
 };
 
 class Adapter final : public tt::nn::LinearAdapter {

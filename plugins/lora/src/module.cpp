@@ -4,6 +4,9 @@
 // RUN_DIR/merged.pt (a checkpoint model.init_from can start from).
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <optional>
+
 #include "lora.h"
 #include "tt/error.h"
 #include "tt/log.h"
@@ -67,35 +70,40 @@ class LoraPlugin final : public tt::Plugin {
   std::unique_ptr<tt::lora::Lora> lora_;
 };
 
+struct LoraOptions {
+  std::optional<std::string> load;
+  bool save, export_merged;
+};
+
 void register_lora(tt::Registry& r) {
+  using C = tt::lora::Config;
+  const C d{};
   r.add_plugin(
       "lora",
       "low-rank adapters (LoRA) on Linear layers chosen by name; the base weights are frozen, only the adapters "
       "train (gradients and optimizer state for them alone); adapters saved alone, merge for inference",
       tt::Schema()
-          .add("targets", tt::Type::List, "[all-linear]",
-               "Linear layers to adapt: name patterns (qkv, proj, fc1, fc2, blocks.0.attn.*) or [all-linear]")
-          .add("r", tt::Type::Int, "8", "rank of the adapters")
-          .add("alpha", tt::Type::Float, "16", "scaling: the adapter's output is multiplied by alpha / r")
-          .add("dropout", tt::Type::Float, "0.0", "dropout on the adapter's input (training only)")
-          .add("train", tt::Type::List, "[]", "more modules/parameters to keep trainable (name patterns, e.g. ln_f)")
-          .add("load", tt::Type::String, "~", "start the adapters from this adapters.pt (same targets, r, alpha)")
-          .add("save", tt::Type::Bool, "true", "write the adapters alone to RUN_DIR/adapters.pt at the end")
-          .add("export_merged", tt::Type::Bool, "false",
-               "also write the model with the adapters folded in to RUN_DIR/merged.pt (for model.init_from)"),
+          .field("targets", &C::targets, d.targets,
+                 "Linear layers to adapt: name patterns (qkv, proj, fc1, fc2, blocks.0.attn.*) or [all-linear]")
+          .field("r", &C::r, d.r, "rank of the adapters")
+          .range(tt::ge(1))
+          .field("alpha", &C::alpha, d.alpha, "scaling: the adapter's output is multiplied by alpha / r")
+          .range(tt::gt(0))
+          .field("dropout", &C::dropout, d.dropout, "dropout on the adapter's input (training only)")
+          .range(tt::ge(0), tt::lt(1))
+          .field("train", &C::train, d.train, "more modules/parameters to keep trainable (name patterns, e.g. ln_f)")
+          .field("load", &LoraOptions::load, std::nullopt,
+                 "start the adapters from this adapters.pt (same targets, r, alpha)")
+          .field("save", &LoraOptions::save, true, "write the adapters alone to RUN_DIR/adapters.pt at the end")
+          .field("export_merged", &LoraOptions::export_merged, false,
+                 "also write the model with the adapters folded in to RUN_DIR/merged.pt (for model.init_from)"),
       [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
-        tt::lora::Config c;
-        c.targets = o.get_list("targets");
-        c.train = o.get_list("train");
-        c.r = o.get_int("r");
-        c.alpha = o.get_float("alpha");
-        c.dropout = o.get_float("dropout");
-        o.check(c.r >= 1, "r", "must be at least 1");
-        o.check(c.alpha > 0, "alpha", "must be positive");
-        o.check(c.dropout >= 0 && c.dropout < 1, "dropout", "must be in [0, 1)");
+        auto c = o.to<C>();
+        const auto l = o.to<LoraOptions>();
         o.check(!c.targets.empty(), "targets", "is empty: name layers, e.g. [qkv, proj, fc1, fc2], or [all-linear]");
-        return std::make_unique<LoraPlugin>(std::move(c), o.is_set("load") ? o.get_string("load") : std::string(),
-                                            o.get_bool("save"), o.get_bool("export_merged"));
+        o.check(c.targets.size() == 1 || std::find(c.targets.begin(), c.targets.end(), "all-linear") == c.targets.end(),
+                "targets", "all-linear stands alone (targets: [all-linear])");
+        return std::make_unique<LoraPlugin>(std::move(c), l.load.value_or(""), l.save, l.export_merged);
       });
 }
 

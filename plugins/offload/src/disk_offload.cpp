@@ -128,11 +128,11 @@ DiskOffload::DiskOffload(std::shared_ptr<torch::optim::Optimizer> inner, const s
                          bool keep_file)
     : torch::optim::Optimizer(clone_groups(*inner), inner->defaults().clone()), inner_(std::move(inner)) {
   TT_CHECK_AS(ConfigError, supported(*inner_),
-              "plugins.offload: target disk moves the state of adam, adamw or adam8bit; this pipeline's optimizer "
+              "offload target disk moves the state of adam, adamw or adam8bit; this pipeline's optimizer "
               "is another (set optimizer: adamw, or drop the offload plugin)");
   for (auto& g : param_groups())
     for (const auto& p : g.params())
-      TT_CHECK_AS(ConfigError, p.device().is_cpu(), "plugins.offload: target disk needs the parameters on the CPU (",
+      TT_CHECK_AS(ConfigError, p.device().is_cpu(), "offload target disk needs the parameters on the CPU (",
                   p.device().str(), " here): the host target is the one for CUDA training");
   file_ = std::make_unique<MappedFile>(file, capacity_for(*inner_), keep_file);
 }

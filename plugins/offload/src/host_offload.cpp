@@ -41,7 +41,7 @@ torch::Tensor host_like(const torch::Tensor& t) {
 HostOffload::HostOffload(std::shared_ptr<torch::optim::Optimizer> inner)
     : torch::optim::Optimizer(clone_groups(*inner), inner->defaults().clone()), inner_(std::move(inner)) {
   TT_CHECK_AS(ConfigError, inner_->state().empty(),
-              "plugins.offload: target host must take the optimizer before its first step");
+              "offload target host must take the optimizer before its first step");
   torch::NoGradGuard no_grad;
   for (auto& g : inner_->param_groups()) {
     slots_.emplace_back();

@@ -6,6 +6,8 @@
 //                  device -> host and parameters back asynchronously (host_offload.h)
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "disk_offload.h"
 #include "host_offload.h"
 #include "tt/error.h"
@@ -21,7 +23,8 @@ std::string mib(int64_t b) { return fmt::format("{:.2f} MiB", static_cast<double
 
 class OffloadPlugin final : public tt::Plugin {
  public:
-  OffloadPlugin(bool host, std::string path, bool keep) : host_(host), path_(std::move(path)), keep_(keep) {
+  OffloadPlugin(tt::Options options, bool host, std::string path, bool keep)
+      : options_(std::move(options)), host_(host), path_(std::move(path)), keep_(keep) {
     must_wrap_the_final_optimizer("it moves the state and step of the optimizer it is given, e.g. adam8bit's");
   }
 
@@ -43,9 +46,9 @@ class OffloadPlugin final : public tt::Plugin {
  private:
   void wrap(tt::State& s) {
     if (host_) {
-      TT_CHECK_AS(ConfigError, s.device.is_cuda(),
-                  "plugins.offload: target host moves a CUDA model's optimizer state and step to host memory; this "
-                  "run is on ", s.device.str(), ", where the state is in host memory already: use target: disk");
+      options_.check(s.device.is_cuda(), "target",
+                     "host moves a CUDA model's optimizer state and step to host memory; this run is on " +
+                         s.device.str() + ", where the state is in host memory already: use target: disk");
       host_offload_ = std::make_shared<tt::offload::HostOffload>(s.optimizer);
       s.optimizer = host_offload_;
       tt::log().info("offload: optimizer state and step in host memory ({} of host copies and pinned gradient "
@@ -60,12 +63,19 @@ class OffloadPlugin final : public tt::Plugin {
                    mib(offload_->file().capacity()));
   }
 
+  tt::Options options_;
   bool host_;
   std::string path_;
   bool keep_;
   std::shared_ptr<tt::offload::HostOffload> host_offload_;
   bool reported_ = false;
   std::shared_ptr<tt::offload::DiskOffload> offload_;
+};
+
+struct OffloadOptions {
+  std::string target;
+  std::optional<std::string> path;
+  bool keep_file;
 };
 
 void register_offload(tt::Registry& r) {
@@ -75,14 +85,14 @@ void register_offload(tt::Registry& r) {
       "at a time (tensor bytes and RSS exclude it); target host (CUDA training) keeps state and step in host memory; "
       "composes with adam8bit (list offload after it)",
       tt::Schema()
-          .add("target", tt::Type::String, "disk", "disk (a memory-mapped file) or host (CUDA training only)")
-          .add("path", tt::Type::String, "~", "the state file (default RUN_DIR/optimizer-state.bin)")
-          .add("keep_file", tt::Type::Bool, "false", "keep the state file after the run (else removed at exit)"),
+          .field("target", &OffloadOptions::target, "disk", "disk (a memory-mapped file) or host (CUDA training only)")
+          .choices({"disk", "host"})
+          .field("path", &OffloadOptions::path, std::nullopt, "the state file (default RUN_DIR/optimizer-state.bin)")
+          .field("keep_file", &OffloadOptions::keep_file, false,
+                 "keep the state file after the run (else removed at exit)"),
       [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
-        const std::string target = o.get_string("target");
-        o.check(target == "disk" || target == "host", "target", "must be disk or host");
-        return std::make_unique<OffloadPlugin>(target == "host", o.is_set("path") ? o.get_string("path") : std::string(),
-                                               o.get_bool("keep_file"));
+        const auto a = o.to<OffloadOptions>();
+        return std::make_unique<OffloadPlugin>(o, a.target == "host", a.path.value_or(""), a.keep_file);
       },
       tt::PlannerOffer{{{"offload(disk)", "", tt::PlannerAlternative::Device::Cpu}, {"offload(host)", "{target: host}", tt::PlannerAlternative::Device::Cuda}}, 50});
 }

@@ -66,16 +66,20 @@ class OomGuard final : public tt::Plugin {
   bool pending_report_ = false;
 };
 
+struct OomGuardOptions {
+  int64_t min_micro_batch;
+};
+
 void register_oom_guard(tt::Registry& r) {
   r.add_plugin("oom-guard",
                "on out-of-memory during a batch: free it, halve the micro-batch (the batch is kept through "
                "gradient accumulation) and run the same batch again; the size that worked is kept",
-               tt::Schema().add("min_micro_batch", tt::Type::Int, "1",
-                                "stop with an error rather than go below this micro-batch size"),
+               tt::Schema()
+                   .field("min_micro_batch", &OomGuardOptions::min_micro_batch, 1,
+                          "stop with an error rather than go below this micro-batch size")
+                   .range(tt::ge(1)),
                [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
-                 const int64_t min_micro = o.get_int("min_micro_batch");
-                 o.check(min_micro >= 1, "min_micro_batch", "must be at least 1");
-                 return std::make_unique<OomGuard>(min_micro);
+                 return std::make_unique<OomGuard>(o.to<OomGuardOptions>().min_micro_batch);
                });
 }
 

@@ -36,7 +36,7 @@ class Zero1Plugin final : public tt::Plugin {
       return;
     }
     TT_CHECK_AS(ConfigError, !s.pipeline || !s.pipeline->trainer.is_set("grad_clip"),
-                "plugins.zero1: trainer.grad_clip needs the whole gradient on every rank, which zero1 does not "
+                "trainer.grad_clip needs the whole gradient on every rank, which zero1 does not "
                 "gather; unset grad_clip or drop zero1");
     zero1_ = std::make_shared<tt::zero1::Zero1>(s.optimizer, *ctx);
     s.optimizer = zero1_;

@@ -1,0 +1,179 @@
+// What tt does when the machine or the user misbehaves: a full disk (a file-size limit stands in
+// for it: writes past it fail as on a full disk), a run directory that already holds a run, and
+// an input file truncated while training reads it.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "test_support.h"
+#include "tt/error.h"
+#include "tt/npy.h"
+#include "tt/report.h"
+
+namespace fs = std::filesystem;
+using tt::test::read_file;
+using tt::test::run;
+using tt::test::temp_dir;
+using tt::test::topic_yaml;
+using tt::test::tt_run_bin;
+
+namespace {
+
+// Runs `command` with files limited to `kib` KiB: a write past that fails with EFBIG (SIGXFSZ
+// ignored), as a write to a full disk fails with ENOSPC.
+tt::test::RunResult run_with_file_limit(int kib, const std::string& command) {
+  return run("bash -c \"ulimit -f " + std::to_string(kib) + "; trap '' XFSZ; exec " + command + "\"");
+}
+
+// The file-size limit within this process, restored when it ends.
+class FileLimit {
+ public:
+  explicit FileLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &old_);
+    old_handler_ = signal(SIGXFSZ, SIG_IGN);
+    rlimit r = old_;
+    r.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &r);
+  }
+  ~FileLimit() {
+    setrlimit(RLIMIT_FSIZE, &old_);
+    signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit old_{};
+  sighandler_t old_handler_;
+};
+
+std::vector<std::string> names_in(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+TEST(Reliability, AFullDiskDuringACheckpointStopsTheRunWithExitSixAndKeepsNoPartialFile) {
+  const fs::path dir = temp_dir("full_ckpt");
+  // the transformer: checkpoints of ~3 MiB, everything else a few KiB
+  tt::test::TinyLm lm("full_ckpt_lm");
+  lm.run("lm", "[]", "batch_size: 4, max_steps: 1");
+  auto r = run_with_file_limit(1024, tt_run_bin() + " " + (lm.dir / "lm.yaml").string() +
+                                         " trainer.max_steps=2 -q --run-dir " + (lm.dir / "full").string());
+  EXPECT_EQ(r.rc, 6) << r.output;
+  EXPECT_NE(r.output.find("cannot write checkpoint"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("disk full?"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+  EXPECT_TRUE(names_in(lm.dir / "full" / "checkpoints").empty());  // neither a checkpoint nor a .tmp
+  const std::string summary = read_file(lm.dir / "full" / "summary.json");
+  EXPECT_NE(summary.find("\"status\": \"failed\""), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"exit_code\": 6"), std::string::npos) << summary;
+  // the topic model: the same (it used to end in an uncaught exception)
+  std::ofstream(dir / "topic.yaml") << topic_yaml(dir, "  max_steps: 2\n");
+  r = run_with_file_limit(4, tt_run_bin() + " " + (dir / "topic.yaml").string() + " -q --run-dir " +
+                                 (dir / "topic").string());
+  EXPECT_EQ(r.rc, 6) << r.output;
+  EXPECT_NE(r.output.find("cannot write checkpoint"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+  EXPECT_TRUE(names_in(dir / "topic" / "checkpoints").empty());
+}
+
+TEST(Reliability, AnOutputThatCannotBeWrittenWholeIsAWriteErrorAndTheOldFileStays) {
+  const fs::path dir = temp_dir("full_out");
+  tt::write_file_atomic(dir / "summary.json", "{\"old\": true}\n");
+  {
+    FileLimit limit(4096);
+    try {
+      tt::write_file_atomic(dir / "summary.json", std::string(10000, 'x'));
+      ADD_FAILURE() << "expected a WriteError";
+    } catch (const tt::WriteError& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot write " + (dir / "summary.json").string()), std::string::npos)
+          << e.what();
+      EXPECT_EQ(e.exit_code(), 6);
+    }
+    tt::MetricsFile metrics;
+    metrics.open(dir / "metrics.jsonl");
+    EXPECT_THROW(
+        {
+          for (int i = 0; i < 100; ++i) metrics.write("{\"step\": " + std::to_string(i) + std::string(100, ' ') + "}");
+        },
+        tt::WriteError);
+  }
+  EXPECT_EQ(read_file(dir / "summary.json"), "{\"old\": true}\n");
+  EXPECT_EQ(names_in(dir), (std::vector<std::string>{"metrics.jsonl", "summary.json"}));  // no temp file left
+}
+
+TEST(Reliability, ARunDirectoryThatHoldsARunIsNotReusedByAnotherRun) {
+  const fs::path dir = temp_dir("reuse");
+  std::ofstream(dir / "p.yaml") << topic_yaml(dir, "  max_steps: 2\n");
+  const std::string cmd = tt_run_bin() + " " + (dir / "p.yaml").string() + " -q --run-dir " + (dir / "r").string();
+  ASSERT_EQ(run(cmd).rc, 0);
+  const std::string metrics = read_file(dir / "r" / "metrics.jsonl");
+  auto r = run(cmd + " trainer.max_steps=4");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("the run directory " + (dir / "r").string() +
+                          " already holds a run (summary.json, metrics.jsonl, pipeline.yaml, 1 checkpoint)"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("continue it with tt-run --resume " + (dir / "r").string()), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(dir / "r" / "metrics.jsonl"), metrics);  // untouched
+  // output.run_name names the same place the same way
+  r = run(tt_run_bin() + " " + (dir / "p.yaml").string() + " -q output.run_name=r");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("or give another output.run_name"), std::string::npos) << r.output;
+  // resuming it is what works
+  r = run(tt_run_bin() + " --resume " + (dir / "r").string() + " -q");
+  EXPECT_EQ(r.rc, 0) << r.output;
+}
+
+TEST(Reliability, AnNpyFileTruncatedWhileTrainingStopsTheRunNamingTheFile) {
+  const fs::path dir = temp_dir("sigbus");
+  // 4000 documents x 1000 terms (16 MB): long enough to truncate while it trains
+  at::Tensor x = at::randint(0, 3, {4000, 1000}, at::TensorOptions().dtype(at::kFloat));
+  x.select(1, 0).fill_(1);  // no empty document
+  const fs::path npy = dir / "X.npy";
+  tt::write_npy(npy, x);
+  std::ofstream(dir / "p.yaml") << "name: bus\nseed: 0\ndata: {name: topic-npy, path: " << npy.string()
+                                << "}\nmodel: {name: topic, k: 4}\n"
+                                << "trainer: {batch_size: 8, epochs: 50, threads: 1, progress: off}\n"
+                                << "output: {dir: " << dir.string() << ", plots: false}\n";
+  const fs::path log = dir / "out.txt";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string cmd = tt_run_bin() + " " + (dir / "p.yaml").string() + " --run-dir " + (dir / "r").string() +
+                            " > " + log.string() + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // once steps are being taken, cut the file to its header and a few rows
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::error_code ec;
+    if (fs::exists(dir / "r" / "metrics.jsonl", ec) && fs::file_size(dir / "r" / "metrics.jsonl", ec) > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  fs::resize_file(npy, 4096);
+  int status = 0;
+  bool ended = false;
+  for (int i = 0; i < 600 && !ended; ++i) {  // at most 60 s
+    ended = waitpid(pid, &status, WNOHANG) == pid;
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!ended) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  ASSERT_TRUE(ended) << "tt-run did not stop after its input shrank:\n" << read_file(log);
+  ASSERT_TRUE(WIFEXITED(status)) << read_file(log);
+  EXPECT_EQ(WEXITSTATUS(status), 1) << read_file(log);
+  const std::string out = read_file(log);
+  EXPECT_NE(out.find(npy.string() + " changed while it was being read (SIGBUS"), std::string::npos) << out;
+}
