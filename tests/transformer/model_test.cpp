@@ -242,8 +242,8 @@ TEST(TransformerLM, ClearErrorsForMismatchedSettings) {
   write_text(dir, "train.txt", 100, 7);
   write_text(dir, "val.txt", 10, 8);
   auto fails_with_model = [&](const std::string& model, const std::string& data_extra, const std::string& needle) {
-    auto p = tt::parse_pipeline(lm_yaml(dir, "  max_steps: 1\n", model, data_extra), "p.yaml");
-    try {
+    try {  // a value out of its range or choices is refused as the pipeline is parsed
+      auto p = tt::parse_pipeline(lm_yaml(dir, "  max_steps: 1\n", model, data_extra), "p.yaml");
       tt::Trainer t(p, {dir / "run-err", false, true});
       t.fit();
       ADD_FAILURE() << "no error for " << model << data_extra;
