@@ -43,6 +43,11 @@ std::string mtx_error(const fs::path& dir, const std::string& text) {
   return config_error([&] { tt::topic::read_mtx((dir / "bad.mtx").string()); });
 }
 
+// topic-text's defaults, from its schema (TextOptions has no defaults of its own).
+tt::topic::TextOptions text_defaults() {
+  return tt::Options::defaults(tt::topic::text_schema(), "data").to<tt::topic::TextOptions>();
+}
+
 tt::topic::TextCorpus corpus_of(const fs::path& dir, const std::string& text, const tt::topic::TextOptions& o) {
   write_text(dir / "corpus.txt", text);
   return tt::topic::read_text_corpus((dir / "corpus.txt").string(), o);
@@ -106,7 +111,7 @@ TEST(TopicMtx, SparseBatchesEqualTheDenseRows) {
   auto e = config_error([&] {
     tt::topic::make_mtx(tt::test::options(schema, "{path: " + (dir / "X.mtx").string() + ", batch_format: csr}"), 0);
   });
-  EXPECT_HAS(e, "batch_format must be 'sparse' or 'dense', not 'csr'");
+  EXPECT_HAS(e, "batch_format must be one of sparse | dense, got 'csr'");
 }
 
 TEST(TopicMtx, RefusesBadFilesNamingThem) {
@@ -152,7 +157,7 @@ TEST(TopicText, CountsPruningAndVocabulary) {
       "\n"
       "A cat and a dog.\n"
       "zebra\n";
-  tt::topic::TextOptions o;
+  tt::topic::TextOptions o = text_defaults();
   auto c = corpus_of(dir, text, o);
   EXPECT_EQ(c.documents_read, 5);
   EXPECT_EQ(c.dropped, 1);  // the blank line
@@ -175,15 +180,15 @@ TEST(TopicText, CountsPruningAndVocabulary) {
   o.max_df = 0.3;  // at most 1.5 documents
   EXPECT_HAS(config_error([&] { corpus_of(dir, text, o); }), "corpus.txt: no terms left");
 
-  o = {};
+  o = text_defaults();
   o.max_terms = 2;  // the most frequent: the (4), dog (3)
   c = corpus_of(dir, text, o);
   EXPECT_EQ(c.vocab, (std::vector<std::string>{"dog", "the"}));
-  o = {};
+  o = text_defaults();
   o.stopwords = true;  // the, on, and go
   c = corpus_of(dir, text, o);
   EXPECT_EQ(c.vocab, (std::vector<std::string>{"cat", "dog", "mat", "ran", "sat", "zebra"}));
-  o = {};
+  o = text_defaults();
   o.lowercase = false;
   c = corpus_of(dir, text, o);
   EXPECT_EQ(c.vocab.front(), "DOG");  // upper case sorts first
@@ -220,13 +225,13 @@ TEST(TopicText, TsvLabelsIdsAndTheDataset) {
   e = config_error([&] {
     tt::topic::make_text(tt::test::options(schema, "{path: " + (dir / "docs.tsv").string() + ", format: csv}"), 0);
   });
-  EXPECT_HAS(e, "format must be 'lines' or 'tsv', not 'csv'");
+  EXPECT_HAS(e, "data.format must be one of lines | tsv, got 'csv'");
   e = config_error([&] {
     tt::topic::make_text(tt::test::options(schema, "{path: " + (dir / "docs.tsv").string() + ", max_df: 1.5}"), 0);
   });
-  EXPECT_HAS(e, "max_df must be a fraction");
+  EXPECT_HAS(e, "data.max_df must be in (0, 1], got 1.5");
   e = config_error([&] { tt::topic::make_text(tt::test::options(schema, "{path: no-such-corpus.txt}"), 0); });
-  EXPECT_HAS(e, "no such file 'no-such-corpus.txt' (relative to the current directory");
+  EXPECT_HAS(e, "data.path names no such file 'no-such-corpus.txt' (relative to the current directory");
   write_text(dir / "empty.txt", "");
   e = config_error(
       [&] { tt::topic::make_text(tt::test::options(schema, "{path: " + (dir / "empty.txt").string() + "}"), 0); });
@@ -236,7 +241,7 @@ TEST(TopicText, TsvLabelsIdsAndTheDataset) {
 TEST(TopicText, BrownCorpus) {
   const fs::path brown = fs::path(TT_SHARED_DIR) / "datasets" / "brown" / "brown_docs.tsv";
   if (!fs::exists(brown)) GTEST_SKIP() << "the Brown corpus is not at " << brown.string() << " (../shared/datasets)";
-  tt::topic::TextOptions o;
+  tt::topic::TextOptions o = text_defaults();
   o.format = "tsv";
   o.min_df = 5;
   o.max_df = 0.5;

@@ -97,7 +97,8 @@ TEST(TopicTraining, BadModelOptionsAreRefused) {
     }
     return "";
   };
-  EXPECT_NE(error_of({"model.k=1"}).find("model (topic).k must be at least 2"), std::string::npos);
+  EXPECT_NE(error_of({"model.k=1"}).find("model (topic).k must be >= 2, got 1"), std::string::npos);
+  EXPECT_NE(error_of({"model.init_scale=0"}).find("model (topic).init_scale must be > 0, got 0"), std::string::npos);
   EXPECT_NE(error_of({"model.k=51"}).find("must not exceed the number of terms (50)"), std::string::npos);
   EXPECT_NE(error_of({"model.lazy=true", "model.fused=false"}).find("needs fused: true"), std::string::npos);
 }

@@ -129,7 +129,9 @@ TEST(TransformerLM, TargetParamsPicksAShapeOfThatSize) {
     Shape base = small_shape();
     base.vocab = 1024;
     base.seq_len = 256;
-    Shape s = tt::lm::shape_for_parameters(target, base);
+    const auto picked = tt::lm::shape_for_parameters(target, base);
+    ASSERT_TRUE(picked.has_value()) << target;
+    const Shape s = *picked;
     const double ratio = static_cast<double>(tt::lm::count_parameters(s)) / static_cast<double>(target);
     EXPECT_NEAR(ratio, 1.0, 0.06) << target << ": " << s.to_string();
     EXPECT_EQ(s.d_model % s.n_heads, 0);
@@ -240,8 +242,8 @@ TEST(TransformerLM, ClearErrorsForMismatchedSettings) {
   write_text(dir, "train.txt", 100, 7);
   write_text(dir, "val.txt", 10, 8);
   auto fails_with_model = [&](const std::string& model, const std::string& data_extra, const std::string& needle) {
-    auto p = tt::parse_pipeline(lm_yaml(dir, "  max_steps: 1\n", model, data_extra), "p.yaml");
-    try {
+    try {  // a value out of its range or choices is refused as the pipeline is parsed
+      auto p = tt::parse_pipeline(lm_yaml(dir, "  max_steps: 1\n", model, data_extra), "p.yaml");
       tt::Trainer t(p, {dir / "run-err", false, true});
       t.fit();
       ADD_FAILURE() << "no error for " << model << data_extra;
@@ -252,11 +254,14 @@ TEST(TransformerLM, ClearErrorsForMismatchedSettings) {
   auto fails_with = [&](const std::string& model_extra, const std::string& data_extra, const std::string& needle) {
     fails_with_model(std::string(kSmall) + model_extra, data_extra, needle);
   };
-  fails_with(", seq_len: 16", "", "larger than the model's seq_len");
+  fails_with(", seq_len: 16", "", "(transformer).seq_len (16) is smaller than the data's seq_len (32)");
   fails_with(", vocab: 100", "", "smaller than the tokenizer's vocabulary");
   fails_with_model("d_model: 32, n_layers: 2, n_heads: 3", "", "must divide d_model");
   fails_with(", target_params: 100000", "", "cannot be set together with target_params");
-  fails_with(", positions: alibi", "", "learned or rotary");
+  fails_with(", positions: alibi", "", "(transformer).positions must be one of learned | rotary, got 'alibi'");
+  fails_with(", dropout: 1", "", "(transformer).dropout must be in [0, 1), got 1");
+  fails_with(", target_params: 0", "", "(transformer).target_params must be > 0, got 0");
+  fails_with_model("target_params: 10", "", "(transformer).target_params 10 is out of reach for vocab 256 and seq_len");
   fs::path bad_model = dir / "broken.model";
   std::ofstream(bad_model) << "not a sentencepiece model";
   fails_with("", ", tokenizer: " + bad_model.string(), bad_model.string());

@@ -135,7 +135,7 @@ Schema mtx_schema() {
 
 Datasets make_mtx(const Options& o, uint64_t) {
   const std::string path = o.get_string("path");
-  TT_CHECK_AS(ConfigError, std::filesystem::exists(path), o.context(), ".path: no such file ", describe_path(path));
+  o.check(std::filesystem::exists(path), "path", "names no such file " + describe_path(path));
   const bool dense = dense_batches(o);
   auto d = std::make_shared<SparseCountsDataset>(read_mtx(path), dense, path);
   load_reference_options(o, *d);

@@ -107,7 +107,8 @@ Schema npy_schema() {
 
 Datasets make_npy(const Options& o, uint64_t) {
   const std::string path = o.get_string("path");
-  TT_CHECK_AS(ConfigError, std::filesystem::exists(path), o.context(), ".path: no such file ", describe_path(path),
+  o.check(std::filesystem::exists(path), "path",
+          "names no such file " + describe_path(path) +
               " (tt-data synth-topics --out DIR writes a synthetic corpus as DIR/X.npy)");
   return file_source(o, std::make_shared<NpyDataset>(path));
 }

@@ -58,7 +58,7 @@ Schema pt_schema() {
 
 Datasets make_pt(const Options& o, uint64_t) {
   const std::string path = o.get_string("path");
-  TT_CHECK_AS(ConfigError, std::filesystem::exists(path), o.context(), ".path: no such file ", describe_path(path));
+  o.check(std::filesystem::exists(path), "path", "names no such file " + describe_path(path));
   return file_source(o, std::make_shared<PtDataset>(path));
 }
 

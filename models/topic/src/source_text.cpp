@@ -71,12 +71,6 @@ const std::vector<std::string>& english_stopwords() {
 }
 
 TextCorpus read_text_corpus(const std::string& path, const TextOptions& o) {
-  TT_CHECK_AS(ConfigError, o.format == "lines" || o.format == "tsv",
-              "topic-text: format must be 'lines' or 'tsv', not '", o.format, "'");
-  TT_CHECK_AS(ConfigError, o.min_df >= 1, "topic-text: min_df must be at least 1 (documents), got ", o.min_df);
-  TT_CHECK_AS(ConfigError, o.max_df > 0 && o.max_df <= 1,
-              "topic-text: max_df is a fraction of the documents in (0, 1], got ", o.max_df);
-  TT_CHECK_AS(ConfigError, o.max_terms >= 0, "topic-text: max_terms must be 0 (all) or positive, got ", o.max_terms);
   const bool tsv = o.format == "tsv";
   std::unordered_set<std::string> stop;
   if (o.stopwords) stop.insert(english_stopwords().begin(), english_stopwords().end());
@@ -200,30 +194,22 @@ TextDataset::TextDataset(TextCorpus corpus, bool dense_batches, const std::strin
 Schema text_schema() {
   Schema s;
   s.add("path", Type::String, "~", "the text corpus")
-      .add("format", Type::String, "lines", "lines: one document a line; tsv: id<TAB>label<TAB>text a line")
-      .add("lowercase", Type::Bool, "true", "lowercase (ASCII) before counting")
-      .add("stopwords", Type::Bool, "false", "drop a built-in list of common English words")
-      .add("min_df", Type::Int, "1", "keep terms that occur in at least this many documents")
-      .add("max_df", Type::Float, "1.0", "... and in at most this fraction of the documents")
-      .add("max_terms", Type::Int, "0", "then keep the most frequent terms (0: all)");
+      .field("format", &TextOptions::format, "lines", "lines: one document a line; tsv: id<TAB>label<TAB>text a line")
+      .choices({"lines", "tsv"})
+      .field("lowercase", &TextOptions::lowercase, true, "lowercase (ASCII) before counting")
+      .field("stopwords", &TextOptions::stopwords, false, "drop a built-in list of common English words")
+      .field("min_df", &TextOptions::min_df, 1, "keep terms that occur in at least this many documents").range(ge(1))
+      .field("max_df", &TextOptions::max_df, 1.0, "... and in at most this fraction of the documents")
+      .range(gt(0), le(1))
+      .field("max_terms", &TextOptions::max_terms, 0, "then keep the most frequent terms (0: all)").range(ge(0));
   return add_batch_format_option(s);
 }
 
 Datasets make_text(const Options& o, uint64_t) {
   const std::string path = o.get_string("path");
-  TextOptions t;
-  t.format = o.get_string("format");
-  t.lowercase = o.get_bool("lowercase");
-  t.stopwords = o.get_bool("stopwords");
-  t.min_df = o.get_int("min_df");
-  t.max_df = o.get_float("max_df");
-  t.max_terms = o.get_int("max_terms");
-  o.check(t.format == "lines" || t.format == "tsv", "format", "must be 'lines' or 'tsv', not '" + t.format + "'");
-  o.check(t.min_df >= 1, "min_df", "must be at least 1 (a number of documents)");
-  o.check(t.max_df > 0 && t.max_df <= 1, "max_df", "must be a fraction of the documents in (0, 1]");
-  o.check(t.max_terms >= 0, "max_terms", "must be 0 (all) or positive");
+  const auto t = o.to<TextOptions>();
   const bool dense = dense_batches(o);
-  TT_CHECK_AS(ConfigError, std::filesystem::exists(path), o.context(), ".path: no such file ", describe_path(path));
+  o.check(std::filesystem::exists(path), "path", "names no such file " + describe_path(path));
   TextCorpus corpus = read_text_corpus(path, t);
   if (corpus.dropped > 0)
     log().warn(

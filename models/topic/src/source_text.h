@@ -11,13 +11,16 @@
 
 namespace tt::topic {
 
+// topic-text's options as text_schema() binds them (defaults, ranges and choices are there;
+// code that builds one without a schema starts from
+// Options::defaults(text_schema(), ...).to<TextOptions>()).
 struct TextOptions {
-  std::string format = "lines";  // lines: one document a line; tsv: id<TAB>label<TAB>text
-  bool lowercase = true;
-  bool stopwords = false;
-  int64_t min_df = 1;     // keep terms in at least this many documents
-  double max_df = 1.0;    // ... and in at most this fraction of them
-  int64_t max_terms = 0;  // then the most frequent (0: all)
+  std::string format;  // lines: one document a line; tsv: id<TAB>label<TAB>text
+  bool lowercase;
+  bool stopwords;
+  int64_t min_df;     // keep terms in at least this many documents
+  double max_df;      // ... and in at most this fraction of them
+  int64_t max_terms;  // then the most frequent (0: all)
 };
 
 struct TextCorpus {
@@ -32,6 +35,7 @@ struct TextCorpus {
 
 std::vector<std::string> tokenize(std::string_view text, bool lowercase);
 const std::vector<std::string>& english_stopwords();
+// `options` within text_schema()'s ranges and choices.
 TextCorpus read_text_corpus(const std::string& path, const TextOptions& options);
 
 // A TextCorpus as a dataset; ids and lines tell which document each row is.

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "nonzeros.h"
@@ -95,24 +96,34 @@ std::string SyntheticDataset::describe() const {
   return SparseCountsDataset::describe() + ", " + std::to_string(true_F_.size(0)) + " true topics";
 }
 
+namespace {
+// topic-synthetic's options, bound by synthetic_schema() (defaults, ranges and docs are there).
+struct SyntheticOptions {
+  int64_t n_docs, n_terms, k;
+  double avg_doc_length;
+  std::optional<int64_t> seed;
+};
+}  // namespace
+
 Schema synthetic_schema() {
   Schema s;
-  s.add("n_docs", Type::Int, "1000", "documents (n)")
-      .add("n_terms", Type::Int, "1000", "vocabulary size (m)")
-      .add("k", Type::Int, "10", "true topics")
-      .add("avg_doc_length", Type::Float, "150", "mean words per document (Poisson, at least 1)")
-      .add("seed", Type::Int, "~", "generator seed (default: the pipeline seed)");
+  s.field("n_docs", &SyntheticOptions::n_docs, 1000, "documents (n)").range(ge(1))
+      .field("n_terms", &SyntheticOptions::n_terms, 1000, "vocabulary size (m)").range(ge(1), lt(2147483648.0))
+      .field("k", &SyntheticOptions::k, 10, "true topics (at most n_terms)").range(ge(1))
+      .field("avg_doc_length", &SyntheticOptions::avg_doc_length, 150.0,
+             "mean words per document (Poisson, at least 1)")
+      .range(gt(0), le(1e9))
+      // Any integer: a negative one has always been taken as its two's complement.
+      .field("seed", &SyntheticOptions::seed, std::nullopt, "generator seed (default: the pipeline seed)");
   return add_batch_format_option(s);
 }
 
 Datasets make_synthetic(const Options& o, uint64_t pipeline_seed) {
-  for (const char* key : {"n_docs", "n_terms", "k"}) o.check(o.get_int(key) >= 1, key, "must be at least 1");
-  o.check(o.get_float("avg_doc_length") > 0, "avg_doc_length", "must be positive");
-  o.check(o.get_int("k") <= o.get_int("n_terms"), "k", "must not exceed n_terms");
-  uint64_t seed = o.is_set("seed") ? static_cast<uint64_t>(o.get_int("seed")) : pipeline_seed;
+  const auto a = o.to<SyntheticOptions>();
+  o.check(a.k <= a.n_terms, "k", "must not exceed n_terms");
+  const uint64_t seed = a.seed ? static_cast<uint64_t>(*a.seed) : pipeline_seed;
   Datasets d;
-  auto ds = std::make_shared<SyntheticDataset>(o.get_int("n_docs"), o.get_int("n_terms"), o.get_int("k"),
-                                               o.get_float("avg_doc_length"), seed);
+  auto ds = std::make_shared<SyntheticDataset>(a.n_docs, a.n_terms, a.k, a.avg_doc_length, seed);
   ds->dense_batches_ = dense_batches(o);
   d.train = ds;
   return d;
@@ -340,14 +351,12 @@ Datasets file_source(const Options& o, std::shared_ptr<TopicSource> d) {
 }
 
 Schema& add_batch_format_option(Schema& s) {
-  return s.add("batch_format", Type::String, "sparse",
-               "sparse: batches carry the non-zeros (rows, cols, vals); dense: batches carry count rows x [B, m]");
+  return s
+      .add("batch_format", Type::String, "sparse",
+           "sparse: batches carry the non-zeros (rows, cols, vals); dense: batches carry count rows x [B, m]")
+      .choices({"sparse", "dense"});
 }
 
-bool dense_batches(const Options& o) {
-  const std::string f = o.get_string("batch_format");
-  o.check(f == "sparse" || f == "dense", "batch_format", "must be 'sparse' or 'dense', not '" + f + "'");
-  return f == "dense";
-}
+bool dense_batches(const Options& o) { return o.get_string("batch_format") == "dense"; }
 
 }  // namespace tt::topic

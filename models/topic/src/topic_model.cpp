@@ -121,18 +121,20 @@ std::string TopicModel::describe() const {
 }
 
 Schema model_schema() {
+  using C = TopicModel::Config;
   return Schema()
-      .add("k", Type::Int, "10", "number of topics")
-      .add("init_scale", Type::Float, "0.1", "L_raw and F_raw start U(0, init_scale) as in tinytopics")
-      .add("fused", Type::Bool, "true",
-           "compute the loss and its gradient directly over the non-zeros (false: tinytopics' dense autograd)")
-      .add("corpus_loss", Type::Bool, "true", "compute the whole-corpus loss at the end (one pass over the data)")
-      .add("defer_updates", Type::Bool, "true",
-           "AdamW's zero-gradient updates of the rows of L outside the batch are applied in closed form when "
-           "a row is next used (same result to float rounding, O(batch) instead of O(n) per step); false: "
-           "every row every step, bitwise as a dense gradient")
-      .add("lazy", Type::Bool, "false",
-           "update only the batch's rows of L (sparse gradient, as sparse Adam); not tinytopics' semantics");
+      .field("k", &C::k, 10, "number of topics (one topic explains nothing)").range(ge(2))
+      .field("init_scale", &C::init_scale, 0.1, "L_raw and F_raw start U(0, init_scale) as in tinytopics")
+      .range(gt(0))
+      .field("fused", &C::fused, true,
+             "compute the loss and its gradient directly over the non-zeros (false: tinytopics' dense autograd)")
+      .field("corpus_loss", &C::corpus_loss, true, "compute the whole-corpus loss at the end (one pass over the data)")
+      .field("defer_updates", &C::defer, true,
+             "AdamW's zero-gradient updates of the rows of L outside the batch are applied in closed form when "
+             "a row is next used (same result to float rounding, O(batch) instead of O(n) per step); false: "
+             "every row every step, bitwise as a dense gradient")
+      .field("lazy", &C::lazy, false,
+             "update only the batch's rows of L (sparse gradient, as sparse Adam); not tinytopics' semantics");
 }
 
 std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
@@ -140,17 +142,9 @@ std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
   TT_CHECK_AS(ConfigError, source,
               "model (topic) needs a document-term dataset (topic-synthetic, topic-npy, topic-pt, topic-mtx, "
               "topic-text); this dataset is not one");
-  TopicModel::Config c;
-  c.k = o.get_int("k");
-  c.init_scale = o.get_float("init_scale");
-  c.fused = o.get_bool("fused");
-  c.lazy = o.get_bool("lazy");
-  c.defer = o.get_bool("defer_updates");
-  c.corpus_loss = o.get_bool("corpus_loss");
-  o.check(c.k >= 2, "k", "must be at least 2 (one topic explains nothing)");
+  const auto c = o.to<TopicModel::Config>();
   o.check(c.k <= source->n_terms(), "k",
           "(" + std::to_string(c.k) + ") must not exceed the number of terms (" + std::to_string(source->n_terms()) + ")");
-  o.check(c.init_scale > 0, "init_scale", "must be positive");
   o.check(!c.lazy || c.fused, "lazy", "needs fused: true");
   return std::make_shared<TopicModel>(source->size(), source->n_terms(), c, source);
 }

@@ -13,13 +13,14 @@ namespace tt::topic {
 
 class TopicModel : public Model {
  public:
+  // The model's options, bound by model_schema() (defaults, ranges and docs are there).
   struct Config {
-    int64_t k = 10;
-    double init_scale = 0.1;
-    bool fused = true;  // direct loss/gradient over the non-zeros (poisson_loss.h)
-    bool lazy = false;  // sparse gradient for L: only the batch's rows are updated
-    bool defer = true;  // dense semantics with the absent rows' updates deferred (FusedAdamW::defer_rows)
-    bool corpus_loss = true;  // whole-corpus loss at the end
+    int64_t k;
+    double init_scale;
+    bool fused;        // direct loss/gradient over the non-zeros (poisson_loss.h)
+    bool lazy;         // sparse gradient for L: only the batch's rows are updated
+    bool defer;        // dense semantics with the absent rows' updates deferred (FusedAdamW::defer_rows)
+    bool corpus_loss;  // whole-corpus loss at the end
   };
   TopicModel(int64_t n_docs, int64_t n_terms, Config config, std::shared_ptr<TopicSource> data);
   ModelOutput forward_loss(const Batch& batch) override;

@@ -134,13 +134,6 @@ constexpr size_t kTagLen = sizeof(kTag) - 1;
 TextStream::TextStream(TextStreamOptions o, std::shared_ptr<Tokenizer> tokenizer, std::string what)
     : o_(std::move(o)), tokenizer_(std::move(tokenizer)), what_(std::move(what)) {
   TT_CHECK(tokenizer_ != nullptr, what_, ": no tokenizer");
-  TT_CHECK_AS(ConfigError, o_.seq_len >= 1, what_, ": seq_len must be at least 1, got ", o_.seq_len);
-  TT_CHECK_AS(ConfigError, o_.stride >= 0, what_, ": stride must be 0 (seq_len) or positive, got ", o_.stride);
-  TT_CHECK_AS(ConfigError, o_.shuffle_buffer >= 0, what_, ": shuffle_buffer must be 0 (in order) or positive, got ",
-              o_.shuffle_buffer);
-  TT_CHECK_AS(ConfigError, o_.max_examples >= 0, what_, ": max_examples must be 0 (all) or positive, got ",
-              o_.max_examples);
-  TT_CHECK_AS(ConfigError, o_.chunk_bytes >= 1, what_, ": chunk_bytes must be positive, got ", o_.chunk_bytes);
   if (o_.stride == 0) o_.stride = o_.seq_len;
   TT_CHECK_AS(ConfigError, !o_.paths.empty(), what_, ": give the text files or directories to read");
 
@@ -471,33 +464,27 @@ Schema text_schema() {
   s.add("train", Type::List, "~", "text files or directories (their files, recursively, sorted by path) to train on")
       .add("validation", Type::List, "~", "text files or directories for validation (optional)")
       .add("tokenizer", Type::String, "bytes", "bytes, or a SentencePiece .model made with tt-data tokenizer")
-      .add("seq_len", Type::Int, "256", "tokens a window predicts (a window is seq_len + 1 tokens)")
-      .add("stride", Type::Int, "0", "tokens between window starts (0: seq_len, no overlap)")
-      .add("shuffle_buffer", Type::Int, "2048", "windows held to shuffle the stream (0: in order)")
-      .add("max_examples", Type::Int, "0", "training windows per epoch (0: all)")
-      .add("validation_max_examples", Type::Int, "0", "validation windows (0: all)")
-      .add("chunk_bytes", Type::Bytes, "1MiB", "text read and tokenized at once (ends at a line break)");
+      .field("seq_len", &TextStreamOptions::seq_len, 256, "tokens a window predicts (a window is seq_len + 1 tokens)")
+      .range(ge(1))
+      .field("stride", &TextStreamOptions::stride, 0, "tokens between window starts (0: seq_len, no overlap)")
+      .range(ge(0))
+      .field("shuffle_buffer", &TextStreamOptions::shuffle_buffer, 2048,
+             "windows held to shuffle the stream (0: in order)")
+      .range(ge(0))
+      .field("max_examples", &TextStreamOptions::max_examples, 0, "training windows per epoch (0: all)").range(ge(0))
+      .add("validation_max_examples", Type::Int, "0", "validation windows (0: all)").range(ge(0))
+      .bytes_field("chunk_bytes", &TextStreamOptions::chunk_bytes, "1MiB",
+                   "text read and tokenized at once (ends at a line break)")
+      .range(ge(1));
   return s;
 }
 
 Datasets make_text(const Options& o, uint64_t seed) {
-  TT_CHECK_AS(ConfigError, o.is_set("train"), o.context(), ".train: give the text files or directories to train on");
-  TextStreamOptions t;
+  o.check(o.is_set("train"), "train", "is not set: give the text files or directories to train on");
+  auto t = o.to<TextStreamOptions>();
   t.paths = o.get_list("train");
-  t.seq_len = o.get_int("seq_len");
-  t.stride = o.get_int("stride");
-  t.shuffle_buffer = o.get_int("shuffle_buffer");
-  t.max_examples = o.get_int("max_examples");
-  t.chunk_bytes = o.get_bytes("chunk_bytes");
   t.seed = seed;
-  const int64_t validation_max = o.get_int("validation_max_examples");
   o.check(!t.paths.empty(), "train", "must name at least one text file or directory");
-  o.check(t.seq_len >= 1, "seq_len", "must be at least 1");
-  o.check(t.stride >= 0, "stride", "must be 0 (seq_len) or positive");
-  o.check(t.shuffle_buffer >= 0, "shuffle_buffer", "must be 0 (in order) or positive");
-  o.check(t.max_examples >= 0, "max_examples", "must be 0 (all) or positive");
-  o.check(validation_max >= 0, "validation_max_examples", "must be 0 (all) or positive");
-  o.check(t.chunk_bytes >= 1, "chunk_bytes", "must be positive");
 
   auto tokenizer = load_tokenizer(o.get_string("tokenizer"));
   Datasets out;
@@ -508,7 +495,7 @@ Datasets make_text(const Options& o, uint64_t seed) {
     o.check(!v.paths.empty(), "validation", "must name at least one text file or directory, or be left out");
     v.stride = v.seq_len;  // every token predicted once
     v.shuffle_buffer = 0;
-    v.max_examples = validation_max;
+    v.max_examples = o.get_int("validation_max_examples");
     out.validation = std::make_shared<TextStream>(v, tokenizer, o.context() + ".validation");
   }
   return out;

@@ -23,20 +23,23 @@
 
 namespace tt::lm {
 
+// The text dataset's options: text_schema() binds seq_len, stride, shuffle_buffer,
+// max_examples and chunk_bytes (their defaults and ranges are there; code that builds one
+// without a schema starts from Options::defaults(text_schema(), ...).to<TextStreamOptions>()).
 struct TextStreamOptions {
-  std::vector<std::string> paths;  // files or directories
-  int64_t seq_len = 256;
-  int64_t stride = 0;              // 0: seq_len (windows do not overlap; every token predicted once)
-  int64_t shuffle_buffer = 0;      // windows held for shuffling; 0: in order
-  int64_t max_examples = 0;        // windows per epoch; 0: all
-  int64_t chunk_bytes = 1 << 20;   // text read and tokenized at once
-  uint64_t seed = 0;
+  std::vector<std::string> paths;  // files or directories (the "train" or "validation" option)
+  int64_t seq_len;
+  int64_t stride;          // 0: seq_len (windows do not overlap; every token predicted once)
+  int64_t shuffle_buffer;  // windows held for shuffling; 0: in order
+  int64_t max_examples;    // windows per epoch; 0: all
+  int64_t chunk_bytes;     // text read and tokenized at once
+  uint64_t seed = 0;       // the pipeline's seed
 };
 
 class TextStream : public StreamDataset {
  public:
-  // Checks the paths (missing, empty, no files in a directory: tt::ConfigError naming the
-  // path), then counts the epoch's windows in one pass (logged when slow) and the
+  // The options are in their schema's ranges (text_schema()). Checks the paths (missing, empty,
+  // no files in a directory: tt::ConfigError naming the path), then counts the epoch's windows in one pass (logged when slow) and the
   // characters and tokens of the text (for bits/char).
   TextStream(TextStreamOptions o, std::shared_ptr<Tokenizer> tokenizer, std::string what);
 

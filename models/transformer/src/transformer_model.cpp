@@ -40,8 +40,7 @@ int64_t heads_for(int64_t d) {
 }
 }  // namespace
 
-Shape shape_for_parameters(int64_t target, Shape base) {
-  TT_CHECK_AS(ConfigError, target > 0, "model.target_params must be positive");
+std::optional<Shape> shape_for_parameters(int64_t target, Shape base) {
   // Among shapes whose count is within 5% of the target (or as close as any gets), the one
   // nearest a small-GPT width/depth ratio: d_model about 32 x layers, 64 x above 20M.
   const double aspect = target < 20'000'000 ? 32.0 : 64.0;
@@ -60,12 +59,11 @@ Shape shape_for_parameters(int64_t target, Shape base) {
       s.d_ff = 4 * d;
       if (!s.learned_positions && (d / s.n_heads) % 2 != 0) continue;
       const double miss = std::abs(std::log(static_cast<double>(count_parameters(s)) / static_cast<double>(target)));
-      if (miss > 0.5) continue;
+      if (!(miss <= 0.5)) continue;  // NaN too (a target <= 0): no shape comes near it
       best_miss = std::min(best_miss, miss);
       all.push_back({s, miss, std::abs(std::log(static_cast<double>(d) / (aspect * static_cast<double>(layers))))});
     }
-  TT_CHECK_AS(ConfigError, !all.empty(), "model.target_params ", target, " is out of reach for vocab ", base.vocab,
-              " and seq_len ", base.seq_len, " (the embeddings alone are larger, or the target is huge)");
+  if (all.empty()) return std::nullopt;
   const double tolerance = std::max(best_miss, std::log(1.05));
   const Candidate* pick = nullptr;
   for (const auto& c : all)
@@ -216,7 +214,7 @@ std::string TransformerLM::sample(const std::string& prompt, const Sampling& o) 
 }
 
 std::string TransformerLM::generate(const std::string& prompt, const GenerateOptions& o) {
-  Sampling s;
+  Sampling s{};
   s.tokens = o.tokens;
   s.temperature = o.temperature;
   s.top_k = o.top_k;
@@ -257,80 +255,83 @@ std::string TransformerLM::describe() const {
 // ---------------------------------------------------------------- options
 
 Schema model_schema() {
-  Schema s;
-  s.add("target_params", Type::Int, "~", "pick d_model, n_layers, n_heads, d_ff for about this many parameters")
-      .add("d_model", Type::Int, "~", "width (default 256)")
-      .add("n_layers", Type::Int, "~", "blocks (default 4)")
-      .add("n_heads", Type::Int, "~", "attention heads (default: heads of 64 dimensions, 32 below d_model 256)")
-      .add("d_ff", Type::Int, "~", "MLP hidden size (default 4 d_model)")
-      .add("seq_len", Type::Int, "~", "longest context (default: the data's seq_len)")
-      .add("vocab", Type::Int, "~", "vocabulary size (default: the tokenizer's)")
-      .add("positions", Type::String, "learned", "learned | rotary")
-      .add("tie_embeddings", Type::Bool, "true", "the output layer shares the token embedding")
-      .add("norm", Type::String, "layernorm", "layernorm | rmsnorm")
-      .add("bias", Type::Bool, "true", "biases in the Linear layers")
-      .add("dropout", Type::Float, "0.0", "dropout on embeddings, attention probabilities, residual branches")
-      .add("sample_prompt", Type::String, "\"The \"", "text sampled at the end of training starts with this")
-      .add("sample_tokens", Type::Int, "200", "tokens sampled at the end (0: none)")
-      .add("temperature", Type::Float, "0.8", "sampling temperature (0: greedy)")
-      .add("top_k", Type::Int, "40", "sample among the k most likely tokens (0: all)");
-  return s;
+  const Shape base;  // d_model's and n_layers' defaults when neither they nor target_params are set
+  return Schema()
+      .field("target_params", &ModelOptions::target_params, std::nullopt,
+             "pick d_model, n_layers, n_heads, d_ff for about this many parameters")
+      .range(gt(0))
+      .field("d_model", &ModelOptions::d_model, std::nullopt, detail::cat("width (default ", base.d_model, ")"))
+      .range(ge(1))
+      .field("n_layers", &ModelOptions::n_layers, std::nullopt, detail::cat("blocks (default ", base.n_layers, ")"))
+      .range(ge(1))
+      .field("n_heads", &ModelOptions::n_heads, std::nullopt,
+             "attention heads (default: heads of 64 dimensions, 32 below d_model 256)")
+      .range(ge(1))
+      .field("d_ff", &ModelOptions::d_ff, std::nullopt, "MLP hidden size (default 4 d_model)").range(ge(1))
+      .field("seq_len", &ModelOptions::seq_len, std::nullopt, "longest context (default: the data's seq_len)")
+      .range(ge(1))
+      .field("vocab", &ModelOptions::vocab, std::nullopt, "vocabulary size (default: the tokenizer's)").range(ge(1))
+      .field("positions", &ModelOptions::positions, "learned", "learned or rotary position encoding")
+      .choices({"learned", "rotary"})
+      .field("tie_embeddings", &ModelOptions::tie_embeddings, true, "the output layer shares the token embedding")
+      .field("norm", &ModelOptions::norm, "layernorm", "LayerNorm or RMSNorm").choices({"layernorm", "rmsnorm"})
+      .field("bias", &ModelOptions::bias, true, "biases in the Linear layers")
+      .field("dropout", &ModelOptions::dropout, 0.0,
+             "dropout on embeddings, attention probabilities, residual branches")
+      .range(ge(0), lt(1))
+      .field("sample_prompt", &ModelOptions::sample_prompt, "The ",
+             "text sampled at the end of training starts with this")
+      .field("sample_tokens", &ModelOptions::sample_tokens, 200, "tokens sampled at the end (0: none)").range(ge(0))
+      .field("temperature", &ModelOptions::temperature, 0.8, "sampling temperature (0: greedy)").range(ge(0))
+      .field("top_k", &ModelOptions::top_k, 40, "sample among the k most likely tokens (0: all)").range(ge(0));
 }
 
 std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
   auto text = std::dynamic_pointer_cast<TextStream>(data.train);
   TT_CHECK_AS(ConfigError, text, "model (transformer) needs a text dataset (data: {name: text, train: FILES}); "
               "this dataset is not one");
+  const auto a = o.to<ModelOptions>();
   Shape s;
   const int64_t data_vocab = text->tokenizer().vocab_size();
   const int64_t data_seq = text->options().seq_len;
-  s.vocab = o.is_set("vocab") ? o.get_int("vocab") : data_vocab;
+  s.vocab = a.vocab.value_or(data_vocab);
   o.check(s.vocab >= data_vocab, "vocab",
           detail::cat("(", s.vocab, ") is smaller than the tokenizer's vocabulary (", data_vocab, ", ",
                       text->tokenizer().describe(), "): leave it unset to take the tokenizer's"));
-  s.seq_len = o.is_set("seq_len") ? o.get_int("seq_len") : data_seq;
-  o.check(s.seq_len >= 1, "seq_len", "must be positive");
-  TT_CHECK_AS(ConfigError, data_seq <= s.seq_len, "data.seq_len (", data_seq, ") is larger than the model's seq_len (",
-              s.seq_len, "): windows would not fit the model's context; make them equal or leave model.seq_len unset");
-  const std::string positions = o.get_string("positions");
-  o.check(positions == "learned" || positions == "rotary", "positions", "must be learned or rotary, not '" + positions + "'");
-  s.learned_positions = positions == "learned";
-  s.tie_embeddings = o.get_bool("tie_embeddings");
-  const std::string norm = o.get_string("norm");
-  o.check(norm == "layernorm" || norm == "rmsnorm", "norm", "must be layernorm or rmsnorm, not '" + norm + "'");
-  s.rms_norm = norm == "rmsnorm";
-  s.bias = o.get_bool("bias");
-  s.dropout = o.get_float("dropout");
-  o.check(s.dropout >= 0 && s.dropout < 1, "dropout", "must be in [0, 1)");
+  s.seq_len = a.seq_len.value_or(data_seq);
+  o.check(data_seq <= s.seq_len, "seq_len",
+          detail::cat("(", s.seq_len, ") is smaller than the data's seq_len (", data_seq,
+                      "): windows would not fit the model's context; make them equal or leave the model's unset"));
+  s.learned_positions = a.positions == "learned";
+  s.tie_embeddings = a.tie_embeddings;
+  s.rms_norm = a.norm == "rmsnorm";
+  s.bias = a.bias;
+  s.dropout = a.dropout;
 
-  if (o.is_set("target_params")) {
+  if (a.target_params) {
     for (const char* k : {"d_model", "n_layers", "n_heads", "d_ff"})
       o.check(!o.is_set(k), k, "cannot be set together with target_params (which picks the shape); drop one");
-    const int64_t target = o.get_int("target_params");
-    o.check(target > 0, "target_params", "must be positive");
-    s = shape_for_parameters(target, s);
+    const int64_t target = *a.target_params;
+    const auto picked = shape_for_parameters(target, s);
+    o.check(picked.has_value(), "target_params",
+            detail::cat(target, " is out of reach for vocab ", s.vocab, " and seq_len ", s.seq_len,
+                        " (the embeddings alone are larger, or the target is huge)"));
+    s = *picked;
     log().info("transformer: target_params {} -> {} parameters ({})", target, count_parameters(s), s.to_string());
   } else {
-    s.d_model = o.is_set("d_model") ? o.get_int("d_model") : 256;
-    s.n_layers = o.is_set("n_layers") ? o.get_int("n_layers") : 4;
-    o.check(s.d_model >= 1, "d_model", "must be positive");
-    o.check(s.n_layers >= 1, "n_layers", "must be positive");
-    s.n_heads = o.is_set("n_heads") ? o.get_int("n_heads") : heads_for(s.d_model);
-    o.check(s.n_heads >= 1 && s.d_model % s.n_heads == 0, "n_heads",
-            detail::cat("(", s.n_heads, ") must divide d_model (", s.d_model, ")"));
+    s.d_model = a.d_model.value_or(s.d_model);
+    s.n_layers = a.n_layers.value_or(s.n_layers);
+    s.n_heads = a.n_heads.value_or(heads_for(s.d_model));
+    o.check(s.d_model % s.n_heads == 0, "n_heads", detail::cat("(", s.n_heads, ") must divide d_model (", s.d_model, ")"));
     o.check(s.learned_positions || (s.d_model / s.n_heads) % 2 == 0, "positions",
             "rotary needs an even head dimension (d_model / n_heads)");
-    s.d_ff = o.is_set("d_ff") ? o.get_int("d_ff") : 4 * s.d_model;
-    o.check(s.d_ff >= 1, "d_ff", "must be positive");
+    s.d_ff = a.d_ff.value_or(4 * s.d_model);
   }
-  Sampling sampling;
-  sampling.tokens = o.get_int("sample_tokens");
-  sampling.temperature = o.get_float("temperature");
-  sampling.top_k = o.get_int("top_k");
-  o.check(sampling.tokens >= 0, "sample_tokens", "must not be negative");
-  o.check(sampling.temperature >= 0, "temperature", "must not be negative");
-  o.check(sampling.top_k >= 0, "top_k", "must not be negative");
-  return std::make_shared<TransformerLM>(s, text->tokenizer_ptr(), sampling, o.get_string("sample_prompt"));
+  Sampling sampling{};
+  sampling.tokens = a.sample_tokens;
+  sampling.temperature = a.temperature;
+  sampling.top_k = a.top_k;
+  return std::make_shared<TransformerLM>(s, text->tokenizer_ptr(), sampling, a.sample_prompt);
 }
 
 }  // namespace tt::lm

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "tokenizer.h"
@@ -32,8 +33,9 @@ struct Shape {
 int64_t count_parameters(const Shape& s);
 // A shape with about `target` parameters for the given vocab/seq_len/position/tying choices:
 // d_model a multiple of 32 (heads of 32..64 dims), d_ff = 4 d_model, layers and width chosen
-// for the closest count with a GPT-like width/depth ratio.
-Shape shape_for_parameters(int64_t target, Shape base);
+// for the closest count with a GPT-like width/depth ratio; nullopt when no shape comes within
+// a factor e^0.5 of the target (the embeddings alone are larger, the target is huge, or <= 0).
+std::optional<Shape> shape_for_parameters(int64_t target, Shape base);
 
 class TransformerBlock : public tt::nn::Block {
  public:
@@ -49,11 +51,13 @@ class TransformerBlock : public tt::nn::Block {
   bool rms_;
 };
 
+// How text is sampled: from the model options (sample_tokens, temperature, top_k, whose
+// defaults are in model_schema()) or from GenerateOptions.
 struct Sampling {
-  int64_t tokens = 200;
-  double temperature = 0.8;  // 0: greedy
-  int64_t top_k = 40;        // 0: the whole vocabulary
-  uint64_t seed = 0;
+  int64_t tokens;
+  double temperature;  // 0: greedy
+  int64_t top_k;       // 0: the whole vocabulary
+  uint64_t seed;
 };
 
 class TransformerLM : public Model {
@@ -81,6 +85,22 @@ class TransformerLM : public Model {
   std::shared_ptr<torch::nn::Module> ln_f;
   tt::nn::Linear head{nullptr};
   tt::nn::TiedLinear tied_head{nullptr};  // "head" when the embeddings are tied
+};
+
+// The model's options as model_schema() binds them (defaults, ranges and docs are there). The
+// shape options left unset are derived: from target_params, the data (seq_len, vocab), or
+// Shape's defaults (d_model, n_layers), n_heads from d_model, d_ff = 4 d_model.
+struct ModelOptions {
+  std::optional<int64_t> target_params, d_model, n_layers, n_heads, d_ff, seq_len, vocab;
+  std::string positions;  // learned | rotary
+  bool tie_embeddings;
+  std::string norm;  // layernorm | rmsnorm
+  bool bias;
+  double dropout;
+  std::string sample_prompt;
+  int64_t sample_tokens;
+  double temperature;
+  int64_t top_k;
 };
 
 Schema model_schema();
