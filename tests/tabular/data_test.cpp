@@ -239,7 +239,8 @@ TEST(TabularCsv, BadInputIsAClearError) {
                                                                     "}\nmodel: {name: tabular-icl}\ntrainer: {max_steps: 0}\n") +
                          " -q --run-dir " + (tt::test::temp_dir("tabular_csv") / "wide-run").string());
   EXPECT_EQ(r.rc, 2) << r.output;
-  EXPECT_HAS(r.output, "has 40 features; model.max_features is 32");
+  EXPECT_HAS(r.output, "model (tabular-icl).max_features is 32 but the data (");
+  EXPECT_HAS(r.output, "has 40 features: drop columns");
 }
 
 namespace {

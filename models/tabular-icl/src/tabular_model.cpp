@@ -337,10 +337,10 @@ std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
     const auto info = d->info();
     for (const char* key : {"features", "max_features"}) {
       auto it = info.find(key);
-      if (it != info.end() && it->second > s.max_features)
-        TT_FAIL_AS(ConfigError, "tabular-icl: the data (", d->describe(), ") has ", it->second,
-                   " features; model.max_features is ", s.max_features,
-                   ": drop columns, or use a model pretrained with a larger max_features");
+      if (it != info.end())
+        o.check(it->second <= s.max_features, "max_features",
+                detail::cat("is ", s.max_features, " but the data (", d->describe(), ") has ", it->second,
+                            " features: drop columns, or use a model pretrained with a larger max_features"));
     }
   }
   auto m = std::make_shared<TabularIcl>(s, context, mo.eval_chunk);
