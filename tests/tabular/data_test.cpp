@@ -2,6 +2,7 @@
 // episodes, and the metrics against hand-computed values.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cmath>
 #include <fstream>
@@ -13,10 +14,14 @@
 #include "tabular_data.h"
 #include "test_support.h"
 #include "tt/error.h"
+#include "tt/options.h"
 
 using namespace tt::tab;
 
 namespace {
+// The prior's options as a pipeline that sets none of them gets them.
+PriorOptions prior_defaults() { return tt::Options::defaults(prior_schema(), "data").to<PriorOptions>(); }
+
 // A plain 7-nearest-neighbour vote (support rows standardized) on a prior table's query rows,
 // beside predicting the support's majority class: counts of correct queries, summed over tables.
 struct Votes {
@@ -41,7 +46,7 @@ struct Votes {
 // frequencies: a plain 7-nearest-neighbour vote (support rows standardized) on the query rows of
 // binary tables must beat predicting the support's majority class by a clear margin.
 TEST(TabularPrior, FeaturesPredictTheClassBetterThanTheMajority) {
-  PriorOptions o;
+  PriorOptions o = prior_defaults();
   o.rows = 256;
   o.max_features = 32;
   o.max_classes = 2;
@@ -57,7 +62,7 @@ TEST(TabularPrior, FeaturesPredictTheClassBetterThanTheMajority) {
 // counts either way (drawn before the warps).
 TEST(TabularPrior, WarpShareMakesSteppedAndSkewedColumns) {
   auto count = [](double warp) {
-    PriorOptions o;
+    PriorOptions o = prior_defaults();
     o.rows = 256;
     o.min_features = 4;
     o.max_features = 8;
@@ -90,7 +95,7 @@ TEST(TabularPrior, WarpShareMakesSteppedAndSkewedColumns) {
 // table at any share); tables with more classes change, every class keeps at least
 // max(2, rows / (4 C)) rows, and the features still tell the class (7-NN well above the majority).
 TEST(TabularPrior, ArgmaxShareGivesBalancedMulticlassTablesAndLeavesBinaryOnesAlone) {
-  PriorOptions bands, argmax;
+  PriorOptions bands = prior_defaults(), argmax = prior_defaults();
   for (PriorOptions* o : {&bands, &argmax}) {
     o->rows = 256;
     o->min_features = 2;
@@ -126,7 +131,7 @@ TEST(TabularPrior, ArgmaxShareGivesBalancedMulticlassTablesAndLeavesBinaryOnesAl
 }
 
 TEST(TabularPrior, TablesHaveFeatureAndClassCountsInRangeAndDrawnSupportShares) {
-  PriorOptions o;
+  PriorOptions o = prior_defaults();
   o.rows = 128;
   o.min_features = 3;
   o.max_features = 12;
@@ -212,7 +217,7 @@ TEST(TabularCsv, BadInputIsAClearError) {
   o.label = "species";
   EXPECT_HAS(error_of([&] { read_csv(write("nolabel.csv", "a,b,y\n1,2,0\n"), o); }),
              "has no column 'species' (data.label); its columns are: a, b, y");
-  o.label.clear();
+  o.label.reset();
   EXPECT_HAS(error_of([&] { read_csv(write("empty.csv", ""), o); }), "empty.csv is empty");
   EXPECT_HAS(error_of([&] { read_csv(write("header.csv", "a,b,y\n"), o); }), "has a header but no data rows");
   EXPECT_HAS(error_of([&] { read_csv(write("short.csv", "a,b,y\n1,2,0\n1,2\n"), o); }), "short.csv:3 has 2 fields");
@@ -234,7 +239,8 @@ TEST(TabularCsv, BadInputIsAClearError) {
                                                                     "}\nmodel: {name: tabular-icl}\ntrainer: {max_steps: 0}\n") +
                          " -q --run-dir " + (tt::test::temp_dir("tabular_csv") / "wide-run").string());
   EXPECT_EQ(r.rc, 2) << r.output;
-  EXPECT_HAS(r.output, "has 40 features; model.max_features is 32");
+  EXPECT_HAS(r.output, "model (tabular-icl).max_features is 32 but the data (");
+  EXPECT_HAS(r.output, "has 40 features: drop columns");
 }
 
 namespace {
@@ -310,8 +316,8 @@ TEST(TabularCsv, StratifiedSplitRejectsWhatScikitLearnRejects) {
   };
   EXPECT_HAS(message(dealt({10, 1, 10}), 0.3, 0), "dealt.csv: class '1' has 1 row; a stratified split needs at least 2");
   EXPECT_HAS(message(dealt({10, 10, 10}), 0.05, 0), "gives 28 training and 2 test rows for 3 classes");
-  EXPECT_HAS(message(dealt({10, 10}), 0.3, 1ull << 32), "data.split_seed is 4294967296");
-  EXPECT_HAS(message(dealt({10, 10}), 1.0, 0), "data.test_fraction is 1");
+  // A seed past numpy's 2^32 - 1 and a test_fraction outside (0, 1): tabular-csv's schema refuses them
+  // (CsvSchemaRefusesValuesOutOfRangeOrChoices).
 }
 
 TEST(TabularCsv, EpisodesDrawSupportAndQueryRowsWithRelabelledClasses) {
@@ -382,4 +388,51 @@ TEST(TabularMetrics, MatchHandComputedValues) {
   EXPECT_DOUBLE_EQ(m3["roc_auc"], 1.0);
   EXPECT_DOUBLE_EQ(m3["accuracy"], 1.0);
   EXPECT_DOUBLE_EQ(roc_auc({1, 1, 2}, {false, true, true}), 0.75);  // a tie counts one half
+}
+
+namespace {
+// The message of the error that `yaml` (a data section) raises in `make` (or already in the schema).
+template <class Make>
+std::string data_error(const tt::Schema& schema, const std::string& yaml, Make make) {
+  try {
+    make(tt::Options::parse(YAML::Load(yaml), schema, "data", "pipeline.yaml"), 1);
+  } catch (const tt::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+// The schema refuses a value out of its range, naming the option, the range and the value; the
+// checks that compare two options stay in make_prior, naming the option and the fix.
+TEST(TabularPrior, SchemaRefusesValuesOutOfRangeAndMakePriorTheInconsistentOnes) {
+  const tt::Schema s = prior_schema();
+  EXPECT_HAS(data_error(s, "{warp_share: 1.5}", make_prior), "data.warp_share must be in [0, 1], got 1.5");
+  // (core prints the bound 10 as "1e1" today: the range's lower end and the value are checked)
+  const std::string classes = data_error(s, "{max_classes: 11}", make_prior);
+  EXPECT_HAS(classes, "data.max_classes must be in [2, ");
+  EXPECT_HAS(classes, "], got 11");
+  EXPECT_HAS(data_error(s, "{rows: 3}", make_prior), "data.rows must be >= 4, got 3");
+  EXPECT_HAS(data_error(s, "{support_max: 1}", make_prior), "data.support_max must be in (0, 1), got 1");
+  EXPECT_HAS(data_error(s, "{validation_tables: -1}", make_prior), "data.validation_tables must be >= 0, got -1");
+  EXPECT_HAS(data_error(s, "{min_features: 9, max_features: 8}", make_prior),
+             "pipeline.yaml:1:16: data.min_features must be between 1 and max_features");
+  EXPECT_HAS(data_error(s, "{rows: 16, max_classes: 10}", make_prior),
+             "data.max_classes needs at least 2 rows per class: raise rows");
+  EXPECT_HAS(data_error(s, "{support_min: 0.8, support_max: 0.5}", make_prior),
+             "data.support_min and support_max must satisfy 0 < support_min <= support_max < 1");
+  EXPECT_EQ(data_error(s, "{tables: 3, validation_tables: 0, rows: 4, max_classes: 2}", make_prior), "(no error)");
+}
+
+TEST(TabularCsv, CsvSchemaRefusesValuesOutOfRangeOrChoices) {
+  const tt::Schema s = csv_schema();
+  const std::string csv = write("schema.csv", "a,y\n1,0\n2,1\n3,0\n4,1\n5,0\n6,1\n");
+  const std::string path = "{path: " + csv + ", ";
+  EXPECT_HAS(data_error(s, path + "impute: median}", make_csv), "data.impute must be one of none | mean, got 'median'");
+  EXPECT_HAS(data_error(s, path + "test_fraction: 1}", make_csv), "data.test_fraction must be in (0, 1), got 1");
+  EXPECT_HAS(data_error(s, path + "split_seed: 4294967296}", make_csv),
+             "data.split_seed must be in [0, 4294967295], got 4294967296");
+  EXPECT_HAS(data_error(s, path + "episodes: 0}", make_csv), "data.episodes must be >= 1, got 0");
+  EXPECT_HAS(data_error(s, "{label: y}", make_csv), "data.path is required: the CSV file to learn from");
+  EXPECT_EQ(data_error(s, path + "label: y, split_seed: 4294967295}", make_csv), "(no error)");
 }

@@ -2,10 +2,12 @@
 // query rows attend to support rows only, predictions are equivariant to relabelling the classes.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <yaml-cpp/yaml.h>
 
 #include "tabular_model.h"
 #include "table.h"
 #include "tt/error.h"
+#include "tt/options.h"
 
 using tt::tab::Shape;
 using tt::tab::TabularIcl;
@@ -243,4 +245,29 @@ TEST(TabularModel, QuantilePreprocessingIgnoresMonotoneTransformsAndMixedAverage
   EXPECT_FALSE(torch::allclose(s, q, 1e-4, 1e-6));
   m->set_ensemble(8, P::Mixed);  // one feature: only two distinct members
   EXPECT_TRUE(torch::allclose(m->predict_table(one.subset(ctx), one.subset(qs)), (s + q) / 2, 1e-6, 1e-9));
+}
+
+// The schema refuses a value out of its range or not among its choices, naming the option, what it
+// may be and the value; the check that compares two options stays in make_model. An unset shape
+// option is the preset's.
+TEST(TabularModel, SchemaRefusesBadValuesAndMakeModelTheInconsistentShape) {
+  auto build = [](const std::string& yaml) -> std::string {
+    try {
+      auto m = tt::tab::make_model(tt::Options::parse(YAML::Load(yaml), tt::tab::model_schema(), "model", "p.yaml"), {});
+      return m->describe();
+    } catch (const tt::Error& e) {
+      return e.what();
+    }
+  };
+  auto has = [](const std::string& text, const std::string& part) {
+    EXPECT_NE(text.find(part), std::string::npos) << text;
+  };
+  has(build("{preprocess: ranks}"), "model.preprocess must be one of standard | quantile | mixed, got 'ranks'");
+  has(build("{size: huge}"), "model.size must be one of small | large, got 'huge'");
+  const std::string narrow = build("{d_model: 8, n_heads: 2}");  // (core prints the bound 10 as "1e1" today)
+  has(narrow, "model.d_model must be >= ");
+  has(narrow, ", got 8");
+  has(build("{ensemble: 0}"), "model.ensemble must be >= 1, got 0");
+  has(build("{d_model: 30}"), "model.d_model (30) must be a multiple of n_heads (4)");
+  has(build("{d_model: 32, n_layers: 1}"), "max_features 32, d_cell 16, d_model 32, 1 layers, 4 heads, d_ff 192");
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <random>
 
+#include "table.h"  // kMaxClasses
 #include "tt/error.h"
 
 namespace tt::tab {
@@ -206,55 +207,35 @@ std::string PriorDataset::describe() const {
 }
 
 Schema prior_schema() {
+  using P = PriorOptions;
   return Schema()
-      .add("tables", Type::Int, "100000", "synthetic tables per epoch (each one example)")
-      .add("validation_tables", Type::Int, "64", "tables of a fixed validation set (0: none)")
-      .add("rows", Type::Int, "256", "rows per table (support + query)")
-      .add("min_features", Type::Int, "1", "fewest features of a table")
-      .add("max_features", Type::Int, "32", "most features (the batch is padded to this; the model's max_features must be >= it)")
-      .add("min_classes", Type::Int, "2", "fewest classes")
-      .add("max_classes", Type::Int, "10", "most classes (at most 10)")
-      .add("support_min", Type::Float, "0.3", "smallest share of a table's rows in its support set")
-      .add("support_max", Type::Float, "0.9", "largest share of a table's rows in its support set")
-      .add("linear_share", Type::Float, "0.2", "share of tables from a linear SCM")
-      .add("node_target_share", Type::Float, "0.3", "share of tables whose target is a node of the causal graph (else a random function of some features)")
-      .add("argmax_share", Type::Float, "0.3", "share of the feature-function tables (3+ classes) whose class is the argmax of one random function per class (else ordered bands of one)")
-      .add("warp_share", Type::Float, "0.3", "share of features observed through a random monotone warp (exp skew, power, quantile steps)")
-      .add("max_layers", Type::Int, "4", "deepest random MLP")
-      .add("max_width", Type::Int, "48", "widest random MLP layer");
+      .field("tables", &P::tables, 100000, "synthetic tables per epoch (each one example)").range(ge(1))
+      .field("validation_tables", &P::validation_tables, 64, "tables of a fixed validation set (0: none)").range(ge(0))
+      .field("rows", &P::rows, 256, "rows per table (support + query)").range(ge(4))
+      .field("min_features", &P::min_features, 1, "fewest features of a table").range(ge(1))
+      .field("max_features", &P::max_features, 32, "most features (the batch is padded to this; the model's max_features must be >= it)").range(ge(1))
+      .field("min_classes", &P::min_classes, 2, "fewest classes").range(ge(2), le(kMaxClasses))
+      .field("max_classes", &P::max_classes, 10, "most classes (at most 10, the model's class limit)").range(ge(2), le(kMaxClasses))
+      .field("support_min", &P::support_min, 0.3, "smallest share of a table's rows in its support set").range(gt(0), lt(1))
+      .field("support_max", &P::support_max, 0.9, "largest share of a table's rows in its support set").range(gt(0), lt(1))
+      .field("linear_share", &P::linear_share, 0.2, "share of tables from a linear SCM").range(ge(0), le(1))
+      .field("node_target_share", &P::node_target_share, 0.3, "share of tables whose target is a node of the causal graph (else a random function of some features)").range(ge(0), le(1))
+      .field("argmax_share", &P::argmax_share, 0.3, "share of the feature-function tables (3+ classes) whose class is the argmax of one random function per class (else ordered bands of one)").range(ge(0), le(1))
+      .field("warp_share", &P::warp_share, 0.3, "share of features observed through a random monotone warp (exp skew, power, quantile steps)").range(ge(0), le(1))
+      .field("max_layers", &P::max_layers, 4, "deepest random MLP").range(ge(1))
+      .field("max_width", &P::max_width, 48, "widest random MLP layer").range(ge(4));
 }
 
 Datasets make_prior(const Options& o, uint64_t seed) {
-  PriorOptions p;
-  p.rows = o.get_int("rows");
-  p.min_features = o.get_int("min_features");
-  p.max_features = o.get_int("max_features");
-  p.min_classes = o.get_int("min_classes");
-  p.max_classes = o.get_int("max_classes");
-  p.support_min = o.get_float("support_min");
-  p.support_max = o.get_float("support_max");
-  p.linear_share = o.get_float("linear_share");
-  p.node_target_share = o.get_float("node_target_share");
-  o.check(p.node_target_share >= 0 && p.node_target_share <= 1, "node_target_share", "must be between 0 and 1");
-  p.argmax_share = o.get_float("argmax_share");
-  o.check(p.argmax_share >= 0 && p.argmax_share <= 1, "argmax_share", "must be between 0 and 1");
-  p.warp_share = o.get_float("warp_share");
-  o.check(p.warp_share >= 0 && p.warp_share <= 1, "warp_share", "must be between 0 and 1");
-  p.max_layers = o.get_int("max_layers");
-  p.max_width = o.get_int("max_width");
-  o.check(p.rows >= 4, "rows", "must be at least 4");
-  o.check(p.min_features >= 1 && p.min_features <= p.max_features, "min_features", "must be between 1 and max_features");
-  o.check(p.min_classes >= 2 && p.min_classes <= p.max_classes, "min_classes", "must be between 2 and max_classes");
-  o.check(p.max_classes <= 10, "max_classes", "must be at most 10 (the model's class limit)");
+  const auto p = o.to<PriorOptions>();
+  o.check(p.min_features <= p.max_features, "min_features", "must be between 1 and max_features");
+  o.check(p.min_classes <= p.max_classes, "min_classes", "must be between 2 and max_classes");
   o.check(p.max_classes * 2 <= p.rows, "max_classes", "needs at least 2 rows per class: raise rows");
-  o.check(0 < p.support_min && p.support_min <= p.support_max && p.support_max < 1, "support_min",
+  o.check(p.support_min <= p.support_max, "support_min",
           "and support_max must satisfy 0 < support_min <= support_max < 1");
-  o.check(p.max_layers >= 1 && p.max_width >= 4, "max_layers", "must be >= 1 (and max_width >= 4)");
-  o.check(o.get_int("tables") > 0, "tables", "must be positive");
   Datasets d;
-  d.train = std::make_shared<PriorDataset>(p, o.get_int("tables"), seed);
-  if (o.get_int("validation_tables") > 0)
-    d.validation = std::make_shared<PriorDataset>(p, o.get_int("validation_tables"), mix(seed, 0xC0FFEE));
+  d.train = std::make_shared<PriorDataset>(p, p.tables, seed);
+  if (p.validation_tables > 0) d.validation = std::make_shared<PriorDataset>(p, p.validation_tables, mix(seed, 0xC0FFEE));
   return d;
 }
 

@@ -23,16 +23,20 @@
 
 namespace tt::tab {
 
+// tabular-prior's options. Their defaults, ranges and docs are declared once, in prior_schema();
+// code that draws tables without a pipeline starts from
+// Options::defaults(prior_schema(), "data").to<PriorOptions>().
 struct PriorOptions {
-  int64_t rows = 256;
-  int64_t min_features = 1, max_features = 32;
-  int64_t min_classes = 2, max_classes = 10;
-  double support_min = 0.3, support_max = 0.9;
-  double linear_share = 0.2;  // tables whose SCM is linear
-  double node_target_share = 0.3;  // tables whose target is a graph node (else a function of features)
-  double argmax_share = 0.3;  // feature-function tables with 3+ classes: class = argmax of C functions
-  double warp_share = 0.3;  // features observed through a random monotone warp
-  int64_t max_layers = 4, max_width = 48;
+  int64_t tables, validation_tables;  // make_prior: tables per epoch, and of the validation set
+  int64_t rows;
+  int64_t min_features, max_features;
+  int64_t min_classes, max_classes;
+  double support_min, support_max;
+  double linear_share;       // tables whose SCM is linear
+  double node_target_share;  // tables whose target is a graph node (else a function of features)
+  double argmax_share;       // feature-function tables with 3+ classes: class = argmax of C functions
+  double warp_share;         // features observed through a random monotone warp
+  int64_t max_layers, max_width;
 };
 
 // One table from the prior, drawn with `seed` (the same seed, the same table).

@@ -149,13 +149,12 @@ Table Table::subset(const std::vector<int64_t>& idx) const {
 }
 
 Table read_csv(const std::string& path, const CsvOptions& o) {
-  TT_CHECK_AS(ConfigError, o.impute == "none" || o.impute == "mean", "tabular: data.impute is '", o.impute,
-              "': use none (missing values are an error) or mean");
   Raw raw = read_raw(path);
   size_t label_col = raw.header.size() - 1;
-  if (!o.label.empty()) {
-    auto it = std::find(raw.header.begin(), raw.header.end(), o.label);
-    TT_CHECK_AS(ConfigError, it != raw.header.end(), "tabular: ", path, " has no column '", o.label,
+  const std::string label = o.label.value_or("");
+  if (!label.empty()) {
+    auto it = std::find(raw.header.begin(), raw.header.end(), label);
+    TT_CHECK_AS(ConfigError, it != raw.header.end(), "tabular: ", path, " has no column '", label,
                 "' (data.label); its columns are: ", list(raw.header));
     label_col = static_cast<size_t>(it - raw.header.begin());
   }
@@ -215,7 +214,7 @@ Table read_csv_like(const std::string& path, const Table& like, const CsvOptions
     cols.push_back(static_cast<size_t>(it - raw.header.begin()));
   }
   fill_features(raw, path, cols, o, t);
-  t.label_name = o.label.empty() ? like.label_name : o.label;
+  t.label_name = o.label.value_or("").empty() ? like.label_name : *o.label;
   auto lab = t.label_name.empty() ? raw.header.end() : std::find(raw.header.begin(), raw.header.end(), t.label_name);
   if (lab == raw.header.end() && t.label_name.empty() && raw.header.size() == cols.size() + 1) lab = raw.header.end() - 1;
   if (lab != raw.header.end()) {
@@ -307,10 +306,6 @@ std::vector<int64_t> approximate_mode(const std::vector<int64_t>& counts, int64_
 }  // namespace
 
 Split stratified_split(const Table& t, double test_fraction, uint64_t seed) {
-  TT_CHECK_AS(ConfigError, test_fraction > 0 && test_fraction < 1, "tabular: data.test_fraction is ", test_fraction,
-              ": it must be between 0 and 1");
-  TT_CHECK_AS(ConfigError, seed <= 0xFFFFFFFFull, "tabular: data.split_seed is ", seed,
-              ": it must be between 0 and 2^32 - 1 (numpy's and scikit-learn's seeds)");
   const int64_t n = t.rows;
   const int64_t C = t.classes();
   std::vector<std::vector<int64_t>> rows(static_cast<size_t>(C));  // each class's rows, ascending

@@ -3,6 +3,7 @@
 // label column (by name, or the last one). Labels may be any text; they become class ids
 // 0..C-1 in the sorted order of their values (numerically when all are numbers).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,10 +24,12 @@ struct Table {
   Table subset(const std::vector<int64_t>& rows) const;
 };
 
+// How a CSV is read. label and impute are tabular-csv's options (csv_schema in tabular_data.cpp
+// declares them with their defaults and allowed values).
 struct CsvOptions {
-  std::string label;          // label column name; "" = the last column
-  std::string impute = "none";  // none: a missing value is an error; mean: the column's mean
-  bool require_label = true;  // false (predict): a table without the label column is fine
+  std::optional<std::string> label;  // label column name; unset or "" = the last column
+  std::string impute;                // "mean": a missing value becomes the column's mean; else ("none") an error
+  bool require_label = true;         // false (predict): a table without the label column is fine
 };
 
 // Throws tt::ConfigError naming the file, line and column for: a missing file, an empty file or
@@ -45,6 +48,8 @@ Table read_csv_like(const std::string& path, const Table& like, const CsvOptions
 // largest remainder, each class's rows permuted by numpy's RandomState(seed)), so tt's figures
 // and a scikit-learn baseline are measured on the same test rows. Both lists ascending.
 // ConfigError when a class has fewer than 2 rows or a side would have fewer rows than classes.
+// test_fraction is in (0, 1) and seed in [0, 2^32 - 1] (numpy's seeds): tabular-csv's schema
+// refuses other values.
 struct Split {
   std::vector<int64_t> train, test;
 };

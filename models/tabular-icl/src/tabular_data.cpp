@@ -97,33 +97,36 @@ std::string EvalSet::describe() const {
 }
 
 Schema csv_schema() {
+  using C = CsvDataOptions;
+  // label and impute are members of the base CsvOptions: bound as CsvDataOptions's, as the others.
   return Schema()
-      .add("path", Type::String, "~", "the CSV file: a header row, numeric features, a label column")
-      .add("label", Type::String, "~", "the label column's name (default: the last column)")
-      .add("impute", Type::String, "none", "missing values (empty, NA, NaN, ?): none = an error, mean = the column's mean")
-      .add("test_fraction", Type::Float, "0.3", "share of each class held out for testing (stratified)")
-      .add("split_seed", Type::Int, "0", "seed of the stratified split")
-      .add("support_size", Type::Int, "256", "fine-tuning: support rows per episode (TabTune's support_size)")
-      .add("query_size", Type::Int, "64", "fine-tuning: query rows per episode (TabTune's query_size)")
-      .add("episodes", Type::Int, "64", "fine-tuning: episodes per epoch");
+      .field("path", &C::path, std::nullopt, "the CSV file: a header row, numeric features, a label column")
+      .field<C, std::optional<std::string>>("label", &CsvOptions::label, std::nullopt,
+                                            "the label column's name (default: the last column)")
+      .field<C, std::string>("impute", &CsvOptions::impute, "none",
+                             "missing values (empty, NA, NaN, ?): none = an error, mean = the column's mean")
+      .choices({"none", "mean"})
+      .field("test_fraction", &C::test_fraction, 0.3, "share of each class held out for testing (stratified)")
+      .range(gt(0), lt(1))
+      .field("split_seed", &C::split_seed, 0, "seed of the stratified split (numpy's and scikit-learn's seeds: < 2^32)")
+      .range(ge(0), le(4294967295.0))
+      .field("support_size", &C::support_size, 256, "fine-tuning: support rows per episode (TabTune's support_size)")
+      .range(ge(1))
+      .field("query_size", &C::query_size, 64, "fine-tuning: query rows per episode (TabTune's query_size)")
+      .range(ge(1))
+      .field("episodes", &C::episodes, 64, "fine-tuning: episodes per epoch").range(ge(1));
 }
 
 Datasets make_csv(const Options& o, uint64_t seed) {
-  o.check(o.is_set("path"), "path", "is required: the CSV file to learn from");
-  CsvOptions c;
-  c.label = o.is_set("label") ? o.get_string("label") : "";
-  c.impute = o.get_string("impute");
-  Table all = read_csv(o.get_string("path"), c);
-  const Split split = stratified_split(all, o.get_float("test_fraction"), static_cast<uint64_t>(o.get_int("split_seed")));
+  const auto c = o.to<CsvDataOptions>();
+  o.check(c.path.has_value(), "path", "is required: the CSV file to learn from");
+  Table all = read_csv(*c.path, c);
+  const Split split = stratified_split(all, c.test_fraction, static_cast<uint64_t>(c.split_seed));
   o.check(split.train.size() >= 2, "test_fraction", "leaves fewer than 2 training rows");
   auto train = std::make_shared<const Table>(all.subset(split.train));
   auto test = std::make_shared<const Table>(all.subset(split.test));
-  o.check(o.get_int("support_size") >= 1 && o.get_int("query_size") >= 1, "support_size",
-          "and query_size must be positive");
-  o.check(o.get_int("episodes") >= 1, "episodes", "must be positive");
   Datasets d;
-  d.train = std::make_shared<EpisodeDataset>(train, o.get_int("support_size"), o.get_int("query_size"),
-                                             o.get_int("episodes"), seed);
+  d.train = std::make_shared<EpisodeDataset>(train, c.support_size, c.query_size, c.episodes, seed);
   d.validation = std::make_shared<EvalSet>(train, test);
   return d;
 }

@@ -9,6 +9,8 @@
 //   validation: the test split with the training split as its context (EvalSet), which the
 //     model's evaluate() reads as a whole.
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "table.h"
 #include "tt/dataset.h"
@@ -48,6 +50,15 @@ class EvalSet : public Dataset {
 
  private:
   std::shared_ptr<const Table> context_, queries_;
+};
+
+// tabular-csv's options: how the file is read (CsvOptions: label, impute), the split and the
+// episodes. Their defaults, ranges and docs are declared once, in csv_schema().
+struct CsvDataOptions : CsvOptions {
+  std::optional<std::string> path;
+  double test_fraction;
+  int64_t split_seed;
+  int64_t support_size, query_size, episodes;
 };
 
 Schema csv_schema();

@@ -22,7 +22,6 @@ std::string Shape::to_string() const {
 
 Shape preset(const std::string& size) {
   Shape s;
-  if (size == "small") return s;
   if (size == "large") {  // TabICL's in-context transformer widths: 12 layers of 512, 4 heads, d_ff 1024
     s.max_features = 100;
     s.d_cell = 32;
@@ -32,7 +31,8 @@ Shape preset(const std::string& size) {
     s.d_ff = 1024;
     return s;
   }
-  TT_FAIL_AS(ConfigError, "model.size is '", size, "': use small (~0.38M parameters) or large (TabICL-like, ~28M)");
+  TT_CHECK(size == "small", "internal: tabular-icl has no preset '", size, "' (model_schema's choices: small, large)");
+  return s;
 }
 
 // ---------------------------------------------------------------- block
@@ -57,9 +57,6 @@ at::Tensor IclBlock::forward(const at::Tensor& x) {
 
 TabularIcl::TabularIcl(const Shape& s, std::shared_ptr<const Table> context, int64_t eval_chunk)
     : s_(s), mask_(std::make_shared<SupportMask>()), context_(std::move(context)), eval_chunk_(eval_chunk) {
-  TT_CHECK_AS(ConfigError, s.d_model % s.n_heads == 0, "model.d_model (", s.d_model, ") must be a multiple of n_heads (",
-              s.n_heads, ")");
-  TT_CHECK_AS(ConfigError, s.d_model >= kMaxClasses, "model.d_model must be at least ", kMaxClasses);
   cell = register_module("cell", tt::nn::Linear(2, s.d_cell));
   row = register_module("row", tt::nn::Linear(s.max_features * s.d_cell, s.d_model));
   label = register_module("label", tt::nn::Linear(s.d_model, s.d_model));
@@ -268,7 +265,7 @@ std::map<std::string, double> TabularIcl::evaluate(Dataset& data, int64_t batch_
 void TabularIcl::predict(const std::filesystem::path& input, const std::filesystem::path& output) {
   TT_CHECK_AS(ConfigError, context_, "tabular-icl: --predict needs a training table as context: run it with the "
               "tabular-csv dataset (the pipeline's data.path), not the synthetic prior");
-  CsvOptions o;
+  CsvOptions o = Options::defaults(csv_schema(), "data").to<CsvDataOptions>();  // the file's label column, impute: none
   o.require_label = false;
   Table q = read_csv_like(input.string(), *context_, o);
   at::Tensor p = predict_table(*context_, q).contiguous();
@@ -304,35 +301,35 @@ std::string TabularIcl::describe() const {
 }
 
 Schema model_schema() {
+  using M = ModelOptions;
   return Schema()
-      .add("size", Type::String, "small", "preset: small (~0.38M parameters, pretrains in minutes on a CPU) or large (TabICL-like)")
-      .add("max_features", Type::Int, "~", "features a table may have (padded and masked up to it); preset's when unset")
-      .add("d_cell", Type::Int, "~", "per-feature embedding width")
-      .add("d_model", Type::Int, "~", "row representation width")
-      .add("n_layers", Type::Int, "~", "in-context transformer blocks")
-      .add("n_heads", Type::Int, "~", "attention heads")
-      .add("d_ff", Type::Int, "~", "MLP width")
-      .add("eval_chunk", Type::Int, "1024", "query rows per forward pass at evaluation and prediction")
-      .add("ensemble", Type::Int, "8", "evaluation and prediction: average over this many members (feature orders, and preprocessings when mixed; 1: the file's order only)")
-      .add("preprocess", Type::String, "standard", "evaluation and prediction: standard (values standardized by the support rows), quantile (each feature through the context's empirical CDF onto a normal) or mixed (members alternate)");
+      .field("size", &M::size, "small", "preset: small (~0.38M parameters, pretrains in minutes on a CPU) or large (TabICL-like, ~28M)")
+      .choices({"small", "large"})
+      .field("max_features", &M::max_features, std::nullopt, "features a table may have (padded and masked up to it); preset's when unset").range(ge(1))
+      .field("d_cell", &M::d_cell, std::nullopt, "per-feature embedding width").range(ge(1))
+      .field("d_model", &M::d_model, std::nullopt, "row representation width (the readout's values are the 10 classes' one-hot labels)").range(ge(kMaxClasses))
+      .field("n_layers", &M::n_layers, std::nullopt, "in-context transformer blocks").range(ge(1))
+      .field("n_heads", &M::n_heads, std::nullopt, "attention heads (d_model must be a multiple)").range(ge(1))
+      .field("d_ff", &M::d_ff, std::nullopt, "MLP width").range(ge(1))
+      .field("eval_chunk", &M::eval_chunk, 1024, "query rows per forward pass at evaluation and prediction").range(ge(1))
+      .field("ensemble", &M::ensemble, 8, "evaluation and prediction: average over this many members (feature orders, and preprocessings when mixed; 1: the file's order only)").range(ge(1))
+      .field("preprocess", &M::preprocess, "standard", "evaluation and prediction: standard (values standardized by the support rows), quantile (each feature through the context's empirical CDF onto a normal) or mixed (members alternate)")
+      .choices({"standard", "quantile", "mixed"});
 }
 
 std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
-  Shape s = preset(o.get_string("size"));
-  auto take = [&](const char* key, int64_t& field) {
-    if (o.is_set(key)) {
-      field = o.get_int(key);
-      o.check(field > 0, key, "must be positive");
-    }
+  const auto mo = o.to<ModelOptions>();
+  Shape s = preset(mo.size);
+  auto take = [](const std::optional<int64_t>& value, int64_t& field) {  // unset: the preset's
+    if (value) field = *value;
   };
-  take("max_features", s.max_features);
-  take("d_cell", s.d_cell);
-  take("d_model", s.d_model);
-  take("n_layers", s.n_layers);
-  take("n_heads", s.n_heads);
-  take("d_ff", s.d_ff);
-  o.check(o.get_int("eval_chunk") > 0, "eval_chunk", "must be positive");
-  o.check(o.get_int("ensemble") >= 1, "ensemble", "must be at least 1");
+  take(mo.max_features, s.max_features);
+  take(mo.d_cell, s.d_cell);
+  take(mo.d_model, s.d_model);
+  take(mo.n_layers, s.n_layers);
+  take(mo.n_heads, s.n_heads);
+  take(mo.d_ff, s.d_ff);
+  o.check(s.d_model % s.n_heads == 0, "d_model", detail::cat("(", s.d_model, ") must be a multiple of n_heads (", s.n_heads, ")"));
   std::shared_ptr<const Table> context;
   if (auto* ev = dynamic_cast<EvalSet*>(data.validation.get())) context = ev->shared_context();
   for (const auto& d : {data.train, data.validation}) {
@@ -340,18 +337,15 @@ std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
     const auto info = d->info();
     for (const char* key : {"features", "max_features"}) {
       auto it = info.find(key);
-      if (it != info.end() && it->second > s.max_features)
-        TT_FAIL_AS(ConfigError, "tabular-icl: the data (", d->describe(), ") has ", it->second,
-                   " features; model.max_features is ", s.max_features,
-                   ": drop columns, or use a model pretrained with a larger max_features");
+      if (it != info.end())
+        o.check(it->second <= s.max_features, "max_features",
+                detail::cat("is ", s.max_features, " but the data (", d->describe(), ") has ", it->second,
+                            " features: drop columns, or use a model pretrained with a larger max_features"));
     }
   }
-  auto m = std::make_shared<TabularIcl>(s, context, o.get_int("eval_chunk"));
-  const std::string pre = o.get_string("preprocess");
-  o.check(pre == "standard" || pre == "quantile" || pre == "mixed", "preprocess",
-          "must be standard, quantile or mixed, got '" + pre + "'");
-  m->set_ensemble(o.get_int("ensemble"), pre == "standard"   ? TabularIcl::Preprocess::Standard
-                                         : pre == "quantile" ? TabularIcl::Preprocess::Quantile
+  auto m = std::make_shared<TabularIcl>(s, context, mo.eval_chunk);
+  m->set_ensemble(mo.ensemble, mo.preprocess == "standard"   ? TabularIcl::Preprocess::Standard
+                               : mo.preprocess == "quantile" ? TabularIcl::Preprocess::Quantile
                                                              : TabularIcl::Preprocess::Mixed);
   return m;
 }

@@ -25,6 +25,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "table.h"
@@ -40,6 +41,15 @@ struct Shape {
   std::string to_string() const;
 };
 Shape preset(const std::string& size);  // "small" (~0.3M parameters) or "large" (TabICL-like widths)
+
+// tabular-icl's options. Their defaults, ranges and docs are declared once, in model_schema(); the
+// shape's fields are unset unless the pipeline overrides the preset's value.
+struct ModelOptions {
+  std::string size;  // the preset
+  std::optional<int64_t> max_features, d_cell, d_model, n_layers, n_heads, d_ff;
+  int64_t eval_chunk, ensemble;
+  std::string preprocess;
+};
 
 // What every block's attention masks with: true for the support rows of the current forward.
 struct SupportMask {
