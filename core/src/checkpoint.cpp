@@ -45,7 +45,7 @@ void save_archive_atomic(torch::serialize::OutputArchive& archive, const fs::pat
   fs::create_directories(dir);
   const fs::path tmp = dir / ("." + path.filename().string() + ".tmp");
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  TT_CHECK(fd >= 0, "cannot write checkpoint ", tmp.string(), ": ", std::strerror(errno));
+  TT_CHECK_AS(WriteError, fd >= 0, "cannot write checkpoint ", tmp.string(), ": ", std::strerror(errno));
   const int index = ++g_writes;
   int64_t crash_after = -1;
   const bool crash = crash_plan(index, crash_after);
@@ -80,7 +80,8 @@ void save_archive_atomic(torch::serialize::OutputArchive& archive, const fs::pat
   ::close(fd);
   if (!error.empty()) {
     fs::remove(tmp);
-    TT_FAIL("cannot write checkpoint ", path.string(), ": ", error, " (disk full? the previous checkpoint is kept)");
+    TT_FAIL_AS(WriteError, "cannot write checkpoint ", path.string(), ": ", error,
+               " (disk full? the previous checkpoint is kept)");
   }
   fs::rename(tmp, path);
   fsync_dir(dir);

@@ -73,7 +73,8 @@ void Registry::add_model(std::string n, std::string d, Schema s, ModelFactory f)
   if (!s.find("init_average"))
     s.add("init_average", Type::Int, "1",
           "with init_from a run directory: the mean of the weights of its newest N checkpoints (checkpoint "
-          "averaging, as fairseq's average_checkpoints; 1: the newest alone)");
+          "averaging, as fairseq's average_checkpoints; 1: the newest alone)")
+        .range(ge(1));
   add_to(models_, Kind::Model, Component<ModelFactory>{std::move(n), std::move(d), std::move(s), std::move(f), origin_});
 }
 void Registry::add_dataset(std::string n, std::string d, Schema s, DatasetFactory f) {

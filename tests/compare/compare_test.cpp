@@ -129,7 +129,9 @@ TEST(Compare, ACrashingVariantIsReportedWhileTheOthersComplete) {
     std::getline(ss, name, ',');
     std::getline(ss, status, ',');
     std::getline(ss, peak, ',');
-    if (status == "ok") EXPECT_EQ(std::stoll(peak), v[name]["peak_tensor_bytes"].get<int64_t>()) << line;
+    if (status == "ok") {
+      EXPECT_EQ(std::stoll(peak), v[name]["peak_tensor_bytes"].get<int64_t>()) << line;
+    }
   }
   EXPECT_EQ(rows, 4);
   EXPECT_TRUE(fs::exists(c.dir / "crash" / "baseline.yaml"));

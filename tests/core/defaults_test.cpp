@@ -96,6 +96,58 @@ TEST(Defaults, EverySchemaResolvesItsDefaults) {
   EXPECT_GE(schemas, 20);
 }
 
+// Every number a shipped component (and the trainer) takes declares the values it may have, so a
+// pipeline is refused at the line that gives -3 threads or a negative clip, not run with it. A
+// seed is the exception: every integer is one.
+TEST(Defaults, EveryNumberDeclaresItsRangeAndOptimizersTheirStateBytes) {
+  auto& reg = with_all_modules();
+  std::vector<std::string> missing;
+  auto check = [&](const tt::Schema& schema, const std::string& context) {
+    for (const auto& spec : schema.specs()) {
+      const bool number = spec.type == tt::Type::Int || spec.type == tt::Type::Float || spec.type == tt::Type::Bytes;
+      if (number && !spec.range.min && !spec.range.max && spec.key.find("seed") == std::string::npos)
+        missing.push_back(context + "." + spec.key);
+    }
+  };
+  int numbers = 0;
+  for (auto kind : {tt::Kind::Model, tt::Kind::Dataset, tt::Kind::Plugin, tt::Kind::Optimizer, tt::Kind::Schedule})
+    for (const auto& name : shipped(kind)) {
+      const auto* schema = [&]() -> const tt::Schema* {
+        for (const auto& e : reg.entries(kind))
+          if (e.name == name) return e.schema;
+        return nullptr;
+      }();
+      ASSERT_NE(schema, nullptr) << name;
+      for (const auto& spec : schema->specs()) numbers += spec.type == tt::Type::Int || spec.type == tt::Type::Float;
+      check(*schema, std::string(tt::kind_name(kind)) + " " + name);
+    }
+  check(tt::trainer_schema(), "trainer");
+  EXPECT_TRUE(missing.empty()) << "numbers without a range: " << ::testing::PrintToString(missing);
+  EXPECT_GE(numbers, 60);
+  for (const auto& name : shipped(tt::Kind::Optimizer)) {
+    const auto& c = reg.optimizer(name);
+    ASSERT_TRUE(c.state_bytes) << name << " does not declare its state bytes";
+    const tt::Options defaults = tt::Options::defaults(c.schema, "optimizer");
+    auto w = torch::ones({256}).requires_grad_();
+    auto opt = c.factory({w}, defaults);
+    w.mutable_grad() = torch::ones({256});
+    opt->step();
+    int64_t held = 0;  // what the optimizer keeps after a step, in the tensors of its state
+    for (const auto& [key, state] : opt->state()) {
+      (void)key;
+      if (auto* a = dynamic_cast<torch::optim::AdamWParamState*>(state.get()))
+        held += a->exp_avg().nbytes() + a->exp_avg_sq().nbytes() +
+                (a->max_exp_avg_sq().defined() ? a->max_exp_avg_sq().nbytes() : 0);
+      else if (auto* b = dynamic_cast<torch::optim::AdamParamState*>(state.get()))
+        held += b->exp_avg().nbytes() + b->exp_avg_sq().nbytes() +
+                (b->max_exp_avg_sq().defined() ? b->max_exp_avg_sq().nbytes() : 0);
+      else if (auto* m = dynamic_cast<torch::optim::SGDParamState*>(state.get()))
+        held += m->momentum_buffer().defined() ? m->momentum_buffer().nbytes() : 0;
+    }
+    EXPECT_EQ(c.state_bytes(defaults, static_cast<int64_t>(w.nbytes())), held) << name;
+  }
+}
+
 TEST(Defaults, PluginsBuildFromDefaultsAlone) {
   auto& reg = with_all_modules();
   for (const auto& name : shipped(tt::Kind::Plugin)) {

@@ -247,7 +247,7 @@ TEST(Options, TrainerSchemaRefusesValuesOutsideTheirRanges) {
     }
     return std::string();
   };
-  EXPECT_EQ(error("threads: -3"), "p.yaml:1:10: trainer.threads must be >= 0, got -3");
+  EXPECT_EQ(error("threads: -3"), "p.yaml:1:10: trainer.threads must be in [0, 1024], got -3");
   EXPECT_EQ(error("grad_clip: -1"), "p.yaml:1:12: trainer.grad_clip must be > 0, got -1");
   EXPECT_EQ(error("checkpoint_every: -1"), "p.yaml:1:19: trainer.checkpoint_every must be >= 0, got -1");
   EXPECT_EQ(error("keep_checkpoints: -2"), "p.yaml:1:19: trainer.keep_checkpoints must be >= 0, got -2");

@@ -110,9 +110,10 @@ namespace {
 // A plugin registered in-process (no module file): a scalar list entry with an option.
 void register_dtype_plugin() {
   static const bool once = [] {
-    tt::Registry::global().add_plugin("pipeline-test-dtype", "a plugin with one option, for override tests",
-                                      tt::Schema().add("dtype", tt::Type::String, "bf16", "bf16 or fp16"),
-                                      [](const tt::Options&) { return std::make_unique<tt::Plugin>(); });
+    for (const char* name : {"pipeline-test-dtype", "pipeline-test-dtype-b"})
+      tt::Registry::global().add_plugin(name, "a plugin with one option, for override tests",
+                                        tt::Schema().add("dtype", tt::Type::String, "bf16", "bf16 or fp16"),
+                                        [](const tt::Options&) { return std::make_unique<tt::Plugin>(); });
     return true;
   }();
   (void)once;
@@ -131,12 +132,12 @@ std::string dotted_error(YAML::Node root, const std::string& key, const std::str
 // The pipeline's overrides: a scalar list entry addressed with a sub-key becomes {name, key}.
 TEST(Pipeline, OverrideIntoAScalarListEntryMakesItAComponentMap) {
   register_dtype_plugin();
-  const std::string yaml = "model: topic\ndata: topic-synthetic\nplugins: [pipeline-test-dtype, pipeline-test-dtype]\n";
+  const std::string yaml = "model: topic\ndata: topic-synthetic\nplugins: [pipeline-test-dtype, pipeline-test-dtype-b]\n";
   auto p = tt::parse_pipeline(yaml, "p.yaml", {"plugins.1.dtype=fp16"});
   ASSERT_EQ(p.plugins.size(), 2u);
   EXPECT_EQ(p.plugins[0].name, "pipeline-test-dtype");
   EXPECT_EQ(p.plugins[0].options.get_string("dtype"), "bf16");  // untouched: still the scalar, defaults
-  EXPECT_EQ(p.plugins[1].name, "pipeline-test-dtype");
+  EXPECT_EQ(p.plugins[1].name, "pipeline-test-dtype-b");
   EXPECT_EQ(p.plugins[1].options.get_string("dtype"), "fp16");
   // a whole entry replaced by index, then reached into
   auto q = tt::parse_pipeline("model: topic\ndata: topic-synthetic\nplugins: [pipeline-test-dtype]\n", "p.yaml",

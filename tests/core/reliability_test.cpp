@@ -120,7 +120,7 @@ TEST(Reliability, ARunDirectoryThatHoldsARunIsNotReusedByAnotherRun) {
   auto r = run(cmd + " trainer.max_steps=4");
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find("the run directory " + (dir / "r").string() +
-                          " already holds a run (summary.json, metrics.jsonl, pipeline.yaml, 1 checkpoint)"),
+                          " already holds a run (summary.json, metrics.jsonl, 1 checkpoint)"),
             std::string::npos) << r.output;
   EXPECT_NE(r.output.find("continue it with tt-run --resume " + (dir / "r").string()), std::string::npos) << r.output;
   EXPECT_EQ(read_file(dir / "r" / "metrics.jsonl"), metrics);  // untouched
@@ -128,6 +128,16 @@ TEST(Reliability, ARunDirectoryThatHoldsARunIsNotReusedByAnotherRun) {
   r = run(tt_run_bin() + " " + (dir / "p.yaml").string() + " -q output.run_name=r");
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find("or give another output.run_name"), std::string::npos) << r.output;
+  // a run that failed before its first step leaves nothing to keep: the next one may use its place
+  r = run(tt_run_bin() + " " + (dir / "p.yaml").string() + " -q --run-dir " + (dir / "bad").string() +
+          " optimizer.name=nosuch");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  r = run(tt_run_bin() + " " + (dir / "p.yaml").string() + " -q --run-dir " + (dir / "early").string() +
+          " model.init_average=2");  // fails in setup, after the directory is made
+  EXPECT_EQ(r.rc, 2) << r.output;
+  ASSERT_TRUE(fs::exists(dir / "early" / "summary.json")) << r.output;
+  r = run(tt_run_bin() + " " + (dir / "p.yaml").string() + " -q --run-dir " + (dir / "early").string());
+  EXPECT_EQ(r.rc, 0) << r.output;
   // resuming it is what works
   r = run(tt_run_bin() + " --resume " + (dir / "r").string() + " -q");
   EXPECT_EQ(r.rc, 0) << r.output;

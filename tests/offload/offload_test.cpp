@@ -292,7 +292,7 @@ TEST(OffloadPlugin, BadOptionsAreClearErrors) {
   };
   for (const Case& c : std::vector<Case>{
            {"[{name: offload, target: host}]", "use target: disk"},
-           {"[{name: offload, target: nvme}]", "must be disk or host"},
+           {"[{name: offload, target: nvme}]", "(offload).target must be one of disk | host, got 'nvme'"},
            {"[offload, adam8bit]", "'offload' must be listed after 'adam8bit'"},
        }) {
     auto r = lm.run("bad", c.plugins, "max_steps: 1");

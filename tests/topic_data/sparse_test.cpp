@@ -194,6 +194,14 @@ TEST(TopicText, CountsPruningAndVocabulary) {
   EXPECT_EQ(c.vocab.front(), "DOG");  // upper case sorts first
 }
 
+TEST(TopicText, ABinaryFileIsRefusedNamingItAndWhy) {
+  auto dir = tt::test::temp_dir("text");
+  std::string gz("\x1f\x8b\x08\x00\x00\x00\x00\x00", 8);
+  for (int i = 0; i < 3000; ++i) gz += static_cast<char>((i * 37 + 5) % 256);
+  EXPECT_HAS(config_error([&] { corpus_of(dir, gz, text_defaults()); }),
+             "corpus.txt is not a text file (a NUL byte at offset 3); give UTF-8 text, one document a line");
+}
+
 TEST(TopicText, TsvLabelsIdsAndTheDataset) {
   auto dir = tt::test::temp_dir("text");
   write_text(dir / "docs.tsv",

@@ -475,6 +475,39 @@ TEST(TextStream, BadInputsAreConfigErrorsNamingThePath) {
   EXPECT_EQ(epoch(five, 0), direct_windows("hello\n", 5, 5));
 }
 
+// A binary file given as text is refused before training, with the bytes tokenizer and a
+// SentencePiece one alike (the check reads the bytes, not the tokens).
+TEST(TextStream, ABinaryOrNonUtf8FileIsRefusedNamingItAndWhy) {
+  const auto dir = tt::test::temp_dir("text-binary");
+  std::string png = "\x89PNG\r\n\x1a\n";
+  png += std::string("\0\0\0\rIHDR", 8);
+  for (int i = 0; i < 4000; ++i) png += static_cast<char>((i * 73 + 11) % 256);
+  write_file(dir / "image.png", png);
+  const auto image = (dir / "image.png").string();
+  auto msg = config_error_message([&] { TextStream(opts({image}, 8), bytes(), "data.train"); });
+  EXPECT_NE(msg.find("data.train: " + image + " is not a text file (a NUL byte at offset 8); give UTF-8 text files"),
+            std::string::npos) << msg;
+  // Latin-1 text without a NUL: most bytes valid, but far more than a stray letter invalid
+  std::string latin1;
+  for (int i = 0; i < 200; ++i) latin1 += "Gr\xfc\xdf" "e aus K\xf6ln, sch\xf6ne Gr\xfc\xdf" "e.\n";
+  write_file(dir / "latin1.txt", latin1);
+  msg = config_error_message([&] { TextStream(opts({(dir / "latin1.txt").string()}, 8), bytes(), "data.train"); });
+  EXPECT_NE(msg.find("latin1.txt is not a text file ("), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bytes are not valid UTF-8"), std::string::npos) << msg;
+  // in a directory, the message says every file is read
+  write_file(dir / "corpus" / "a.txt", "some honest text\n");
+  write_file(dir / "corpus" / "b.bin", png);
+  msg = config_error_message([&] { TextStream(opts({(dir / "corpus").string()}, 8), bytes(), "data.train"); });
+  EXPECT_NE(msg.find("b.bin is not a text file"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("move the others out"), std::string::npos) << msg;
+  // UTF-8 text with a stray invalid byte still reads
+  std::string mostly = "caf\xc3\xa9 na\xc3\xafve \xe2\x80\x94 ";
+  for (int i = 0; i < 60; ++i) mostly += "plain words make up most of this file. ";
+  mostly += "\xff\n";
+  write_file(dir / "mostly.txt", mostly);
+  EXPECT_GT(TextStream(opts({(dir / "mostly.txt").string()}, 8), bytes(), "data.train").size(), 0);
+}
+
 TEST(TextStream, InfoAndDescribe) {
   const auto dir = tt::test::temp_dir("text-info");
   write_file(dir / "a.txt", std::string(1000, 'a') + "\n");

@@ -83,7 +83,7 @@ void PluginHost::fire(Event e, State& s) {
   } else {
     for (auto& p : plugins_) call(*p);
   }
-  for (auto& c : callbacks_) call(*c);
+  for (auto& c : callbacks_) c->on(e, s);  // tt's own: their errors speak for themselves
 }
 
 std::vector<std::unique_ptr<Scope>> PluginHost::enter_forward_scopes(State& s) {

@@ -29,6 +29,11 @@ namespace fs = std::filesystem;
 namespace tt {
 
 namespace {
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 // log.txt: each line written and flushed at once; the first failure (disk full) is kept for the
 // end of the run, which then fails naming the file, instead of spdlog's note on stderr.
 class LogFileSink final : public spdlog::sinks::base_sink<std::mutex> {
@@ -174,10 +179,14 @@ void make_run_dir(Run& run) {
   else if (out.is_set("run_name")) s.run_dir = fs::path(out.get_string("dir")) / out.get_string("run_name");
   else s.run_dir = timestamped_dir(out.get_string("dir"), run.pipeline.name);
   std::error_code ec;
-  if (!run.config.resume) {  // two runs in one directory would mix their checkpoints and metrics
+  if (!run.config.resume) {
+    // Two runs in one directory would mix their checkpoints and metrics. One that failed before
+    // its first step (a bad option) left nothing to keep: its directory is used again.
     std::vector<std::string> held;
-    for (const char* f : {"summary.json", "metrics.jsonl", "pipeline.yaml"})
-      if (fs::exists(s.run_dir / f, ec)) held.push_back(f);
+    const fs::path summary = s.run_dir / "summary.json", metrics = s.run_dir / "metrics.jsonl";
+    if (fs::exists(summary, ec) && read_text(summary).find("\"status\": \"failed\"") == std::string::npos)
+      held.push_back("summary.json");
+    if (fs::exists(metrics, ec) && fs::file_size(metrics, ec) > 0) held.push_back("metrics.jsonl");
     if (const size_t n = list_checkpoints(s.run_dir / "checkpoints").size())
       held.push_back(std::to_string(n) + " checkpoint" + (n == 1 ? "" : "s"));
     if (!held.empty()) {

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "tt/error.h"
+#include "tt/text_file.h"
 #include "tt/log.h"
 
 namespace tt::topic {
@@ -74,6 +76,16 @@ TextCorpus read_text_corpus(const std::string& path, const TextOptions& o) {
   const bool tsv = o.format == "tsv";
   std::unordered_set<std::string> stop;
   if (o.stopwords) stop.insert(english_stopwords().begin(), english_stopwords().end());
+
+  {  // a binary file would be read as lines of garbage words
+    std::ifstream head(path, std::ios::binary);
+    std::string bytes(65536, '\0');
+    head.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    bytes.resize(static_cast<size_t>(head.gcount()));
+    const std::string why = not_text_reason(bytes);
+    TT_CHECK_AS(ConfigError, why.empty(), path, " is not a text file (", why, "); give UTF-8 text, one document a line",
+                tsv ? " (id<TAB>label<TAB>text)" : "");
+  }
 
   // Pass over the file: every document as sorted (term, count) runs of provisional ids.
   Vocabulary voc;

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "tt/error.h"
+#include "tt/text_file.h"
 #include "tt/log.h"
 
 namespace tt::lm {
@@ -179,6 +180,10 @@ TextStream::TextStream(TextStreamOptions o, std::shared_ptr<Tokenizer> tokenizer
     int64_t offset = 0;
     do {
       read_chunk(reader, f, offset, c);
+      const std::string not_text = not_text_reason(c.text, offset);
+      TT_CHECK_AS(ConfigError, not_text.empty(), what_, ": ", files_[f], " is not a text file (", not_text,
+                  "); give UTF-8 text files",
+                  files_.size() > 1 ? " (every file under the directories given is read: move the others out)" : "");
       tokens_ += static_cast<int64_t>(tokenizer_->encode(c.text).size());
       chars_ += utf8_chars(c.text);
       offset = c.next_offset;

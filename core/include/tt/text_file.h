@@ -1,0 +1,17 @@
+#pragma once
+// Telling text from binary data, for the datasets that read text files: a model trained on the
+// bytes of an image or an archive learns nothing useful, and says nothing about it.
+#include <string>
+#include <string_view>
+
+#include "tt/export.h"
+
+namespace tt {
+
+// Why `bytes` (a file's first chunk, or any chunk of it) is not UTF-8 text: "a NUL byte at
+// offset 112", "31% of its 65536 bytes are not valid UTF-8"; empty when it is text. A few
+// invalid bytes (a stray Latin-1 letter) pass: more than 2% of the bytes, or a NUL, do not.
+// `offset` is where the chunk starts in its file, for the message.
+TT_API std::string not_text_reason(std::string_view bytes, int64_t offset = 0);
+
+}  // namespace tt

@@ -1,0 +1,58 @@
+#include "tt/text_file.h"
+
+#include <cstdint>
+#include <cstring>
+
+#include "tt/error.h"
+
+namespace tt {
+
+namespace {
+// Length of the valid UTF-8 sequence at s[i], or 0 when it is not one (overlong forms and
+// surrogates included, as the Unicode standard's table 3-7 defines them).
+size_t utf8_sequence(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<uint8_t>(s[k]); };
+  const uint8_t c = b(i);
+  if (c < 0x80) return 1;
+  size_t n = 0;
+  uint8_t lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) n = 2;
+  else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return s.size() - i;  // cut by the chunk's end: not counted against it
+  if (b(i + 1) < lo || b(i + 1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k)
+    if (b(i + k) < 0x80 || b(i + k) > 0xBF) return 0;
+  return n;
+}
+}  // namespace
+
+std::string not_text_reason(std::string_view bytes, int64_t offset) {
+  if (const void* nul = std::memchr(bytes.data(), 0, bytes.size()))
+    return detail::cat("a NUL byte at offset ", offset + (static_cast<const char*>(nul) - bytes.data()));
+  size_t invalid = 0;
+  for (size_t i = 0; i < bytes.size();) {
+    const size_t n = utf8_sequence(bytes, i);
+    if (n == 0) {
+      ++invalid;
+      ++i;
+    } else {
+      i += n;
+    }
+  }
+  if (invalid * 50 > bytes.size())
+    return detail::cat(invalid * 100 / bytes.size(), "% of its ", bytes.size(), " bytes",
+                       offset > 0 ? detail::cat(" from offset ", offset) : std::string(), " are not valid UTF-8");
+  return "";
+}
+
+}  // namespace tt
