@@ -50,4 +50,23 @@ grep -Eq "probe +[0-9]+ +grad-stats\(every 4\) @ micro 16 +[0-9.]+ ms/step" "$WO
   { cat "$WORK/recommend.log"; echo "FAIL: --recommend did not measure grad-stats(every 4)"; exit 1; }
 grep -q '"configuration": "grad-stats(every 4) @ micro 16"' "$WORK/rec-plan/recommend.json" ||
   { echo "FAIL: recommend.json has no grad-stats(every 4) configuration"; exit 1; }
-echo "template plugin built out of tree and ran: $n grad_l2 lines; --recommend weighed and measured grad-stats(every 4)"
+
+# The worked example of docs/plugins.md (an EMA of the weights) builds and runs the same way, and
+# its declared option range refuses a decay outside (0, 1).
+cp -r "$SRC/docs/examples/ema" "$WORK/ema"
+cmake -S "$WORK/ema" -B "$WORK/ema/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$WORK/prefix" "${launcher[@]}" > "$WORK/ema-configure.log"
+cmake --build "$WORK/ema/build" > "$WORK/ema-build.log" || { cat "$WORK/ema-build.log"; exit 1; }
+sed -e 's/name: grad-stats, every: 2/name: ema, decay: 0.9/' -e 's/run_name: r,/run_name: ema,/' \
+  "$WORK/pipeline.yaml" > "$WORK/ema.yaml"
+TT_PLUGIN_PATH="$WORK/ema/build/lib/tt" "$WORK/prefix/bin/tt-run" -q "$WORK/ema.yaml" > "$WORK/ema.log" 2>&1 ||
+  { cat "$WORK/ema.log"; exit 1; }
+test -s "$WORK/runs/ema/ema.pt" || { cat "$WORK/ema.log"; echo "FAIL: the ema example wrote no ema.pt"; exit 1; }
+if TT_PLUGIN_PATH="$WORK/ema/build/lib/tt" "$WORK/prefix/bin/tt-run" -q "$WORK/ema.yaml" plugins.0.decay=1.5 \
+  output.run_name=ema-bad > "$WORK/ema-bad.log" 2>&1; then
+  echo "FAIL: decay 1.5 was accepted"; exit 1
+fi
+grep -q "(ema).decay must be in (0, 1), got 1.5" "$WORK/ema-bad.log" || { cat "$WORK/ema-bad.log"; exit 1; }
+
+echo "template plugin built out of tree and ran: $n grad_l2 lines; --recommend weighed and measured grad-stats(every 4);" \
+  "the ema example built, ran and refused decay 1.5"

@@ -39,8 +39,10 @@ size_t utf8_sequence(std::string_view s, size_t i) {
 std::string not_text_reason(std::string_view bytes, int64_t offset) {
   if (const void* nul = std::memchr(bytes.data(), 0, bytes.size()))
     return detail::cat("a NUL byte at offset ", offset + (static_cast<const char*>(nul) - bytes.data()));
-  size_t invalid = 0;
-  for (size_t i = 0; i < bytes.size();) {
+  size_t invalid = 0, i = 0;
+  // a chunk of a file may begin inside a character: up to 3 continuation bytes are its tail
+  while (i < 3 && i < bytes.size() && (static_cast<uint8_t>(bytes[i]) & 0xC0) == 0x80) ++i;
+  for (; i < bytes.size();) {
     const size_t n = utf8_sequence(bytes, i);
     if (n == 0) {
       ++invalid;

@@ -295,7 +295,7 @@ TEST(Compare, BadSectionsAreClearErrors) {
   };
   for (const Case& k : std::vector<Case>{
            {"compare: {variants: {a: {plugins: [no-such-plugin]}}}\n", "variant 'a'"},
-           {"compare: {variants: {a: {}, b: {plugins: [checkpoint]}, a: {}}}\n", "'a' is named twice"},
+           {"compare: {variants: {a: {}, b: {plugins: [checkpoint]}, a: {}}}\n", "'a' appears twice in this map (first at "},
            {"compare: {variants: {a: {plugin: [checkpoint]}}}\n", "unknown key 'plugin'"},
            {"compare: {steps: 0, variants: {a: {}}}\n", "steps must be at least 1"},
            {"compare: {baseline: z, variants: {a: {}}}\n", "baseline 'z' is not a variant"},

@@ -71,7 +71,8 @@ std::string lm_yaml(const fs::path& dir, const std::string& trainer_extra, const
   std::ostringstream y;
   y << "name: lm-test\nseed: 1\n"
     << "data: {name: text, train: " << (dir / "train.txt").string() << ", validation: " << (dir / "val.txt").string()
-    << ", seq_len: 32, shuffle_buffer: 64, chunk_bytes: 4096" << data_extra << "}\n"
+    << (data_extra.find("seq_len") == std::string::npos ? ", seq_len: 32" : "")  // a key once per map
+    << ", shuffle_buffer: 64, chunk_bytes: 4096" << data_extra << "}\n"
     << "model: {name: transformer, sample_tokens: 20, " << model << "}\n"
     << "optimizer: {name: adamw, lr: 0.003}\n"
     << "trainer:\n  batch_size: 8\n  threads: 1\n  progress: off\n" << trainer_extra

@@ -11,7 +11,8 @@ namespace tt {
 // Why `bytes` (a file's first chunk, or any chunk of it) is not UTF-8 text: "a NUL byte at
 // offset 112", "31% of its 65536 bytes are not valid UTF-8"; empty when it is text. A few
 // invalid bytes (a stray Latin-1 letter) pass: more than 2% of the bytes, or a NUL, do not.
-// `offset` is where the chunk starts in its file, for the message.
+// A chunk may begin or end inside a character (those bytes are not counted). `offset` is where
+// the chunk starts in its file, for the message.
 TT_API std::string not_text_reason(std::string_view bytes, int64_t offset = 0);
 
 }  // namespace tt

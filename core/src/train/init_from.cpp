@@ -18,19 +18,19 @@ namespace tt {
 
 void init_model_from(Run& run, const std::string& from, int64_t average) {
   Model& model = *run.state.model;
+  const Options& M = run.pipeline.model.options;  // its messages name the pipeline's line
   const fs::path src = from;
-  TT_CHECK_AS(ConfigError, average >= 1, "model.init_average: must be at least 1 (got ", average, ")");
   std::vector<fs::path> files;
   if (fs::is_directory(src)) {
     files = list_checkpoints(fs::is_directory(src / "checkpoints") ? src / "checkpoints" : src);
-    TT_CHECK_AS(ConfigError, !files.empty(), "model.init_from: ", from,
-                " has no checkpoints (checkpoints/step-*.pt); train it with trainer.checkpoint_every, or name a "
-                "checkpoint file");
+    M.check(!files.empty(), "init_from",
+            from + " has no checkpoints (checkpoints/step-*.pt); train it with trainer.checkpoint_every, or name a "
+                   "checkpoint file");
   } else {
-    TT_CHECK_AS(ConfigError, fs::is_regular_file(src), "model.init_from: ", from,
-                " does not exist (give a run directory or a checkpoint file)");
-    TT_CHECK_AS(ConfigError, average == 1, "model.init_average: ", average, " needs model.init_from to be a run ",
-                "directory with that many checkpoints, not the file ", from);
+    M.check(fs::is_regular_file(src), "init_from", from + " does not exist (give a run directory or a checkpoint file)");
+    M.check(average == 1, "init_average",
+            std::to_string(average) + " needs init_from to be a run directory with that many checkpoints, not the file " +
+                from);
     files.push_back(src);
   }
   std::string failures;
@@ -58,8 +58,9 @@ void init_model_from(Run& run, const std::string& from, int64_t average) {
       std::string what = e.what();
       mismatch = what.substr(0, what.find('\n'));
     }
-    TT_CHECK_AS(ConfigError, mismatch.empty(), "model.init_from: ", it->string(), " does not fit this model (",
-                mismatch, "): use the model settings of the run that wrote it (its pipeline.yaml)");
+    M.check(mismatch.empty(), "init_from",
+            it->string() + " does not fit this model (" + mismatch +
+                "): use the model settings of the run that wrote it (its pipeline.yaml)");
     used.push_back(*it);
     if (average == 1) break;
     torch::NoGradGuard no_grad;
@@ -73,10 +74,10 @@ void init_model_from(Run& run, const std::string& from, int64_t average) {
       }
     }
   }
-  if (used.empty()) TT_FAIL_AS(ConfigError, "model.init_from: no readable checkpoint in ", from, ":", failures);
-  TT_CHECK_AS(ConfigError, static_cast<int64_t>(used.size()) == average, "model.init_average: ", average,
-              " checkpoints asked for, but ", from, " has ", used.size(), " readable ones",
-              failures.empty() ? std::string() : ":" + failures,
+  M.check(!used.empty(), "init_from", "has no readable checkpoint in " + from + ":" + failures);
+  M.check(static_cast<int64_t>(used.size()) == average, "init_average",
+          std::to_string(average) + " checkpoints asked for, but " + from + " has " + std::to_string(used.size()) +
+              " readable ones" + (failures.empty() ? std::string() : ":" + failures) +
               " (lower init_average, or keep more with trainer.keep_checkpoints when training it)");
   if (average == 1) {
     log().info("model weights from {}", used[0].string());

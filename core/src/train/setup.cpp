@@ -246,8 +246,8 @@ void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins) {
   if (p.model.options.is_set("init_from"))
     init_model_from(run, p.model.options.get_string("init_from"), p.model.options.get_int("init_average"));
   else
-    TT_CHECK_AS(ConfigError, p.model.options.get_int("init_average") == 1,
-                "model.init_average: averages the checkpoints of model.init_from, which is not set");
+    p.model.options.check(p.model.options.get_int("init_average") == 1, "init_average",
+                          "averages the checkpoints of init_from, which is not set");
   s.model->to(s.device);
   s.model->train();
 
