@@ -86,6 +86,8 @@ struct Context::Impl {
   // buffer (a flattened bucket) at an arbitrary point later in the step, where the meter would
   // count it against whatever was being measured (the optimizer state of the first step). Waits
   // until this thread holds the last reference, so the buffers die here, when their owner drops them.
+  // Gloo's (CPU) works only: NCCL's are released by its watchdog thread much later, and their
+  // buffers are device memory, measured by the device allocator's own figures.
   static void own_last_reference(const c10::intrusive_ptr<compat::Work>& work) {
     const auto until = Clock::now() + std::chrono::milliseconds(200);
     while (work.use_count() > 1 && Clock::now() < until) std::this_thread::yield();
@@ -93,12 +95,12 @@ struct Context::Impl {
 
   // Runs one collective and waits for it; c10d/Gloo failures (a peer gone, the timeout) become
   // tt::Error naming the operation.
-  void run(const char* op, const std::function<c10::intrusive_ptr<compat::Work>()>& start) {
+  void run(const char* op, const std::function<c10::intrusive_ptr<compat::Work>()>& start, bool cpu) {
     const auto t0 = Clock::now();
     try {
       auto work = start();
       work->wait();
-      own_last_reference(work);
+      if (cpu) own_last_reference(work);
     } catch (const c10::Error& e) {
       std::string what = e.what_without_backtrace();
       TT_FAIL("distributed ", op, " failed (another rank exited, or it did not answer within TT_DIST_TIMEOUT): ",
@@ -199,7 +201,7 @@ void Context::broadcast(std::vector<at::Tensor>& tensors, int root) {
     std::vector<at::Tensor> parts;
     for (size_t i : idx) parts.push_back(tensors[i].detach().reshape(-1));
     std::vector<at::Tensor> flat{at::cat(parts)};
-    impl_->run("broadcast", [&] { return impl_->pg_for(flat[0]).broadcast(flat, o); });
+    impl_->run("broadcast", [&] { return impl_->pg_for(flat[0]).broadcast(flat, o); }, flat[0].is_cpu());
     int64_t off = 0;
     at::NoGradGuard no_grad;
     for (size_t i : idx) {
@@ -212,14 +214,14 @@ void Context::broadcast(std::vector<at::Tensor>& tensors, int root) {
 
 void Context::all_reduce_sum(at::Tensor& t) {
   std::vector<at::Tensor> v{t};
-  impl_->run("all-reduce", [&] { return impl_->pg_for(t).allreduce(v); });
+  impl_->run("all-reduce", [&] { return impl_->pg_for(t).allreduce(v); }, t.is_cpu());
 }
 
 void Context::all_reduce_max(at::Tensor& t) {
   std::vector<at::Tensor> v{t};
   c10d::AllreduceOptions o;
   o.reduceOp = c10d::ReduceOp::MAX;
-  impl_->run("all-reduce (max)", [&] { return impl_->pg_for(t).allreduce(v, o); });
+  impl_->run("all-reduce (max)", [&] { return impl_->pg_for(t).allreduce(v, o); }, t.is_cpu());
 }
 
 void Context::all_reduce_sum_bucketed(std::vector<at::Tensor>& tensors, int64_t bucket_bytes) {
@@ -274,7 +276,7 @@ void Context::all_reduce_sum_bucketed(std::vector<at::Tensor>& tensors, int64_t 
   for (auto& bk : buckets) {
     try {
       bk.work->wait();
-      Impl::own_last_reference(bk.work);
+      if (bk.flat.is_cpu()) Impl::own_last_reference(bk.work);
     } catch (const std::exception& e) {
       std::string what = e.what();
       TT_FAIL("distributed gradient all-reduce failed (another rank exited, or it did not answer within "
@@ -301,7 +303,7 @@ at::Tensor Context::reduce_scatter_sum(const at::Tensor& input) {
     std::vector<std::vector<at::Tensor>> in(1);
     for (int64_t r = 0; r < w; ++r) in[0].push_back(flat.narrow(0, r * chunk, chunk).contiguous());
     std::vector<at::Tensor> out{at::empty({chunk}, flat.options())};
-    impl_->run("reduce-scatter", [&] { return impl_->pg_for(flat).reduce_scatter(out, in); });
+    impl_->run("reduce-scatter", [&] { return impl_->pg_for(flat).reduce_scatter(out, in); }, flat.is_cpu());
     return out[0];
   }
   // Gloo in LibTorch 1.13 has no reduce_scatter: an all-reduce (a ring's reduce-scatter plus
@@ -316,7 +318,7 @@ at::Tensor Context::all_gather(const at::Tensor& chunk) {
   std::vector<at::Tensor> in{chunk.contiguous().reshape(-1)};
   std::vector<std::vector<at::Tensor>> out(1);
   for (int64_t r = 0; r < w; ++r) out[0].push_back(at::empty_like(in[0]));
-  impl_->run("all-gather", [&] { return impl_->pg_for(in[0]).allgather(out, in); });
+  impl_->run("all-gather", [&] { return impl_->pg_for(in[0]).allgather(out, in); }, in[0].is_cpu());
   return at::cat(out[0]);
 }
 
