@@ -1,6 +1,5 @@
 #include "tt/checkpoint.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include <cstring>
 #include <regex>
 
+#include "atomic_file.h"
 #include "tt/error.h"
 
 namespace fs = std::filesystem;
@@ -30,61 +30,30 @@ bool crash_plan(int write_index, int64_t& after_bytes) {
   return true;
 }
 
-void fsync_dir(const fs::path& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
 }  // namespace
 
 void save_archive_atomic(torch::serialize::OutputArchive& archive, const fs::path& path) {
   const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
   fs::create_directories(dir);
-  const fs::path tmp = dir / ("." + path.filename().string() + ".tmp");
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  TT_CHECK_AS(WriteError, fd >= 0, "cannot write checkpoint ", tmp.string(), ": ", std::strerror(errno));
+  AtomicFile file(path);
   const int index = ++g_writes;
   int64_t crash_after = -1;
   const bool crash = crash_plan(index, crash_after);
-  int64_t written = 0;
-  std::string error;
   try {
-    // The writer must not throw: LibTorch's stream writer calls it again from its destructor
-    // (to end the zip) while an exception unwinds, which would terminate the process. A failed
-    // write is remembered, the rest discarded, and reported once the archive returns.
+    // LibTorch's stream writer calls the writer again from its destructor (to end the zip) while
+    // an exception unwinds: AtomicFile::write never throws, commit() reports.
     archive.save_to([&](const void* data, size_t n) -> size_t {
-      const char* p = static_cast<const char*>(data);
-      size_t left = error.empty() ? n : 0;
-      while (left > 0) {
-        size_t chunk = left;
-        if (crash && written + static_cast<int64_t>(chunk) > crash_after)
-          chunk = static_cast<size_t>(std::max<int64_t>(0, crash_after - written));
-        ssize_t w = chunk ? ::write(fd, p, chunk) : 0;
-        if (w < 0) {
-          if (errno == EINTR) continue;
-          error = std::string("write failed: ") + std::strerror(errno);
-          break;
-        }
-        written += w, p += w, left -= static_cast<size_t>(w);
-        if (crash && written >= crash_after) ::_exit(86);  // simulated crash mid-write
+      if (crash && file.written() + static_cast<int64_t>(n) >= crash_after) {
+        file.write(data, static_cast<size_t>(std::max<int64_t>(0, crash_after - file.written())));
+        ::_exit(86);  // simulated crash mid-write
       }
+      file.write(data, n);
       return n;
     });
   } catch (const std::exception& e) {
-    if (error.empty()) error = e.what();
+    file.fail(e.what());
   }
-  if (error.empty() && ::fsync(fd) != 0) error = std::string("fsync failed: ") + std::strerror(errno);
-  ::close(fd);
-  if (!error.empty()) {
-    fs::remove(tmp);
-    TT_FAIL_AS(WriteError, "cannot write checkpoint ", path.string(), ": ", error,
-               " (disk full? the previous checkpoint is kept)");
-  }
-  fs::rename(tmp, path);
-  fsync_dir(dir);
+  file.commit("cannot write checkpoint", "(disk full? the previous checkpoint is kept)");
 }
 
 at::Tensor bytes_to_tensor(const std::string& bytes) {

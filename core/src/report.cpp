@@ -1,6 +1,5 @@
 #include "tt/report.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "atomic_file.h"
 #include "tt/error.h"
 #include "tt/log.h"
 #include "tt/options.h"
@@ -23,32 +23,9 @@ namespace fs = std::filesystem;
 namespace tt {
 
 void write_file_atomic(const fs::path& path, const std::string& text) {
-  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-  const fs::path tmp = dir / ("." + path.filename().string() + ".tmp");
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) TT_FAIL_AS(WriteError, "cannot write ", path.string(), ": ", std::strerror(errno));
-  std::string error;
-  const char* p = text.data();
-  size_t left = text.size();
-  while (left > 0) {
-    const ssize_t w = ::write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      error = w < 0 ? std::strerror(errno) : "nothing written";
-      break;
-    }
-    p += w, left -= static_cast<size_t>(w);
-  }
-  if (error.empty() && ::fsync(fd) != 0) error = std::strerror(errno);
-  if (::close(fd) != 0 && error.empty()) error = std::strerror(errno);
-  std::error_code ec;
-  if (error.empty()) {
-    fs::rename(tmp, path, ec);
-    if (!ec) return;
-    error = ec.message();
-  }
-  fs::remove(tmp, ec);
-  TT_FAIL_AS(WriteError, "cannot write ", path.string(), ": ", error, " (is the disk full?)");
+  AtomicFile file(path);
+  file.write(text.data(), text.size());
+  file.commit("cannot write", "(is the disk full?)");
 }
 
 void MetricsFile::open(const fs::path& path, int64_t truncate_after_step) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 
 #include "train/checkpoints.h"
 #include "train/grad_sync.h"
@@ -29,9 +30,11 @@ namespace fs = std::filesystem;
 namespace tt {
 
 namespace {
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+// What a run directory's summary.json says the run ended as ("completed", "failed", ...), or "".
+std::string summary_status(const fs::path& summary) {
+  std::ifstream in(summary);
+  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("status") && j["status"].is_string() ? j["status"].get<std::string>() : "";
 }
 
 // log.txt: each line written and flushed at once; the first failure (disk full) is kept for the
@@ -184,8 +187,7 @@ void make_run_dir(Run& run) {
     // its first step (a bad option) left nothing to keep: its directory is used again.
     std::vector<std::string> held;
     const fs::path summary = s.run_dir / "summary.json", metrics = s.run_dir / "metrics.jsonl";
-    if (fs::exists(summary, ec) && read_text(summary).find("\"status\": \"failed\"") == std::string::npos)
-      held.push_back("summary.json");
+    if (fs::exists(summary, ec) && summary_status(summary) != "failed") held.push_back("summary.json");
     if (fs::exists(metrics, ec) && fs::file_size(metrics, ec) > 0) held.push_back("metrics.jsonl");
     if (const size_t n = list_checkpoints(s.run_dir / "checkpoints").size())
       held.push_back(std::to_string(n) + " checkpoint" + (n == 1 ? "" : "s"));
