@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "tt/error.h"
+#include "tt/yaml_util.h"
 #include "tt/report.h"
 
 namespace tt::child {
@@ -20,7 +21,9 @@ using nlohmann::json;
 
 YAML::Node load_yaml(const std::string& file) {
   try {
-    return YAML::LoadFile(file);
+    YAML::Node root = YAML::LoadFile(file);
+    check_unique_keys(root, file);
+    return root;
   } catch (const YAML::BadFile&) {
     TT_FAIL_AS(ConfigError, file, ": cannot read the file");
   } catch (const YAML::Exception& e) {
