@@ -1,30 +1,50 @@
 #!/usr/bin/env bash
-# One command from a fresh Debian 12 machine to a result:
+# One command from a fresh Debian 12 or 13 machine to a result:
 #   tools/setup.sh quickstart   install what is missing, build, run tt-run configs/quickstart.yaml
 #   tools/setup.sh test         install what is missing, build everything, run the test suite
 #   tools/setup.sh build        install what is missing and build everything
 # Re-running when nothing changed takes seconds: packages are checked, not reinstalled;
 # CMake configures once; ccache and ninja rebuild only what changed.
-# Environment: TT_BUILD_DIR (default build), TT_JOBS (default: all cores).
+#
+# Without a package manager (a GPU machine with a Python PyTorch, say):
+#   tools/setup.sh --deps DIR quickstart|test|build
+# takes the dependencies from a bundle made by tools/portable-deps.sh fetch DIR and installs
+# nothing; the machine needs a C++ compiler, CMake and ninja.
+#
+# LibTorch: Torch_DIR (a folder holding TorchConfig.cmake) when set; else Debian's (libtorch-dev,
+# installed when missing); with --deps, Debian's when installed, else the one inside python3's
+# PyTorch (torch.utils.cmake_prefix_path).
+# Environment: TT_BUILD_DIR (default build), TT_JOBS (default: all cores), Torch_DIR.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${TT_BUILD_DIR:-$ROOT/build}"
 JOBS="${TT_JOBS:-$(nproc)}"
+DEPS=""
+if [ "${1:-}" = "--deps" ]; then
+  [ -n "${2:-}" ] || { echo "usage: tools/setup.sh [--deps DIR] [quickstart|test|build]" >&2; exit 2; }
+  DEPS="$2"
+  shift 2
+fi
 MODE="${1:-quickstart}"
 
+TORCH_PACKAGES=(
+  libtorch-dev libopenblas0-openmp     # LibTorch (CPU); OpenBLAS or fp32 matmul is ~50x slower
+  libgloo-dev                          # c10d Gloo headers
+)
 PACKAGES=(
   g++ cmake ninja-build ccache make
-  libtorch-dev libopenblas0-openmp     # LibTorch 1.13 (CPU); OpenBLAS or fp32 matmul is ~50x slower
-  libgloo-dev                          # c10d Gloo headers
   libboost-dev libboost-filesystem-dev # Boost.DLL loads plugins
   libyaml-cpp-dev libspdlog-dev libcli11-dev nlohmann-json3-dev
   libsentencepiece-dev
   libgtest-dev libgmock-dev
   gnuplot-nox
 )
+[ -n "${Torch_DIR:-}" ] || PACKAGES+=("${TORCH_PACKAGES[@]}")
 # What only the tests need: files Python's torch and numpy write and read (Debian's, with its LibTorch).
 TEST_PACKAGES=(python3-torch)
+CMAKE_ARGS=()
+[ -z "${Torch_DIR:-}" ] || CMAKE_ARGS+=("-DTorch_DIR=$Torch_DIR")
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
@@ -44,10 +64,28 @@ install_packages() {
   "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
+# --deps: nothing is installed; the bundle's prefix and a LibTorch found here go to CMake.
+portable() {
+  local missing=() t
+  for t in c++ cmake ninja; do command -v "$t" >/dev/null || missing+=("$t"); done
+  [ ${#missing[@]} -eq 0 ] ||
+    { echo "setup: --deps needs a C++ compiler, CMake and ninja on PATH; missing: ${missing[*]}" >&2; exit 1; }
+  local prefix torch_prefix=""
+  prefix="$("$ROOT/tools/portable-deps.sh" prefix "$DEPS")"
+  if [ -z "${Torch_DIR:-}" ] && ! ls /usr/lib/*/cmake/Torch/TorchConfig.cmake >/dev/null 2>&1; then
+    torch_prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)" ||
+      { echo "setup: no LibTorch: set Torch_DIR to a folder holding TorchConfig.cmake, or install PyTorch for python3" >&2; exit 1; }
+    say "LibTorch of python3's PyTorch: $torch_prefix"
+  fi
+  # Debian's CMake files of 2022 declare old policy levels that CMake 4 refuses without this.
+  CMAKE_ARGS+=("-DTT_DEPS_PREFIX=$prefix/usr" "-DCMAKE_PREFIX_PATH=$prefix/usr${torch_prefix:+;$torch_prefix}"
+               -DCMAKE_POLICY_VERSION_MINIMUM=3.5)
+}
+
 configure() {
   if [ ! -f "$BUILD/build.ninja" ]; then
     say "configuring $BUILD"
-    cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTT_BUILD_TESTS=ON
+    cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTT_BUILD_TESTS=ON "${CMAKE_ARGS[@]}"
   fi
 }
 
@@ -58,9 +96,13 @@ build() {
   cmake --build "$BUILD" -j "$JOBS" "${targets[@]}"
 }
 
+install_or_check() {
+  if [ -n "$DEPS" ]; then portable; else install_packages "$@"; fi
+}
+
 case "$MODE" in
   quickstart)
-    install_packages "${PACKAGES[@]}"
+    install_or_check "${PACKAGES[@]}"
     configure
     build tt-run tt_model_topic
     say "tt-run configs/quickstart.yaml"
@@ -68,19 +110,19 @@ case "$MODE" in
     "$BUILD/bin/tt-run" configs/quickstart.yaml
     ;;
   test)
-    install_packages "${PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+    install_or_check "${PACKAGES[@]}" "${TEST_PACKAGES[@]}"
     configure
     build
     say "running the test suite"
     ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" --timeout 900
     ;;
   build)
-    install_packages "${PACKAGES[@]}"
+    install_or_check "${PACKAGES[@]}"
     configure
     build
     ;;
   *)
-    echo "usage: tools/setup.sh [quickstart|test|build]" >&2
+    echo "usage: tools/setup.sh [--deps DIR] [quickstart|test|build]" >&2
     exit 2
     ;;
 esac

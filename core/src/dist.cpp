@@ -157,7 +157,7 @@ Context::Context(const Env& env) : env_(env), impl_(std::make_unique<Impl>(env_)
     so.numWorkers = env.world_size;
     so.waitWorkers = true;
     so.timeout = env.timeout;
-    impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    impl_->store = compat::make_tcp_store(env.master_addr, so);
   } catch (const std::exception& e) {
     std::string what = e.what();
     what = what.substr(0, what.find('\n'));

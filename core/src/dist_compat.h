@@ -5,6 +5,8 @@
 // c10d::Backend and collectives return c10::intrusive_ptr<c10d::Work> as before; the calls tt
 // makes (broadcast, allreduce, allgather, reduce_scatter, barrier with vector arguments) keep
 // their signatures. NCCL is used only where LibTorch has CUDA and c10d was built with it.
+#include <string>
+
 #include "tt/compat.h"
 
 #ifndef USE_C10D_GLOO
@@ -30,6 +32,21 @@
 #define TT_DIST_GLOO_REDUCE_SCATTER TT_TORCH_AT_LEAST(2, 1)
 
 namespace tt::compat {
+// From 2.4 the TCPStore asks for libuv by default, and a LibTorch built without it (Debian's)
+// refuses ("use_libuv was requested but PyTorch was build without libuv support"): there the
+// store is made without it.
+inline c10::intrusive_ptr<c10d::TCPStore> make_tcp_store(const std::string& host, c10d::TCPStoreOptions options) {
+#if TT_TORCH_AT_LEAST(2, 4)
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(host, options);
+  } catch (const std::exception& e) {
+    if (!options.useLibUV || std::string(e.what()).find("libuv") == std::string::npos) throw;
+    options.useLibUV = false;
+  }
+#endif
+  return c10::make_intrusive<c10d::TCPStore>(host, options);
+}
+
 #if TT_TORCH_AT_LEAST(2, 0)
 using PgBase = c10d::Backend;
 #else

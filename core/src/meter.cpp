@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <map>
@@ -28,6 +29,7 @@
 #if TT_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
 #endif
 
 namespace tt {
@@ -214,9 +216,30 @@ double Meter::trace_time() const {
   return g_alloc ? std::chrono::duration<double>(std::chrono::steady_clock::now() - g_alloc->trace_t0).count() : 0.0;
 }
 
+#if TT_WITH_CUDA
+// On a GPU the cap is the caching allocator's memory fraction of the current device: beyond
+// it CUDA allocations fail with the out-of-memory error a full device raises. The fraction
+// counts what the allocator reserves (its cache included), the nearest CUDA has to live bytes.
+static void cap_device(int64_t bytes) {
+  if (c10::cuda::device_count() == 0) return;
+  const auto dev = c10::cuda::current_device();
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess || total_bytes == 0) {
+    (void)cudaGetLastError();
+    return;
+  }
+  const double fraction = bytes > 0 ? std::min(1.0, static_cast<double>(bytes) / static_cast<double>(total_bytes)) : 1.0;
+  if (bytes > 0) c10::cuda::CUDACachingAllocator::emptyCache();  // what is cached counts against the fraction
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, dev);
+}
+#else
+static void cap_device(int64_t) {}
+#endif
+
 void Meter::set_cap(int64_t bytes) {
   install();
   g_alloc->cap.store(bytes);
+  cap_device(bytes);
 }
 int64_t Meter::cap() const { return g_alloc ? g_alloc->cap.load() : 0; }
 void Meter::set_caching(bool on) {

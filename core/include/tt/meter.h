@@ -65,7 +65,8 @@ class TT_API Meter {
   std::vector<TraceEvent> stop_trace();
   double trace_time() const;  // seconds since start_trace (for marks on the timeline)
 
-  // Cap on live tensor bytes; 0 removes it.
+  // Cap on live tensor bytes; 0 removes it. On a CUDA device, also the caching allocator's
+  // memory fraction of the current device (a real CUDA out-of-memory error beyond it).
   void set_cap(int64_t bytes);
   int64_t cap() const;
 

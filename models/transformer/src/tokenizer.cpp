@@ -58,8 +58,13 @@ struct SentencePieceLib {
 
 const SentencePieceLib& sentencepiece() {
   static const SentencePieceLib lib = [] {
-    const char* const file = "libsentencepiece_train.so.0";  // and libsentencepiece.so.0, which it needs
-    void* handle = ::dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    // libsentencepiece.so.0 first, found through tt's run path where tools/setup.sh --deps put
+    // it: the trainer library needs it, and the loader searches its dependencies without the
+    // caller's run path, but takes one already loaded.
+    const char* const base = "libsentencepiece.so.0";
+    const char* const file = "libsentencepiece_train.so.0";
+    void* handle = ::dlopen(base, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    if (handle) handle = ::dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
     TT_CHECK(handle, "cannot load SentencePiece (", ::dlerror(),
              "): apt-get install libsentencepiece0 (Debian), or use tokenizer: bytes");
     const auto find = [&](const char* name) {

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# tools/gpu-check.sh end to end in its CPU-only dry mode, on this build: the dependency bundle
+# is made and unpacked, the build step finds everything built, the CUDA tests are run and
+# reported as skipped, the compare and topic benchmarks run on the CPU, and report.md says so.
+set -euo pipefail
+BUILD="$1"
+SRC="$2"
+WORK="$(mktemp -d /tmp/tt-gpu-check-XXXXXX)"
+trap 'rm -rf "$WORK"' EXIT
+
+# The bundle is kept beside the build: fetched once (apt-get download), then reused.
+TT_BUILD_DIR="$BUILD" TT_JOBS=2 "$SRC/tools/gpu-check.sh" --dry-run --deps "$BUILD/portable-deps" \
+  --out "$WORK/out" --tests '^Cuda\.' > "$WORK/log" 2>&1 || { cat "$WORK/log"; echo "FAIL: gpu-check.sh --dry-run failed"; exit 1; }
+R="$WORK/out/report.md"
+fail() { cat "$R"; echo "FAIL: $*"; exit 1; }
+for f in report.md machine.txt build.log tests.log tests.xml compare-lm.txt compare-lm.csv topic.txt; do
+  [ -s "$WORK/out/$f" ] || fail "no $f"
+done
+grep -q '^# tt GPU check (dry run: CPU only)' "$R" || fail "no title"
+grep -q '^setup.sh --deps: rc 0' "$R" || fail "the build step did not succeed"
+grep -q '100% tests passed' "$R" || fail "the tests did not pass"
+n=$(grep -cE '^Test +#[0-9]+: Cuda\.[A-Za-z0-9]+ .*Skipped' "$R" || true)
+[ "$n" -ge 7 ] || fail "expected the 7 Cuda tests reported as skipped, found $n"
+grep -qE '^baseline ' "$WORK/out/compare-lm.txt" || fail "no baseline row in the compare table"
+grep -q 'checkpoint' "$WORK/out/compare-lm.csv" || fail "no checkpoint variant in compare-lm.csv"
+grep -qE '^epoch 1 seconds [0-9.]+' "$R" || fail "no epoch time of the topic benchmark"
+grep -q 'NCCL across ranks needs two GPUs' "$R" || fail "the report does not say what was not run"
+echo "gpu-check dry run: ok"

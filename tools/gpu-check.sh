@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# One command that proves tt on a CUDA machine: builds tt in portable mode against python3's
+# PyTorch (or Torch_DIR), runs the whole test suite (the CUDA tests included), then the GPU
+# benchmarks, and writes one report.
+#
+#   tools/gpu-check.sh [--deps DIR] [--out DIR] [--budget SECONDS] [--topic N,M,K] [--dry-run]
+#
+#   --deps DIR      dependency bundle (tools/portable-deps.sh fetch DIR; default .deps/portable)
+#   --out DIR       where the report and logs go (default gpu-check-<date>)
+#   --budget S      stop starting new stages after S seconds (default: no limit); a stage
+#                   skipped for time is named in the report
+#   --topic N,M,K   the topic benchmark's shape (default 100000,100000,20: tinytopics' GPU
+#                   figure is for this shape); 0 skips it
+#   --tests REGEX   only the tests matching REGEX (default: the whole suite)
+#   --dry-run       on a machine without a GPU: the same stages on the CPU (CUDA tests skipped,
+#                   benchmarks on the CPU at small sizes), to test the mechanics
+# Data: the compare benchmark reads data/brown/brown_train.txt (tt-data fetch brown, run ahead:
+# a GPU machine may have no network) or ../shared/datasets/brown.
+# Output (at most 8 files): report.md, machine.txt, build.log, tests.log, tests.xml,
+# compare-lm.txt, compare-lm.csv, topic.txt.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DEPS="$ROOT/.deps/portable"
+OUT=""
+BUDGET=0
+TOPIC="100000,100000,20"
+DRY=0
+TESTS=""
+usage() { sed -n 5,14p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --deps) DEPS="${2:?--deps needs a folder}"; shift 2 ;;
+    --out) OUT="${2:?--out needs a folder}"; shift 2 ;;
+    --budget) BUDGET="${2:?--budget needs seconds}"; shift 2 ;;
+    --topic) TOPIC="${2:?--topic needs N,M,K or 0}"; shift 2 ;;
+    --tests) TESTS="${2:?--tests needs a regular expression}"; shift 2 ;;
+    --dry-run) DRY=1; shift ;;
+    -h|--help) usage ;;
+    *) echo "gpu-check: unknown argument '$1'" >&2; usage ;;
+  esac
+done
+OUT="${OUT:-$ROOT/gpu-check-$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$OUT" || { echo "gpu-check: cannot create $OUT" >&2; exit 1; }
+OUT="$(cd "$OUT" && pwd)"
+BUILD="${TT_BUILD_DIR:-$ROOT/build-gpu}"
+JOBS="${TT_JOBS:-$(nproc)}"
+START=$(date +%s)
+REPORT="$OUT/report.md"
+NOT_RUN=()
+
+say() { printf '\033[1m[gpu-check %4ds]\033[0m %s\n' "$(( $(date +%s) - START ))" "$*"; }
+elapsed() { echo $(( $(date +%s) - START )); }
+time_left() { [ "$BUDGET" -eq 0 ] || [ "$(elapsed)" -lt "$BUDGET" ]; }
+md() { printf '%s\n' "$@" >> "$REPORT"; }
+fence() { md '```'; cat >> "$REPORT"; md '```'; }
+
+[ -d /usr/local/cuda/bin ] && PATH="$PATH:/usr/local/cuda/bin"
+DEVICE=cuda
+if [ "$DRY" -eq 1 ]; then DEVICE=cpu; fi
+
+# --- the machine ---------------------------------------------------------------------------
+{
+  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "host: $(uname -srm)"
+  [ -r /etc/os-release ] && (. /etc/os-release; echo "os: $PRETTY_NAME")
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
+  echo "memory: $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
+  if command -v nvidia-smi >/dev/null; then
+    echo "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
+  else
+    echo "gpu: none (no nvidia-smi)"
+  fi
+  echo "python3 torch: $(python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 | tail -1)"
+  echo "nvcc: $(nvcc --version 2>/dev/null | tail -2 | head -1 || echo none)"
+  echo "c++: $(c++ --version 2>/dev/null | head -1 || echo none)"
+  echo "cmake: $(cmake --version 2>/dev/null | head -1 || echo none); ninja $(ninja --version 2>/dev/null || echo none)"
+} > "$OUT/machine.txt" 2>&1
+: > "$REPORT"
+md "# tt GPU check$([ "$DRY" -eq 1 ] && echo ' (dry run: CPU only)')" "" "## Machine"
+fence < "$OUT/machine.txt"
+cat "$OUT/machine.txt"
+
+# --- build ---------------------------------------------------------------------------------
+if [ ! -d "$DEPS/debs" ] && command -v apt-get >/dev/null; then
+  say "no dependency bundle at $DEPS: fetching one"
+  "$ROOT/tools/portable-deps.sh" fetch "$DEPS" > "$OUT/build.log" 2>&1
+fi
+say "building in $BUILD ($JOBS jobs)"
+t0=$(date +%s)
+TT_BUILD_DIR="$BUILD" TT_JOBS="$JOBS" "$ROOT/tools/setup.sh" --deps "$DEPS" build >> "$OUT/build.log" 2>&1
+BUILD_RC=$?
+if [ $BUILD_RC -ne 0 ] && [ -f "$BUILD/build.ninja" ]; then
+  # every error, not only the first target's
+  say "build failed (rc $BUILD_RC): building what can be built, to list every error"
+  cmake --build "$BUILD" -j "$JOBS" -- -k 0 >> "$OUT/build.log" 2>&1
+fi
+BUILD_S=$(( $(date +%s) - t0 ))
+WARN=$(grep -c 'warning:' "$OUT/build.log")
+ERR=$(grep -c 'error:' "$OUT/build.log")
+md "" "## Build" "" "setup.sh --deps: rc $BUILD_RC in ${BUILD_S} s; ${WARN} warning lines, ${ERR} error lines (build.log)."
+grep -E '^-- tt:|^-- Found Torch|CUDA' "$BUILD/CMakeFiles/CMakeOutput.log" >/dev/null 2>&1 || true
+grep -E '^-- (tt|Found Torch|Caffe2: CUDA)' "$OUT/build.log" | sort -u | fence
+if [ "$WARN" -gt 0 ] || [ "$ERR" -gt 0 ]; then
+  md "" "Distinct warnings and errors (first 40):"
+  grep -E 'warning:|error:' "$OUT/build.log" | sed -E 's/^[^ ]*\/(core|models|plugins|tools|tests)\//\1\//' | sort | uniq -c |
+    sort -rn | head -40 | fence
+fi
+say "build: rc $BUILD_RC in ${BUILD_S} s, $WARN warnings, $ERR errors"
+
+# --- tests: the CUDA ones first, alone on the device (their memory figures are not shared) ---
+TESTS_RC=-1
+CUDA_RC=0
+run_cuda_tests() {
+  [ -z "$TESTS" ] || return 0
+  say "the CUDA tests"
+  ctest --test-dir "$BUILD" -R '^(Cuda\.|Adam8bitCuda\.)' --output-on-failure --timeout 900 > "$OUT/tests.log" 2>&1
+  CUDA_RC=$?
+}
+run_suite() {
+  say "test suite ($JOBS jobs)"
+  local t0 rc
+  t0=$(date +%s)
+  if [ -z "$TESTS" ]; then
+    ctest --test-dir "$BUILD" -E '^(Cuda\.|Adam8bitCuda\.)' -j "$JOBS" --timeout 900 --output-on-failure \
+      --output-junit "$OUT/tests.xml" >> "$OUT/tests.log" 2>&1
+  else
+    ctest --test-dir "$BUILD" -R "$TESTS" -j "$JOBS" --timeout 900 --output-on-failure \
+      --output-junit "$OUT/tests.xml" >> "$OUT/tests.log" 2>&1
+  fi
+  rc=$?
+  TESTS_RC=$(( rc != 0 || CUDA_RC != 0 ))
+  TESTS_S=$(( $(date +%s) - t0 ))
+  md "" "## Tests" "" "ctest: rc $TESTS_RC (the CUDA tests: rc $CUDA_RC; the rest in ${TESTS_S} s; tests.log, tests.xml)."
+  grep -E 'tests passed|tests failed out of' "$OUT/tests.log" | fence
+  md "" "The CUDA tests:"
+  grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: (Cuda|Adam8bitCuda)\.' "$OUT/tests.log" | sed -E 's/^ *[0-9]+\/[0-9]+ //' | fence
+  if grep -qE '^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Not Run)' "$OUT/tests.log"; then
+    md "" "Failed:"
+    grep -E '^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Not Run)' "$OUT/tests.log" | fence
+  fi
+  md "" "Skipped:"
+  grep -E 'Skipped' "$OUT/tests.log" | grep -E 'Test +#' | sed -E 's/^ *[0-9]+\/[0-9]+ //' | sort -u | fence
+  say "tests: rc $TESTS_RC in ${TESTS_S} s"
+}
+: > "$OUT/tests.log"
+HAVE_TESTS=0
+[ -f "$BUILD/CTestTestfile.cmake" ] && HAVE_TESTS=1
+if [ $HAVE_TESTS -eq 1 ] && time_left; then run_cuda_tests; fi
+
+# --- benchmarks, then the rest of the suite ------------------------------------------------
+RUN="$BUILD/bin/tt-run"
+DATA="$ROOT/data/brown/brown_train.txt"
+[ -f "$DATA" ] || DATA="$ROOT/../shared/datasets/brown/brown_train.txt"
+if [ -x "$RUN" ] && [ -f "$DATA" ] && time_left; then
+  say "compare-lm on $DEVICE"
+  t0=$(date +%s)
+  cfg=configs/compare-lm-cuda.yaml
+  extra=(data.train="$DATA" output.dir="$BUILD/bench")
+  if [ "$DRY" -eq 1 ]; then
+    # the mechanics only: the CPU cannot run the CUDA variants; the same LM, small, three variants
+    cfg="$BUILD/bench/compare-lm-dry.yaml"
+    mkdir -p "$BUILD/bench"
+    sed -e 's/seq_len: 512/seq_len: 64/; s/d_model: 256/d_model: 64/; s/device: cuda/device: cpu/' \
+        -e 's/^  steps: .*/  steps: 2/; s/^  warmup_steps: .*/  warmup_steps: 1/' \
+        -e '/^    [a-z0-9+-]*: {plugins/{/^    \(checkpoint\|chunked\): /!d}' -e '/^    #/d' \
+        "$ROOT/configs/compare-lm-cuda.yaml" > "$cfg"
+  fi
+  (cd "$ROOT" && "$RUN" "$cfg" "${extra[@]}") > "$OUT/compare-lm.txt" 2>&1
+  CMP_RC=$?
+  CMP_S=$(( $(date +%s) - t0 ))
+  latest=$(ls -td "$BUILD"/bench/*compare* 2>/dev/null | head -1)
+  [ -n "$latest" ] && [ -f "$latest/compare.csv" ] && cp "$latest/compare.csv" "$OUT/compare-lm.csv"
+  md "" "## compare-lm on $DEVICE ($cfg)" "" "rc $CMP_RC in ${CMP_S} s (compare-lm.txt, compare-lm.csv)."
+  # the table: from its header line to the line naming compare.csv
+  awk '/^variant|^ *variant/ {on=1} on {print} /compare.csv/ {on=0}' "$OUT/compare-lm.txt" | fence
+  say "compare-lm: rc $CMP_RC in ${CMP_S} s"
+else
+  NOT_RUN+=("compare-lm ($([ -x "$RUN" ] || echo 'no tt-run; ')$([ -f "$DATA" ] || echo 'no data/brown/brown_train.txt: run tt-data fetch brown ahead; ')$(time_left || echo 'out of time'))")
+fi
+
+if [ $HAVE_TESTS -eq 1 ] && time_left; then
+  run_suite
+else
+  NOT_RUN+=("the test suite ($([ $HAVE_TESTS -eq 1 ] && echo 'out of time' || echo 'no build'))")
+fi
+
+if [ "$TOPIC" != "0" ] && [ -x "$RUN" ] && time_left; then
+  IFS=, read -r TN TM TK <<< "$TOPIC"
+  [ "$DRY" -eq 1 ] && { TN=2000; TM=1000; TK=10; }
+  TDIR="$BUILD/bench/topic-${TN}x${TM}"
+  say "topic model ${TN} x ${TM}, k $TK, from disk, on $DEVICE"
+  t0=$(date +%s)
+  {
+    if [ ! -f "$TDIR/X.npy" ]; then
+      "$BUILD/bin/tt-data" synth-topics --n "$TN" --m "$TM" --k "$TK" --avg-doc-length 256 --seed 42 --out "$TDIR"
+    fi
+    (cd "$ROOT" && "$RUN" configs/topic-disk.yaml data.path="$TDIR/X.npy" data.true_F="$TDIR/true_F.npy" \
+      model.k="$TK" trainer.device="$DEVICE" trainer.epochs=2 schedule.t0_epochs=2 \
+      trainer.checkpoint_every=0 output.dir="$BUILD/bench" --run-dir "$TDIR/run")
+  } > "$OUT/topic.txt" 2>&1
+  TOPIC_RC=$?
+  TOPIC_S=$(( $(date +%s) - t0 ))
+  md "" "## Topic model ${TN} x ${TM}, k ${TK}, from disk (configs/topic-disk.yaml), on $DEVICE" ""
+  md "rc $TOPIC_RC in ${TOPIC_S} s (topic.txt)."
+  if [ -f "$TDIR/run/summary.json" ]; then
+    python3 - "$TDIR/run/summary.json" "$TDIR/run/metrics.jsonl" <<'EOF' | fence
+import json, sys
+s = json.load(open(sys.argv[1]))
+epochs = [json.loads(l) for l in open(sys.argv[2]) if '"epoch_seconds"' in l]
+print("epochs:", s.get("epochs_completed"), "train_seconds:", round(s.get("train_seconds", 0), 2))
+for e in epochs: print("epoch", e.get("epoch_end"), "seconds", round(e["epoch_seconds"], 2))
+print("memory:", json.dumps(s.get("memory")))
+EOF
+  fi
+  grep -E 'synth-topics: wrote|error|Error' "$OUT/topic.txt" | head -5 | fence
+  say "topic: rc $TOPIC_RC in ${TOPIC_S} s"
+elif [ "$TOPIC" != "0" ]; then
+  NOT_RUN+=("the topic benchmark ($([ -x "$RUN" ] || echo 'no tt-run')$(time_left || echo 'out of time'))")
+fi
+
+# --- what was not run ----------------------------------------------------------------------
+md "" "## Not run here"
+NCCL=$(grep -E '^-- tt: c10d' "$OUT/build.log" | tail -1 | sed 's/^-- tt: //')
+md "" "- NCCL across ranks needs two GPUs: ${NCCL:-the build did not report its c10d backends}; the Dist tests ran over Gloo."
+[ "$DRY" -eq 1 ] && md "- Dry run: no GPU; the CUDA tests are reported as skipped and the benchmarks ran on the CPU."
+for n in "${NOT_RUN[@]}"; do md "- $n"; done
+md "" "Total: $(elapsed) s."
+say "report: $REPORT"
+[ $BUILD_RC -eq 0 ] && [ $TESTS_RC -eq 0 ]
