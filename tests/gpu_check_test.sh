@@ -8,8 +8,12 @@ SRC="$2"
 WORK="$(mktemp -d /tmp/tt-gpu-check-XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
 
-# The bundle is kept beside the build: fetched once (apt-get download), then reused.
-TT_BUILD_DIR="$BUILD" TT_JOBS=2 "$SRC/tools/gpu-check.sh" --dry-run --deps "$BUILD/portable-deps" \
+# The bundle this build was made with (setup.sh --deps), else one kept beside the build:
+# fetched once (apt-get download), then reused.
+DEPS="$BUILD/portable-deps"
+prefix=$(sed -n 's/^TT_DEPS_PREFIX:PATH=//p' "$BUILD/CMakeCache.txt")
+[ -n "$prefix" ] && DEPS="$(dirname "$(dirname "$prefix")")"   # DIR/prefix/usr -> DIR
+TT_BUILD_DIR="$BUILD" TT_JOBS=2 "$SRC/tools/gpu-check.sh" --dry-run --deps "$DEPS" \
   --out "$WORK/out" --tests '^Cuda\.' > "$WORK/log" 2>&1 || { cat "$WORK/log"; echo "FAIL: gpu-check.sh --dry-run failed"; exit 1; }
 R="$WORK/out/report.md"
 fail() { cat "$R"; echo "FAIL: $*"; exit 1; }

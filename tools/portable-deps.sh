@@ -69,7 +69,7 @@ unpack() {
     { echo "portable-deps: unpacking needs dpkg-deb (dpkg) or ar (binutils) and tar" >&2; exit 1; }
   # Unpacked once; a changed bundle (other .deb files) is unpacked again.
   local stamp="$DIR/prefix/.unpacked" want
-  want="$(cd "$DIR/debs" && ls *.deb | sort | md5sum | cut -d' ' -f1)"
+  want="layout 2 $(cd "$DIR/debs" && ls *.deb | sort | md5sum | cut -d' ' -f1)"
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
   rm -rf "$DIR/prefix"
   mkdir -p "$DIR/prefix"
@@ -90,6 +90,12 @@ unpack() {
     t="$(readlink "$l")"
     case "$t" in /*) ln -sfn "$DIR/prefix$t" "$l" ;; esac
   done
+  # Gloo's headers only for a LibTorch without its own (CMake adds this folder then): they
+  # must never shadow the newer ones a Python PyTorch ships.
+  if [ -d "$DIR/prefix/usr/include/gloo" ]; then
+    mkdir -p "$DIR/prefix/usr/include/tt-gloo"
+    mv "$DIR/prefix/usr/include/gloo" "$DIR/prefix/usr/include/tt-gloo/gloo"
+  fi
   echo "$want" > "$stamp"
   say "unpacked $(ls "$DIR"/debs/*.deb | wc -l) packages into $DIR/prefix"
 }

@@ -34,6 +34,16 @@
 
 namespace tt {
 namespace {
+#if TT_WITH_CUDA
+bool device_allocator_ready() {
+  if (c10::cuda::device_count() == 0) return false;
+#if TT_TORCH_AT_LEAST(2, 0)
+  return c10::cuda::CUDACachingAllocator::get()->initialized();
+#else
+  return true;
+#endif
+}
+#endif
 
 // Each block starts with this header; the tensor data follows at kHeader bytes (keeping
 // the 64-byte alignment LibTorch's CPU allocator guarantees). The DataPtr's context is
@@ -216,30 +226,9 @@ double Meter::trace_time() const {
   return g_alloc ? std::chrono::duration<double>(std::chrono::steady_clock::now() - g_alloc->trace_t0).count() : 0.0;
 }
 
-#if TT_WITH_CUDA
-// On a GPU the cap is the caching allocator's memory fraction of the current device: beyond
-// it CUDA allocations fail with the out-of-memory error a full device raises. The fraction
-// counts what the allocator reserves (its cache included), the nearest CUDA has to live bytes.
-static void cap_device(int64_t bytes) {
-  if (c10::cuda::device_count() == 0) return;
-  const auto dev = c10::cuda::current_device();
-  size_t free_bytes = 0, total_bytes = 0;
-  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess || total_bytes == 0) {
-    (void)cudaGetLastError();
-    return;
-  }
-  const double fraction = bytes > 0 ? std::min(1.0, static_cast<double>(bytes) / static_cast<double>(total_bytes)) : 1.0;
-  if (bytes > 0) c10::cuda::CUDACachingAllocator::emptyCache();  // what is cached counts against the fraction
-  c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, dev);
-}
-#else
-static void cap_device(int64_t) {}
-#endif
-
 void Meter::set_cap(int64_t bytes) {
   install();
   g_alloc->cap.store(bytes);
-  cap_device(bytes);
 }
 int64_t Meter::cap() const { return g_alloc ? g_alloc->cap.load() : 0; }
 void Meter::set_caching(bool on) {
@@ -252,7 +241,7 @@ int64_t Meter::cached() const { return g_alloc ? g_alloc->cached.load() : 0; }
 void Meter::release_cache() {
   if (g_alloc) g_alloc->release_cache();
 #if TT_WITH_CUDA
-  c10::cuda::CUDACachingAllocator::emptyCache();
+  if (device_allocator_ready()) c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
 }
 
@@ -276,7 +265,9 @@ void Meter::reset_rss_peak() {
 }
 
 #if TT_WITH_CUDA
-static bool have_gpu() { return c10::cuda::device_count() > 0; }
+// Until the first CUDA allocation the caching allocator has no state for any device: its
+// statistics and settings throw ("Allocator not initialized", "Invalid device argument").
+static bool have_gpu() { return device_allocator_ready(); }
 static c10::cuda::CUDACachingAllocator::DeviceStats device_stats() {
   return c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
 }
@@ -287,13 +278,29 @@ void Meter::reset_device_peak() {
   if (have_gpu()) c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
 }
 void Meter::use_device(int index) {
-  if (have_gpu()) c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
+  if (c10::cuda::device_count() > 0) c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
+}
+// The cap on a GPU: the caching allocator's memory fraction of the current device, beyond which
+// CUDA allocations fail with the out-of-memory error a full device raises. The fraction counts
+// what the allocator reserves (its cache included), the nearest CUDA has to live bytes.
+void Meter::set_device_cap(int64_t bytes) {
+  if (!have_gpu()) return;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess || total_bytes == 0) {
+    (void)cudaGetLastError();
+    return;
+  }
+  const double fraction =
+      bytes > 0 ? std::min(1.0, static_cast<double>(bytes) / static_cast<double>(total_bytes)) : 1.0;
+  if (bytes > 0) c10::cuda::CUDACachingAllocator::emptyCache();  // cached blocks count against it
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, c10::cuda::current_device());
 }
 #else
 int64_t Meter::device_current() { return 0; }
 int64_t Meter::device_peak() { return 0; }
 void Meter::reset_device_peak() {}
 void Meter::use_device(int) {}
+void Meter::set_device_cap(int64_t) {}
 #endif
 
 MemorySnapshot Meter::snapshot() const {

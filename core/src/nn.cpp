@@ -88,17 +88,23 @@ struct SoftmaxMatmul : torch::autograd::Function<SoftmaxMatmul> {
     // [B, T, 3 d] tensor go, as autograd's matmul would (it saves its own reshaped copy)
     at::Tensor vc = v.contiguous();
     at::Tensor probs = torch::softmax(scores, -1);
+    at::Tensor out = torch::matmul(probs, vc);
+    // Under CUDA autocast softmax runs in float32 and the product in fp16: backward multiplies
+    // in the product's dtype, as the forward did
+    ctx->saved_data["dtype"] = static_cast<int64_t>(out.scalar_type());
     ctx->save_for_backward({probs, vc});
-    return torch::matmul(probs, vc);
+    return out;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto saved = ctx->get_saved_variables();
     const at::Tensor &probs = saved[0], &v = saved[1];
-    const at::Tensor d_out = grads[0].to(v.scalar_type());
-    at::Tensor dv = torch::matmul(probs.transpose(-2, -1), d_out);
-    at::Tensor ds = torch::matmul(d_out, v.transpose(-2, -1));  // dP, turned into dS in place
+    const auto dtype = static_cast<c10::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const at::Tensor d_out = grads[0].to(dtype);
+    at::Tensor dv = torch::matmul(probs.to(dtype).transpose(-2, -1), d_out).to(v.scalar_type());
+    // dP, turned into dS in place (in softmax's dtype)
+    at::Tensor ds = torch::matmul(d_out, v.to(dtype).transpose(-2, -1)).to(probs.scalar_type());
     // float accumulation for bf16 rows, as autograd's softmax backward does
     const int64_t S = ds.size(-1), R = ds.numel() / std::max<int64_t>(1, S);
     const at::Tensor p_rows = probs.reshape({R, S});

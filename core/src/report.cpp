@@ -1,8 +1,10 @@
 #include "tt/report.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include <algorithm>
@@ -129,9 +131,32 @@ bool png_complete(const fs::path& png) {
   in.read(tail, 8);
   return in && std::string(tail, 8) == std::string("IEND\xAE\x42\x60\x82", 8);
 }
+// Whether an executable `name` is in one of PATH's folders.
+bool on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');)
+    if (!dir.empty() && ::access((fs::path(dir) / name).c_str(), X_OK) == 0) return true;
+  return false;
+}
 }  // namespace
 
 bool gnuplot_png(const std::string& commands, const fs::path& png, const std::string& size, const fs::path& log_file) {
+  if (!on_path("gnuplot")) {
+    std::ofstream(log_file) << "gnuplot is not on PATH\n";
+    return false;
+  }
+  // A gnuplot that dies before reading its script would end tt with SIGPIPE: ignored while
+  // the script is written (the write then fails, and pclose reports it).
+  struct IgnorePipe {
+    struct sigaction old {};
+    IgnorePipe() {
+      struct sigaction ign {};
+      ign.sa_handler = SIG_IGN;
+      ::sigaction(SIGPIPE, &ign, &old);
+    }
+    ~IgnorePipe() { ::sigaction(SIGPIPE, &old, nullptr); }
+  } ignore_pipe;
   // drawn beside the target and renamed over it once whole: a full disk leaves no half image
   const fs::path tmp = png.parent_path() / ("." + png.filename().string() + ".tmp");
   std::error_code ec;

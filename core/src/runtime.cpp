@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 #include <torch/utils.h>
 
+#include <execinfo.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -44,5 +45,41 @@ void install_interrupt_handlers(const char* message) {
 void request_interrupt() { g_interrupt.store(true); }
 bool interrupt_requested() { return g_interrupt.load(); }
 void clear_interrupt() { g_interrupt.store(false); }
+
+namespace {
+const char* g_crash_program = "tt";
+
+void write_str(const char* text) {
+  const ssize_t n = ::write(STDERR_FILENO, text, std::strlen(text));
+  (void)n;
+}
+
+void on_crash(int sig) {
+  // async-signal-safe: write(2) and backtrace_symbols_fd only (backtrace() was called once
+  // before, so that libgcc is loaded and it allocates nothing here)
+  write_str(g_crash_program);
+  write_str(": crashed (");
+  write_str(sig == SIGSEGV ? "SIGSEGV" : sig == SIGFPE ? "SIGFPE" : sig == SIGILL ? "SIGILL" : "SIGABRT");
+  write_str("); native stack:\n");
+  void* frames[64];
+  const int n = ::backtrace(frames, 64);
+  ::backtrace_symbols_fd(frames, n, STDERR_FILENO);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+}  // namespace
+
+void install_crash_report(const char* program) {
+  g_crash_program = program;
+  void* warm[1];
+  (void)::backtrace(warm, 1);
+  for (int sig : {SIGSEGV, SIGFPE, SIGILL, SIGABRT}) {
+    struct sigaction sa {};
+    sa.sa_handler = on_crash;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(sig, &sa, nullptr);
+  }
+}
 
 }  // namespace tt

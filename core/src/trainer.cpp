@@ -115,11 +115,19 @@ struct Trainer::Impl {
   // Applies trainer.memory_cap (or a budget tt-run did not plan) for the training loop.
   void cap_memory() {
     const Options& T = run.pipeline.trainer;
+    int64_t cap = 0;
     if (T.is_set("memory_cap")) {
-      run.meter.set_cap(T.get_bytes("memory_cap"));
+      cap = T.get_bytes("memory_cap");
     } else if (T.is_set("memory_budget")) {  // tt-run plans a budget; a Trainer made directly only caps
       log().warn("trainer.memory_budget is planned by tt-run (tt-run --budget); here it only caps memory");
-      run.meter.set_cap(parse_budget(T.get_string("memory_budget")));
+      cap = parse_budget(T.get_string("memory_budget"));
+    }
+    if (cap == 0) return;
+    // On a GPU the cap is the device's: the CPU holds little besides the batch being loaded
+    if (run.state.device.is_cuda()) {
+      Meter::set_device_cap(cap);
+    } else {
+      run.meter.set_cap(cap);
     }
   }
 
@@ -146,7 +154,10 @@ struct Trainer::Impl {
     fire(Event::FIT_START);
     run.gradient_ready.install();
     struct CapGuard {  // the cap never outlives the training loop, whatever ends it
-      ~CapGuard() { Meter::global().set_cap(0); }
+      ~CapGuard() {
+        Meter::global().set_cap(0);
+        Meter::set_device_cap(0);
+      }
     } cap_guard;
     cap_memory();
     run.meter.release_cache();  // temporaries of data generation and model set-up are not training's
@@ -165,6 +176,7 @@ struct Trainer::Impl {
     }
     progress->finish();
     run.meter.set_cap(0);
+    Meter::set_device_cap(0);
     rec.train_seconds = seconds_since(rec.train_started);
     getrusage(RUSAGE_SELF, &rec.usage_end);
     s.memory.peak_tensor = run.peak();  // the training loop's; evaluation and outputs come after

@@ -1,6 +1,6 @@
 // On a CUDA device, through tt-run as users run it: the meter's figures from the caching
 // allocator, training that matches the CPU, fp16 with the GradScaler, host offload, sdpa
-// against the naive kernel, adam8bit's kernels in a real run, and oom-guard on a real CUDA
+// against the naive kernel, adam8bit's kernels in a real run against its CPU kernels, and oom-guard on a real CUDA
 // out-of-memory error. Each test is skipped, with the reason, where LibTorch has no CUDA or
 // the machine no GPU.
 #include <gtest/gtest.h>
@@ -137,17 +137,25 @@ TEST(Cuda, SdpaMatchesTheNaiveKernelWithALowerPeak) {
             r.summary("naive")["memory"]["peak_tensor_bytes"].get<double>());
 }
 
-TEST(Cuda, Adam8bitRunsItsKernelsInTrainingAndLearnsLikeAdamW) {
+// The CUDA kernels in a real run follow the CPU kernels step for step (the kernels alone are
+// checked by Adam8bitCuda.KernelsMatchTheCpuUpdate), with under half of AdamW's state.
+TEST(Cuda, Adam8bitTrainsLikeItsCpuKernelsWithUnderHalfTheState) {
   TT_REQUIRE_CUDA();
   GpuLm r("adam8bit");
   r.model = "{name: transformer, d_model: 256, n_layers: 2, n_heads: 4, sample_tokens: 0}";  // tensors above min_8bit_size
-  auto a = r.run("adamw", "[]", "max_steps: 30");
+  auto a = r.run("adamw", "[]", "max_steps: 20");
   ASSERT_EQ(a.rc, 0) << a.output;
-  auto b = r.run("adam8bit", "[adam8bit]", "max_steps: 30");
+  auto b = r.run("gpu", "[adam8bit]", "max_steps: 20");
   ASSERT_EQ(b.rc, 0) << b.output;
-  const double fa = mean_last(steps(r.dir / "adamw"), 5), fb = mean_last(steps(r.dir / "adam8bit"), 5);
-  EXPECT_LT(std::abs(fb - fa), 0.05 * fa) << "adamw " << fa << ", adam8bit " << fb;
-  const auto sa = r.summary("adamw"), sb = r.summary("adam8bit");
+  auto c = r.run("cpu", "[adam8bit]", "max_steps: 20", "cpu");
+  ASSERT_EQ(c.rc, 0) << c.output;
+  const auto lg = steps(r.dir / "gpu"), lc = steps(r.dir / "cpu");
+  ASSERT_EQ(lg.size(), 20u);
+  ASSERT_EQ(lc.size(), 20u);
+  for (size_t i = 0; i < lg.size(); ++i)
+    EXPECT_NEAR(lg[i]["loss"].get<double>(), lc[i]["loss"].get<double>(), 1e-2 * lc[i]["loss"].get<double>())
+        << "step " << i + 1;
+  const auto sa = r.summary("adamw"), sb = r.summary("gpu");
   EXPECT_LT(sb["memory"]["optimizer_state_bytes"].get<double>(), 0.4 * sa["memory"]["optimizer_state_bytes"].get<double>())
       << sb["memory"].dump(2);
 }

@@ -4,6 +4,7 @@
 #include "tt/runtime.h"
 
 int main(int argc, char** argv) {
+  tt::install_crash_report(argv[0]);
   tt::Meter::global().install();  // before any tensor, as tt-run does
   tt::configure_threads(1);
   ::testing::InitGoogleTest(&argc, argv);

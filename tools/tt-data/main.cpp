@@ -49,6 +49,7 @@ void print_tools(std::FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tt::install_crash_report("tt-data");
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
     print_tools(stderr);

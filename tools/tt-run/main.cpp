@@ -85,6 +85,7 @@ void print_list() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tt::install_crash_report("tt-run");
   {  // tt-run --nproc N ...: start N workers of the rest of the command line
     std::vector<std::string> args(argv + 1, argv + argc);
     const int nproc = tt::launch::take_nproc(args);

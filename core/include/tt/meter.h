@@ -65,10 +65,12 @@ class TT_API Meter {
   std::vector<TraceEvent> stop_trace();
   double trace_time() const;  // seconds since start_trace (for marks on the timeline)
 
-  // Cap on live tensor bytes; 0 removes it. On a CUDA device, also the caching allocator's
-  // memory fraction of the current device (a real CUDA out-of-memory error beyond it).
+  // Cap on live CPU tensor bytes; 0 removes it.
   void set_cap(int64_t bytes);
   int64_t cap() const;
+  // Cap on the current CUDA device: the caching allocator's memory fraction (a real CUDA
+  // out-of-memory error beyond it); 0 removes it. Nothing without a GPU in use.
+  static void set_device_cap(int64_t bytes);
 
   // Cache freed blocks (>= 64 KiB) by size class for reuse; off by default.
   void set_caching(bool on);

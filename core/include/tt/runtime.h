@@ -17,4 +17,8 @@ TT_API void request_interrupt();  // async-signal-safe
 TT_API void install_interrupt_handlers(const char* message);
 TT_API bool interrupt_requested();
 TT_API void clear_interrupt();
+
+// SIGSEGV, SIGFPE, SIGILL and SIGABRT print "<program>: crashed (<signal>)" and the native
+// stack (addresses and symbols) to stderr, then end the process as the signal would.
+TT_API void install_crash_report(const char* program);
 }  // namespace tt

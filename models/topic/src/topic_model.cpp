@@ -23,7 +23,7 @@ TopicModel::TopicModel(int64_t n_docs, int64_t n_terms, Config config, std::shar
 
 static torch::Tensor dense_rows(const Batch& batch, int64_t m) {
   if (batch.has("x")) return batch.at("x");
-  auto x = torch::zeros({batch.size, m}, torch::kFloat);
+  auto x = torch::zeros({batch.size, m}, batch.at("vals").options().dtype(torch::kFloat));
   x.index_put_({batch.at("rows"), batch.at("cols")}, batch.at("vals"), /*accumulate=*/true);
   return x;
 }
@@ -32,7 +32,7 @@ ModelOutput TopicModel::forward_loss(const Batch& batch) {
   const auto& idx = batch.at("index");
   // Poisson negative log-likelihood without the constant log(x!) term, summed over the batch
   torch::Tensor loss;
-  if (config_.fused) {
+  if (fused()) {
     BatchCounts counts;
     if (batch.has("x")) {
       counts = nonzeros_of(batch.at("x"));
@@ -44,7 +44,7 @@ ModelOutput TopicModel::forward_loss(const Batch& batch) {
     if (deferring_ && is_training()) deferring_->catch_up_rows(L_raw_, idx);  // rows current before reading
     loss = poisson_nmf_loss(L_raw_, F_raw_, idx, counts, (config_.lazy || rows_gradient_) && is_training());
   } else {
-    TT_CHECK(!config_.lazy, "model (topic): lazy: true needs fused: true");
+    TT_CHECK(!config_.lazy, "model (topic): lazy: true needs the fused loss, which runs on the CPU only");
     loss = poisson_nmf_loss_reference(L_raw_, F_raw_, idx, dense_rows(batch, m_));
   }
   ModelOutput out;
@@ -57,7 +57,7 @@ ModelOutput TopicModel::forward_loss(const Batch& batch) {
 void TopicModel::on_optimizer(torch::optim::Optimizer& optimizer, bool gradients_read) {
   rows_gradient_ = config_.lazy;
   deferring_ = nullptr;
-  if (config_.lazy || !config_.fused || gradients_read) return;
+  if (config_.lazy || !fused() || gradients_read) return;
   if (auto* adamw = dynamic_cast<FusedAdamW*>(&optimizer)) {
     if (config_.defer) {
       adamw->defer_rows(L_raw_);
@@ -116,7 +116,7 @@ void TopicModel::write_outputs(const std::filesystem::path& run_dir, State& stat
 
 std::string TopicModel::describe() const {
   return "topic model: " + std::to_string(n_) + " docs x " + std::to_string(m_) + " terms, k=" + std::to_string(k_) +
-         " (" + std::to_string(n_ * k_ + k_ * m_) + " parameters" + (config_.fused ? "" : ", reference loss") +
+         " (" + std::to_string(n_ * k_ + k_ * m_) + " parameters" + (fused() ? "" : ", reference loss") +
          (config_.lazy ? ", lazy L updates" : "") + ")";
 }
 
@@ -127,7 +127,8 @@ Schema model_schema() {
       .field("init_scale", &C::init_scale, 0.1, "L_raw and F_raw start U(0, init_scale) as in tinytopics")
       .range(gt(0))
       .field("fused", &C::fused, true,
-             "compute the loss and its gradient directly over the non-zeros (false: tinytopics' dense autograd)")
+             "compute the loss and its gradient directly over the non-zeros, on the CPU (false, and on a GPU: "
+             "tinytopics' dense autograd)")
       .field("corpus_loss", &C::corpus_loss, true, "compute the whole-corpus loss at the end (one pass over the data)")
       .field("defer_updates", &C::defer, true,
              "AdamW's zero-gradient updates of the rows of L outside the batch are applied in closed form when "

@@ -17,7 +17,7 @@ class TopicModel : public Model {
   struct Config {
     int64_t k;
     double init_scale;
-    bool fused;        // direct loss/gradient over the non-zeros (poisson_loss.h)
+    bool fused;        // direct loss/gradient over the non-zeros (poisson_loss.h), CPU parameters only
     bool lazy;         // sparse gradient for L: only the batch's rows are updated
     bool defer;        // dense semantics with the absent rows' updates deferred (FusedAdamW::defer_rows)
     bool corpus_loss;  // whole-corpus loss at the end
@@ -37,6 +37,8 @@ class TopicModel : public Model {
   torch::Tensor F() const;  // softmax(F_raw, 1): topic-term distributions
 
  private:
+  // The fused kernels are CPU code: on a GPU the model takes tinytopics' dense autograd loss.
+  bool fused() const { return config_.fused && L_raw_.is_cpu(); }
   int64_t n_, m_, k_;
   Config config_;
   std::shared_ptr<TopicSource> data_;  // for ground truth, vocabulary and whole-corpus figures
