@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
-# Proves the README's two commands on a machine with nothing installed: a minimal Debian 12
-# chroot (debootstrap --variant=minbase), a git clone of this repository inside it, then
+# Proves the README's two commands on a machine with nothing installed: a minimal Debian
+# chroot (debootstrap --variant=minbase) of Debian 12 (bookworm, LibTorch 1.13) or Debian 13
+# (trixie, LibTorch 2.6), a git clone of this repository inside it, then
 #   tools/setup.sh quickstart   and   tools/setup.sh test
-# Run as root on a Debian host:  tools/fresh-machine-check.sh [CHROOT_DIR]
-# Logs and timings go to CHROOT_DIR/root/fresh-*.log.
+# Run as root on a Debian host:  tools/fresh-machine-check.sh [--release bookworm|trixie] [CHROOT_DIR]
+# (default CHROOT_DIR: /tmp/tt-fresh-RELEASE). Logs and timings go to CHROOT_DIR/root/fresh-*.log.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ROOTFS="${1:-/tmp/tt-fresh}"
+RELEASE=bookworm
+if [ "${1:-}" = "--release" ]; then
+  RELEASE="${2:?--release takes bookworm or trixie}"
+  shift 2
+fi
+case "$RELEASE" in
+  bookworm|trixie) ;;
+  *) echo "fresh-machine-check: --release must be bookworm (Debian 12) or trixie (Debian 13), got '$RELEASE'" >&2; exit 2 ;;
+esac
+ROOTFS="${1:-/tmp/tt-fresh-$RELEASE}"
 
 command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap
 if [ ! -x "$ROOTFS/usr/bin/apt-get" ]; then
-  debootstrap --variant=minbase bookworm "$ROOTFS" http://deb.debian.org/debian
+  debootstrap --variant=minbase "$RELEASE" "$ROOTFS" http://deb.debian.org/debian
 fi
 cp /etc/resolv.conf "$ROOTFS/etc/resolv.conf"
 mountpoint -q "$ROOTFS/proc" || mount -t proc proc "$ROOTFS/proc"
