@@ -3,8 +3,11 @@
 # chroot (debootstrap --variant=minbase) of Debian 12 (bookworm, LibTorch 1.13) or Debian 13
 # (trixie, LibTorch 2.6), a git clone of this repository inside it, then
 #   tools/setup.sh quickstart   and   tools/setup.sh test
-# Run as root on a Debian host:  tools/fresh-machine-check.sh [--release bookworm|trixie] [CHROOT_DIR]
+# Run as root on a Debian host:  tools/fresh-machine-check.sh [--release bookworm|trixie] [--portable] [CHROOT_DIR]
 # (default CHROOT_DIR: /tmp/tt-fresh-RELEASE). Logs and timings go to CHROOT_DIR/root/fresh-*.log.
+# --portable: the machine gets only a compiler, CMake, ninja and Debian's LibTorch; the other
+# dependencies come from a bundle made here (tools/portable-deps.sh fetch), and the check is
+#   tools/setup.sh --deps BUNDLE test
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RELEASE=bookworm
@@ -16,7 +19,12 @@ case "$RELEASE" in
   bookworm|trixie) ;;
   *) echo "fresh-machine-check: --release must be bookworm (Debian 12) or trixie (Debian 13), got '$RELEASE'" >&2; exit 2 ;;
 esac
-ROOTFS="${1:-/tmp/tt-fresh-$RELEASE}"
+PORTABLE=0
+if [ "${1:-}" = "--portable" ]; then
+  PORTABLE=1
+  shift
+fi
+ROOTFS="${1:-/tmp/tt-fresh-$RELEASE$([ $PORTABLE -eq 1 ] && echo -portable)}"
 
 command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap
 if [ ! -x "$ROOTFS/usr/bin/apt-get" ]; then
@@ -33,6 +41,26 @@ if [ -d "$REPO/../shared" ]; then
 fi
 cleanup() { umount "$ROOTFS/src/tt" "$ROOTFS/root/shared" "$ROOTFS/dev" "$ROOTFS/proc" 2>/dev/null || true; }
 trap cleanup EXIT
+
+if [ $PORTABLE -eq 1 ]; then
+  rm -rf "$ROOTFS/root/deps"
+  "$REPO/tools/portable-deps.sh" fetch "$ROOTFS/root/deps"
+  chroot "$ROOTFS" /bin/bash -euo pipefail -c '
+    export HOME=/root DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8
+    cd /root
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends git ca-certificates g++ cmake ninja-build libtorch-dev libopenblas0-openmp
+    for p in libyaml-cpp-dev libspdlog-dev libfmt-dev libboost-dev libcli11-dev nlohmann-json3-dev libgtest-dev libsentencepiece-dev libgloo-dev; do
+      if dpkg-query -W -f="\${Status}" "$p" 2>/dev/null | grep -q "install ok installed"; then echo "FAIL: $p is installed"; exit 1; fi
+    done
+    rm -rf tt && git clone -q /src/tt tt && cd tt
+    start=$(date +%s)
+    tools/setup.sh --deps /root/deps test 2>&1 | tee /root/fresh-portable-test.log
+    end=$(date +%s)
+    echo "bundle: $(du -sh /root/deps/debs | cut -f1); setup.sh --deps test: $((end-start)) s" | tee /root/fresh-times.log
+  '
+  exit 0
+fi
 
 chroot "$ROOTFS" /bin/bash -euo pipefail -c '
   export HOME=/root DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8

@@ -141,7 +141,31 @@ run_suite() {
   fi
   md "" "Skipped:"
   grep -E 'Skipped' "$OUT/tests.log" | grep -E 'Test +#' | sed -E 's/^ *[0-9]+\/[0-9]+ //' | sort -u | fence
+  crash_stacks
   say "tests: rc $TESTS_RC in ${TESTS_S} s"
+}
+# A failed test that crashes again when run alone (killed by a signal) is run a third time
+# under a debugger (gdb, or cuda-gdb, which also debugs host code) for the stack of every
+# thread; the first four go into the report.
+crash_stacks() {
+  local dbg="" name bin rc n=0
+  for d in gdb cuda-gdb; do command -v "$d" >/dev/null && { dbg="$d"; break; }; done
+  [ -n "$dbg" ] || return 0
+  while read -r name; do
+    [ $n -lt 4 ] || break
+    for bin in "$BUILD"/bin/tt_*tests; do
+      "$bin" --gtest_list_tests --gtest_filter="$name" 2>/dev/null | grep -q '^  ' || continue
+      timeout 120 "$bin" --gtest_filter="$name" > /dev/null 2>&1
+      rc=$?
+      if [ $rc -gt 128 ] && [ $rc -ne 124 ]; then
+        n=$((n + 1))
+        md "" "Stack of the crash in $name (signal $((rc - 128)), $dbg):"
+        timeout 300 "$dbg" -batch -ex run -ex 'thread apply all bt 25' --args "$bin" --gtest_filter="$name" 2>&1 |
+          grep -E '^(#|Thread|Program received)' | head -80 | fence
+      fi
+      break
+    done
+  done < <(grep -E '^\s+[0-9]+ - .*\(' "$OUT/tests.log" | sed -E 's/^\s+[0-9]+ - ([^ ]+) .*/\1/' | sort -u)
 }
 : > "$OUT/tests.log"
 HAVE_TESTS=0

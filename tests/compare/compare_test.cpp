@@ -351,3 +351,30 @@ TEST(ProfileMemory, BreakdownPerBlockTableAndTimelineOfOneStep) {
   for (size_t i = 0; i < 2; ++i)
     EXPECT_LT(k["blocks"][i]["activation_bytes"].get<int64_t>(), j["blocks"][i]["activation_bytes"].get<int64_t>() / 3);
 }
+
+// compare.* overrides on the command line change the comparison (steps, warm-up, baseline);
+// the other overrides reach every variant's pipeline.
+TEST(Compare, CompareOverridesChangeTheComparisonAndTheOthersEachVariant) {
+  Cmp c;
+  auto r = c.run("ovr", R"(compare:
+  steps: 5
+  warmup_steps: 1
+  variants:
+    baseline: {}
+    chunked: {plugins: [{name: attention, kernel: chunked}]}
+)",
+                 "compare.steps=2 compare.warmup_steps=0 trainer.batch_size=2");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  for (const std::string v : {"baseline", "chunked"}) {
+    EXPECT_EQ(tt::test::step_lines(c.dir / "ovr" / v / "metrics.jsonl").size(), 2u) << v;
+    const json s = json::parse(tt::test::read_file(c.dir / "ovr" / v / "summary.json"));
+    EXPECT_EQ(s["batch_size"], 2) << v;
+  }
+  // pipelines named on the command line have no compare: section to change
+  std::ofstream(c.dir / "a.yaml") << c.base();
+  std::ofstream(c.dir / "b.yaml") << c.base();
+  auto bad = tt::test::run(tt::test::tt_run_bin() + " --compare " + (c.dir / "a.yaml").string() + " " +
+                           (c.dir / "b.yaml").string() + " compare.steps=2");
+  EXPECT_EQ(bad.rc, 2) << bad.output;
+  EXPECT_NE(bad.output.find("'compare.steps=2' changes a compare: section"), std::string::npos) << bad.output;
+}

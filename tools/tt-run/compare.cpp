@@ -155,10 +155,14 @@ void pareto_plot(const fs::path& out, const std::vector<Variant>& vs, const std:
 
 int run(const Options& o) {
   TT_CHECK_AS(ConfigError, !o.files.empty(), "compare: name a pipeline with a compare: section, or two or more pipelines");
+  // compare.* overrides (compare.steps=10) change the comparison itself; the others each variant.
+  std::vector<std::string> compare_overrides, overrides;
+  for (const auto& ov : o.overrides) (ov.rfind("compare.", 0) == 0 ? compare_overrides : overrides).push_back(ov);
   Spec spec;
   std::string name;
   if (o.files.size() == 1) {
-    const YAML::Node root = child::load_yaml(o.files[0]);
+    YAML::Node root = child::load_yaml(o.files[0]);
+    for (const auto& ov : compare_overrides) apply_override(root, ov);
     TT_CHECK_AS(ConfigError, root.IsMap() && root["compare"] && root["compare"].IsMap(), o.files[0],
                 ": has no compare: section; add one (compare: {variants: {baseline: {}, checkpoint: {plugins: "
                 "[checkpoint]}}}) or name two or more pipelines with --compare");
@@ -175,6 +179,9 @@ int run(const Options& o) {
       spec.variants.push_back(v);
     }
     name = "compare";
+    TT_CHECK_AS(ConfigError, compare_overrides.empty(), "compare: '", compare_overrides.empty() ? "" : compare_overrides[0],
+                "' changes a compare: section, and pipelines named on the command line have none; use --steps, "
+                "--warmup or --repeats");
   }
   if (o.steps >= 0) spec.steps = o.steps;
   if (o.warmup >= 0) spec.warmup = o.warmup;
@@ -191,7 +198,7 @@ int run(const Options& o) {
   // Where the comparison goes.
   fs::path out = o.out_dir;
   if (out.empty()) {
-    const Pipeline first = load_pipeline(spec.variants.front().file, o.overrides);
+    const Pipeline first = load_pipeline(spec.variants.front().file, overrides);
     out = timestamped_dir(first.output.get_string("dir"), name + "-compare");
   }
   fs::create_directories(out);
@@ -215,7 +222,7 @@ int run(const Options& o) {
       root.remove("compare");
       const std::string where = v.file + ": compare.variants." + v.name;
       if (v.replaces_plugins) root["plugins"] = YAML::Clone(v.plugins);
-      for (const auto& ov : o.overrides) apply_override(root, ov);
+      for (const auto& ov : overrides) apply_override(root, ov);
       for (const auto& [k, val] : v.set) set_dotted(root, k, val, where + ".set '" + k + "'");
       set_dotted(root, "trainer.max_steps", YAML::Node(spec.warmup + spec.steps), where);
       if (root["trainer"]["epochs"]) root["trainer"].remove("epochs");
