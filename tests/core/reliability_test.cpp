@@ -187,3 +187,24 @@ TEST(Reliability, AnNpyFileTruncatedWhileTrainingStopsTheRunNamingTheFile) {
   const std::string out = read_file(log);
   EXPECT_NE(out.find(npy.string() + " changed while it was being read (SIGBUS"), std::string::npos) << out;
 }
+
+// Without gnuplot a plot is skipped with a note in its log; a gnuplot that exits before reading
+// its script (here a stand-in that exits at once) must not end the process with SIGPIPE.
+TEST(Reliability, AMissingOrDyingGnuplotSkipsThePlotWithoutKillingTheRun) {
+  const auto dir = tt::test::temp_dir("gnuplot");
+  const std::string old_path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  const std::string big(1 << 20, '#');  // more than a pipe holds: the writer would block or get SIGPIPE
+  setenv("PATH", (dir / "nowhere").c_str(), 1);
+  EXPECT_FALSE(tt::gnuplot_png(big, dir / "a.png", "100,100", dir / "a.log"));
+  EXPECT_NE(tt::test::read_file(dir / "a.log").find("gnuplot is not on PATH"), std::string::npos);
+  fs::create_directories(dir / "bin");
+  std::ofstream(dir / "bin" / "gnuplot") << "#!/bin/sh\nexit 1\n";
+  fs::permissions(dir / "bin" / "gnuplot", fs::perms::owner_all);
+  setenv("PATH", ((dir / "bin").string() + ":" + old_path).c_str(), 1);
+  EXPECT_FALSE(tt::gnuplot_png(big, dir / "b.png", "100,100", dir / "b.log"));
+  setenv("PATH", old_path.c_str(), 1);
+  EXPECT_FALSE(fs::exists(dir / "b.png"));
+  struct sigaction now {};
+  sigaction(SIGPIPE, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_DFL) << "SIGPIPE's disposition is restored";
+}
