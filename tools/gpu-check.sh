@@ -73,7 +73,7 @@ if [ "$DRY" -eq 1 ]; then DEVICE=cpu; fi
   fi
   echo "python3 torch: $(python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 | tail -1)"
   echo "nvcc: $(nvcc --version 2>/dev/null | tail -2 | head -1 || echo none)"
-  echo "c++: $(c++ --version 2>/dev/null | head -1 || echo none)"
+  echo "c++: $(c++ --version 2>/dev/null | head -1 || echo none); CXX=${CXX:-unset}"
   echo "cmake: $(cmake --version 2>/dev/null | head -1 || echo none); ninja $(ninja --version 2>/dev/null || echo none)"
 } > "$OUT/machine.txt" 2>&1
 : > "$REPORT"
@@ -106,6 +106,17 @@ if [ "$WARN" -gt 0 ] || [ "$ERR" -gt 0 ]; then
   grep -E 'warning:|error:' "$OUT/build.log" | sed -E 's/^[^ ]*\/(core|models|plugins|tools|tests)\//\1\//' | sort | uniq -c |
     sort -rn | head -40 | fence
 fi
+# Which compiler CMake took, and which C++ runtime and OpenMP the programs load: a test binary
+# built by one GCC and run against another's libstdc++ crashes in ways a log does not explain.
+{
+  cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
+  echo "compiler: ${cxx:-?} ($("${cxx:-c++}" --version 2>/dev/null | head -1))"
+  [ -x "$BUILD/bin/tt-run" ] && ldd "$BUILD/bin/tt-run" | grep -E 'stdc\+\+|gcc_s|gomp|fmt|spdlog|torch_cuda' | sed 's/^\s*/  /'
+} > "$OUT/runtime.txt" 2>&1
+md "" "Compiler and runtime libraries of tt-run:"
+fence < "$OUT/runtime.txt"
+cat "$OUT/runtime.txt" >> "$OUT/machine.txt"
+rm -f "$OUT/runtime.txt"
 say "build: rc $BUILD_RC in ${BUILD_S} s, $WARN warnings, $ERR errors"
 
 # --- tests: the CUDA ones first, alone on the device (their memory figures are not shared) ---

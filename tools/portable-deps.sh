@@ -56,7 +56,10 @@ fetch() {
   local list
   mapfile -t list < <(resolve)
   say "downloading ${#list[@]} packages into $DIR/debs"
-  (cd "$DIR/debs" && apt-get download -qq "${list[@]}")
+  # as root, apt's download user (_apt) may not be able to write into DIR: download as root then
+  local sandbox=()
+  [ "$(id -u)" -eq 0 ] && sandbox=(-o APT::Sandbox::User=root)
+  (cd "$DIR/debs" && apt-get download -qq "${sandbox[@]}" "${list[@]}")
   . /etc/os-release
   echo "$PRETTY_NAME" > "$DIR/debs/RELEASE"
   say "bundle: $(du -sh "$DIR/debs" | cut -f1) in $(ls "$DIR/debs"/*.deb | wc -l) packages ($PRETTY_NAME)"

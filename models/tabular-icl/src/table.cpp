@@ -101,8 +101,11 @@ void fill_features(const Raw& raw, const std::string& path, const std::vector<si
                    Table& t) {
   const size_t F = cols.size();
   t.x.assign(raw.rows.size() * F, 0.f);
-  std::vector<double> sum(F, 0);
-  std::vector<int64_t> count(F, 0);
+  struct Column {  // for the mean of the values present
+    double sum = 0;
+    int64_t count = 0;
+  };
+  std::vector<Column> present(F);
   std::vector<std::pair<size_t, size_t>> missing;
   for (size_t i = 0; i < raw.rows.size(); ++i)
     for (size_t j = 0; j < F; ++j) {
@@ -119,13 +122,13 @@ void fill_features(const Raw& raw, const std::string& path, const std::vector<si
                   raw.header[cols[j]], "' is not numeric ('", f,
                   "'): features must be numbers (encode categories as numbers first, or drop the column)");
       t.x[i * F + j] = static_cast<float>(v);
-      sum[j] += v;
-      ++count[j];
+      present[j].sum += v;
+      ++present[j].count;
     }
   for (auto [i, j] : missing) {
-    TT_CHECK_AS(ConfigError, count[j] > 0, "tabular: ", path, " column '", raw.header[cols[j]],
+    TT_CHECK_AS(ConfigError, present[j].count > 0, "tabular: ", path, " column '", raw.header[cols[j]],
                 "' has no value at all to impute from: drop the column");
-    t.x[i * F + j] = static_cast<float>(sum[j] / static_cast<double>(count[j]));
+    t.x[i * F + j] = static_cast<float>(present[j].sum / static_cast<double>(present[j].count));
   }
 }
 
