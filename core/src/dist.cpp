@@ -306,7 +306,7 @@ at::Tensor Context::reduce_scatter_sum(const at::Tensor& input) {
     impl_->run("reduce-scatter", [&] { return impl_->pg_for(flat).reduce_scatter(out, in); }, flat.is_cpu());
     return out[0];
   }
-  // Gloo in LibTorch 1.13 has no reduce_scatter: an all-reduce (a ring's reduce-scatter plus
+  // Gloo before LibTorch 2.8 has no reduce_scatter: an all-reduce (a ring's reduce-scatter plus
   // all-gather) and this rank's chunk of it.
   at::Tensor sum = flat.clone();
   all_reduce_sum(sum);

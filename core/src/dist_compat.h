@@ -27,9 +27,10 @@
 #define TT_DIST_NCCL 0
 #endif
 
-// ProcessGroupGloo::reduce_scatter exists in 1.13's header but throws "does not support
-// reduce_scatter"; Gloo implements it from 2.1 on.
-#define TT_DIST_GLOO_REDUCE_SCATTER TT_TORCH_AT_LEAST(2, 1)
+// ProcessGroupGloo::reduce_scatter is declared in every version but throws "does not support
+// reduce_scatter" until PyTorch implemented it (2025, LibTorch 2.8; 2.6 still throws, 2.11 has it):
+// before that tt reduces with an all-reduce and keeps its shard.
+#define TT_DIST_GLOO_REDUCE_SCATTER TT_TORCH_AT_LEAST(2, 8)
 
 namespace tt::compat {
 // From 2.4 the TCPStore asks for libuv by default, and a LibTorch built without it (Debian's)
