@@ -29,6 +29,15 @@ double mean_last(const std::vector<nlohmann::json>& lines, size_t n) {
   return sum / static_cast<double>(n);
 }
 
+// Each step's loss of `got` within `rel` (relative) of `want`'s, step for step.
+void expect_losses_near(const std::vector<nlohmann::json>& got, const std::vector<nlohmann::json>& want, double rel) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double x = got[i]["loss"].get<double>(), y = want[i]["loss"].get<double>();
+    EXPECT_NEAR(x, y, rel * y) << "step " << i + 1;
+  }
+}
+
 // The tiny LM (2 layers, d_model 128, seq 128, batch 8, AdamW 3e-3) on the GPU.
 struct GpuLm : tt::test::TinyLm {
   explicit GpuLm(const std::string& tag) : TinyLm("cuda-" + tag) {
@@ -79,10 +88,7 @@ TEST(Cuda, Float32TrainingFollowsTheCpuRun) {
   ASSERT_EQ(lg.size(), 5u);
   ASSERT_EQ(lc.size(), 5u);
   // Same seed, data and initial weights; only the order of floating-point sums differs.
-  for (size_t i = 0; i < 5; ++i) {
-    const double x = lg[i]["loss"].get<double>(), y = lc[i]["loss"].get<double>();
-    EXPECT_NEAR(x, y, 1e-3 * y) << "step " << i + 1;
-  }
+  expect_losses_near(lg, lc, 1e-3);
 }
 
 // fp16 autocast with the GradScaler: every step reports its scale; steps the scaler skips (an
@@ -125,9 +131,7 @@ TEST(Cuda, HostOffloadTakesTheOptimizerStateOffTheDeviceAndTrainsTheSame) {
   ASSERT_EQ(b.rc, 0) << b.output;
   const auto la = steps(r.dir / "base"), lb = steps(r.dir / "host");
   ASSERT_EQ(lb.size(), 8u);
-  for (size_t i = 0; i < 8; ++i)
-    EXPECT_NEAR(lb[i]["loss"].get<double>(), la[i]["loss"].get<double>(), 1e-4 * la[i]["loss"].get<double>())
-        << "step " << i + 1;
+  expect_losses_near(lb, la, 1e-4);
   const auto sa = r.summary("base"), sb = r.summary("host");
   const double state = 8 * sa["parameters"].get<double>();
   EXPECT_LT(sb["memory"]["peak_tensor_bytes"].get<double>(), sa["memory"]["peak_tensor_bytes"].get<double>() - 0.9 * state)
@@ -144,9 +148,7 @@ TEST(Cuda, SdpaMatchesTheNaiveKernelWithALowerPeak) {
   ASSERT_EQ(b.rc, 0) << b.output;
   const auto la = steps(r.dir / "naive"), lb = steps(r.dir / "sdpa");
   ASSERT_EQ(lb.size(), 4u);
-  for (size_t i = 0; i < 4; ++i)
-    EXPECT_NEAR(lb[i]["loss"].get<double>(), la[i]["loss"].get<double>(), 2e-3 * la[i]["loss"].get<double>())
-        << "step " << i + 1;
+  expect_losses_near(lb, la, 2e-3);
   EXPECT_LT(r.summary("sdpa")["memory"]["peak_tensor_bytes"].get<double>(),
             r.summary("naive")["memory"]["peak_tensor_bytes"].get<double>());
 }
@@ -166,9 +168,7 @@ TEST(Cuda, Adam8bitTrainsLikeItsCpuKernelsWithUnderHalfTheState) {
   const auto lg = steps(r.dir / "gpu"), lc = steps(r.dir / "cpu");
   ASSERT_EQ(lg.size(), 20u);
   ASSERT_EQ(lc.size(), 20u);
-  for (size_t i = 0; i < lg.size(); ++i)
-    EXPECT_NEAR(lg[i]["loss"].get<double>(), lc[i]["loss"].get<double>(), 1e-2 * lc[i]["loss"].get<double>())
-        << "step " << i + 1;
+  expect_losses_near(lg, lc, 1e-2);
   const auto sa = r.summary("adamw"), sb = r.summary("gpu");
   EXPECT_LT(sb["memory"]["optimizer_state_bytes"].get<double>(), 0.4 * sa["memory"]["optimizer_state_bytes"].get<double>())
       << sb["memory"].dump(2);
