@@ -3,9 +3,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <fstream>
+#include <optional>
+
 #include "test_support.h"
 #include "tt/autocast.h"
 #include "tt/extension.h"
+#include "tt/meter.h"
 #include "tt/plugin.h"
 #include "tt/registry.h"
 #include "tt/state.h"
@@ -166,9 +170,9 @@ namespace {
 // forward(x) = x + mlp(norm(x)): the MLP's output is only added into the result.
 class ResidualBlock : public tt::nn::Block {
  public:
-  ResidualBlock() {
-    ln = register_module("ln", tt::nn::LayerNorm(8));
-    mlp = register_module("mlp", tt::nn::MLP(8, 32));
+  explicit ResidualBlock(int64_t d = 8, int64_t d_ff = 32) {
+    ln = register_module("ln", tt::nn::LayerNorm(d));
+    mlp = register_module("mlp", tt::nn::MLP(d, d_ff));
   }
   at::Tensor forward(const at::Tensor& x) override { return x + mlp->forward(ln->forward(x)); }
   tt::nn::MLPImpl* residual_mlp() override { return mlp.get(); }
@@ -202,4 +206,108 @@ TEST(Extension, LeanRecomputeSetsTheMlpSwitchesForItsLifetimeAndKeepsGradients) 
   auto plain = grads(false), lean = grads(true);
   ASSERT_EQ(plain.size(), lean.size());
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::allclose(plain[i], lean[i], 1e-5, 1e-6)) << i;
+}
+
+namespace {
+// Saved tensors go to files: what a disk offload of activations does.
+struct DiskPack {
+  fs::path dir;
+  int packed = 0, kept = 0, unpacked = 0;
+  int64_t packed_bytes = 0;
+  tt::nn::SavedTensorPack fn() {
+    return [this](const at::Tensor& saved, bool leaf) -> tt::nn::SavedTensorUnpack {
+      if (leaf) {
+        ++kept;
+        return nullptr;
+      }
+      const fs::path file = dir / ("t" + std::to_string(packed++));
+      at::Tensor c = saved.contiguous();
+      const int64_t n = c.numel() * static_cast<int64_t>(c.element_size());
+      packed_bytes += n;
+      std::ofstream(file, std::ios::binary).write(static_cast<const char*>(c.data_ptr()), n);
+      return [this, file, sizes = saved.sizes().vec(), options = saved.options(), n] {
+        ++unpacked;
+        at::Tensor t = torch::empty(sizes, options);
+        std::ifstream(file, std::ios::binary).read(static_cast<char*>(t.data_ptr()), n);
+        return t;
+      };
+    };
+  }
+};
+}  // namespace
+
+TEST(Extension, SavedTensorHooksPackWhatAutogradSavesFreeItsMemoryAndKeepTheGradients) {
+  tt::Meter::global().install();
+  torch::manual_seed(0);
+  ResidualBlock block(64, 256);
+  const at::Tensor x = torch::randn({8, 128, 64});
+  DiskPack disk{tt::test::temp_dir("saved-hooks")};
+  auto run = [&](bool hooks, int64_t* held) {
+    block.zero_grad();
+    at::Tensor in = x.clone().requires_grad_(true);
+    at::Tensor y;
+    const int64_t before = tt::Meter::global().current();
+    {
+      std::optional<tt::nn::SavedTensorHooks> scope;
+      if (hooks) scope.emplace(disk.fn());
+      EXPECT_EQ(tt::nn::SavedTensorHooks::active(), hooks);
+      y = block.forward(in);
+    }
+    EXPECT_FALSE(tt::nn::SavedTensorHooks::active());
+    *held = tt::Meter::global().current() - before - y.numel() * 4;  // what the graph keeps
+    y.backward(torch::ones_like(y));
+    std::vector<at::Tensor> g{in.grad().clone()};
+    for (const auto& p : block.parameters()) g.push_back(p.grad().clone());
+    return g;
+  };
+  int64_t held_plain = 0, held_packed = 0;
+  auto plain = run(false, &held_plain);
+  EXPECT_EQ(disk.packed + disk.kept, 0);  // no scope, no hook
+  auto packed = run(true, &held_packed);
+  // The MLP's fc1 input, its output and GELU's output (8*128*(64+256+256) floats at least) were
+  // written to disk, each read back once; the parameters and the input were offered as leaves.
+  EXPECT_GE(disk.packed, 3);
+  EXPECT_GE(disk.packed_bytes, int64_t{8} * 128 * (64 + 256 + 256) * 4);
+  EXPECT_EQ(disk.unpacked, disk.packed);
+  EXPECT_GE(disk.kept, 4);  // fc1 and fc2 weights, LayerNorm's weight, the input
+  // A tensor saved by two nodes is written twice: the files hold at least what the graph kept.
+  EXPECT_GE(disk.packed_bytes, held_plain);
+  EXPECT_LE(held_packed, held_plain / 100) << held_plain << " " << held_packed;
+  ASSERT_EQ(plain.size(), packed.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::equal(plain[i], packed[i])) << i;
+}
+
+TEST(Extension, SavedTensorHooksNestInnermostFirstAndKeepWhatPackDeclines) {
+  int outer = 0, inner = 0;
+  auto count = [](int* n) {
+    return [n](const at::Tensor&, bool) -> tt::nn::SavedTensorUnpack {
+      ++*n;
+      return nullptr;  // keep: autograd's own copy is used
+    };
+  };
+  auto gradient = [&](bool hooks) {
+    torch::manual_seed(0);
+    const at::Tensor w = torch::randn({16, 16}, torch::requires_grad());
+    at::Tensor loss;
+    {
+      std::optional<tt::nn::SavedTensorHooks> a;
+      if (hooks) a.emplace(count(&outer));
+      at::Tensor h = torch::tanh(torch::randn({4, 16}).matmul(w));  // mm saves the input, tanh its result
+      const int outer_after_first = outer;
+      EXPECT_EQ(outer_after_first, hooks ? 2 : 0);
+      {
+        std::optional<tt::nn::SavedTensorHooks> b;
+        if (hooks) b.emplace(count(&inner));
+        loss = (h * h).sum();  // mul saves both operands: the inner scope gets them
+      }
+      EXPECT_EQ(outer, outer_after_first);
+      EXPECT_EQ(inner, hooks ? 2 : 0);
+      loss = loss + torch::exp(h).sum();  // exp saves its result: the outer scope again
+      EXPECT_EQ(outer, outer_after_first + (hooks ? 1 : 0));
+    }
+    loss.backward();
+    return w.grad().clone();
+  };
+  const at::Tensor plain = gradient(false), kept = gradient(true);
+  EXPECT_TRUE(torch::equal(plain, kept));
 }

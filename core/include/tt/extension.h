@@ -14,12 +14,10 @@
 //  6. gradient ready   add_gradient_ready_hook               each parameter's gradient, once per step, complete
 //  7. loss hook        add_loss_hook                         wrap or replace the model's forward_loss
 //  8. teacher          State::teacher                        a second, frozen model (distillation)
+//  9. saved tensors    nn::SavedTensorHooks                  what autograd keeps for backward, packed
+//                                                            and unpacked (activation offload)
 // Plus: the optimizer (assign state.optimizer on OPTIMIZER), forward scopes (tt/plugin.h), the
 // loss before backward (AFTER_LOSS), a step veto (BEFORE_STEP), OOM handling (OOM).
-//
-// Saved-tensor pack/unpack hooks (at::SavedTensorDefaultHooks) take Python callables in
-// LibTorch 1.13 and 2.x alike, so C++ code cannot install them around a forward: activation
-// offload acts through the block runner (1), which owns what a block keeps for backward.
 #include <torch/nn/module.h>
 
 #include <functional>
@@ -55,6 +53,33 @@ class TT_API LeanRecompute {
  private:
   std::vector<std::shared_ptr<MLPImpl>> switched_;
   MLPImpl* unread_ = nullptr;
+};
+
+// 9. Saved-tensor hooks, as torch.autograd.graph.saved_tensors_hooks in Python. While a scope
+// is alive, every tensor that autograd saves for backward in this thread's forward is given to
+// `pack` as `saved` (detached: the same storage, no graph; never modify it in place) with
+// `leaf` true for a leaf of the graph (a parameter, the input, a constant: memory held
+// elsewhere anyway, so moving it frees nothing). pack returns how to get it back: a function
+// called in backward (possibly on autograd's thread, more than once with retain_graph) that
+// returns a tensor equal to `saved` (shape, dtype, device, values), e.g. read back from host
+// memory or disk. Returning an empty function keeps the tensor as autograd would. What pack
+// and its function hold lives until autograd frees the saved tensor (after backward).
+// Scopes nest on a thread, the innermost wins; a re-run for backward (checkpoint) runs on
+// autograd's thread outside any scope. Use it around a block's forward (a block runner) or the
+// whole forward (a forward scope, tt/plugin.h). The first scope installs tt's autograd engine,
+// LibTorch's own engine that also answers these hooks (torch::autograd::set_default_engine_stub).
+using SavedTensorUnpack = std::function<at::Tensor()>;
+using SavedTensorPack = std::function<SavedTensorUnpack(const at::Tensor& saved, bool leaf)>;
+class TT_API SavedTensorHooks {
+ public:
+  explicit SavedTensorHooks(SavedTensorPack pack);
+  ~SavedTensorHooks();
+  SavedTensorHooks(const SavedTensorHooks&) = delete;
+  SavedTensorHooks& operator=(const SavedTensorHooks&) = delete;
+  static bool active();  // a scope is open on this thread
+
+ private:
+  size_t depth_ = 0;
 };
 
 }  // namespace nn
