@@ -97,16 +97,19 @@ TEST(Budget, RecommendPrintsASettingForEachBudget) {
   ASSERT_EQ(rec["budgets"].size(), 6u);
   for (const auto& p : rec["budgets"]) {
     // Every configuration of this model fits in 0.5 GiB: each budget takes the fastest measured,
-    // or the simplest within 3% of it (the planner's tie rule).
+    // or the simplest within noise of it, and all take the same.
     ASSERT_TRUE(p["found"].get<bool>());
     EXPECT_EQ(p["chosen"]["configuration"], rec["budgets"][0]["chosen"]["configuration"]);
     const double chosen_ms = p["chosen"]["measured"]["median_step_ms"].get<double>();
+    const double chosen_noise = p["chosen"]["measured"]["noise_ms"].get<double>();
     int measured = 0;
     for (const auto& c : p["configurations"])
       if (c.contains("measured") && c["measured"]["status"] == "ok") {
         ++measured;
         EXPECT_LE(c["measured"]["peak_tensor_bytes"].get<int64_t>(), p["limit_bytes"].get<int64_t>());
-        EXPECT_LE(chosen_ms, 1.03 * c["measured"]["median_step_ms"].get<double>()) << c;
+        EXPECT_LE(chosen_ms, c["measured"]["median_step_ms"].get<double>() + chosen_noise +
+                                 c["measured"]["noise_ms"].get<double>())
+            << c;
       }
     EXPECT_GE(measured, 7);  // the reference, half its micro-batch, each technique alone
   }

@@ -2,8 +2,10 @@
 // what it says when nothing fits. No processes: the probe is a function of the table.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <tuple>
 
 #include "planner.h"
@@ -26,6 +28,7 @@ struct Table {
   };
   double interaction = 1.0;  // extra factor on the rest when ckpt-all and quant go together
   int probes = 0;
+  std::map<Candidate, int> runs;  // probes per configuration
 
   Cost cost(const Candidate& c) const {
     Cost x;
@@ -51,6 +54,7 @@ struct Table {
   tt::plan::Probe probe() {
     return [this](const Candidate& c) {
       ++probes;
+      ++runs[c];
       return cost(c);
     };
   }
@@ -63,13 +67,15 @@ struct Table {
           for (int64_t m : {8, 4, 2, 1}) out.push_back({{a, b, s, -1}, m});
     return out;
   }
-  // The rule by brute force: the fastest whose peak is under the limit; within 3% of its time,
-  // the fewest techniques, then the largest micro-batch.
+  // The rule by brute force: the fastest whose peak is under the limit; within noise of its time
+  // (noise-free probes: 2% of each time, the noise floor), the fewest techniques, then the
+  // largest micro-batch.
   const Candidate* best(int64_t limit, std::vector<Candidate>& all_out) const {
     all_out = all();
     double fastest = 1e300;
     for (const auto& c : all_out)
       if (cost(c).peak <= limit) fastest = std::min(fastest, cost(c).step_ms);
+    auto within = [&](double t) { return t - fastest <= 0.02 * (t + fastest); };
     const Candidate* b = nullptr;
     auto key = [&](const Candidate& c) {
       int n = 0;
@@ -78,7 +84,7 @@ struct Table {
     };
     for (const auto& c : all_out) {
       const Cost x = cost(c);
-      if (x.peak > limit || x.step_ms > fastest * 1.03) continue;
+      if (x.peak > limit || !within(x.step_ms)) continue;
       if (!b || key(c) < key(*b)) b = &c;
     }
     return b;
@@ -114,9 +120,11 @@ TEST(Planner, ChoosesTheFastestConfigurationThatFitsForEveryBudget) {
     EXPECT_LE(plan.chosen_cost.peak, limit);
     EXPECT_EQ(plan.chosen_cost.peak, t.cost(*want).peak);
   }
-  // Each configuration was measured at most once over all the budgets, and far from all were.
+  // Each configuration was measured at most max_repeats (3) times over all the budgets (the
+  // close contenders re-measured), and far from all were measured.
   EXPECT_EQ(t.probes, planner.total_probes());
-  EXPECT_LT(planner.total_probes(), static_cast<int>(t.all().size()));
+  EXPECT_LT(t.runs.size(), t.all().size());
+  for (const auto& [c, n] : t.runs) EXPECT_LE(n, 3) << planner.label(c);
 }
 
 TEST(Planner, AtTheReferencePeakTheAsWrittenConfigurationIsChosenWithoutSearching) {
@@ -181,24 +189,142 @@ TEST(Planner, ThePipelineAsWrittenFailingStopsThePlanWithItsReason) {
   }
 }
 
-TEST(Planner, WithinThreePercentOfTheFastestTheSimplestConfigurationIsChosen) {
+TEST(Planner, WithinNoiseOfTheFastestTheSimplestConfigurationIsChosen) {
   Table t;
-  // Noise: quant alone measures 1% faster than the pipeline as written (both at micro 8).
+  // quant alone measures 1% faster than the pipeline as written (both at micro 8): within the
+  // 2% noise floor of each.
   tt::plan::Planner planner(t.dims, settings(), [&](const Candidate& c) {
     Cost x = t.cost(c);
     if (c.pick == std::vector<int>{-1, 0, -1, -1} && c.micro == 8) x.step_ms = 99.0;
     return x;
   });
   // As written @ micro 8 holds 800, quant 650: under a limit of 900 both fit, and the one
-  // without techniques is chosen.
+  // without techniques is chosen, after both were measured three times.
   auto plan = planner.plan(1000);
   ASSERT_TRUE(plan.found) << plan.why;
   EXPECT_EQ(plan.chosen, (Candidate{{-1, -1, -1, -1}, 8})) << plan.chosen_label;
-  EXPECT_NE(plan.why.find("the simplest measured configuration within 3% of the fastest that fits (99 ms/step)"),
+  EXPECT_EQ(plan.chosen_cost.probes, 3);
+  EXPECT_EQ(plan.fastest_cost.probes, 3);
+  EXPECT_EQ(plan.fastest_label, "quant @ micro 8");
+  EXPECT_NE(plan.why.find("the simplest measured configuration within noise of the fastest that fits (quant @ micro "
+                          "8, 99.0 +- 2.0 ms/step, 3 probes; this one 100.0 +- 2.0 ms/step, 3 probes)"),
             std::string::npos)
       << plan.why;
-  // Under 720 only quant fits at micro 8: the faster one, no tie to break.
+  int within = 0;
+  for (const auto& r : plan.rows) within += r.within_noise && r.verdict == "fits, within noise of the choice";
+  EXPECT_GE(within, 1);
+  // Under 720 only quant fits at micro 8 (as written does at micro 4, slower beyond the noise).
   plan = planner.plan(800);
   ASSERT_TRUE(plan.found) << plan.why;
   EXPECT_EQ(plan.chosen, (Candidate{{-1, 0, -1, -1}, 8})) << plan.chosen_label;
+}
+
+// A busy machine: the first probe of the pipeline as written ran at 58.9 ms/step, later ones at
+// 15.0; amp-like "quant" measures 15.4 and "slow" 19.2. Everything fits every budget.
+TEST(Planner, ABusyFirstProbeIsReMeasuredRoundRobinAndTheSimplestWithinNoiseWins) {
+  Table t;
+  std::vector<std::string> order;
+  tt::plan::Planner* self = nullptr;
+  int as_written_runs = 0;
+  tt::plan::Planner planner(t.dims, settings(), [&](const Candidate& c) {
+    Cost x = t.cost(c);
+    const bool as_written = c.pick == std::vector<int>{-1, -1, -1, -1} && c.micro == 8;
+    double ms = x.step_ms * 0.15;
+    if (as_written) ms = ++as_written_runs == 1 ? 58.9 : 15.0;
+    if (c.pick == std::vector<int>{-1, 0, -1, -1} && c.micro == 8) ms = 15.4;
+    if (c.pick == std::vector<int>{-1, -1, 0, -1} && c.micro == 8) ms = 19.2;
+    x.steps = {ms * 0.995, ms, ms * 1.005};
+    x.step_ms = ms;
+    order.push_back(self->label(c));
+    return x;
+  });
+  self = &planner;
+  std::vector<int64_t> budgets;
+  for (int64_t b = 2000; b <= 64000; b *= 2) budgets.push_back(b);
+  const auto plans = planner.recommend(budgets);
+  ASSERT_EQ(plans.size(), budgets.size());
+  for (const auto& p : plans) {
+    ASSERT_TRUE(p.found);
+    EXPECT_EQ(p.chosen_label, "as written @ micro 8") << p.budget << ": " << p.why;
+    EXPECT_EQ(p.chosen_cost.step_ms, 15.0);  // the lowest of its probes
+    EXPECT_EQ(p.reference.step_ms, 15.0);
+  }
+  // After the search, as written and the fastest fit were measured in turns: quant, as written.
+  const auto first = std::find(order.begin() + 1, order.end(), "as written @ micro 8");
+  ASSERT_NE(first, order.end());
+  ASSERT_GE(order.end() - first, 2);
+  EXPECT_EQ(*(first - 1), "quant @ micro 8");
+  // Its second probe (15.0) made it the fastest fit: no simpler configuration is left to weigh.
+  EXPECT_EQ(as_written_runs, 2);
+}
+
+// "Within noise" is not transitive: a (97 ms) is within noise of a+c (93.4) but not of a+b+c (90),
+// which only fits the larger budget and is within noise of a+c. Planned alone, the larger budget
+// takes a+c (the simplest within noise of its fastest), which a — the smaller budget's choice,
+// within noise of it and simpler — beats; recommend keeps a.
+TEST(Planner, RecommendKeepsTheSmallerBudgetsChoiceWhereItBeatsTheLargerBudgetsOwn) {
+  const std::vector<Dimension> dims = {{"a", {{"a", ""}}}, {"b", {{"b", ""}}}, {"c", {{"c", ""}}}};
+  // Multiplicative, so the planner's estimates are exact: peak 1000 x 0.5 (a) x 1.6 (b) x 1.125
+  // (c); time 100 ms x 0.97 (a) x 0.963918 (b) x 0.962567 (c).
+  auto probe = [](const Candidate& c) {
+    Cost x;
+    x.status = Cost::Status::Ok;
+    double peak = 1000, ms = 100;
+    if (c.pick[0] == 0) peak *= 0.5, ms *= 0.97;
+    if (c.pick[1] == 0) peak *= 1.6, ms *= 0.963918;
+    if (c.pick[2] == 0) peak *= 1.125, ms *= 0.962567;
+    x.peak = static_cast<int64_t>(std::llround(peak));
+    x.step_ms = ms;
+    return x;
+  };
+  tt::plan::Settings s = settings();
+  s.micro_sizes = {8};
+  const auto label_of = [&](const tt::plan::Plan& p) { return p.chosen_label; };
+  {
+    tt::plan::Planner alone(dims, s, probe);
+    alone.plan(650);  // limit 585: a (500) and a + c (562.5) fit
+    const auto large = alone.plan(1050);  // limit 945
+    ASSERT_TRUE(large.found);
+    EXPECT_EQ(large.chosen_label, "a + c @ micro 8") << large.why;  // the test's premise
+  }
+  tt::plan::Planner planner(dims, s, probe);
+  const auto plans = planner.recommend({1050, 650});  // any order
+  ASSERT_EQ(plans.size(), 2u);
+  EXPECT_EQ(plans[0].budget, 650);
+  EXPECT_EQ(label_of(plans[0]), "a @ micro 8") << plans[0].why;
+  EXPECT_EQ(label_of(plans[1]), "a @ micro 8") << plans[1].why;
+  EXPECT_NE(plans[1].why.find("a smaller budget's choice"), std::string::npos) << plans[1].why;
+  EXPECT_EQ(plans[1].fastest_label, "a + b + c @ micro 8");
+}
+
+TEST(Planner, RecommendNeverGivesALargerBudgetAChoiceASmallerBudgetsChoiceBeats) {
+  Table t;
+  uint64_t state = 12345;
+  // Every probe's time off by up to +-12% (a deterministic pseudo-random draw), its steps 1% apart.
+  tt::plan::Planner planner(t.dims, settings(), [&](const Candidate& c) {
+    Cost x = t.cost(c);
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    const double u = static_cast<double>(state >> 11) / 9007199254740992.0;
+    x.step_ms *= 0.88 + 0.24 * u;
+    x.steps = {x.step_ms * 0.99, x.step_ms, x.step_ms * 1.01};
+    return x;
+  });
+  std::vector<int64_t> budgets;
+  for (int64_t b = 250; b <= 1200; b += 50) budgets.push_back(b);
+  const auto plans = planner.recommend(budgets);
+  ASSERT_EQ(plans.size(), budgets.size());
+  int found = 0;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    if (!plans[i].found) continue;
+    ++found;
+    EXPECT_LE(plans[i].chosen_cost.peak, plans[i].limit);
+    for (size_t j = 0; j < i; ++j) {
+      if (!plans[j].found) continue;
+      EXPECT_FALSE(planner.beats(plans[j].chosen, plans[j].chosen_cost, plans[i].chosen, plans[i].chosen_cost))
+          << "budget " << plans[i].budget << " chose " << plans[i].chosen_label << " (" << plans[i].chosen_cost.step_ms
+          << " ms), beaten by budget " << plans[j].budget << "'s " << plans[j].chosen_label << " ("
+          << plans[j].chosen_cost.step_ms << " ms)";
+    }
+  }
+  EXPECT_GE(found, 15);
 }

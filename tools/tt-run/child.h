@@ -32,6 +32,7 @@ std::string last_error_line(const std::filesystem::path& log);
 struct Measured {
   nlohmann::json summary;
   double step_ms = 0, samples_per_s = 0, loss = 0;
+  std::vector<double> step_times_ms;  // each step after the warm-up
   int64_t peak = 0, rss = 0, params = 0, grads = 0, optimizer = 0, activations = 0;
 };
 Measured collect(const std::filesystem::path& run_dir, int warmup);

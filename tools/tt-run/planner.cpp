@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <tuple>
 
 #include "tt/options.h"
+#include "tt/report.h"
 
 namespace tt::plan {
 
@@ -14,6 +17,21 @@ namespace {
 
 double ratio(double x, double y) { return y > 0 ? x / y : 1.0; }
 int64_t rest_of(const Cost& c) { return std::max<int64_t>(1, c.peak - c.parameters - c.gradients - c.optimizer); }
+int techniques(const Candidate& c) {
+  return static_cast<int>(std::count_if(c.pick.begin(), c.pick.end(), [](int a) { return a >= 0; }));
+}
+// Fewer techniques, then the larger micro-batch: the simpler configuration first.
+std::tuple<int, int64_t> simplicity(const Candidate& c) { return {techniques(c), -c.micro}; }
+
+// The standard error of the mean of a probe's step times.
+double standard_error(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  double mean = 0, ss = 0;
+  for (double x : v) mean += x;
+  mean /= static_cast<double>(v.size());
+  for (double x : v) ss += (x - mean) * (x - mean);
+  return std::sqrt(ss / static_cast<double>(v.size() - 1) / static_cast<double>(v.size()));
+}
 
 }  // namespace
 
@@ -30,11 +48,47 @@ std::string Planner::label(const Candidate& c) const {
   return (s.empty() ? std::string("as written") : s) + " @ micro " + std::to_string(c.micro);
 }
 
+bool Planner::within_noise(const Cost& a, const Cost& b) {
+  return std::fabs(a.step_ms - b.step_ms) <= a.noise_ms + b.noise_ms;
+}
+
+bool Planner::beats(const Candidate& a, const Cost& ca, const Candidate& b, const Cost& cb) const {
+  if (!within_noise(ca, cb)) return ca.step_ms < cb.step_ms;
+  if (simplicity(a) != simplicity(b)) return simplicity(a) < simplicity(b);
+  return ca.step_ms < cb.step_ms;
+}
+
+// Folds one probe into what is known of a configuration: the lowest median time, the largest
+// peak; a probe that fails makes the configuration fail.
+void Planner::absorb(Cost& into, Cost probe) const {
+  if (probe.ok() && probe.step_ms <= 0 && !probe.steps.empty()) probe.step_ms = median(probe.steps);
+  const int probes = into.probes + 1;
+  if (into.probes == 0 || !probe.ok() || !into.ok()) {
+    if (into.probes == 0 || !probe.ok()) into = std::move(probe);
+  } else {
+    const int64_t peak = std::max(into.peak, probe.peak);
+    if (probe.step_ms < into.step_ms) {
+      into.step_ms = probe.step_ms;
+      into.steps = std::move(probe.steps);
+    }
+    into.peak = peak;
+  }
+  into.probes = probes;
+  into.noise_ms = into.ok() ? std::max(s_.noise_floor * into.step_ms, standard_error(into.steps)) : 0;
+}
+
 const Cost& Planner::measure(const Candidate& c, int& counter) {
   auto it = cache_.find(c);
   if (it != cache_.end()) return it->second;
+  return remeasure(c, counter);
+}
+
+const Cost& Planner::remeasure(const Candidate& c, int& counter) {
   ++counter;
-  return cache_.emplace(c, probe_(c)).first->second;
+  ++probe_runs_;
+  Cost probe = probe_(c);
+  absorb(cache_[c], std::move(probe));
+  return cache_[c];
 }
 
 void Planner::calibrate(int& counter) {
@@ -133,7 +187,22 @@ void Planner::estimate(const Candidate& c, double& peak, double& ms) const {
   ms = t;
 }
 
-Plan Planner::plan(int64_t budget) {
+Plan Planner::plan(int64_t budget) { return plan(budget, nullptr, true); }
+
+std::vector<Plan> Planner::recommend(std::vector<int64_t> budgets) {
+  std::sort(budgets.begin(), budgets.end());
+  for (int64_t b : budgets) plan(b, nullptr, true);  // the measurements
+  // The choices, from everything measured, smallest budget first: a larger budget keeps the
+  // smaller one's choice unless its own beats it.
+  std::vector<Plan> out;
+  for (int64_t b : budgets) {
+    const Candidate* floor = !out.empty() && out.back().found ? &out.back().chosen : nullptr;
+    out.push_back(plan(b, floor, false));
+  }
+  return out;
+}
+
+Plan Planner::plan(int64_t budget, const Candidate* at_least, bool search) {
   if (budget <= 0) throw std::invalid_argument("planner: the budget must be positive");
   Plan out;
   out.budget = budget;
@@ -172,60 +241,89 @@ Plan Planner::plan(int64_t budget) {
 
   const double limit = static_cast<double>(out.limit);
   const double prune_above = limit * (1.0 + s_.slack);
-  auto measured = [&](const Row& r) -> const Cost* {
-    auto it = cache_.find(r.candidate);
+  auto measured = [&](const Candidate& c) -> const Cost* {
+    auto it = cache_.find(c);
     return it == cache_.end() ? nullptr : &it->second;
   };
   auto fits = [&](const Cost* c) { return c && c->ok() && static_cast<double>(c->peak) <= limit; };
-  // The fastest measured fit; within `tie` of its time, the simplest: fewest techniques, then the
-  // largest micro-batch (step times of a few probe steps differ by a few percent run to run).
-  auto techniques = [](const Candidate& c) { return std::count_if(c.pick.begin(), c.pick.end(), [](int a) { return a >= 0; }); };
-  auto fastest_fit = [&]() {
-    double fastest = std::numeric_limits<double>::infinity();
+  auto fastest_fit = [&]() -> const Row* {
+    const Row* f = nullptr;
     for (const auto& r : rows)
-      if (fits(measured(r))) fastest = std::min(fastest, measured(r)->step_ms);
-    return fastest;
+      if (fits(measured(r.candidate)) && (!f || measured(r.candidate)->step_ms < measured(f->candidate)->step_ms)) f = &r;
+    return f;
   };
+  // The fastest fit; among the fits within noise of it, the simplest (tt::plan::Planner::beats).
   auto best_fit = [&]() -> const Row* {
-    const double fastest = fastest_fit();
-    const Row* best = nullptr;
+    const Row* f = fastest_fit();
+    if (!f) return nullptr;
+    const Cost& cf = *measured(f->candidate);
+    const Row* best = f;
     for (const auto& r : rows) {
-      const Cost* c = measured(r);
-      if (!fits(c) || c->step_ms > fastest * (1.0 + s_.tie)) continue;
-      if (!best) {
-        best = &r;
-        continue;
-      }
-      const auto key = [&](const Row& x) {
-        return std::make_tuple(techniques(x.candidate), -x.candidate.micro, measured(x)->step_ms);
-      };
-      if (key(r) < key(*best)) best = &r;
+      const Cost* c = measured(r.candidate);
+      if (!fits(c) || !within_noise(*c, cf)) continue;
+      if (beats(r.candidate, *c, best->candidate, *measured(best->candidate))) best = &r;
     }
     return best;
   };
+
   int probes_here = 0;
-  for (;;) {
-    for (auto& r : rows) estimate(r.candidate, r.est_peak, r.est_ms);  // with what was measured since
-    const double fastest = fastest_fit();
-    const Row* next = nullptr;
-    for (const auto& r : rows)
-      if (!measured(r) && r.est_peak <= prune_above && (!next || r.est_ms < next->est_ms)) next = &r;
-    if (!next || fastest * (1.0 + s_.tie) < next->est_ms || probes_here >= s_.max_probes) break;
-    measure(next->candidate, counter);
-    ++probes_here;
+  if (search) {
+    for (;;) {
+      for (auto& r : rows) estimate(r.candidate, r.est_peak, r.est_ms);  // with what was measured since
+      const Row* f = fastest_fit();
+      const Row* next = nullptr;
+      for (const auto& r : rows)
+        if (!measured(r.candidate) && r.est_peak <= prune_above && (!next || r.est_ms < next->est_ms)) next = &r;
+      if (!next || probes_here >= s_.max_probes) break;
+      if (f && measured(f->candidate)->step_ms * (1.0 + s_.noise_floor) < next->est_ms) break;
+      measure(next->candidate, counter);
+      ++probes_here;
+    }
+    // Close contenders, re-measured round-robin: the fastest fit first, then each simpler fit
+    // whose order against it is not yet settled.
+    while (probes_here < s_.max_probes) {
+      const Row* f = fastest_fit();
+      if (!f) break;
+      const Cost cf = *measured(f->candidate);
+      std::vector<Candidate> again;
+      for (const auto& r : rows) {
+        const Cost* c = measured(r.candidate);
+        if (!fits(c) || r.candidate == f->candidate || !(simplicity(r.candidate) < simplicity(f->candidate))) continue;
+        const bool close = techniques(r.candidate) == 0 || c->step_ms <= 1.25 * cf.step_ms || within_noise(*c, cf);
+        if (!close) continue;
+        const bool settled = within_noise(*c, cf) ? c->probes >= s_.max_repeats && cf.probes >= s_.max_repeats
+                                                  : c->probes >= 2 && cf.probes >= 2;
+        if (settled) continue;
+        if (cf.probes < s_.max_repeats && (again.empty() || !(again.front() == f->candidate)))
+          again.insert(again.begin(), f->candidate);
+        if (c->probes < s_.max_repeats) again.push_back(r.candidate);
+      }
+      if (again.empty()) break;
+      for (const auto& c : again) {
+        if (probes_here >= s_.max_probes) break;
+        remeasure(c, counter);
+        ++probes_here;
+      }
+    }
   }
   const Row* best = best_fit();
-  const double fastest = fastest_fit();
+  if (best && at_least) {
+    const Cost* floor = measured(*at_least);
+    if (fits(floor) && beats(*at_least, *floor, best->candidate, *measured(best->candidate)))
+      for (const auto& r : rows)
+        if (r.candidate == *at_least) best = &r;
+  }
+  const Row* fastest = fastest_fit();
   if (!best) {
     // Nothing fits: measure the configuration estimated smallest, so that the shortfall is a
     // measured figure, not an estimate.
     const Row* smallest = nullptr;
     for (const auto& r : rows)
       if (!smallest || r.est_peak < smallest->est_peak) smallest = &r;
-    if (smallest && !measured(*smallest)) measure(smallest->candidate, counter);
+    if (smallest && !measured(smallest->candidate)) measure(smallest->candidate, counter);
     const Cost* least = nullptr;
     for (const auto& r : rows) {
-      const Cost* c = measured(r);
+      const Cost* c = measured(r.candidate);
       if (c && c->ok() && (!least || c->peak < least->peak)) {
         least = c;
         out.smallest_label = r.label;
@@ -237,14 +335,17 @@ Plan Planner::plan(int64_t budget) {
     }
   }
 
+  const Cost* chosen_cost = best ? measured(best->candidate) : nullptr;
   for (auto& r : rows) {
-    const Cost* c = measured(r);
+    const Cost* c = measured(r.candidate);
     if (c) {
       r.measured = true;
       r.cost = *c;
       r.verdict = !c->ok() ? (c->status == Cost::Status::OutOfMemory ? "out of memory" : "failed")
                   : fits(c) ? "fits"
                             : "over the limit";
+      r.within_noise = fits(c) && chosen_cost && within_noise(*c, *chosen_cost);
+      if (r.within_noise && !(r.candidate == best->candidate)) r.verdict = "fits, within noise of the choice";
     } else {
       r.verdict = r.est_peak > prune_above ? "pruned (estimate over)" : "not measured (estimated slower)";
     }
@@ -253,7 +354,9 @@ Plan Planner::plan(int64_t budget) {
     out.found = true;
     out.chosen = best->candidate;
     out.chosen_label = best->label;
-    out.chosen_cost = *measured(*best);
+    out.chosen_cost = *chosen_cost;
+    out.fastest_label = fastest->label;
+    out.fastest_cost = *measured(fastest->candidate);
   }
   std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
     if (a.measured != b.measured) return a.measured;
@@ -264,17 +367,28 @@ Plan Planner::plan(int64_t budget) {
     if (out.found && r.candidate == out.chosen) r.verdict = "chosen";
   out.rows = std::move(rows);
   out.probes = counter;
+  out.reference = *measured(ref_);  // with its re-measurements
 
   const std::string lim = format_bytes(out.limit) + " (the budget " + format_bytes(budget) + " less a " +
                           std::to_string(static_cast<int>(std::lround(s_.margin * 100))) + "% margin)";
+  auto timing = [](const Cost& c) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.1f +- %.1f ms/step, %d probe%s", c.step_ms, c.noise_ms, c.probes,
+                  c.probes == 1 ? "" : "s");
+    return std::string(buf);
+  };
   if (out.found) {
-    if (out.chosen_cost.step_ms > fastest)
-      out.why = "the simplest measured configuration within " + std::to_string(std::lround(s_.tie * 100)) +
-                "% of the fastest that fits (" + std::to_string(std::lround(fastest)) + " ms/step); its peak, " +
+    if (!(out.chosen == fastest->candidate) && within_noise(out.chosen_cost, out.fastest_cost))
+      out.why = "the simplest measured configuration within noise of the fastest that fits (" + out.fastest_label +
+                ", " + timing(out.fastest_cost) + "; this one " + timing(out.chosen_cost) + "); its peak, " +
+                format_bytes(out.chosen_cost.peak) + ", fits under " + lim;
+    else if (!(out.chosen == fastest->candidate))
+      out.why = "a smaller budget's choice, which beats the fastest fit here (" + out.fastest_label + ", " +
+                timing(out.fastest_cost) + "; this one " + timing(out.chosen_cost) + "); its peak, " +
                 format_bytes(out.chosen_cost.peak) + ", fits under " + lim;
     else
-      out.why = "the fastest measured configuration whose peak, " + format_bytes(out.chosen_cost.peak) +
-                ", fits under " + lim;
+      out.why = "the fastest measured configuration (" + timing(out.chosen_cost) + ") whose peak, " +
+                format_bytes(out.chosen_cost.peak) + ", fits under " + lim;
     // Name what it beat: the fastest measured configuration that did not fit.
     for (const auto& r : out.rows)
       if (r.measured && r.cost.ok() && r.cost.step_ms < out.chosen_cost.step_ms && r.verdict == "over the limit") {

@@ -16,11 +16,19 @@
 //   3. prunes what cannot fit even with the estimate's slack, and measures the rest fastest
 //      estimate first, until the fastest measured fit is no slower than the next estimate
 //      (or max_probes is spent);
-//   4. picks the fastest measured configuration whose peak fits budget x (1 - margin); among
-//      those within `tie` (3%) of its time, the one with the fewest techniques, then the
-//      largest micro-batch.
+//   4. picks, among the measured configurations whose peak fits budget x (1 - margin), the
+//      fastest; among those within noise of it, the one with the fewest techniques, then the
+//      largest micro-batch ("as written" when it fits and is within noise);
+//   5. re-measures close contenders round-robin (the fastest fit and each simpler fit that is
+//      within noise of it, within 25% of it, or the pipeline as written) until their difference
+//      exceeds the measured noise, each has max_repeats probes, or max_probes is spent.
+// A configuration's step time is the lowest median of its probes (load on the machine only
+// slows a probe down); its noise the spread of step times within that probe (standard error),
+// at least noise_floor of the time. Two times are within noise when they differ by no more than
+// the sum of their noises.
 // Measurements are kept, so planning for several budgets (--recommend) measures each
-// configuration once.
+// configuration once (plus its re-measurements), and recommend() makes the choices monotone: a
+// larger budget never gets a choice that a smaller budget's choice beats.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -50,8 +58,12 @@ struct Cost {
   enum class Status { Ok, OutOfMemory, Failed };
   Status status = Status::Failed;
   int64_t peak = 0, parameters = 0, gradients = 0, optimizer = 0;
-  double step_ms = 0;
-  std::string reason;  // why a probe failed
+  double step_ms = 0;          // a probe: the median of `steps`; the planner: the lowest over probes
+  std::vector<double> steps;   // the measured steps' times (ms) of that probe
+  std::string reason;          // why a probe failed
+  // Set by the planner:
+  int probes = 0;              // how many times the configuration was measured
+  double noise_ms = 0;         // the time's noise (see above)
   bool ok() const { return status == Status::Ok; }
 };
 
@@ -61,8 +73,9 @@ struct Settings {
   std::vector<int64_t> micro_sizes;  // largest first; the first is the reference
   double margin = 0.10;              // the chosen peak stays under budget x (1 - margin)
   double slack = 0.25;               // estimates within limit x (1 + slack) are still measured
-  double tie = 0.03;                 // fits within this of the fastest: the simplest is chosen
+  double noise_floor = 0.02;         // a time's noise is at least this share of it
   int max_probes = 16;               // measurements per plan() beyond the reference ones
+  int max_repeats = 3;               // probes of one configuration, re-measurements included
 };
 
 struct Row {
@@ -72,6 +85,7 @@ struct Row {
   bool measured = false;
   Cost cost;
   std::string verdict;  // chosen, fits, over budget, out of memory, failed, pruned (estimate)
+  bool within_noise = false;  // a fit whose time is within noise of the chosen one's
 };
 
 struct Plan {
@@ -80,6 +94,8 @@ struct Plan {
   Candidate chosen;
   std::string chosen_label;
   Cost chosen_cost;
+  std::string fastest_label;  // the fastest measured fit (the chosen one or within its noise)
+  Cost fastest_cost;
   Cost reference;  // the pipeline as written
   std::string why;
   // Nothing fits: the smallest peak measured, and by how much it misses the limit.
@@ -95,12 +111,23 @@ class Planner {
   Planner(std::vector<Dimension> dims, Settings settings, Probe probe);
   // Throws std::runtime_error when the pipeline as written does not run at any micro-batch.
   Plan plan(int64_t budget);
+  // A plan per budget (ascending), each chosen from all the measurements made for all of them,
+  // so that no budget's choice is beaten by a smaller budget's.
+  std::vector<Plan> recommend(std::vector<int64_t> budgets);
   std::string label(const Candidate& c) const;
-  int total_probes() const { return static_cast<int>(cache_.size()); }
+  int total_probes() const { return probe_runs_; }  // every probe run, re-measurements included
   const std::vector<Dimension>& dimensions() const { return dims_; }
+  // |a - b| within the sum of their noises.
+  static bool within_noise(const Cost& a, const Cost& b);
+  // a is to be preferred over b: faster beyond the noise; within it, fewer techniques, then a
+  // larger micro-batch, then faster.
+  bool beats(const Candidate& a, const Cost& ca, const Candidate& b, const Cost& cb) const;
 
  private:
+  Plan plan(int64_t budget, const Candidate* at_least, bool search);
   const Cost& measure(const Candidate& c, int& counter);
+  const Cost& remeasure(const Candidate& c, int& counter);
+  void absorb(Cost& into, Cost probe) const;
   void calibrate(int& counter);
   void estimate(const Candidate& c, double& peak, double& ms) const;
 
@@ -108,6 +135,7 @@ class Planner {
   Settings s_;
   Probe probe_;
   std::map<Candidate, Cost> cache_;
+  int probe_runs_ = 0;
   bool calibrated_ = false;
   Candidate ref_;
   Cost ref_cost_;
