@@ -54,6 +54,7 @@ struct Trainer::Impl {
     const int64_t batch_size = T.is_set("eval_batch_size") ? T.get_int("eval_batch_size") : s.batch_size;
     run.flush_optimizer();
     fire(Event::BEFORE_EVAL);
+    PhaseScope phase("evaluating");
     s.metrics = s.model->evaluate(*run.data.validation, batch_size);
     fire(Event::EVAL);
     fire(Event::AFTER_EVAL);
@@ -65,6 +66,7 @@ struct Trainer::Impl {
   }
 
   void checkpoint() {
+    PhaseScope phase("writing a checkpoint");
     fire(Event::CHECKPOINT);  // the built-in CheckpointSaver writes it, after the plugins
   }
 
@@ -135,10 +137,14 @@ struct Trainer::Impl {
     State& s = run.state;
     RunRecord& rec = run.record;
     rec.started = Clock::now();
+    set_phase("in setup");
     add_callbacks();
     setup_run(run, std::move(extra_plugins));
     if (run.config.resume) load_checkpoint(run);
     if (run.sync) run.sync->broadcast_model();
+    if (interrupted())
+      throw Interrupted(detail::cat("interrupted during setup, before the first step: nothing was trained",
+                                    run.config.resume ? "; the run's checkpoints are as they were" : ""));
     if (run.resumed && s.step >= s.total_steps) {  // e.g. tt-run --resume RUN --sample PROMPT on a finished run
       log().info("{}: the run in {} is complete at step {} (of {}); nothing to train, outputs kept as they are",
                  run.pipeline.name, s.run_dir.string(), s.step, s.total_steps);
@@ -166,6 +172,7 @@ struct Trainer::Impl {
     run.reset_peak();
     rec.train_started = Clock::now();
     getrusage(RUSAGE_SELF, &rec.usage_start);
+    set_phase("training");
     try {
       train_loop();
     } catch (const c10::OutOfMemoryError& e) {
@@ -196,6 +203,7 @@ struct Trainer::Impl {
                      rec.replica_hashes[0], h);
     }
     s.metrics.clear();
+    set_phase("writing outputs");
     if (run.root)
       with_context("model (" + run.pipeline.model.name + ") writing outputs", [&] {
         s.model->write_outputs(s.run_dir, s);

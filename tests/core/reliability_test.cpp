@@ -208,3 +208,124 @@ TEST(Reliability, AMissingOrDyingGnuplotSkipsThePlotWithoutKillingTheRun) {
   sigaction(SIGPIPE, nullptr, &now);
   EXPECT_EQ(now.sa_handler, SIG_DFL) << "SIGPIPE's disposition is restored";
 }
+
+namespace {
+
+// tt-run started in the background (its own pid: exec'd by the shell), output to `log`.
+pid_t start_tt_run(const std::string& args, const fs::path& log, const std::string& env = "") {
+  const std::string cmd = env + " exec " + tt_run_bin() + " " + args + " > " + log.string() + " 2>&1";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+bool wait_for_file(const fs::path& f, int seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (fs::exists(f)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// Waits up to `seconds` for pid; kills it if it is still there. Returns the wait status, or -1
+// when it had to be killed.
+int wait_or_kill(pid_t pid, int seconds, double* waited = nullptr) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  for (int i = 0; i < seconds * 50; ++i) {
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      if (waited) *waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return status;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
+const std::string kStallEnv = std::string("TT_PLUGIN_PATH=") + TT_TEST_MODULE_DIR + " TT_INTERRUPT_GRACE=2";
+
+}  // namespace
+
+// A phase that does not look at interrupt requests (here a plugin that sleeps in INIT, as a long
+// set-up would) still ends within the grace after SIGTERM, saying where it was.
+TEST(Reliability, SigtermDuringALongSetupEndsTheRunWithinTheGraceNamingThePhase) {
+  const fs::path dir = temp_dir("sigterm-setup");
+  const fs::path marker = dir / "stalled";
+  std::ofstream(dir / "p.yaml") << topic_yaml(dir, "  epochs: 5\n",
+                                              "plugins: [{name: test-stall, event: init, seconds: 120, marker: " +
+                                                  marker.string() + "}]\n");
+  const pid_t pid = start_tt_run((dir / "p.yaml").string() + " --run-dir " + (dir / "r").string(), dir / "out.txt",
+                                 kStallEnv);
+  ASSERT_TRUE(wait_for_file(marker, 120)) << read_file(dir / "out.txt");
+  kill(pid, SIGTERM);
+  double waited = 0;
+  const int status = wait_or_kill(pid, 30, &waited);
+  const std::string out = read_file(dir / "out.txt");
+  ASSERT_NE(status, -1) << "still running 30 s after SIGTERM:\n" << out;
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << out;
+  EXPECT_LT(waited, 15.0) << out;  // the 2 s grace, and the process's exit
+  EXPECT_NE(out.find("tt-run: still in setup 2 s after the interrupt; stopping now"), std::string::npos) << out;
+}
+
+// SIGTERM while a checkpoint is being written (the stall stands in for a slow disk): the run ends
+// within the grace, the checkpoint written before is whole, and --resume continues from it.
+TEST(Reliability, SigtermWhileACheckpointIsWrittenKeepsTheLastOneAndTheRunResumes) {
+  const fs::path dir = temp_dir("sigterm-ckpt");
+  const fs::path marker = dir / "stalled";
+  std::ofstream(dir / "p.yaml") << topic_yaml(
+      dir, "  max_steps: 8\n  checkpoint_every: 2\n",
+      "plugins: [{name: test-stall, event: checkpoint, from_step: 4, seconds: 120, marker: " + marker.string() + "}]\n");
+  const fs::path run_dir = dir / "r";
+  const pid_t pid = start_tt_run((dir / "p.yaml").string() + " --run-dir " + run_dir.string(), dir / "out.txt",
+                                 kStallEnv);
+  ASSERT_TRUE(wait_for_file(marker, 120)) << read_file(dir / "out.txt");
+  kill(pid, SIGTERM);
+  const int status = wait_or_kill(pid, 30);
+  const std::string out = read_file(dir / "out.txt");
+  ASSERT_NE(status, -1) << "still running 30 s after SIGTERM:\n" << out;
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << out;
+  EXPECT_NE(out.find("still writing a checkpoint 2 s after the interrupt"), std::string::npos) << out;
+  // The stall ran before the step-4 checkpoint was written: step 2's is the newest, whole.
+  const auto names = names_in(run_dir / "checkpoints");
+  ASSERT_FALSE(names.empty()) << out;
+  for (const auto& n : names) EXPECT_EQ(n.find(".tmp"), std::string::npos) << n;
+  EXPECT_EQ(names, std::vector<std::string>{"step-00000002.pt"});
+  // The plugin stalls once (its marker exists now): the resumed run goes to the end.
+  const auto resumed = run(kStallEnv + " " + tt_run_bin() + " --resume " + run_dir.string());
+  ASSERT_EQ(resumed.rc, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("at step 2"), std::string::npos) << resumed.output;
+  EXPECT_NE(read_file(run_dir / "summary.json").find("\"steps\": 8"), std::string::npos);
+}
+
+// tt-run --compare passes an interrupt on to the variant it is running (in its own process
+// group, so a Ctrl-C at the terminal reaches only the parent), and both end.
+TEST(Reliability, SigtermToCompareEndsTheVariantItRunsAndTheComparison) {
+  const fs::path dir = temp_dir("sigterm-compare");
+  const fs::path marker = dir / "stalled";
+  std::ofstream(dir / "c.yaml") << topic_yaml(dir, "  max_steps: 4\n",
+                                              "compare:\n  steps: 2\n  warmup_steps: 1\n  variants:\n"
+                                              "    plain: {}\n    stalled: {plugins: [{name: test-stall, event: "
+                                              "init, seconds: 120, marker: " +
+                                                  marker.string() + "}]}\n");
+  const pid_t pid = start_tt_run((dir / "c.yaml").string() + " --run-dir " + (dir / "cmp").string(),
+                                 dir / "out.txt", kStallEnv);
+  ASSERT_TRUE(wait_for_file(marker, 180)) << read_file(dir / "out.txt");
+  kill(pid, SIGTERM);
+  const int status = wait_or_kill(pid, 30);
+  const std::string out = read_file(dir / "out.txt");
+  ASSERT_NE(status, -1) << "still running 30 s after SIGTERM:\n" << out;
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << out;
+  // No tt-run of this comparison is left.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto left = run("pgrep -f 'tt-ru[n] .*" + (dir / "cmp").string() + "' || true");  // [n]: not this shell
+  EXPECT_TRUE(left.output.find_first_of("0123456789") == std::string::npos) << left.output;
+}

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   }
   try {
     const tt::DataTool& tool = tt::Registry::global().data_tool(name);
-    tt::install_interrupt_handlers("\ntt-data: stopping after this chunk (Ctrl-C again to abort)\n");
+    tt::install_interrupt_handlers("\ntt-data: stopping after this chunk (Ctrl-C again to abort)\n", "tt-data");
     return tool.run(std::vector<std::string>(args.begin() + 1, args.end()));
   } catch (const tt::Error& e) {
     std::fprintf(stderr, "tt-data: %s%s\n", e.exit_code() == 130 ? "" : "error: ", e.what());

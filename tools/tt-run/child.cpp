@@ -1,18 +1,22 @@
 #include "child.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "tt/error.h"
 #include "tt/yaml_util.h"
 #include "tt/report.h"
+#include "tt/runtime.h"
 
 namespace tt::child {
 
@@ -57,6 +61,10 @@ int run(const std::string& tt_run, const fs::path& yaml, const fs::path& run_dir
   const pid_t pid = fork();
   TT_CHECK(pid >= 0, "cannot start a tt-run process for ", yaml.string());
   if (pid == 0) {
+    // Its own process group, so that a Ctrl-C at the terminal reaches only this process, which
+    // passes it on once (below); and it ends if this process dies.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       dup2(fd, 1);
@@ -67,10 +75,20 @@ int run(const std::string& tt_run, const fs::path& yaml, const fs::path& run_dir
     std::perror("tt-run: exec");
     _exit(127);
   }
+  // An interrupt of this process (compare, the planner) is passed on to the child, once: it
+  // stops as a run does (checkpoint, summary "interrupted", exit 130) and this one reports it.
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  bool passed_on = false;
+  for (;;) {
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    if (r < 0 && errno != EINTR) TT_FAIL("waiting for the tt-run process of ", yaml.string(), ": ", std::strerror(errno));
+    if (!passed_on && interrupt_requested()) {
+      ::kill(pid, SIGTERM);
+      passed_on = true;
+    }
+    ::usleep(20000);
   }
-  return status;
 }
 
 Measured collect(const fs::path& run_dir, int warmup) {
@@ -92,6 +110,7 @@ Measured collect(const fs::path& run_dir, int warmup) {
     times.push_back(1e3 * j["step_seconds"].get<double>());
     if (j.contains("samples_per_s")) rates.push_back(j["samples_per_s"].get<double>());
   }
+  r.step_times_ms = times;
   r.step_ms = median(times);
   r.samples_per_s = median(rates);
   return r;

@@ -20,6 +20,7 @@
 #include "tt/log.h"
 #include "tt/pipeline.h"
 #include "tt/report.h"
+#include "tt/runtime.h"
 
 namespace tt::compare {
 
@@ -260,6 +261,10 @@ int run(const Options& o) {
       }
       const auto t0 = std::chrono::steady_clock::now();
       const fs::path dir = out / (k == 0 ? spec.variants[i].name : spec.variants[i].name + "-r" + std::to_string(k + 1));
+      if (interrupt_requested()) {  // between two variants
+        if (!o.quiet) std::printf("interrupted before %s\n", spec.variants[i].name.c_str());
+        return 130;
+      }
       fs::remove_all(dir);
       if (!o.quiet) {
         std::printf("[%zu/%zu] %s%s ... ", i + 1, n, spec.variants[i].name.c_str(),

@@ -215,6 +215,9 @@ int main(int argc, char** argv) {
         TT_FAIL_AS(ConfigError, "--budget ", e.what());
       }
     }
+    // Compare and the planner pass an interrupt on to the tt-run they are running; a training
+    // run stops after its batch (installed again below with that message).
+    tt::install_interrupt_handlers("\ntt-run: stopping (Ctrl-C again to abort)\n", "tt-run");
     if (profile) {
       TT_CHECK_AS(ConfigError, resume_dir.empty() && !dry_run && !compare && !planning,
                   "--profile-memory does not go with --resume, --dry-run or --compare");
@@ -254,7 +257,8 @@ int main(int argc, char** argv) {
       std::fputs(pipeline.resolved_yaml().c_str(), stdout);
       return 0;
     }
-    tt::install_interrupt_handlers("\ntt-run: stopping after this batch to write a checkpoint (Ctrl-C again to abort)\n");
+    tt::install_interrupt_handlers("\ntt-run: stopping after this batch to write a checkpoint (Ctrl-C again to abort)\n",
+                                   "tt-run");
     tt::TrainerConfig cfg;
     cfg.quiet = quiet;
     if (!resume_dir.empty()) {

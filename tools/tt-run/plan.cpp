@@ -21,6 +21,7 @@
 #include "tt/pipeline.h"
 #include "tt/registry.h"
 #include "tt/report.h"
+#include "tt/runtime.h"
 
 namespace tt::plan {
 
@@ -134,6 +135,7 @@ class Runner {
   }
 
   Cost probe(const Candidate& c, const std::string& label) {
+    if (interrupt_requested()) throw Interrupted("the budget planner was interrupted");
     const int n = ++count_;
     const std::string tag = "probe-" + std::to_string(n);
     const fs::path yaml = dir_ / (tag + ".yaml"), run_dir = dir_ / tag, log_file = dir_ / (tag + ".log");
@@ -157,6 +159,7 @@ class Runner {
         cost.gradients = m.grads;
         cost.optimizer = m.optimizer;
         cost.step_ms = m.step_ms;
+        cost.steps = m.step_times_ms;
       } catch (const std::exception& e) {
         cost.reason = std::string("no measurements: ") + e.what();
       }
@@ -191,7 +194,9 @@ json cost_json(const Cost& c) {
               {"parameters_bytes", c.parameters},
               {"gradients_bytes", c.gradients},
               {"optimizer_state_bytes", c.optimizer},
-              {"median_step_ms", c.step_ms}});
+              {"median_step_ms", c.step_ms},
+              {"noise_ms", c.noise_ms},
+              {"probes", c.probes}});
   else
     j["reason"] = c.reason;
   return j;
@@ -201,13 +206,19 @@ json plan_json(const Plan& p) {
   json j = {{"budget_bytes", p.budget}, {"limit_bytes", p.limit}, {"found", p.found},
             {"why", p.why},             {"probes", p.probes},     {"excluded", p.excluded},
             {"reference", cost_json(p.reference)}};
-  if (p.found) j["chosen"] = {{"configuration", p.chosen_label}, {"micro_batch_size", p.chosen.micro}, {"measured", cost_json(p.chosen_cost)}};
+  if (p.found) {
+    j["chosen"] = {{"configuration", p.chosen_label}, {"micro_batch_size", p.chosen.micro}, {"measured", cost_json(p.chosen_cost)}};
+    j["fastest_fit"] = {{"configuration", p.fastest_label}, {"measured", cost_json(p.fastest_cost)}};
+  }
   else if (p.smallest_peak > 0)
     j["smallest"] = {{"configuration", p.smallest_label}, {"peak_tensor_bytes", p.smallest_peak}, {"over_by_bytes", p.shortfall}};
   for (const auto& r : p.rows) {
     json row = {{"configuration", r.label}, {"estimated_peak_bytes", std::llround(r.est_peak)},
                 {"estimated_step_ms", r.est_ms}, {"verdict", r.verdict}};
-    if (r.measured) row["measured"] = cost_json(r.cost);
+    if (r.measured) {
+      row["measured"] = cost_json(r.cost);
+      row["within_noise_of_the_choice"] = r.within_noise;
+    }
     j["configurations"].push_back(row);
   }
   return j;
@@ -216,8 +227,8 @@ json plan_json(const Plan& p) {
 void print_plan(const Plan& p) {
   std::printf("\nplan for a budget of %s (limit %s after the margin):\n", format_bytes(p.budget).c_str(),
               format_bytes(p.limit).c_str());
-  std::printf("  %-58s %11s %11s %10s %10s  %s\n", "configuration", "est. MiB", "peak MiB", "est. ms", "step ms",
-              "verdict");
+  std::printf("  %-58s %11s %11s %10s %16s %6s  %s\n", "configuration", "est. MiB", "peak MiB", "est. ms",
+              "step ms", "probes", "verdict");
   int unmeasured = 0, pruned = 0;
   for (const auto& r : p.rows) {
     if (!r.measured) {
@@ -225,14 +236,16 @@ void print_plan(const Plan& p) {
       if (r.verdict.rfind("pruned", 0) == 0) ++pruned;
       continue;
     }
-    std::printf("  %-58s %11s %11s %10.1f %10s  %s\n", r.label.c_str(), mib(r.est_peak).c_str(),
+    std::printf("  %-58s %11s %11s %10.1f %16s %6d  %s\n", r.label.c_str(), mib(r.est_peak).c_str(),
                 r.cost.ok() ? mib(r.cost.peak).c_str() : "-", r.est_ms,
-                r.cost.ok() ? ms(r.cost.step_ms).c_str() : "-",
+                r.cost.ok() ? (ms(r.cost.step_ms) + " +- " + ms(r.cost.noise_ms)).c_str() : "-", r.cost.probes,
                 r.verdict.c_str());
   }
   std::printf("  (%d more configurations estimated and not measured: %d pruned as over the limit, %d estimated "
               "slower than the choice)\n",
               unmeasured, pruned, unmeasured - pruned);
+  std::printf("  step ms: the lowest median over a configuration's probes +- its noise; times within noise of each "
+              "other are treated as equal, and then the fewer techniques win\n");
   for (const auto& e : p.excluded) std::printf("  excluded: %s\n", e.c_str());
   std::fflush(stdout);
 }
@@ -289,26 +302,40 @@ Outcome run(const RunOptions& o) {
   if (o.recommend) {
     const std::vector<double> gib = {0.5, 1, 2, 4, 8, 16};
     json doc = {{"pipeline", o.file}, {"budgets", json::array()}};
+    std::vector<int64_t> budgets;
+    for (double g : gib) budgets.push_back(static_cast<int64_t>(g * (1LL << 30)));
     std::vector<Plan> plans;
-    for (double g : gib) {
-      plans.push_back(plan_or_explain(static_cast<int64_t>(g * (1LL << 30))));
-      doc["budgets"].push_back(plan_json(plans.back()));
+    try {
+      plans = planner.recommend(budgets);
+    } catch (const std::runtime_error& e) {
+      if (dynamic_cast<const Error*>(&e)) throw;
+      TT_FAIL_AS(Error, "budget planner: ", e.what());
     }
+    for (const auto& pl : plans) doc["budgets"].push_back(plan_json(pl));
     std::ofstream(dir / "recommend.json") << doc.dump(2) << "\n";
     const Cost& ref = plans.front().reference;
-    std::printf("\nrecommended settings for %s (measured; as written: peak %s MiB, %.1f ms/step at micro-batch %lld)\n",
-                o.file.c_str(), mib(ref.peak).c_str(), ref.step_ms, static_cast<long long>(settings.micro_sizes[0]));
-    std::printf("  %-8s %-58s %11s %10s %8s\n", "budget", "configuration", "peak MiB", "step ms", "vs as");
+    std::printf("\nrecommended settings for %s (measured; as written: peak %s MiB, %.1f +- %.1f ms/step at micro-batch "
+                "%lld, %d probe%s)\n",
+                o.file.c_str(), mib(ref.peak).c_str(), ref.step_ms, ref.noise_ms,
+                static_cast<long long>(settings.micro_sizes[0]), ref.probes, ref.probes == 1 ? "" : "s");
+    std::printf("  %-8s %-58s %11s %16s %8s  %s\n", "budget", "configuration", "peak MiB", "step ms", "vs as", "note");
     for (size_t i = 0; i < plans.size(); ++i) {
       const Plan& pl = plans[i];
       char b[32];
       std::snprintf(b, sizeof b, "%g GiB", gib[i]);
-      if (pl.found)
-        std::printf("  %-8s %-58s %11s %10.1f %7.2fx\n", b, pl.chosen_label.c_str(), mib(pl.chosen_cost.peak).c_str(),
-                    pl.chosen_cost.step_ms, pl.chosen_cost.step_ms / ref.step_ms);
-      else
+      if (pl.found) {
+        std::string note;
+        if (!(pl.chosen_label == pl.fastest_label))
+          note = Planner::within_noise(pl.chosen_cost, pl.fastest_cost)
+                     ? "within noise of " + pl.fastest_label + " (" + ms(pl.fastest_cost.step_ms) + " ms): fewer techniques"
+                     : "kept from the smaller budget";
+        std::printf("  %-8s %-58s %11s %16s %7.2fx  %s\n", b, pl.chosen_label.c_str(), mib(pl.chosen_cost.peak).c_str(),
+                    (ms(pl.chosen_cost.step_ms) + " +- " + ms(pl.chosen_cost.noise_ms)).c_str(),
+                    pl.chosen_cost.step_ms / ref.step_ms, note.c_str());
+      } else {
         std::printf("  %-8s nothing fits: the smallest measured peak is %s MiB (%s)\n", b,
                     mib(pl.smallest_peak).c_str(), pl.smallest_label.c_str());
+      }
     }
     std::printf("\n%d probe runs; %s\n", planner.total_probes(), (dir / "recommend.json").c_str());
     return {0, ""};

@@ -13,10 +13,30 @@ TT_API void seed_everything(uint64_t seed);
 
 TT_API void request_interrupt();  // async-signal-safe
 // SIGINT/SIGTERM request an interrupt and print `message` (keep it short, it is written from
-// the handler); a second signal kills the process as the default would.
-TT_API void install_interrupt_handlers(const char* message);
+// the handler); a second signal kills the process as the default would. A process still alive
+// `grace` seconds after the first signal (it was in a phase that does not look at the request:
+// a long setup, a checkpoint being written) prints "<program>: still in <phase> N s after the
+// interrupt; stopping now ..." and exits with 130. The grace is TT_INTERRUPT_GRACE seconds from
+// the environment when set (> 0), else 15.
+TT_API void install_interrupt_handlers(const char* message, const char* program = "tt");
 TT_API bool interrupt_requested();
 TT_API void clear_interrupt();
+
+// What the process is doing, for that message, as it reads after "still": "in setup",
+// "training", "evaluating", "writing a checkpoint", "writing outputs"; a string literal.
+// PhaseScope sets it for its lifetime.
+TT_API void set_phase(const char* phase);
+TT_API const char* current_phase();
+class TT_API PhaseScope {
+ public:
+  explicit PhaseScope(const char* phase);
+  ~PhaseScope();
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  const char* previous_;
+};
 
 // SIGSEGV, SIGFPE, SIGILL and SIGABRT print "<program>: crashed (<signal>)" and the native
 // stack (addresses and symbols) to stderr, then end the process as the signal would.

@@ -1,0 +1,46 @@
+// A test plugin that stalls in one event without looking at interrupt requests, as a long
+// set-up or a slow checkpoint write would: it writes `marker` when it starts, then sleeps;
+// once: not when `marker` exists.
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "tt/module.h"
+#include "tt/plugin.h"
+#include "tt/registry.h"
+#include "tt/state.h"
+
+namespace {
+struct StallOptions {
+  std::string event, marker;
+  double seconds;
+  int64_t from_step;
+};
+
+class Stall final : public tt::Plugin {
+ public:
+  explicit Stall(StallOptions o) : o_(std::move(o)) {}
+  void on(tt::Event e, tt::State& s) override {
+    const bool here = (o_.event == "init" && e == tt::Event::INIT) ||
+                      (o_.event == "checkpoint" && e == tt::Event::CHECKPOINT && s.step >= o_.from_step);
+    if (!here || (!o_.marker.empty() && std::ifstream(o_.marker).good())) return;  // once
+    std::ofstream(o_.marker) << s.step << "\n";
+    std::this_thread::sleep_for(std::chrono::duration<double>(o_.seconds));
+  }
+
+ private:
+  StallOptions o_;
+};
+
+void reg(tt::Registry& r) {
+  tt::Schema schema;
+  schema.field("event", &StallOptions::event, std::string("init"), "where to stall").choices({"init", "checkpoint"});
+  schema.field("seconds", &StallOptions::seconds, 60.0, "how long").range(tt::ge(0));
+  schema.field("marker", &StallOptions::marker, std::string(), "file written when the stall starts");
+  schema.field("from_step", &StallOptions::from_step, int64_t{0}, "checkpoint: stall from this step on").range(tt::ge(0));
+  r.add_plugin("test-stall", "test plugin that stalls in an event", schema,
+               [](const tt::Options& o) { return std::make_unique<Stall>(o.to<StallOptions>()); });
+}
+}  // namespace
+
+TT_MODULE("plugin", "test-stall", "a test plugin that stalls", reg)
