@@ -143,6 +143,31 @@ TEST(Reliability, ARunDirectoryThatHoldsARunIsNotReusedByAnotherRun) {
   EXPECT_EQ(r.rc, 0) << r.output;
 }
 
+TEST(Reliability, OverwriteEmptiesARunDirectoryAndNothingElse) {
+  const fs::path dir = temp_dir("overwrite");
+  std::ofstream(dir / "p.yaml") << topic_yaml(dir, "  max_steps: 2\n");
+  const std::string cmd = tt_run_bin() + " " + (dir / "p.yaml").string() + " --run-dir " + (dir / "r").string();
+  ASSERT_EQ(run(cmd + " -q").rc, 0);
+  std::ofstream(dir / "r" / "stale.txt") << "from before";
+  auto r = run(cmd + " trainer.max_steps=3 --overwrite");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("--overwrite: emptied " + (dir / "r").string()), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "r" / "stale.txt"));
+  EXPECT_NE(read_file(dir / "r" / "summary.json").find("\"steps\": 3"), std::string::npos);
+  EXPECT_EQ(names_in(dir / "r" / "checkpoints"), std::vector<std::string>{"step-00000003.pt"});
+  // A directory with run files that tt-run did not make is not emptied.
+  fs::create_directories(dir / "mine");
+  std::ofstream(dir / "mine" / "metrics.jsonl") << "{\"step\": 1}\n";
+  std::ofstream(dir / "mine" / "notes.txt") << "keep me";
+  r = run(tt_run_bin() + " " + (dir / "p.yaml").string() + " -q --overwrite --run-dir " + (dir / "mine").string());
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("--overwrite empties only a run directory"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "mine" / "notes.txt"));
+  r = run(tt_run_bin() + " --resume " + (dir / "r").string() + " --overwrite");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("give one of them"), std::string::npos) << r.output;
+}
+
 TEST(Reliability, AnNpyFileTruncatedWhileTrainingStopsTheRunNamingTheFile) {
   const fs::path dir = temp_dir("sigbus");
   // 4000 documents x 1000 terms (16 MB): long enough to truncate while it trains

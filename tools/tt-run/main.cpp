@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
   }
   CLI::App app{"tt-run: train a model from a YAML pipeline, with memory techniques as plugins"};
   std::string pipeline_file, resume_dir, run_dir;
+  bool overwrite = false;
   std::vector<std::string> overrides;
   bool dry_run = false, list = false, version = false, quiet = false, compare = false, profile = false;
   int cmp_steps = -1, cmp_warmup = -1, cmp_repeats = -1;
@@ -122,6 +123,7 @@ int main(int argc, char** argv) {
   app.add_flag("--dry-run", dry_run, "print the resolved pipeline (every default filled in) and exit");
   app.add_option("--resume", resume_dir, "continue the run in RUN_DIR from its newest checkpoint");
   app.add_option("--run-dir", run_dir, "write the run here instead of <output.dir>/<name>-<timestamp>");
+  app.add_flag("--overwrite", overwrite, "the run directory holds a run: empty it and start again");
   app.add_flag("--list", list, "list models, datasets, plugins, optimizers and schedules with their options");
   app.add_flag("--compare", compare,
                "compare pipelines: tt-run --compare A.yaml B.yaml ... (each a variant, run in its own process); a "
@@ -259,8 +261,11 @@ int main(int argc, char** argv) {
     }
     tt::install_interrupt_handlers("\ntt-run: stopping after this batch to write a checkpoint (Ctrl-C again to abort)\n",
                                    "tt-run");
+    TT_CHECK_AS(ConfigError, !(overwrite && !resume_dir.empty()),
+                "--overwrite starts the run again and --resume continues it: give one of them");
     tt::TrainerConfig cfg;
     cfg.quiet = quiet;
+    cfg.overwrite = overwrite;
     if (!resume_dir.empty()) {
       cfg.run_dir = resume_dir;
       cfg.resume = true;

@@ -18,6 +18,7 @@ class Plugin;
 struct TrainerConfig {
   std::filesystem::path run_dir;     // empty: <output.dir>/<name>-<timestamp>
   bool resume = false;               // continue from the newest checkpoint in run_dir
+  bool overwrite = false;            // run_dir holds a run: empty it first (else that is refused)
   bool quiet = false;                // no progress output, no summary print
 };
 

@@ -191,13 +191,25 @@ void make_run_dir(Run& run) {
     if (fs::exists(metrics, ec) && fs::file_size(metrics, ec) > 0) held.push_back("metrics.jsonl");
     if (const size_t n = list_checkpoints(s.run_dir / "checkpoints").size())
       held.push_back(std::to_string(n) + " checkpoint" + (n == 1 ? "" : "s"));
-    if (!held.empty()) {
-      std::string what;
-      for (const auto& h : held) what += (what.empty() ? "" : ", ") + h;
-      TT_FAIL_AS(ConfigError, "the run directory ", s.run_dir.string(), " already holds a run (", what,
-                 "): continue it with tt-run --resume ", s.run_dir.string(), ", or give another ",
-                 run.config.run_dir.empty() ? "output.run_name" : "--run-dir", " (or remove that directory)");
+    std::string what;
+    for (const auto& h : held) what += (what.empty() ? "" : ", ") + h;
+    if (!held.empty() && run.config.overwrite) {
+      // Only a directory tt-run made is emptied: its pipeline.yaml says so.
+      std::ifstream in(s.run_dir / "pipeline.yaml");
+      std::string first;
+      std::getline(in, first);
+      TT_CHECK_AS(ConfigError, first.rfind("# resolved by tt-run", 0) == 0, "--overwrite empties only a run directory: ",
+                  s.run_dir.string(), " holds ", what, " but no pipeline.yaml written by tt-run; remove it yourself");
+      for (const auto& e : fs::directory_iterator(s.run_dir, ec)) fs::remove_all(e.path(), ec);
+      TT_CHECK_AS(WriteError, !ec, "cannot empty the run directory ", s.run_dir.string(), " for --overwrite: ",
+                  ec.message());
+      log().info("--overwrite: emptied {} (it held {})", s.run_dir.string(), what);
+      held.clear();
     }
+    if (!held.empty())
+      TT_FAIL_AS(ConfigError, "the run directory ", s.run_dir.string(), " already holds a run (", what,
+                 "): continue it with tt-run --resume ", s.run_dir.string(), ", start it again with --overwrite, ",
+                 "or give another ", run.config.run_dir.empty() ? "output.run_name" : "--run-dir");
   }
   fs::create_directories(s.run_dir / "checkpoints", ec);
   TT_CHECK(!ec, "cannot create the run directory ", s.run_dir.string(), ": ", ec.message(),
