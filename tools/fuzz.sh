@@ -58,6 +58,8 @@ say "building the harnesses in $FUZZ_BUILD"
 cmake --build "$FUZZ_BUILD" -j "$JOBS" $(printf -- '--target tt_fuzz_%s ' "${HARNESSES[@]}")
 
 OUT="$FUZZ_BUILD/fuzz"
+# LibTorch is not tt's to fix: leaks inside libtorch_cpu are suppressed (tests/fuzz/lsan.supp).
+export LSAN_OPTIONS="suppressions=$ROOT/tests/fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 failed=()
 printf '\n%-16s %12s %8s %8s  %s\n' harness executions cov crashes notes
 for h in "${HARNESSES[@]}"; do

@@ -1,9 +1,12 @@
 // The checkpoint archive as --resume reads it (core/src/train/checkpoints.cpp,
 // load_checkpoint_file): LibTorch's InputArchive, the trainer's entries read with the types it
 // expects, every tensor of the model and optimizer archives, the random generator's state and
-// the stream position (tt::tensor_to_bytes). A damaged archive must be refused with tt::Error or
-// c10::Error (load_checkpoint then tries the previous checkpoint); LibTorch itself is not
-// instrumented, so this harness finds crashes there but is not guided through it.
+// the stream position (tt::tensor_to_bytes). Both readers of archives (load_checkpoint,
+// init_from) take any std::exception as "this checkpoint is unreadable" and name the file
+// (LibTorch's unpickler throws std::out_of_range and others besides c10::Error), so here any
+// std::exception is a refusal and only crashes and sanitizer reports are findings. LibTorch is
+// not instrumented: this harness finds crashes there but is not guided through it. Leaks inside
+// libtorch_cpu (its zip reader on a damaged archive) are suppressed by lsan.supp (tools/fuzz.sh).
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/serialize/input-archive.h>
 
@@ -44,7 +47,7 @@ double read_double(torch::serialize::InputArchive& ar, const std::string& key) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tt::fuzz;
   const auto path = write_file("step-00000001.pt", as_view(data, size));
-  refusing([&] {
+  try {
     torch::serialize::InputArchive ar;
     ar.load_from(path.string());
     c10::IValue names;
@@ -72,6 +75,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const std::string bytes = tt::tensor_to_bytes(pos);
       expect(static_cast<int64_t>(bytes.size()) == pos.numel(), "tensor_to_bytes: one byte per element");
     }
-  });
+  } catch (const std::exception&) {
+  }
   return 0;
 }

@@ -11,12 +11,13 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tt::fuzz;
   const auto [text, tail] = split_at_nul(as_view(data, size));
+  const std::string yaml(text);
   std::vector<std::string> overrides;
   std::istringstream lines{std::string(tail)};
   for (std::string line; std::getline(lines, line) && overrides.size() < 4;)
     if (!line.empty()) overrides.push_back(line);
   refusing([&] {
-    const tt::Pipeline p = tt::parse_pipeline(std::string(text), "fuzz.yaml", overrides);
+    const tt::Pipeline p = tt::parse_pipeline(yaml, "fuzz.yaml", overrides);
     const std::string resolved = p.resolved_yaml();
     tt::Pipeline again;
     try {
