@@ -243,6 +243,17 @@ TEST(TabularCsv, BadInputIsAClearError) {
   EXPECT_HAS(r.output, "has 40 features: drop columns");
 }
 
+TEST(TabularCsv, NumbersAtTheEdgesOfFloat) {
+  // A subnormal label is a number like any other (std::stod refused it with a bare "stod").
+  Table t = read_csv(write("subnormal.csv", "x,y\n1,1e-310\n2,0\n3,1e-310\n"), {});
+  EXPECT_EQ(t.class_names, (std::vector<std::string>{"0", "1e-310"}));
+  EXPECT_EQ(t.y, (std::vector<int64_t>{1, 0, 1}));
+  // A feature float32 cannot hold is refused, not read as infinity.
+  EXPECT_HAS(error_of([&] { read_csv(write("huge.csv", "a,y\n1,0\n6e60,1\n"), {}); }),
+             "huge.csv:3 column 'a' has 6e60, beyond float32's range");
+  EXPECT_EQ(read_csv(write("max.csv", "a,y\n1,0\n3.4e38,1\n-1e-40,0\n"), {}).x[1], 3.4e38f);
+}
+
 namespace {
 // Rows dealt to the classes in turn while each has rows left (class 0, 1, 2, 0, 1, 2, ...).
 Table dealt(const std::vector<int64_t>& counts) {

@@ -139,6 +139,11 @@ TEST(TopicMtx, RefusesBadFilesNamingThem) {
   EXPECT_HAS(mtx_error(dir, head + "3 2 2\n1 1 1\n3 2 1\n"),
              "bad.mtx: document 1 (row 2 of the file, counting from 1) has no words; remove empty rows");
   EXPECT_HAS(mtx_error(dir, head + "2 2 2\n1 1 1\n2 2 0\n"), "document 1 (row 2 of the file");  // zeros only
+  // A size line promising more than the file holds is refused before anything is allocated for it.
+  EXPECT_HAS(mtx_error(dir, head + "8 3 34294967296\n1 3 5\n"),
+             "bad.mtx: line 2: the size line announces 34294967296 entries, more than the file's 68 bytes can hold");
+  EXPECT_HAS(mtx_error(dir, head + "9999999999999 3 2\n1 3 5\n2 1 1\n"),
+             "bad.mtx: document 2 (row 3 of the file, counting from 1) has no words");
 }
 
 TEST(TopicText, TokenizesLikeCountVectorizer) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -121,6 +122,9 @@ void fill_features(const Raw& raw, const std::string& path, const std::vector<si
       TT_CHECK_AS(ConfigError, parse_number(f, v), "tabular: ", path, ":", raw.line_of[i], " column '",
                   raw.header[cols[j]], "' is not numeric ('", f,
                   "'): features must be numbers (encode categories as numbers first, or drop the column)");
+      TT_CHECK_AS(ConfigError, std::fabs(v) <= std::numeric_limits<float>::max(), "tabular: ", path, ":",
+                  raw.line_of[i], " column '", raw.header[cols[j]], "' has ", f,
+                  ", beyond float32's range (features are float32): rescale the column");
       t.x[i * F + j] = static_cast<float>(v);
       present[j].sum += v;
       ++present[j].count;
@@ -187,9 +191,11 @@ Table read_csv(const std::string& path, const CsvOptions& o) {
   }
   const std::set<std::string> distinct(labels.begin(), labels.end());
   std::vector<std::string> classes(distinct.begin(), distinct.end());
+  // By value as parse_number read them (std::stod would throw out_of_range for a subnormal, 1e-310).
   if (numeric)
-    std::sort(classes.begin(), classes.end(),
-              [](const std::string& a, const std::string& b) { return std::stod(a) < std::stod(b); });
+    std::sort(classes.begin(), classes.end(), [](const std::string& a, const std::string& b) {
+      return std::strtod(a.c_str(), nullptr) < std::strtod(b.c_str(), nullptr);
+    });
   TT_CHECK_AS(ConfigError, static_cast<int64_t>(classes.size()) <= kMaxClasses, "tabular: ", path, " column '",
               raw.header[label_col], "' has ", classes.size(), " classes; the model predicts at most ", kMaxClasses,
               " (is data.label the class column? a regression target cannot be used)");

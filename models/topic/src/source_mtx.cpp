@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <numeric>
 #include <sstream>
 
@@ -57,6 +58,11 @@ CsrCounts read_mtx(const std::string& path) {
               in.line(), ": expected the size line 'documents terms entries', found '", line, "'");
   TT_CHECK_AS(ConfigError, n >= 1 && m >= 1 && nnz >= 0, path, ": line ", in.line(), ": bad size ", n, " x ", m,
               " with ", nnz, " entries");
+  // Nothing is reserved for more entries than the file can hold (each takes at least 5 bytes, "1 1 1").
+  std::error_code ec;
+  const auto bytes = static_cast<long long>(std::filesystem::file_size(path, ec));
+  TT_CHECK_AS(ConfigError, ec || nnz <= bytes / 5, path, ": line ", in.line(), ": the size line announces ", nnz,
+              " entries, more than the file's ", bytes, " bytes can hold (is it truncated?)");
 
   std::vector<int64_t> rows, cols;
   std::vector<float> vals;
@@ -91,6 +97,21 @@ CsrCounts read_mtx(const std::string& path) {
   TT_CHECK_AS(ConfigError, read == nnz, path, ": the file is truncated: the size line announces ", nnz,
               " entries, it has ", read);
 
+  const auto empty_document = [&](int64_t r) {
+    TT_FAIL_AS(ConfigError, path, ": document ", r, " (row ", r + 1,
+               " of the file, counting from 1) has no words; remove empty rows");
+  };
+  // More documents than non-zero entries: one is empty (found before n row pointers are
+  // allocated for a size line that may promise billions of documents).
+  if (static_cast<size_t>(n) > rows.size()) {
+    std::vector<int64_t> seen(rows);
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    int64_t r = 0;
+    while (r < static_cast<int64_t>(seen.size()) && seen[static_cast<size_t>(r)] == r) ++r;
+    empty_document(r);
+  }
+
   // counting sort by row, then by column within each row; duplicates add up
   std::vector<int64_t> row_ptr(static_cast<size_t>(n) + 1, 0);
   for (int64_t r : rows) ++row_ptr[static_cast<size_t>(r) + 1];
@@ -119,9 +140,7 @@ CsrCounts read_mtx(const std::string& path) {
       }
     }
     out_ptr[static_cast<size_t>(r) + 1] = static_cast<int64_t>(out_cols.size());
-    if (out_ptr[static_cast<size_t>(r) + 1] == out_ptr[static_cast<size_t>(r)])
-      TT_FAIL_AS(ConfigError, path, ": document ", r, " (row ", r + 1,
-                 " of the file, counting from 1) has no words; remove empty rows");
+    if (out_ptr[static_cast<size_t>(r) + 1] == out_ptr[static_cast<size_t>(r)]) empty_document(r);
   }
   return CsrCounts::from_vectors(out_ptr, out_cols, out_vals, m);
 }
