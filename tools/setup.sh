@@ -3,6 +3,7 @@
 #   tools/setup.sh quickstart   install what is missing, build, run tt-run configs/quickstart.yaml
 #   tools/setup.sh test         install what is missing, build everything, run the test suite
 #   tools/setup.sh build        install what is missing and build everything
+#   tools/setup.sh fuzz [SECONDS]  also clang and libFuzzer; run tools/fuzz.sh (SECONDS per harness)
 # Re-running when nothing changed takes seconds: packages are checked, not reinstalled;
 # CMake configures once; ccache and ninja rebuild only what changed.
 #
@@ -43,6 +44,8 @@ PACKAGES=(
 [ -n "${Torch_DIR:-}" ] || PACKAGES+=("${TORCH_PACKAGES[@]}")
 # What only the tests need: files Python's torch and numpy write and read (Debian's, with its LibTorch).
 TEST_PACKAGES=(python3-torch)
+# The fuzzing harnesses (tools/fuzz.sh): clang and its libFuzzer runtime (only recommended by clang).
+FUZZ_PACKAGES=(clang libclang-rt-dev)
 CMAKE_ARGS=()
 [ -z "${Torch_DIR:-}" ] || CMAKE_ARGS+=("-DTorch_DIR=$Torch_DIR")
 
@@ -121,8 +124,15 @@ case "$MODE" in
     configure
     build
     ;;
+  fuzz)
+    [ -z "$DEPS" ] || { echo "setup: fuzz installs clang: not with --deps" >&2; exit 2; }
+    install_packages "${PACKAGES[@]}" "${FUZZ_PACKAGES[@]}"
+    configure
+    cd "$ROOT"
+    TT_BUILD_DIR="$BUILD" TT_JOBS="$JOBS" tools/fuzz.sh "${2:-60}"
+    ;;
   *)
-    echo "usage: tools/setup.sh [--deps DIR] [quickstart|test|build]" >&2
+    echo "usage: tools/setup.sh [--deps DIR] [quickstart|test|build|fuzz [SECONDS]]" >&2
     exit 2
     ;;
 esac

@@ -313,7 +313,8 @@ Plan Planner::plan(int64_t budget, const Candidate* at_least, bool search) {
       for (const auto& r : rows)
         if (r.candidate == *at_least) best = &r;
   }
-  const Row* fastest = fastest_fit();
+  const Row* fastest_row = fastest_fit();
+  const Candidate fastest = fastest_row ? fastest_row->candidate : Candidate{};
   if (!best) {
     // Nothing fits: measure the configuration estimated smallest, so that the shortfall is a
     // measured figure, not an estimate.
@@ -355,8 +356,8 @@ Plan Planner::plan(int64_t budget, const Candidate* at_least, bool search) {
     out.chosen = best->candidate;
     out.chosen_label = best->label;
     out.chosen_cost = *chosen_cost;
-    out.fastest_label = fastest->label;
-    out.fastest_cost = *measured(fastest->candidate);
+    out.fastest_label = fastest_row->label;
+    out.fastest_cost = *measured(fastest);
   }
   std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
     if (a.measured != b.measured) return a.measured;
@@ -378,17 +379,17 @@ Plan Planner::plan(int64_t budget, const Candidate* at_least, bool search) {
     return std::string(buf);
   };
   if (out.found) {
-    if (!(out.chosen == fastest->candidate) && within_noise(out.chosen_cost, out.fastest_cost))
+    if (!(out.chosen == fastest) && within_noise(out.chosen_cost, out.fastest_cost))
       out.why = "the simplest measured configuration within noise of the fastest that fits (" + out.fastest_label +
                 ", " + timing(out.fastest_cost) + "; this one " + timing(out.chosen_cost) + "); its peak, " +
                 format_bytes(out.chosen_cost.peak) + ", fits under " + lim;
-    else if (!(out.chosen == fastest->candidate))
+    else if (!(out.chosen == fastest))
       out.why = "a smaller budget's choice, which beats the fastest fit here (" + out.fastest_label + ", " +
                 timing(out.fastest_cost) + "; this one " + timing(out.chosen_cost) + "); its peak, " +
                 format_bytes(out.chosen_cost.peak) + ", fits under " + lim;
     else
-      out.why = "the fastest measured configuration (" + timing(out.chosen_cost) + ") whose peak, " +
-                format_bytes(out.chosen_cost.peak) + ", fits under " + lim;
+      out.why = "the fastest measured configuration whose peak, " + format_bytes(out.chosen_cost.peak) + ", fits under " +
+                lim + " (" + timing(out.chosen_cost) + ")";
     // Name what it beat: the fastest measured configuration that did not fit.
     for (const auto& r : out.rows)
       if (r.measured && r.cost.ok() && r.cost.step_ms < out.chosen_cost.step_ms && r.verdict == "over the limit") {
