@@ -1,8 +1,8 @@
-# tt_add_test_executable(<name> SOURCES ... [LIBRARIES ...])
+# tt_add_test_executable(<name> SOURCES ... [LIBRARIES ...] [LABELS ...])
 # A GoogleTest executable linked to tt::core with the shared test support and main;
 # every TEST becomes a ctest entry (discovered when the tests run).
 function(tt_add_test_executable name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;LIBRARIES" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBRARIES;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES}
     ${PROJECT_SOURCE_DIR}/tests/support/test_main.cpp
     ${PROJECT_SOURCE_DIR}/tests/support/test_support.cpp)
@@ -17,5 +17,9 @@ function(tt_add_test_executable name)
     tt_use_pch(${name})
   endif()
   add_dependencies(${name} tt-run tt_model_topic)
-  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 120 PROPERTIES TIMEOUT 600)
+  set(_labels "")
+  if(ARG_LABELS)
+    set(_labels LABELS "${ARG_LABELS}")
+  endif()
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 120 PROPERTIES TIMEOUT 600 ${_labels})
 endfunction()

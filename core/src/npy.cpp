@@ -84,6 +84,15 @@ class HeaderParser {
     }
     if (!have_descr || !have_order || !have_shape)
       fail(std::string("missing '") + (!have_descr ? "descr" : !have_order ? "fortran_order" : "shape") + "'");
+    // The data must be addressable: a shape whose byte count overflows 64 bits cannot be a file's.
+    int64_t bytes = h.item_size;
+    for (int64_t d : h.shape)
+      if (d < 0 || __builtin_mul_overflow(bytes, d, &bytes)) {
+        std::string dims;
+        for (int64_t x : h.shape) dims += (dims.empty() ? "" : ", ") + std::to_string(x);
+        TT_FAIL_AS(ConfigError, name_, ": not a valid .npy file: its shape (", dims,
+                   ") is more data than any file holds; write it with numpy.save");
+      }
     return h;
   }
 

@@ -165,6 +165,10 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  if (overwrite && !resume_dir.empty()) {
+    std::fprintf(stderr, "tt-run: --overwrite starts the run again and --resume continues it: give one of them\n");
+    return 2;
+  }
   // A positional "key=value" right after --resume DIR belongs to the overrides.
   if (!resume_dir.empty() && !pipeline_file.empty()) {
     if (pipeline_file.find('=') == std::string::npos) {
@@ -261,8 +265,6 @@ int main(int argc, char** argv) {
     }
     tt::install_interrupt_handlers("\ntt-run: stopping after this batch to write a checkpoint (Ctrl-C again to abort)\n",
                                    "tt-run");
-    TT_CHECK_AS(ConfigError, !(overwrite && !resume_dir.empty()),
-                "--overwrite starts the run again and --resume continues it: give one of them");
     tt::TrainerConfig cfg;
     cfg.quiet = quiet;
     cfg.overwrite = overwrite;

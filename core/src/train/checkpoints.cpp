@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
 
 #include "train/grad_sync.h"
@@ -140,12 +141,15 @@ void load_checkpoint(Run& run) {
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
-      log().warn("checkpoint {} is unreadable ({}); trying the previous one", it->string(),
-                 std::string(e.what()).substr(0, 200));
-      failures += "\n  " + it->string() + ": " + std::string(e.what()).substr(0, 200);
+      std::string what = e.what();  // LibTorch appends its C++ stack after the first line
+      what = what.substr(0, std::min<size_t>(200, what.find('\n')));
+      log().warn("checkpoint {} is unreadable ({}); trying the previous one", it->string(), what);
+      failures += "\n  " + it->string() + ": " + what;
     }
   }
-  TT_FAIL("no readable checkpoint in ", dir.string(), ":", failures);
+  TT_FAIL_AS(ConfigError, "no readable checkpoint in ", dir.string(), " (each is damaged, so the run cannot "
+             "continue; start it again with tt-run PIPELINE --run-dir ", run.state.run_dir.string(), " --overwrite):",
+             failures);
 }
 
 std::string load_model_checked(Run& run, torch::serialize::InputArchive& model_ar) {

@@ -4,6 +4,7 @@
 // parameters and buffers (accumulated in double); other buffers come from the newest.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
 
 #include "train/checkpoints.h"
@@ -48,7 +49,8 @@ void init_model_from(Run& run, const std::string& from, int64_t average) {
       ar.load_from(it->string());
       ar.read("model", model_ar);
     } catch (const std::exception& e) {
-      failures += "\n  " + it->string() + ": " + std::string(e.what()).substr(0, 200);
+      const std::string what = e.what();  // LibTorch appends its C++ stack after the first line
+      failures += "\n  " + it->string() + ": " + what.substr(0, std::min<size_t>(200, what.find('\n')));
       continue;  // unreadable: try the one before (as --resume does)
     }
     std::string mismatch;

@@ -173,16 +173,16 @@ class SentencePieceTokenizer : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(const std::string& path) : path_(path) {
     std::error_code ec;
-    TT_CHECK(fs::is_regular_file(path, ec), "tokenizer model '", path, "' not found; ", kMakeOne);
+    TT_CHECK_AS(ConfigError, fs::is_regular_file(path, ec), "tokenizer model '", path, "' not found; ", kMakeOne);
     const std::string proto = read_file(path);
-    TT_CHECK(!proto.empty(), "tokenizer model '", path, "' is empty; ", kMakeOne);
+    TT_CHECK_AS(ConfigError, !proto.empty(), "tokenizer model '", path, "' is empty; ", kMakeOne);
     auto* processor = static_cast<sp::SentencePieceProcessor*>(::operator new(sizeof(sp::SentencePieceProcessor)));
     sentencepiece().construct_processor(processor);
     sp_.reset(processor);
     const Status status([&] { return sp_->Load(path); });
     if (!status.ok()) {
       const std::string why = status.message();
-      TT_FAIL("cannot load the tokenizer model '", path, "': not a SentencePiece model (",
+      TT_FAIL_AS(ConfigError, "cannot load the tokenizer model '", path, "': not a SentencePiece model (",
               why.empty() ? "it does not parse" : why, "); ", kMakeOne);
     }
     vocab_ = sp_->GetPieceSize();

@@ -1,0 +1,331 @@
+// The robustness suite (ctest label "robustness"): bad inputs of every kind, each run through
+// tt-run (or tt-data) as a user would, each asserting the exit code and the key words of the
+// message: which file or option, and what is wrong. Classes: pipelines and overrides, the
+// command line, data files (.npy, CSV, Matrix Market, text, tokenizers), checkpoints and run
+// directories, plugins, full disks and files that change under a run.
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "test_support.h"
+#include "tt/npy.h"
+
+namespace fs = std::filesystem;
+using tt::test::read_file;
+using tt::test::temp_dir;
+using tt::test::tt_run_bin;
+
+namespace {
+
+void write(const fs::path& f, const std::string& text) { std::ofstream(f, std::ios::binary) << text; }
+
+std::string topic_pipeline(const fs::path& d, const std::string& data, const std::string& extra = "") {
+  return "name: r\nseed: 0\ndata: " + data + "\nmodel: {name: topic, k: 3}\n" +
+         "trainer: {batch_size: 4, max_steps: 2, threads: 1, progress: off}\noutput: {dir: " + d.string() +
+         ", plots: false}\n" + extra;
+}
+std::string synthetic(const fs::path& d, const std::string& extra = "") {
+  return topic_pipeline(d, "{name: topic-synthetic, n_docs: 32, n_terms: 20, k: 3, avg_doc_length: 20}", extra);
+}
+std::string lm_pipeline(const fs::path& d, const std::string& data, const std::string& extra = "") {
+  return "name: r\nseed: 0\ndata: " + data + "\nmodel: {name: transformer, vocab: 256, d_model: 16, n_layers: 1, " +
+         "n_heads: 2, sample_tokens: 0}\ntrainer: {batch_size: 2, max_steps: 1, threads: 1, progress: off}\n" +
+         "output: {dir: " + d.string() + ", plots: false}\n" + extra;
+}
+std::string tabular_pipeline(const fs::path& d, const fs::path& csv, const std::string& extra = "") {
+  return "name: r\nseed: 0\ndata: {name: tabular-csv, path: " + csv.string() +
+         "}\nmodel: {name: tabular-icl, size: small}\ntrainer: {batch_size: 2, max_steps: 1, threads: 1, "
+         "progress: off}\noutput: {dir: " +
+         d.string() + ", plots: false}\n" + extra;
+}
+void npy_bytes(const fs::path& f, const std::string& header_dict, const std::string& payload) {
+  std::string h = header_dict;
+  while ((10 + h.size() + 1) % 64 != 0) h += ' ';
+  h += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(h.size() & 0xff);
+  out += static_cast<char>(h.size() >> 8);
+  write(f, out + h + payload);
+}
+std::string floats(int n, float v = 1.0f) { return std::string(reinterpret_cast<const char*>(std::vector<float>(n, v).data()), n * 4); }
+
+struct Case {
+  std::string name;
+  // Writes the inputs into `d` and returns tt-run's arguments (or a whole command when it starts
+  // with "!"); the pipeline is d/p.yaml when written.
+  std::function<std::string(const fs::path& d)> setup;
+  int rc;
+  std::vector<std::string> words;  // each must appear in the output; "{d}" is the case's directory
+};
+
+std::string P(const fs::path& d, const std::string& yaml, const std::string& args = "") {
+  write(d / "p.yaml", yaml);
+  return (d / "p.yaml").string() + " --run-dir " + (d / "run").string() + (args.empty() ? "" : " " + args);
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  // --- The pipeline file ----------------------------------------------------------------------
+  c.push_back({"PipelineMissing", [](auto d) { return (d / "nope.yaml").string(); }, 2, {"nope.yaml"}});
+  c.push_back({"PipelineEmpty", [](auto d) { return P(d, ""); }, 2, {"p.yaml"}});
+  c.push_back({"PipelineNotAMap", [](auto d) { return P(d, "- a\n- b\n"); }, 2, {"p.yaml", "map"}});
+  c.push_back({"PipelineBadYaml", [](auto d) { return P(d, "name: [unclosed\n"); }, 2, {"p.yaml", "YAML"}});
+  c.push_back({"PipelineTabIndent", [](auto d) { return P(d, "name: r\ntrainer:\n\tmax_steps: 2\n"); }, 2, {"p.yaml"}});
+  c.push_back({"PipelineDuplicateTopKey", [](auto d) { return P(d, synthetic(d) + "seed: 4\n"); }, 2, {"p.yaml", "seed"}});
+  c.push_back({"PipelineDuplicateNestedKey",
+               [](auto d) { return P(d, topic_pipeline(d, "{name: topic-synthetic, k: 3, k: 4}")); }, 2, {"p.yaml", "'k'"}});
+  c.push_back({"PipelineUnknownTopKey", [](auto d) { return P(d, synthetic(d) + "traner: {}\n"); }, 2, {"traner", "trainer"}});
+  c.push_back({"PipelineUnknownTrainerKey",
+               [](auto d) { return P(d, synthetic(d), "trainer.max_step=3"); }, 2, {"max_step", "max_steps"}});
+  c.push_back({"PipelineUnknownModel",
+               [](auto d) {
+                 auto y = synthetic(d);
+                 y.replace(y.find("name: topic,"), 12, "name: topik,");
+                 return P(d, y);
+               },
+               2, {"topik", "topic"}});
+  c.push_back({"PipelineUnknownDataset",
+               [](auto d) { return P(d, topic_pipeline(d, "{name: topic-numpy, path: x.npy}")); }, 2, {"topic-numpy", "topic-npy"}});
+  c.push_back({"PipelineUnknownPlugin", [](auto d) { return P(d, synthetic(d) + "plugins: [chekpoint]\n"); }, 2,
+               {"unknown plugin 'chekpoint'", "did you mean 'checkpoint'"}});
+  c.push_back({"PipelinePluginTwice",
+               [](auto d) { return P(d, lm_pipeline(d, "{name: text, train: " + (d / "t.txt").string() + "}") +
+                                      "plugins: [checkpoint, {name: checkpoint, policy: all}]\n"); },
+               2, {"checkpoint", "again"}});
+  c.push_back({"PipelinePluginsNotAList", [](auto d) { return P(d, synthetic(d) + "plugins: {checkpoint: 1}\n"); }, 2, {"plugins"}});
+  c.push_back({"PipelineWrongTypeInt", [](auto d) { return P(d, synthetic(d), "trainer.batch_size=many"); }, 2, {"batch_size", "integer"}});
+  c.push_back({"PipelineWrongTypeBool", [](auto d) { return P(d, synthetic(d), "trainer.shuffle=maybe"); }, 2, {"shuffle"}});
+  c.push_back({"PipelineNegativeThreads", [](auto d) { return P(d, synthetic(d), "trainer.threads=-3"); }, 2, {"threads", "[0, 1024]"}});
+  c.push_back({"PipelineHugeThreads", [](auto d) { return P(d, synthetic(d), "trainer.threads=100000"); }, 2, {"threads", "100000"}});
+  c.push_back({"PipelineNegativeGradClip", [](auto d) { return P(d, synthetic(d), "trainer.grad_clip=-1"); }, 2, {"grad_clip"}});
+  c.push_back({"PipelineNegativeCheckpointEvery",
+               [](auto d) { return P(d, synthetic(d), "trainer.checkpoint_every=-1"); }, 2, {"checkpoint_every"}});
+  c.push_back({"PipelineNegativeKeepCheckpoints",
+               [](auto d) { return P(d, synthetic(d), "trainer.keep_checkpoints=-2"); }, 2, {"keep_checkpoints"}});
+  c.push_back({"PipelineZeroBatch", [](auto d) { return P(d, synthetic(d), "trainer.batch_size=0"); }, 2, {"batch_size"}});
+  c.push_back({"PipelineNegativeLr", [](auto d) { return P(d, synthetic(d), "optimizer.lr=-1"); }, 2, {"lr", ">= 0"}});
+  c.push_back({"PipelineBadChoice", [](auto d) { return P(d, synthetic(d), "trainer.on_nan=explode"); }, 2, {"on_nan", "explode"}});
+  c.push_back({"PipelineBadBytes", [](auto d) { return P(d, synthetic(d), "trainer.memory_cap=12QB"); }, 2, {"memory_cap", "12QB"}});
+  c.push_back({"PipelineTopicKTooLarge",
+               [](auto d) { auto y = synthetic(d); y.replace(y.find("k: 3}\ntrainer"), 5, "k: 0}"); return P(d, y); }, 2, {"k"}});
+  // --- Overrides and the command line ------------------------------------------------------------
+  c.push_back({"OverrideEmptyValue", [](auto d) { return P(d, synthetic(d), "trainer.batch_size="); }, 2, {"command line", "batch_size"}});
+  c.push_back({"OverrideNoKey", [](auto d) { return P(d, synthetic(d), "=3"); }, 2, {"=3"}});
+  c.push_back({"OverrideBadYamlValue",
+               [](auto d) { return P(d, synthetic(d), "'plugins=[{name: amp'"); }, 2, {"command line", "plugins"}});
+  c.push_back({"OverrideDuplicateKeyInValue",
+               [](auto d) { return P(d, synthetic(d), "'data={name: topic-synthetic, k: 3, k: 4}'"); }, 2, {"command line", "'k'"}});
+  c.push_back({"CliUnknownFlag", [](auto d) { return P(d, synthetic(d), "--frobnicate"); }, 2, {"frobnicate"}});
+  c.push_back({"CliResumeAndOverwrite",
+               [](auto d) { return "--resume " + (d / "run").string() + " --overwrite"; }, 2, {"--overwrite", "--resume"}});
+  c.push_back({"CliResumeMissingDir", [](auto d) { return "--resume " + (d / "nothing").string(); }, 2, {"nothing"}});
+  c.push_back({"CliBudgetNotASize", [](auto d) { return P(d, synthetic(d), "--budget lots"); }, 2, {"--budget", "lots"}});
+  c.push_back({"CliBudgetWithMemoryCap",
+               [](auto d) { return P(d, synthetic(d), "--budget 1GiB trainer.memory_cap=1GiB"); }, 2, {"memory_cap"}});
+  // --- .npy files -------------------------------------------------------------------------------
+  auto npy_case = [](std::string dict, std::string payload) {
+    return [dict, payload](const fs::path& d) {
+      npy_bytes(d / "X.npy", dict, payload);
+      return P(d, topic_pipeline(d, "{name: topic-npy, path: " + (d / "X.npy").string() + "}"));
+    };
+  };
+  c.push_back({"NpyMissing", [](auto d) { return P(d, topic_pipeline(d, "{name: topic-npy, path: " + (d / "X.npy").string() + "}")); },
+               2, {"X.npy"}});
+  c.push_back({"NpyNotNpy",
+               [](auto d) {
+                 write(d / "X.npy", "col1,col2\n1,2\n");
+                 return P(d, topic_pipeline(d, "{name: topic-npy, path: " + (d / "X.npy").string() + "}"));
+               },
+               2, {"X.npy"}});
+  c.push_back({"NpyTruncatedHeader",
+               [](auto d) {
+                 write(d / "X.npy", std::string("\x93NUMPY\x01\x00\x76\x00{'descr'", 17));
+                 return P(d, topic_pipeline(d, "{name: topic-npy, path: " + (d / "X.npy").string() + "}"));
+               },
+               2, {"X.npy"}});
+  c.push_back({"NpyDataShorterThanShape",
+               npy_case("{'descr': '<f4', 'fortran_order': False, 'shape': (8, 5), }", floats(10)), 2, {"X.npy"}});
+  c.push_back({"NpyOneDimensional", npy_case("{'descr': '<f4', 'fortran_order': False, 'shape': (40,), }", floats(40)), 2,
+               {"X.npy"}});
+  c.push_back({"NpyFortranOrder", npy_case("{'descr': '<f4', 'fortran_order': True, 'shape': (8, 5), }", floats(40)), 2,
+               {"X.npy", "Fortran", "C order"}});
+  c.push_back({"NpyStringDtype", npy_case("{'descr': '<U3', 'fortran_order': False, 'shape': (8, 5), }", std::string(480, 'a')),
+               2, {"X.npy", "<U3"}});
+  c.push_back({"NpyNegativeCounts",
+               npy_case("{'descr': '<f4', 'fortran_order': False, 'shape': (8, 5), }", floats(40, -1.0f)), 2, {"X.npy", "negative"}});
+  c.push_back({"NpyNaN", npy_case("{'descr': '<f4', 'fortran_order': False, 'shape': (8, 5), }", floats(40, NAN)), 2,
+               {"X.npy"}});
+  c.push_back({"NpyHugeShape",
+               npy_case("{'descr': '<f4', 'fortran_order': False, 'shape': (1125899906842624, 1125899906842624), }", floats(4)),
+               2, {"X.npy", "more data than any file holds"}});
+  // --- CSV tables -------------------------------------------------------------------------------
+  auto csv_case = [](std::string text) {
+    return [text](const fs::path& d) {
+      write(d / "t.csv", text);
+      return P(d, tabular_pipeline(d, d / "t.csv"));
+    };
+  };
+  c.push_back({"CsvMissing", [](auto d) { return P(d, tabular_pipeline(d, d / "t.csv")); }, 2, {"t.csv"}});
+  c.push_back({"CsvEmpty", csv_case(""), 2, {"t.csv"}});
+  c.push_back({"CsvHeaderOnly", csv_case("a,b,label\n"), 2, {"t.csv"}});
+  c.push_back({"CsvRaggedRow", csv_case("a,b,label\n1,2,x\n3,y\n4,5,y\n6,7,x\n"), 2, {"t.csv:3", "2 fields", "header has 3"}});
+  c.push_back({"CsvTextFeature", csv_case("a,b,label\n1,2,x\n3,hello,y\n4,5,y\n6,7,x\n"), 2, {"t.csv", "hello"}});
+  c.push_back({"CsvMissingValue", csv_case("a,b,label\n1,2,x\n3,,y\n4,5,y\n6,7,x\n1,2,x\n3,4,y\n"), 2, {"t.csv", "impute"}});
+  c.push_back({"CsvOneClass", csv_case("a,b,label\n1,2,x\n3,4,x\n4,5,x\n6,7,x\n"), 2, {"t.csv", "class"}});
+  c.push_back({"CsvClassWithOneRow", csv_case("a,b,label\n1,2,x\n3,4,y\n4,5,x\n6,7,x\n5,5,x\n"), 2, {"t.csv", "'y'"}});
+  c.push_back({"CsvBinary", csv_case(std::string("a,b\0\x01\x02", 7) + "\n"), 2, {"t.csv"}});
+  c.push_back({"CsvFeatureBeyondFloat", csv_case("a,b,label\n1,2,x\n3,1e40,y\n4,5,y\n6,7,x\n1,2,x\n3,4,y\n"), 2, {"t.csv", "1e40"}});
+  // --- Matrix Market ----------------------------------------------------------------------------
+  auto mtx_case = [](std::string text) {
+    return [text](const fs::path& d) {
+      write(d / "X.mtx", text);
+      return P(d, topic_pipeline(d, "{name: topic-mtx, path: " + (d / "X.mtx").string() + "}"));
+    };
+  };
+  c.push_back({"MtxNoBanner", mtx_case("3 3 1\n1 1 1\n"), 2, {"X.mtx"}});
+  c.push_back({"MtxArrayFormat", mtx_case("%%MatrixMarket matrix array real general\n2 2\n1\n2\n3\n4\n"), 2, {"X.mtx", "coordinate"}});
+  c.push_back({"MtxEntryOutOfRange",
+               mtx_case("%%MatrixMarket matrix coordinate integer general\n2 2 2\n1 1 3\n5 1 2\n"), 2, {"X.mtx"}});
+  c.push_back({"MtxFewerEntriesThanSaid",
+               mtx_case("%%MatrixMarket matrix coordinate integer general\n2 2 3\n1 1 3\n2 2 2\n"), 2, {"X.mtx"}});
+  c.push_back({"MtxSizeBeyondTheFile",
+               mtx_case("%%MatrixMarket matrix coordinate integer general\n100000 100000 99999999999\n1 1 1\n"), 2, {"X.mtx"}});
+  c.push_back({"MtxNegativeCount",
+               mtx_case("%%MatrixMarket matrix coordinate integer general\n2 2 2\n1 1 -3\n2 2 2\n"), 2, {"X.mtx"}});
+  // --- Text and tokenizers ----------------------------------------------------------------------
+  auto text_case = [](std::string text, std::string data_extra = "") {
+    return [text, data_extra](const fs::path& d) {
+      write(d / "t.txt", text);
+      return P(d, lm_pipeline(d, "{name: text, train: " + (d / "t.txt").string() + ", seq_len: 8" + data_extra + "}"));
+    };
+  };
+  c.push_back({"TextMissing",
+               [](auto d) { return P(d, lm_pipeline(d, "{name: text, train: " + (d / "t.txt").string() + "}")); }, 2, {"t.txt"}});
+  c.push_back({"TextEmpty", text_case(""), 2, {"t.txt"}});
+  c.push_back({"TextBinary", text_case(std::string("\x7f" "ELF\x02\x01\x01\0\0\0", 10) + std::string(200, '\0')), 2,
+               {"t.txt", "NUL byte"}});
+  c.push_back({"TextInvalidUtf8", text_case(std::string(300, '\xff')), 2, {"t.txt", "UTF-8"}});
+  c.push_back({"TextShorterThanAWindow", text_case("abc"), 2, {"t.txt"}});
+  c.push_back({"TokenizerModelMissing", text_case(std::string(300, 'a'), ", tokenizer: /nonexistent/sp.model"), 2,
+               {"sp.model", "not found", "tt-data tokenizer"}});
+  c.push_back({"TokenizerModelGarbage",
+               [](auto d) {
+                 write(d / "sp.model", "not a sentencepiece model");
+                 write(d / "t.txt", std::string(300, 'a'));
+                 return P(d, lm_pipeline(d, "{name: text, train: " + (d / "t.txt").string() + ", tokenizer: " +
+                                                (d / "sp.model").string() + "}"));
+               },
+               2, {"sp.model", "not a SentencePiece model"}});
+  c.push_back({"TopicTextBinary",
+               [](auto d) {
+                 write(d / "c.txt", std::string("ab\0cd\0", 6) + std::string(100, '\x01'));
+                 return P(d, topic_pipeline(d, "{name: topic-text, path: " + (d / "c.txt").string() + "}"));
+               },
+               2, {"c.txt"}});
+  // --- Checkpoints, runs, init_from -------------------------------------------------------------
+  c.push_back({"InitFromMissing",
+               [](auto d) { auto y = synthetic(d); y.replace(y.find("k: 3}\ntrainer"), 5, "k: 3, init_from: " + (d / "none").string() + "}"); return P(d, y); },
+               2, {"none"}});
+  c.push_back({"InitFromGarbage",
+               [](auto d) {
+                 write(d / "w.pt", std::string(1000, 'z'));
+                 auto y = synthetic(d);
+                 y.replace(y.find("k: 3}\ntrainer"), 5, "k: 3, init_from: " + (d / "w.pt").string() + "}");
+                 return P(d, y);
+               },
+               2, {"w.pt", "init_from", "failed finding central directory"}});
+  c.push_back({"ResumeNotARun",
+               [](auto d) {
+                 fs::create_directories(d / "plain");
+                 write(d / "plain" / "notes.txt", "hello");
+                 return "--resume " + (d / "plain").string();
+               },
+               2, {"plain"}});
+  c.push_back({"RunDirHoldsARun",
+               [](auto d) {
+                 const std::string args = P(d, synthetic(d));
+                 tt::test::run(tt_run_bin() + " -q " + args);
+                 return args;
+               },
+               2, {"already holds a run", "--resume", "--overwrite"}});
+  c.push_back({"ResumeWithEveryCheckpointDamaged",
+               [](auto d) {
+                 const std::string args = P(d, synthetic(d));
+                 tt::test::run(tt_run_bin() + " -q " + args);
+                 for (const auto& e : fs::directory_iterator(d / "run" / "checkpoints")) write(e.path(), "damaged");
+                 return "--resume " + (d / "run").string() + " trainer.max_steps=4";
+               },
+               2, {"no readable checkpoint", "--overwrite"}});
+  // --- Plugins and modules ----------------------------------------------------------------------
+  c.push_back({"PluginWithAMissingSymbol",
+               [](auto d) { return P(d, synthetic(d) + "plugins: [test-missing-symbol]\n") + "!TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR; },
+               3, {"test-missing-symbol", "undefined symbol"}});
+  c.push_back({"PluginBuiltForAnotherApi",
+               [](auto d) { return P(d, synthetic(d) + "plugins: [test-wrong-api]\n") + "!TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR; },
+               3, {"test-wrong-api"}});
+  c.push_back({"PluginBadOption",
+               [](auto d) { return P(d, synthetic(d) + "plugins: [{name: checkpoint, policy: sometimes}]\n"); }, 2,
+               {"policy", "sometimes"}});
+  c.push_back({"PluginNeedsABlockStack", [](auto d) { return P(d, synthetic(d) + "plugins: [checkpoint]\n"); }, 2, {"checkpoint"}});
+  return c;
+}
+
+class Robustness : public testing::TestWithParam<Case> {};
+
+TEST_P(Robustness, RefusedWithItsExitCodeAndMessage) {
+  const Case& k = GetParam();
+  const fs::path d = temp_dir("robust-" + k.name);
+  std::string args = k.setup(d), env;
+  if (const auto bang = args.find('!'); bang != std::string::npos) {
+    env = args.substr(bang + 1) + " ";
+    args = args.substr(0, bang);
+  }
+  const auto r = tt::test::run(env + "timeout 120 " + tt_run_bin() + " -q " + args);
+  EXPECT_EQ(r.rc, k.rc) << r.output;
+  for (std::string w : k.words) {
+    if (const auto at = w.find("{d}"); at != std::string::npos) w.replace(at, 3, d.string());
+    EXPECT_NE(r.output.find(w), std::string::npos) << "missing '" << w << "' in:\n" << r.output;
+  }
+  EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("crashed ("), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("Exception raised from"), std::string::npos) << "LibTorch's C++ stack reached the user:\n"
+                                                                       << r.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(BadInput, Robustness, testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// A full disk: a small tmpfs (skipped where mounting is not permitted) as the run directory.
+TEST(RobustnessDisk, AFullTmpfsStopsTheRunWithAWriteErrorNamingTheFile) {
+  const fs::path d = temp_dir("robust-tmpfs");
+  const fs::path mnt = d / "small";
+  fs::create_directories(mnt);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=96k") != 0)
+    GTEST_SKIP() << "mounting a tmpfs is not permitted here (" << std::strerror(errno) << ")";
+  struct Unmount {
+    fs::path p;
+    ~Unmount() { ::umount2(p.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  // A 200 x 300 topic model: its checkpoint (F alone 300 x 3 floats, L 200 x 3, AdamW moments)
+  // does not fit beside the rest in 96 KiB.
+  write(d / "p.yaml", topic_pipeline(mnt, "{name: topic-synthetic, n_docs: 2000, n_terms: 3000, k: 3, avg_doc_length: 20}"));
+  const auto r = tt::test::run("timeout 300 " + tt_run_bin() + " -q " + (d / "p.yaml").string() + " --run-dir " +
+                               (mnt / "run").string() + " trainer.checkpoint_every=1");
+  EXPECT_EQ(r.rc, 6) << r.output;
+  EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(mnt.string()), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+  for (const auto& e : fs::recursive_directory_iterator(mnt)) EXPECT_NE(e.path().extension(), ".tmp") << e.path();
+}
+
+}  // namespace
