@@ -350,6 +350,21 @@ TEST(ProfileMemory, BreakdownPerBlockTableAndTimelineOfOneStep) {
   ASSERT_EQ(k["blocks"].size(), 2u);
   for (size_t i = 0; i < 2; ++i)
     EXPECT_LT(k["blocks"][i]["activation_bytes"].get<int64_t>(), j["blocks"][i]["activation_bytes"].get<int64_t>() / 3);
+
+  // The plugin itself, listed in any pipeline: the same files, for the step it names.
+  std::ofstream(c.dir / "pp.yaml") << c.base() << "plugins: [{name: profile-memory, step: 2}]\n";
+  auto rp = tt::test::run(tt::test::tt_run_bin() + " -q " + (c.dir / "pp.yaml").string() + " --run-dir " +
+                          (c.dir / "profp").string());
+  ASSERT_EQ(rp.rc, 0) << rp.output;
+  const json q = json::parse(tt::test::read_file(c.dir / "profp" / "memory_profile.json"));
+  EXPECT_EQ(q["step"], 2);
+  ASSERT_EQ(q["blocks"].size(), 2u);
+  EXPECT_GT(q["blocks"][0]["activation_bytes"].get<int64_t>(), 0);
+  EXPECT_TRUE(fs::exists(c.dir / "profp" / "memory_timeline.dat"));
+  // --profile-memory on a pipeline that lists it already says so.
+  auto twice = tt::test::run(tt::test::tt_run_bin() + " --profile-memory " + (c.dir / "pp.yaml").string());
+  EXPECT_EQ(twice.rc, 2) << twice.output;
+  EXPECT_NE(twice.output.find("lists profile-memory itself"), std::string::npos) << twice.output;
 }
 
 // compare.* overrides on the command line change the comparison (steps, warm-up, baseline);
