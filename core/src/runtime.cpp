@@ -5,6 +5,7 @@
 #include <torch/utils.h>
 
 #include <execinfo.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <unistd.h>
 
@@ -20,8 +21,15 @@
 
 namespace tt {
 
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 int configure_threads(int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 0) threads = usable_cores();
   at::set_num_threads(threads);
   return threads;
 }

@@ -16,6 +16,7 @@
 #include "tt/error.h"
 #include "tt/npy.h"
 #include "tt/report.h"
+#include "tt/runtime.h"
 
 namespace fs = std::filesystem;
 using tt::test::read_file;
@@ -353,4 +354,19 @@ TEST(Reliability, SigtermToCompareEndsTheVariantItRunsAndTheComparison) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const auto left = run("pgrep -f 'tt-ru[n] .*" + (dir / "cmp").string() + "' || true");  // [n]: not this shell
   EXPECT_TRUE(left.output.find_first_of("0123456789") == std::string::npos) << left.output;
+}
+
+// More threads than the process may use are capped at its cores, with a warning.
+TEST(Reliability, MoreThreadsThanCoresAreCappedWithAWarning) {
+  const fs::path dir = temp_dir("threads");
+  std::ofstream(dir / "p.yaml") << topic_yaml(dir, "  max_steps: 2\n");
+  const int cores = tt::usable_cores();
+  const auto r = run(tt_run_bin() + " " + (dir / "p.yaml").string() + " --run-dir " + (dir / "r").string() +
+                     " trainer.threads=" + std::to_string(cores + 62));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("trainer.threads is " + std::to_string(cores + 62) + ", more than the " +
+                          std::to_string(cores) + " cores this process may use; using " + std::to_string(cores)),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("| " + std::to_string(cores) + " threads |"), std::string::npos) << r.output;
 }

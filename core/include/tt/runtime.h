@@ -8,6 +8,8 @@
 namespace tt {
 // threads <= 0 means every core. LibTorch's default here is 1, so tt always sets it.
 TT_API int configure_threads(int threads);
+// The cores this process may run on (its CPU affinity, which containers and taskset narrow).
+TT_API int usable_cores();
 TT_API void set_flush_denormal(bool on);
 TT_API void seed_everything(uint64_t seed);
 
