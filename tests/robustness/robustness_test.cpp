@@ -213,7 +213,9 @@ std::vector<Case> cases() {
                [](auto d) { return P(d, lm_pipeline(d, "{name: text, train: " + (d / "t.txt").string() + "}")); }, 2, {"t.txt"}});
   c.push_back({"TextEmpty", text_case(""), 2, {"t.txt"}});
   c.push_back({"TextBinary", text_case(std::string("\x7f" "ELF\x02\x01\x01\0\0\0", 10) + std::string(200, '\0')), 2,
-               {"t.txt", "NUL byte"}});
+               {"t.txt", "NUL byte", "binary: true"}});
+  c.push_back({"TextBinaryWithSentencePiece", text_case(std::string(300, 'a'), ", binary: true, tokenizer: sp.model"), 2,
+               {"binary", "needs tokenizer: bytes"}});
   c.push_back({"TextInvalidUtf8", text_case(std::string(300, '\xff')), 2, {"t.txt", "UTF-8"}});
   c.push_back({"TextShorterThanAWindow", text_case("abc"), 2, {"t.txt"}});
   c.push_back({"TokenizerModelMissing", text_case(std::string(300, 'a'), ", tokenizer: /nonexistent/sp.model"), 2,

@@ -58,6 +58,7 @@ TextStreamOptions opts(std::vector<std::string> paths, int64_t seq_len, int64_t 
   o.shuffle_buffer = shuffle;
   o.max_examples = max_examples;
   o.chunk_bytes = chunk;
+  o.binary = false;
   o.seed = seed;
   return o;
 }
@@ -506,6 +507,11 @@ TEST(TextStream, ABinaryOrNonUtf8FileIsRefusedNamingItAndWhy) {
   mostly += "\xff\n";
   write_file(dir / "mostly.txt", mostly);
   EXPECT_GT(TextStream(opts({(dir / "mostly.txt").string()}, 8), bytes(), "data.train").size(), 0);
+  // Deliberately binary: the check is off and every byte is a token.
+  TextStreamOptions raw = opts({image}, 8);
+  raw.binary = true;
+  TextStream binary(raw, bytes(), "data.train");
+  EXPECT_EQ(binary.size(), static_cast<int64_t>(png.size() - 1) / 8);
 }
 
 TEST(TextStream, InfoAndDescribe) {

@@ -180,10 +180,11 @@ TextStream::TextStream(TextStreamOptions o, std::shared_ptr<Tokenizer> tokenizer
     int64_t offset = 0;
     do {
       read_chunk(reader, f, offset, c);
-      const std::string not_text = not_text_reason(c.text, offset);
+      const std::string not_text = o_.binary ? std::string() : not_text_reason(c.text, offset);
       TT_CHECK_AS(ConfigError, not_text.empty(), what_, ": ", files_[f], " is not a text file (", not_text,
                   "); give UTF-8 text files",
-                  files_.size() > 1 ? " (every file under the directories given is read: move the others out)" : "");
+                  files_.size() > 1 ? " (every file under the directories given is read: move the others out)" : "",
+                  ", or set binary: true to train on raw bytes deliberately");
       tokens_ += static_cast<int64_t>(tokenizer_->encode(c.text).size());
       chars_ += utf8_chars(c.text);
       offset = c.next_offset;
@@ -480,7 +481,10 @@ Schema text_schema() {
       .add("validation_max_examples", Type::Int, "0", "validation windows (0: all)").range(ge(0))
       .bytes_field("chunk_bytes", &TextStreamOptions::chunk_bytes, "1MiB",
                    "text read and tokenized at once (ends at a line break)")
-      .range(ge(1));
+      .range(ge(1))
+      .field("binary", &TextStreamOptions::binary, false,
+             "train on the files' raw bytes even where they are not text (NUL bytes, invalid UTF-8); "
+             "tokenizer: bytes only");
   return s;
 }
 
@@ -491,6 +495,8 @@ Datasets make_text(const Options& o, uint64_t seed) {
   t.seed = seed;
   o.check(!t.paths.empty(), "train", "must name at least one text file or directory");
 
+  o.check(!t.binary || o.get_string("tokenizer") == "bytes", "binary",
+          "needs tokenizer: bytes (a SentencePiece model tokenizes text)");
   auto tokenizer = load_tokenizer(o.get_string("tokenizer"));
   Datasets out;
   out.train = std::make_shared<TextStream>(t, tokenizer, o.context() + ".train");

@@ -33,6 +33,7 @@ struct TextStreamOptions {
   int64_t shuffle_buffer;  // windows held for shuffling; 0: in order
   int64_t max_examples;    // windows per epoch; 0: all
   int64_t chunk_bytes;     // text read and tokenized at once
+  bool binary;             // train on the files' raw bytes even where they are not text
   uint64_t seed = 0;       // the pipeline's seed
 };
 
