@@ -68,6 +68,9 @@ struct Case {
   std::vector<std::string> words;  // each must appear in the output; "{d}" is the case's directory
 };
 
+// gtest names a case by this (ctest's listing too), not by its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 std::string P(const fs::path& d, const std::string& yaml, const std::string& args = "") {
   write(d / "p.yaml", yaml);
   return (d / "p.yaml").string() + " --run-dir " + (d / "run").string() + (args.empty() ? "" : " " + args);

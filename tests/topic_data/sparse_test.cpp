@@ -135,6 +135,9 @@ TEST(TopicMtx, RefusesBadFilesNamingThem) {
   EXPECT_HAS(mtx_error(dir, head + "2 2 2\n1 1 1\n2 2 -3\n"),
              "bad.mtx: line 4: document 1 (row 2) has a negative count (-3 at term 1)");
   EXPECT_HAS(mtx_error(dir, head + "2 2 2\n1 1 1\n2 2 nan\n"), "has a non-finite count");
+  // found by the mtx fuzzer (tests/fuzz/regressions/mtx/count_beyond_float32.mtx): it was read as infinity
+  EXPECT_HAS(mtx_error(dir, head + "2 2 2\n1 1 21e39\n2 2 1\n"),
+             "bad.mtx: line 3: document 0 (row 1) has a count beyond float32's range (2.1e+40 at term 0)");
   EXPECT_HAS(mtx_error(dir, head + "2 2 2\n1 1 1\n2 two 1\n"), "bad.mtx: line 4: expected 'document term count'");
   EXPECT_HAS(mtx_error(dir, head + "3 2 2\n1 1 1\n3 2 1\n"),
              "bad.mtx: document 1 (row 2 of the file, counting from 1) has no words; remove empty rows");

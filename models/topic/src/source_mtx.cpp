@@ -88,6 +88,9 @@ CsrCounts read_mtx(const std::string& path) {
     TT_CHECK_AS(ConfigError, std::isfinite(v) && v >= 0, path, ": line ", in.line(), ": document ", i - 1, " (row ", i,
                 ") has a ", std::isfinite(v) ? "negative" : "non-finite", " count (", v, " at term ", j - 1,
                 "); counts must be finite and non-negative");
+    TT_CHECK_AS(ConfigError, std::isfinite(static_cast<float>(v)), path, ": line ", in.line(), ": document ", i - 1,
+                " (row ", i, ") has a count beyond float32's range (", v, " at term ", j - 1,
+                "); tt keeps counts as float32");
     ++read;
     if (v == 0) continue;
     rows.push_back(i - 1);
