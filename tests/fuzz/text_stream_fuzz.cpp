@@ -37,6 +37,12 @@ Windows drain(tt::lm::TextStream& s, int64_t per_batch, size_t limit) {
   return out;
 }
 
+#ifdef TT_FUZZ_SENTENCEPIECE
+constexpr bool sentencepiece = true;
+#else
+constexpr bool sentencepiece = false;
+#endif
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -68,13 +74,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::copy_n(tail.begin(), std::min<size_t>(tail.size(), 8), opt);
   const std::string position(tail.size() > 8 ? tail.substr(8) : std::string_view());
 
-  tt::lm::TextStreamOptions o;
+  tt::lm::TextStreamOptions o{};
   o.seq_len = 1 + opt[0] % 16;
   o.stride = opt[1] % (o.seq_len + 2);  // 0: seq_len; beyond seq_len skips tokens
   o.shuffle_buffer = opt[2] % 6;
   o.max_examples = opt[3] % 5;
   o.chunk_bytes = 1 + opt[4] % 64;
   o.seed = opt[7];
+  o.binary = (opt[5] & 4) != 0 && !sentencepiece;  // raw bytes on purpose (the bytes tokenizer only)
   // One to three files, cut at fractions of the text (their order is the path order).
   const int files = 1 + opt[5] % 3;
   size_t begin = 0;
