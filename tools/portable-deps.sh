@@ -15,7 +15,7 @@ set -euo pipefail
 # GoogleTest/GoogleMock, SentencePiece (headers; the library is opened at run time),
 # Gloo's headers (for a LibTorch that does not ship them).
 PACKAGES=(
-  libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev
+  libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev zlib1g-dev
   libboost-dev libboost-filesystem-dev libboost-system-dev
   libgtest-dev libgmock-dev googletest
   libsentencepiece-dev libsentencepiece0

@@ -36,7 +36,7 @@ TORCH_PACKAGES=(
 PACKAGES=(
   g++ cmake ninja-build ccache make
   libboost-dev libboost-filesystem-dev # Boost.DLL loads plugins
-  libyaml-cpp-dev libspdlog-dev libcli11-dev nlohmann-json3-dev
+  libyaml-cpp-dev libspdlog-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   libsentencepiece-dev
   libgtest-dev libgmock-dev
   gnuplot-nox

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "test_support.h"
+#include "tt/checkpoint.h"
 #include "tt/error.h"
 #include "tt/npy.h"
 #include "tt/report.h"
@@ -369,4 +370,27 @@ TEST(Reliability, MoreThreadsThanCoresAreCappedWithAWarning) {
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("| " + std::to_string(cores) + " threads |"), std::string::npos) << r.output;
+}
+
+// tt checks a checkpoint's zip records against their CRC-32 before LibTorch reads it: a sound
+// archive passes, one flipped byte in any record is named, and resume falls back past it.
+TEST(Reliability, ADamagedCheckpointRecordIsFoundByItsCrcAndResumeUsesThePreviousOne) {
+  const fs::path dir = temp_dir("crc");
+  std::ofstream(dir / "p.yaml") << topic_yaml(dir, "  max_steps: 4\n  checkpoint_every: 2\n");
+  const fs::path run_dir = dir / "r";
+  ASSERT_EQ(run(tt_run_bin() + " -q " + (dir / "p.yaml").string() + " --run-dir " + run_dir.string()).rc, 0);
+  const auto files = tt::list_checkpoints(run_dir / "checkpoints");
+  ASSERT_EQ(files.size(), 2u);
+  for (const auto& f : files) EXPECT_EQ(tt::archive_damage(f), "") << f;
+  // One byte in the middle of the newest archive (inside a record's data).
+  std::string bytes = read_file(files.back());
+  bytes[bytes.size() / 3] = static_cast<char>(bytes[bytes.size() / 3] ^ 0x5a);
+  std::ofstream(files.back(), std::ios::binary | std::ios::trunc) << bytes;
+  const std::string damage = tt::archive_damage(files.back());
+  EXPECT_NE(damage.find("fails its CRC-32 check"), std::string::npos) << damage;
+  EXPECT_NE(damage.find("record 'archive/"), std::string::npos) << damage;
+  const auto r = run(tt_run_bin() + " --resume " + run_dir.string() + " trainer.max_steps=6");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("is unreadable (damaged: record"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resumed from " + files.front().string() + " at step 2"), std::string::npos) << r.output;
 }

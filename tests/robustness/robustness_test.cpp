@@ -248,7 +248,7 @@ std::vector<Case> cases() {
                  y.replace(y.find("k: 3}\ntrainer"), 5, "k: 3, init_from: " + (d / "w.pt").string() + "}");
                  return P(d, y);
                },
-               2, {"w.pt", "init_from", "failed finding central directory"}});
+               2, {"w.pt", "init_from", "not a zip archive"}});
   c.push_back({"ResumeNotARun",
                [](auto d) {
                  fs::create_directories(d / "plain");
@@ -271,6 +271,27 @@ std::vector<Case> cases() {
                  return "--resume " + (d / "run").string() + " trainer.max_steps=4";
                },
                2, {"no readable checkpoint", "--overwrite"}});
+  // An archive whose records fail their CRC-32; LibTorch 1.13 parses it and crashes in its
+  // TorchScript type parser (found by tests/fuzz/checkpoint). tt checks the records first.
+  c.push_back({"ResumeWithACheckpointThatCrashesLibTorch",
+               [](auto d) {
+                 const std::string args = P(d, synthetic(d));
+                 tt::test::run(tt_run_bin() + " -q " + args);
+                 for (const auto& e : fs::directory_iterator(d / "run" / "checkpoints"))
+                   fs::copy_file(fs::path(TT_SOURCE_DIR) / "tests/fuzz/regressions/checkpoint/libtorch_type_parser_segv.pt",
+                                 e.path(), fs::copy_options::overwrite_existing);
+                 return "--resume " + (d / "run").string() + " trainer.max_steps=4";
+               },
+               2, {"no readable checkpoint", "fails its CRC-32 check"}});
+  c.push_back({"InitFromACheckpointThatCrashesLibTorch",
+               [](auto d) {
+                 auto y = synthetic(d);
+                 y.replace(y.find("k: 3}\ntrainer"), 5,
+                           std::string("k: 3, init_from: ") + TT_SOURCE_DIR +
+                               "/tests/fuzz/regressions/checkpoint/libtorch_type_parser_segv.pt}");
+                 return P(d, y);
+               },
+               2, {"init_from", "fails its CRC-32 check"}});
   // --- Plugins and modules ----------------------------------------------------------------------
   c.push_back({"PluginWithAMissingSymbol",
                [](auto d) { return P(d, synthetic(d) + "plugins: [test-missing-symbol]\n") + "!TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR; },

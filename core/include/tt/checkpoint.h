@@ -19,6 +19,10 @@ TT_API void save_archive_atomic(torch::serialize::OutputArchive& archive, const 
 
 // checkpoints/step-00000100.pt files of a run, oldest first. Temp files are ignored.
 TT_API std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& dir);
+// Why the checkpoint archive at `path` is damaged (a zip record failing its CRC-32, a directory
+// outside the file, not a zip), or "" when every stored record checks out. tt checks before
+// LibTorch reads an archive: LibTorch does not, and damage can crash its parser.
+TT_API std::string archive_damage(const std::filesystem::path& path);
 TT_API std::filesystem::path checkpoint_path(const std::filesystem::path& dir, int64_t step);
 // Bytes kept in an archive: a uint8 tensor holding them, and back (a stream position, a
 // serialized shard).

@@ -31,6 +31,8 @@ double read_double(torch::serialize::InputArchive& ar, const std::string& key) {
 
 void load_checkpoint_file(Run& run, const fs::path& file) {
   State& s = run.state;
+  if (const std::string damage = archive_damage(file); !damage.empty())
+    throw std::runtime_error("damaged: " + damage);  // load_checkpoint tries the one before
   torch::serialize::InputArchive ar;
   ar.load_from(file.string());
   c10::IValue names;

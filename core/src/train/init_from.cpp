@@ -46,6 +46,8 @@ void init_model_from(Run& run, const std::string& from, int64_t average) {
   for (auto it = files.rbegin(); it != files.rend() && static_cast<int64_t>(used.size()) < average; ++it) {
     torch::serialize::InputArchive ar, model_ar;
     try {
+      if (const std::string damage = archive_damage(*it); !damage.empty())
+        throw std::runtime_error("damaged: " + damage);
       ar.load_from(it->string());
       ar.read("model", model_ar);
     } catch (const std::exception& e) {
