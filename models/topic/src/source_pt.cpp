@@ -3,6 +3,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "tt/checkpoint.h"
 #include "tt/error.h"
 
 namespace tt::topic {
@@ -24,6 +25,8 @@ torch::Tensor read_pt_counts(const std::string& path) {
                ": not a .pt file (not a zip archive as torch.save writes); save the document-term "
                "matrix with torch.save(X, path), or use topic-npy for a .npy file");
   }
+  if (const std::string damage = archive_damage(path); !damage.empty())
+    TT_FAIL_AS(ConfigError, path, ": the archive is damaged (", damage, "); save it again with torch.save(X, path)");
   c10::IValue value;
   try {
     value = torch::pickle_load(bytes);
