@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -353,8 +354,16 @@ TEST(Reliability, SigtermToCompareEndsTheVariantItRunsAndTheComparison) {
   EXPECT_EQ(WEXITSTATUS(status), 130) << out;
   // No tt-run of this comparison is left.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  const auto left = run("pgrep -f 'tt-ru[n] .*" + (dir / "cmp").string() + "' || true");  // [n]: not this shell
-  EXPECT_TRUE(left.output.find_first_of("0123456789") == std::string::npos) << left.output;
+  std::string left;  // processes whose command line names this comparison's directory (/proc, not pgrep)
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = read_file(e.path() / "cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.find("tt-run") != std::string::npos && cmd.find((dir / "cmp").string()) != std::string::npos)
+      left += pid + ": " + cmd + "\n";
+  }
+  EXPECT_TRUE(left.empty()) << left;
 }
 
 // More threads than the process may use are capped at its cores, with a warning.
