@@ -278,6 +278,29 @@ int wait_or_kill(pid_t pid, int seconds, double* waited = nullptr) {
 
 const std::string kStallEnv = std::string("TT_PLUGIN_PATH=") + TT_TEST_MODULE_DIR + " TT_INTERRUPT_GRACE=2";
 
+// Starts tt-run with `args`, sends SIGTERM once the stall plugin wrote `marker`, and waits up to
+// 30 s for the end: its wait status (-1: still running, killed), output and seconds after SIGTERM.
+struct Stopped {
+  int status = -1;
+  std::string out;
+  double waited = 0;
+};
+Stopped sigterm_at_marker(const std::string& args, const fs::path& dir, const fs::path& marker, int marker_seconds) {
+  Stopped r;
+  const pid_t pid = start_tt_run(args, dir / "out.txt", kStallEnv);
+  if (!wait_for_file(marker, marker_seconds)) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &r.status, 0);
+    r.status = -1;
+    r.out = "the stall never started:\n" + read_file(dir / "out.txt");
+    return r;
+  }
+  kill(pid, SIGTERM);
+  r.status = wait_or_kill(pid, 30, &r.waited);
+  r.out = read_file(dir / "out.txt");
+  return r;
+}
+
 }  // namespace
 
 // A phase that does not look at interrupt requests (here a plugin that sleeps in INIT, as a long
@@ -288,14 +311,9 @@ TEST(Reliability, SigtermDuringALongSetupEndsTheRunWithinTheGraceNamingThePhase)
   std::ofstream(dir / "p.yaml") << topic_yaml(dir, "  epochs: 5\n",
                                               "plugins: [{name: test-stall, event: init, seconds: 120, marker: " +
                                                   marker.string() + "}]\n");
-  const pid_t pid = start_tt_run((dir / "p.yaml").string() + " --run-dir " + (dir / "r").string(), dir / "out.txt",
-                                 kStallEnv);
-  ASSERT_TRUE(wait_for_file(marker, 120)) << read_file(dir / "out.txt");
-  kill(pid, SIGTERM);
-  double waited = 0;
-  const int status = wait_or_kill(pid, 30, &waited);
-  const std::string out = read_file(dir / "out.txt");
-  ASSERT_NE(status, -1) << "still running 30 s after SIGTERM:\n" << out;
+  const auto [status, out, waited] =
+      sigterm_at_marker((dir / "p.yaml").string() + " --run-dir " + (dir / "r").string(), dir, marker, 120);
+  ASSERT_NE(status, -1) << "still running 30 s after SIGTERM, or never stalled:\n" << out;
   ASSERT_TRUE(WIFEXITED(status)) << out;
   EXPECT_EQ(WEXITSTATUS(status), 130) << out;
   EXPECT_LT(waited, 15.0) << out;  // the 2 s grace, and the process's exit
@@ -311,13 +329,9 @@ TEST(Reliability, SigtermWhileACheckpointIsWrittenKeepsTheLastOneAndTheRunResume
       dir, "  max_steps: 8\n  checkpoint_every: 2\n",
       "plugins: [{name: test-stall, event: checkpoint, from_step: 4, seconds: 120, marker: " + marker.string() + "}]\n");
   const fs::path run_dir = dir / "r";
-  const pid_t pid = start_tt_run((dir / "p.yaml").string() + " --run-dir " + run_dir.string(), dir / "out.txt",
-                                 kStallEnv);
-  ASSERT_TRUE(wait_for_file(marker, 120)) << read_file(dir / "out.txt");
-  kill(pid, SIGTERM);
-  const int status = wait_or_kill(pid, 30);
-  const std::string out = read_file(dir / "out.txt");
-  ASSERT_NE(status, -1) << "still running 30 s after SIGTERM:\n" << out;
+  [[maybe_unused]] const auto [status, out, waited] =
+      sigterm_at_marker((dir / "p.yaml").string() + " --run-dir " + run_dir.string(), dir, marker, 120);
+  ASSERT_NE(status, -1) << "still running 30 s after SIGTERM, or never stalled:\n" << out;
   ASSERT_TRUE(WIFEXITED(status)) << out;
   EXPECT_EQ(WEXITSTATUS(status), 130) << out;
   EXPECT_NE(out.find("still writing a checkpoint 2 s after the interrupt"), std::string::npos) << out;
@@ -343,13 +357,9 @@ TEST(Reliability, SigtermToCompareEndsTheVariantItRunsAndTheComparison) {
                                               "    plain: {}\n    stalled: {plugins: [{name: test-stall, event: "
                                               "init, seconds: 120, marker: " +
                                                   marker.string() + "}]}\n");
-  const pid_t pid = start_tt_run((dir / "c.yaml").string() + " --run-dir " + (dir / "cmp").string(),
-                                 dir / "out.txt", kStallEnv);
-  ASSERT_TRUE(wait_for_file(marker, 180)) << read_file(dir / "out.txt");
-  kill(pid, SIGTERM);
-  const int status = wait_or_kill(pid, 30);
-  const std::string out = read_file(dir / "out.txt");
-  ASSERT_NE(status, -1) << "still running 30 s after SIGTERM:\n" << out;
+  [[maybe_unused]] const auto [status, out, waited] =
+      sigterm_at_marker((dir / "c.yaml").string() + " --run-dir " + (dir / "cmp").string(), dir, marker, 180);
+  ASSERT_NE(status, -1) << "still running 30 s after SIGTERM, or never stalled:\n" << out;
   ASSERT_TRUE(WIFEXITED(status)) << out;
   EXPECT_EQ(WEXITSTATUS(status), 130) << out;
   // No tt-run of this comparison is left.
