@@ -79,7 +79,7 @@ std::string archive_damage(const std::filesystem::path& path) {
     return "its central directory lies outside the file";
   std::vector<unsigned char> dir(static_cast<size_t>(dir_size));
   if (!f.read(static_cast<int64_t>(dir_offset), dir.data(), dir.size())) return "cannot read its central directory";
-  std::vector<unsigned char> buf(1 << 20);
+  std::vector<unsigned char> buf(static_cast<size_t>(std::min<int64_t>(size, 1 << 20)));  // no record is larger than the file
   size_t p = 0;
   for (uint64_t k = 0; k < entries; ++k) {
     if (p + 46 > dir.size() || le(&dir[p], 4) != 0x02014b50) return "central directory entry " + std::to_string(k) + " is damaged";

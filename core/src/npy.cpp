@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -223,7 +224,11 @@ NpyHeader read_npy_header(const std::filesystem::path& path) {
     uint64_t hlen = head[6] == 1        ? (b(8) | b(9) << 8)
                     : head.size() >= 12 ? (b(8) | b(9) << 8 | b(10) << 16 | b(11) << 24)
                                         : 0;
-    hlen = std::min<uint64_t>(hlen, uint64_t{1} << 24);
+    // Never more than the file holds: a header length in a damaged file must not cost 16 MiB.
+    std::error_code size_ec;
+    const uintmax_t file_bytes = std::filesystem::file_size(path, size_ec);
+    const uint64_t left = size_ec || file_bytes < head.size() ? 0 : file_bytes - head.size();
+    hlen = std::min<uint64_t>({hlen, left, uint64_t{1} << 24});
     std::string rest(hlen, '\0');
     in.read(rest.data(), static_cast<std::streamsize>(hlen));
     rest.resize(static_cast<size_t>(in.gcount()));

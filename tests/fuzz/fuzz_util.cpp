@@ -1,14 +1,23 @@
 #include "fuzz_util.h"
 
+#include <c10/util/Logging.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <system_error>
 
+#include "tt/compat.h"
+
 namespace tt::fuzz {
 
 namespace {
 std::filesystem::path* dir = nullptr;
+
+#if !TT_TORCH_AT_LEAST(2, 0)
+// LibTorch 1.13 symbolizes a backtrace for every c10::Error it throws (dladdr over every frame:
+// most of a harness's time on inputs LibTorch refuses); no harness prints it. 2.x makes it lazily.
+const bool no_backtraces = (c10::SetStackTraceFetcher([] { return std::string(); }), true);
+#endif
 
 void remove_scratch() {
   std::error_code ec;
