@@ -232,6 +232,9 @@ const Schema& optimizer_schema(const std::string& n) { return Registry::global()
 const Schema& schedule_schema(const std::string& n) { return Registry::global().schedule(n).schema; }
 const Schema& plugin_schema(const std::string& n) { return Registry::global().plugin(n).schema; }
 
+// More entries than any pipeline needs: a generated list gone wrong.
+constexpr size_t kMaxPlugins = 64;
+
 Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<std::string>& overrides) {
   if (!root.IsDefined() || root.IsNull())
     TT_FAIL_AS(ConfigError, file, ": the pipeline is empty. A pipeline needs at least 'model:' and 'data:'; "
@@ -295,14 +298,20 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
   if (plugins.IsDefined() && !plugins.IsNull()) {
     TT_CHECK_AS(ConfigError, plugins.IsSequence(), where_of(file, plugins, overrides, "plugins"),
                 ": plugins must be a list, e.g. plugins: [checkpoint, {name: amp, dtype: bf16}]");
+    TT_CHECK_AS(ConfigError, plugins.size() <= kMaxPlugins, where_of(file, plugins, overrides, "plugins"),
+                ": plugins lists ", plugins.size(), " entries; a pipeline takes at most ", kMaxPlugins,
+                " (every entry runs at every event of every step)");
     for (size_t i = 0; i < plugins.size(); ++i) {
       const std::string section = "plugins[" + std::to_string(i) + "]";
       p.plugins.push_back(parse_component(plugins[i], section, file, &plugin_schema, "", overrides,
                                           "plugins." + std::to_string(i) + "."));
+      const ComponentSpec& entry = p.plugins.back();
+      if (Registry::global().plugin(entry.name).repeats == Repeats::Allowed) continue;
       for (size_t j = 0; j + 1 < p.plugins.size(); ++j)
-        TT_CHECK_AS(ConfigError, p.plugins[j].name != p.plugins.back().name, p.plugins.back().where, ": ", section,
-                    " lists '", p.plugins.back().name, "' again (it is plugins[", j, "], at ", p.plugins[j].where,
-                    "); list each plugin once, with all its options in one entry");
+        TT_CHECK_AS(ConfigError, p.plugins[j].name != entry.name, entry.where, ": ", section, " lists '", entry.name,
+                    "' again (it is plugins[", j, "], at ", p.plugins[j].where,
+                    "); list each plugin once, with all its options in one entry ('", entry.name,
+                    "' does not declare that repeats are meaningful)");
     }
   }
   return p;

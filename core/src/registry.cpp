@@ -80,10 +80,11 @@ void Registry::add_model(std::string n, std::string d, Schema s, ModelFactory f)
 void Registry::add_dataset(std::string n, std::string d, Schema s, DatasetFactory f) {
   add_to(datasets_, Kind::Dataset, Component<DatasetFactory>{std::move(n), std::move(d), std::move(s), std::move(f), origin_});
 }
-void Registry::add_plugin(std::string n, std::string d, Schema s, PluginFactory f, PlannerOffer planner) {
+void Registry::add_plugin(std::string n, std::string d, Schema s, PluginFactory f, PlannerOffer planner,
+                          Repeats repeats) {
   check_offer(n, s, planner, origin_);
   add_to(plugins_, Kind::Plugin,
-         PluginComponent{{std::move(n), std::move(d), std::move(s), std::move(f), origin_}, std::move(planner)});
+         PluginComponent{{std::move(n), std::move(d), std::move(s), std::move(f), origin_}, std::move(planner), repeats});
 }
 void Registry::add_optimizer(std::string n, std::string d, Schema s, OptimizerFactory f, OptimizerStateBytes b) {
   add_to(optimizers_, Kind::Optimizer,

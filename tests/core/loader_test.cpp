@@ -68,6 +68,37 @@ TEST(Loader, LoadsAGoodModuleAndTrainsWithIt) {
   EXPECT_NE(tt::test::read_file(out / "run" / "metrics.jsonl").find("\"test_good_batches\":103.0"), std::string::npos);
 }
 
+// test-good declares repeats meaningful: two entries are two instances, each with its options,
+// and a checkpoint written with both resumes with both.
+TEST(Loader, APluginDeclaringRepeatsRunsOneInstancePerEntryAndResumesWithThem) {
+  tt::ModuleLoader::global().load_file(kDir + "/tt_plugin_test-good.so");
+  EXPECT_EQ(tt::Registry::global().plugin("test-good").repeats, tt::Repeats::Allowed);
+  auto out = tt::test::temp_dir("loader");
+  const std::string plugins = "plugins:\n  - {name: test-good, tag: a}\n  - {name: test-good, tag: b, bonus: 100}\n";
+  auto p = tt::parse_pipeline(tt::test::topic_yaml(out, "  max_steps: 3\n  checkpoint_every: 3\n", plugins), "p.yaml");
+  ASSERT_EQ(p.plugins.size(), 2u);
+  {
+    tt::Trainer t(p, {out / "run"});
+    t.fit();
+  }
+  std::string metrics = tt::test::read_file(out / "run" / "metrics.jsonl");
+  EXPECT_NE(metrics.find("\"test_good_batches_a\":3.0"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\"test_good_batches_b\":103.0"), std::string::npos) << metrics;
+  // The instances keep no state: after the resume at step 3 each counts again from its bonus.
+  auto longer =
+      tt::parse_pipeline(tt::test::topic_yaml(out, "  max_steps: 5\n  checkpoint_every: 3\n", plugins), "p.yaml");
+  {
+    tt::TrainerConfig resume{out / "run"};
+    resume.resume = true;
+    tt::Trainer t(longer, resume);
+    t.fit();
+  }
+  metrics = tt::test::read_file(out / "run" / "metrics.jsonl");
+  EXPECT_NE(metrics.find("\"step\":5"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\"test_good_batches_a\":2.0"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\"test_good_batches_b\":102.0"), std::string::npos) << metrics;
+}
+
 TEST(Loader, RefusesWrongApiVersion) {
   std::string e = refusal("tt_plugin_test-wrong-api.so");
   EXPECT_NE(e.find("tt_plugin_test-wrong-api.so: built for tt module API version 999, this tt supports version " +

@@ -290,5 +290,15 @@ TEST(Pipeline, NumbersNoRunCouldUseAreRefused) {
 TEST(Pipeline, APluginListedTwiceIsRefusedNamingBothEntries) {
   const std::string e = error_of(topic_yaml(temp_dir("pipe"), "", "plugins: [oom-guard, {name: oom-guard, min_micro_batch: 2}]\n"));
   EXPECT_NE(e.find("plugins[1] lists 'oom-guard' again (it is plugins[0], at p.yaml:"), std::string::npos) << e;
-  EXPECT_NE(e.find("list each plugin once, with all its options in one entry"), std::string::npos) << e;
+  EXPECT_NE(e.find("list each plugin once, with all its options in one entry ('oom-guard' does not declare that "
+                   "repeats are meaningful)"),
+            std::string::npos)
+      << e;
+}
+
+TEST(Pipeline, APluginListLongerThanAnyPipelineNeedsIsRefused) {
+  std::string list = "plugins: [";
+  for (int i = 0; i < 65; ++i) list += i ? ", oom-guard" : "oom-guard";
+  const std::string e = error_of(topic_yaml(temp_dir("pipe"), "", list + "]\n"));
+  EXPECT_NE(e.find("plugins lists 65 entries; a pipeline takes at most 64"), std::string::npos) << e;
 }

@@ -61,8 +61,15 @@ struct PlannerOffer {
   int order = 100;
 };
 
+// Whether a pipeline may list a plugin more than once. Most techniques cannot be applied twice (two
+// amp entries would only contradict each other), so a second entry is refused, naming both, unless
+// the plugin declares that each entry is an instance of its own: a logger per
+// metric, say. Each instance gets its own options and its own state in checkpoints (kept by position).
+enum class Repeats { Once, Allowed };
+
 struct PluginComponent : Component<PluginFactory> {
   PlannerOffer planner;
+  Repeats repeats = Repeats::Once;
 };
 
 // The bytes of state an optimizer keeps for `trainable_bytes` of trainable parameters with these
@@ -101,7 +108,7 @@ class TT_API Registry {
   // A planner offer's options are checked against the schema here: a module whose offer names
   // an unknown key or a wrong type is refused at load time.
   void add_plugin(std::string name, std::string description, Schema schema, PluginFactory f,
-                  PlannerOffer planner = {});
+                  PlannerOffer planner = {}, Repeats repeats = Repeats::Once);
   void add_optimizer(std::string name, std::string description, Schema schema, OptimizerFactory f,
                      OptimizerStateBytes state_bytes = {});
   void add_schedule(std::string name, std::string description, Schema schema, ScheduleFactory f);

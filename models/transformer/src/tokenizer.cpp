@@ -56,8 +56,18 @@ struct SentencePieceLib {
   void (*set_log_level)(int);
 };
 
+#if defined(__SANITIZE_ADDRESS__)
+#define TT_LM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TT_LM_ASAN 1
+#endif
+#endif
+
 const SentencePieceLib& sentencepiece() {
   static const SentencePieceLib lib = [] {
+    const std::string why = sentencepiece_unavailable();
+    TT_CHECK(why.empty(), why);
     // libsentencepiece.so.0 first, found through tt's run path where tools/setup.sh --deps put
     // it: the trainer library needs it, and the loader searches its dependencies without the
     // caller's run path, but takes one already loaded.
@@ -246,6 +256,16 @@ std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
     text[i] = static_cast<char>(ids[i]);
   }
   return text;
+}
+
+std::string sentencepiece_unavailable() {
+#ifdef TT_LM_ASAN
+  return "SentencePiece cannot be opened in a build with AddressSanitizer (TT_SANITIZE): tt opens it with "
+         "RTLD_DEEPBIND, which ASan refuses (google/sanitizers#611); use tokenizer: bytes, or a build "
+         "without TT_SANITIZE";
+#else
+  return "";
+#endif
 }
 
 std::shared_ptr<Tokenizer> load_tokenizer(const std::string& spec) {

@@ -36,6 +36,10 @@ class ByteTokenizer : public Tokenizer {
 // tt::Error naming the file and how to make one (tt-data tokenizer ...).
 std::shared_ptr<Tokenizer> load_tokenizer(const std::string& spec);
 
+// Why this build cannot open SentencePiece, or "" when it can. A build with AddressSanitizer
+// (TT_SANITIZE) cannot: the library is opened with RTLD_DEEPBIND, which ASan refuses.
+std::string sentencepiece_unavailable();
+
 struct TokenizerTraining {
   std::vector<std::string> inputs;  // text files, or directories (their files, recursively, sorted)
   int64_t vocab_size = 1024;
