@@ -1,6 +1,6 @@
-// Weights files (tt/weights.h): the state dict through LibTorch's pickler, what a file is, the
-// tensors of a module or a checkpoint, and loading checked against the model. safetensors is
-// safetensors.cpp.
+// Weights files (tt/weights.h): the state dict through LibTorch's pickler (read with
+// tt/torch_save.h), what a file is, the tensors of a module or a checkpoint, and loading checked
+// against the model. safetensors is safetensors.cpp.
 #include "tt/weights.h"
 
 #include <caffe2/serialize/inline_container.h>
@@ -8,12 +8,12 @@
 #include <torch/torch.h>
 
 #include <fstream>
-#include <iterator>
 #include <set>
 
 #include "atomic_file.h"
 #include "tt/checkpoint.h"
 #include "tt/error.h"
+#include "tt/torch_save.h"
 
 namespace fs = std::filesystem;
 
@@ -139,42 +139,10 @@ void write_weights(const fs::path& file, WeightsFormat format, const NamedTensor
 
 NamedTensors read_state_dict(const fs::path& file) {
   const std::string f = file.string();
-  const std::string save = "save a dict of tensors: torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, path)";
-  std::ifstream in(file, std::ios::binary);
-  TT_CHECK_AS(ConfigError, in.good(), "cannot open ", f);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto starts = [&](const char* magic, size_t n) {
-    return bytes.size() >= n && std::equal(magic, magic + n, bytes.begin());
-  };
-  if (!starts("PK\x03\x04", 4)) {
-    TT_CHECK_AS(ConfigError, !starts("\x80", 1), f, ": the legacy (non-zip) torch.save format, which LibTorch cannot "
-                "read; in PyTorch 1.6 or later ", save);
-    TT_FAIL_AS(ConfigError, f, ": not a PyTorch state dict (not a zip archive as torch.save writes); ", save);
-  }
-  if (const std::string damage = archive_damage(file); !damage.empty())
-    TT_FAIL_AS(ConfigError, f, ": the archive is damaged (", damage, "); ", save);
-  {
-    // LibTorch's unpickler turns collections.OrderedDict (what state_dict() returns) into None.
-    caffe2::serialize::PyTorchStreamReader reader(f);
-    TT_CHECK_AS(ConfigError, reader.hasRecord("data.pkl"), f, ": a zip archive without data.pkl, not torch.save's; ",
-                save);
-    TT_CHECK_AS(ConfigError, !reader.hasRecord("constants.pkl"), f,
-                ": a tt checkpoint (TorchScript archive), not a state dict; export one with tt-run --export pt ", f);
-    const auto [data, size] = reader.getRecord("data.pkl");
-    const std::string pkl(static_cast<const char*>(data.get()), std::min<size_t>(size, 64));
-    TT_CHECK_AS(ConfigError, pkl.find("collections\nOrderedDict\n") != 3, f,
-                ": holds a collections.OrderedDict (model.state_dict() as it is), which LibTorch cannot read; ",
-                "save it as a plain dict: torch.save(dict(model.state_dict()), path)");
-  }
-  c10::IValue value;
-  try {
-    value = torch::pickle_load(bytes);
-  } catch (const c10::Error& e) {
-    const std::string what = first_line(e.what_without_backtrace());
-    TT_CHECK_AS(ConfigError, what.find("_rebuild_parameter") == std::string::npos, f,
-                ": holds nn.Parameter objects, which LibTorch cannot read; ", save);
-    TT_FAIL_AS(ConfigError, f, ": cannot unpickle it (", what, "); ", save);
-  }
+  const std::string save = "save a dict of tensors: torch.save({k: v.detach() for k, v in model.state_dict().items()}, path)";
+  TT_CHECK_AS(ConfigError, weights_file_kind(file) != WeightsFileKind::Checkpoint || !archive_damage(file).empty(), f,
+              ": a tt checkpoint (a TorchScript archive), not a state dict; export one with tt-run --export pt ", f);
+  const c10::IValue value = read_torch_save(file, save);
   TT_CHECK_AS(ConfigError, value.isGenericDict(), f, ": holds a ", value.tagKind(), ", not a dict of name -> tensor; ",
               save);
   NamedTensors out;
