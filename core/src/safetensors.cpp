@@ -100,7 +100,8 @@ void write_safetensors(const fs::path& file, const NamedTensors& tensors,
   const uint64_t n = text.size();
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-  if (!file.parent_path().empty()) fs::create_directories(file.parent_path());
+  std::error_code ec;  // a folder that cannot be made: AtomicFile's WriteError names the file
+  if (!file.parent_path().empty()) fs::create_directories(file.parent_path(), ec);
   AtomicFile out(file);
   out.write(len, 8);
   out.write(text.data(), text.size());

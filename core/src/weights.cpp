@@ -126,7 +126,8 @@ void write_state_dict(const fs::path& file, const NamedTensors& tensors) {
   c10::Dict<std::string, at::Tensor> dict;  // keeps insertion order: Python gets the state_dict order
   for (const auto& [name, t] : tensors) dict.insert(name, t.detach().to(at::kCPU).contiguous());
   const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
-  if (!file.parent_path().empty()) fs::create_directories(file.parent_path());
+  std::error_code ec;  // a folder that cannot be made: AtomicFile's WriteError names the file
+  if (!file.parent_path().empty()) fs::create_directories(file.parent_path(), ec);
   AtomicFile out(file);
   out.write(bytes.data(), bytes.size());
   out.commit("cannot write", "(disk full? nothing was written there)");

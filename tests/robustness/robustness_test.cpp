@@ -391,6 +391,14 @@ std::vector<Case> cases() {
                  return "--export safetensors " + (d / "empty").string();
                },
                2, {"empty has no checkpoints"}});
+  c.push_back({"ExportToAPlaceThatCannotBeWritten",
+               [](auto d) {
+                 const std::string args = P(d, synthetic(d));
+                 tt::test::run(tt_run_bin() + " -q " + args);
+                 write(d / "file", "a file, not a folder");
+                 return "--export safetensors " + (d / "run").string() + " --out " + (d / "file" / "w.safetensors").string();
+               },
+               6, {"cannot write", "{d}/file/w.safetensors"}});
   c.push_back({"ExportUnknownFormat", [](auto d) { return "--export onnx " + d.string(); }, 2,
                {"unknown weights format 'onnx'", "safetensors", "pt"}});
   // --- Plugins and modules ----------------------------------------------------------------------
