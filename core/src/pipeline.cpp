@@ -69,7 +69,12 @@ const Schema& output_schema() {
   static const Schema s = Schema()
                               .add("dir", Type::String, "runs", "parent directory of run directories")
                               .add("run_name", Type::String, "~", "run directory name (default: <name>-<timestamp>)")
-                              .add("plots", Type::Bool, "true", "draw PNG plots with gnuplot");
+                              .add("plots", Type::Bool, "true", "draw PNG plots with gnuplot")
+                              .add("export", Type::List, "[]",
+                                   "at the end of the fit, write the model's weights for other tools: safetensors "
+                                   "(RUN_DIR/model.safetensors), pt (RUN_DIR/model_state_dict.pt, a state dict "
+                                   "Python's torch.load reads)")
+                              .choices({"safetensors", "pt"});
   return s;
 }
 

@@ -18,6 +18,7 @@
 #include "tt/dist.h"
 #include "tt/log.h"
 #include "tt/runtime.h"
+#include "tt/weights.h"
 
 namespace fs = std::filesystem;
 
@@ -209,6 +210,13 @@ struct Trainer::Impl {
         s.model->write_outputs(s.run_dir, s);
         return 0;
       });
+    if (run.root)  // output.export: the weights for other tools
+      for (const auto& name : run.pipeline.output.get_list("export")) {
+        const WeightsFormat format = weights_format(name);
+        const fs::path file = s.run_dir / weights_file_name(format);
+        write_weights(file, format, module_tensors(*s.model));
+        log().info("weights exported to {}", file.string());
+      }
     rec.model_metrics = s.metrics;
     fire(Event::FIT_END);  // the RunReport callback writes summary.json and the plots
   }

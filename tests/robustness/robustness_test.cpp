@@ -2,9 +2,11 @@
 // tt-run (or tt-data) as a user would, each asserting the exit code and the key words of the
 // message: which file or option, and what is wrong. Classes: pipelines and overrides, the
 // command line, data files (.npy, CSV, Matrix Market, text, tokenizers), checkpoints and run
-// directories, plugins, full disks and files that change under a run.
+// directories, weights files (safetensors, state dicts), plugins, full disks and files that
+// change under a run.
 #include <gtest/gtest.h>
 #include <sys/mount.h>
+#include <torch/serialize.h>
 
 #include <cerrno>
 #include <cmath>
@@ -57,6 +59,18 @@ void npy_bytes(const fs::path& f, const std::string& header_dict, const std::str
   out += static_cast<char>(h.size() >> 8);
   write(f, out + h + payload);
 }
+// A safetensors file: the 8-byte header length (`claimed`, or the header's own), the header's
+// JSON padded to 8 bytes, and `data` bytes of data section.
+void safetensors_bytes(const fs::path& f, std::string header, size_t data, uint64_t claimed = 0) {
+  header.append((8 - header.size() % 8) % 8, ' ');
+  const uint64_t n = claimed ? claimed : header.size();
+  std::string out;
+  for (int i = 0; i < 8; ++i) out += static_cast<char>(n >> (8 * i));
+  write(f, out + header + std::string(data, '\x01'));
+}
+// The topic model of synthetic() (L_raw 32 x 3, F_raw 3 x 20) as safetensors entries.
+const char* kTopicL = R"("L_raw": {"dtype": "F32", "shape": [32, 3], "data_offsets": [0, 384]})";
+const char* kTopicF = R"("F_raw": {"dtype": "F32", "shape": [3, 20], "data_offsets": [384, 624]})";
 std::string floats(int n, float v = 1.0f) { return std::string(reinterpret_cast<const char*>(std::vector<float>(n, v).data()), n * 4); }
 
 struct Case {
@@ -292,6 +306,101 @@ std::vector<Case> cases() {
                  return P(d, y);
                },
                2, {"init_from", "fails its CRC-32 check"}});
+  // --- Weights files for model.init_from and tt-run --export -------------------------------------
+  auto init_from = [](const fs::path& d, const fs::path& file) {
+    auto y = synthetic(d);
+    y.replace(y.find("k: 3}\ntrainer"), 5, "k: 3, init_from: " + file.string() + "}");
+    return P(d, y);
+  };
+  auto st_case = [init_from](std::string header, size_t data, uint64_t claimed = 0) {
+    return [=](const fs::path& d) {
+      safetensors_bytes(d / "w.safetensors", header, data, claimed);
+      return init_from(d, d / "w.safetensors");
+    };
+  };
+  const std::string L = kTopicL, F = kTopicF;
+  c.push_back({"SafetensorsOffsetsPastTheEnd", st_case("{" + L + ", " + F + "}", 600), 2,
+               {"w.safetensors", "init_from", "'F_raw'", "[384, 624] run past the end of the data section (600 bytes)"}});
+  c.push_back({"SafetensorsOverlappingTensors",
+               st_case("{" + L + R"(, "F_raw": {"dtype": "F32", "shape": [3, 20], "data_offsets": [380, 620]}})", 620), 2,
+               {"w.safetensors", "'L_raw' and 'F_raw' overlap", "the header lies"}});
+  c.push_back({"SafetensorsGapBetweenTensors",
+               st_case("{" + L + R"(, "F_raw": {"dtype": "F32", "shape": [3, 20], "data_offsets": [400, 640]}})", 640), 2,
+               {"w.safetensors", "16 bytes of the data section before tensor 'F_raw' belong to no tensor"}});
+  c.push_back({"SafetensorsBytesAfterTheLastTensor", st_case("{" + L + ", " + F + "}", 700), 2,
+               {"w.safetensors", "the last 76 bytes of the data section belong to no tensor"}});
+  c.push_back({"SafetensorsShapeNotItsByteRange",
+               st_case(R"({"L_raw": {"dtype": "F32", "shape": [32, 4], "data_offsets": [0, 384]}, )" + F + "}", 624), 2,
+               {"w.safetensors", "'L_raw'", "shape [32, 4] of F32 needs 512 bytes but data_offsets [0, 384] hold 384"}});
+  c.push_back({"SafetensorsUnknownDtype",
+               st_case(R"({"L_raw": {"dtype": "F7", "shape": [32, 3], "data_offsets": [0, 384]}, )" + F + "}", 624), 2,
+               {"w.safetensors", "dtype 'F7'", "F32"}});
+  c.push_back({"SafetensorsHeaderLongerThanTheFile", st_case("{" + L + ", " + F + "}", 624, 1 << 20), 2,
+               {"w.safetensors", "header length (1048576 bytes) is larger than the file"}});
+  c.push_back({"SafetensorsHeaderNotJson", st_case(R"({"L_raw": {"dtype": "F32", )", 624), 2,
+               {"w.safetensors", "not valid JSON", "safetensors"}});
+  c.push_back({"SafetensorsTensorTheModelLacks",
+               st_case("{" + L + ", " + F + R"(, "extra": {"dtype": "F32", "shape": [1], "data_offsets": [624, 628]}})", 628), 2,
+               {"w.safetensors", "init_from", "does not fit this model", "unexpected (1): extra"}});
+  c.push_back({"SafetensorsTensorMissing", st_case("{" + L + "}", 384), 2,
+               {"w.safetensors", "does not fit this model", "missing (1): F_raw"}});
+  c.push_back({"SafetensorsShapeNotTheModels",
+               st_case(R"({"L_raw": {"dtype": "F32", "shape": [3, 32], "data_offsets": [0, 384]}, )" + F + "}", 624), 2,
+               {"w.safetensors", "mis-shaped (1): L_raw is [3, 32] there but [32, 3] here"}});
+  c.push_back({"SafetensorsShorterThanItsLength",
+               [init_from](auto d) {
+                 write(d / "w.safetensors", "abc");
+                 return init_from(d, d / "w.safetensors");
+               },
+               2, {"w.safetensors", "not a safetensors file: 3 bytes"}});
+  auto pickled = [init_from](std::function<c10::IValue()> value) {
+    return [=](const fs::path& d) {
+      const auto bytes = torch::pickle_save(value());
+      write(d / "sd.pt", std::string(bytes.begin(), bytes.end()));
+      return init_from(d, d / "sd.pt");
+    };
+  };
+  c.push_back({"StateDictIsAList", pickled([] {
+                 c10::List<at::Tensor> l;
+                 l.push_back(at::ones({2}));
+                 return c10::IValue(l);
+               }),
+               2, {"sd.pt", "init_from", "holds a GenericList, not a dict of name -> tensor", "torch.save("}});
+  c.push_back({"StateDictValueNotATensor", pickled([] {
+                 c10::impl::GenericDict m(c10::StringType::get(), c10::AnyType::get());
+                 m.insert("L_raw", int64_t{7});
+                 return c10::IValue(m);
+               }),
+               2, {"sd.pt", "'L_raw' holds a Int, not a tensor"}});
+  c.push_back({"StateDictOfTheWrongModel", pickled([] {
+                 c10::Dict<std::string, at::Tensor> m;
+                 m.insert("L_raw", at::zeros({32, 3}));
+                 m.insert("F_raw", at::zeros({3, 21}));
+                 return c10::IValue(m);
+               }),
+               2, {"sd.pt", "mis-shaped (1): F_raw is [3, 21] there but [3, 20] here"}});
+  c.push_back({"ExportOfAFileThatIsNoCheckpoint",
+               [](auto d) {
+                 write(d / "x.pt", std::string(100, 'z'));
+                 return "--export pt " + (d / "x.pt").string();
+               },
+               2, {"x.pt", "not a tt checkpoint"}});
+  c.push_back({"ExportOfARunWithoutCheckpoints",
+               [](auto d) {
+                 fs::create_directories(d / "empty");
+                 return "--export safetensors " + (d / "empty").string();
+               },
+               2, {"empty has no checkpoints"}});
+  c.push_back({"ExportToAPlaceThatCannotBeWritten",
+               [](auto d) {
+                 const std::string args = P(d, synthetic(d));
+                 tt::test::run(tt_run_bin() + " -q " + args);
+                 write(d / "file", "a file, not a folder");
+                 return "--export safetensors " + (d / "run").string() + " --out " + (d / "file" / "w.safetensors").string();
+               },
+               6, {"cannot write", "{d}/file/w.safetensors"}});
+  c.push_back({"ExportUnknownFormat", [](auto d) { return "--export onnx " + d.string(); }, 2,
+               {"unknown weights format 'onnx'", "safetensors", "pt"}});
   // --- Plugins and modules ----------------------------------------------------------------------
   c.push_back({"PluginWithAMissingSymbol",
                [](auto d) { return P(d, synthetic(d) + "plugins: [test-missing-symbol]\n") + "!TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR; },

@@ -61,6 +61,12 @@ std::string read_file(const fs::path& p) {
   return ss.str();
 }
 
+std::string python_with(const std::string& module) {
+  for (const char* py : {"python3", "/usr/bin/python3"})
+    if (run(std::string(py) + " -c 'import " + module + "' 2>/dev/null").rc == 0) return py;
+  return "";
+}
+
 namespace {
 
 class RegressionData : public Dataset {

@@ -48,6 +48,10 @@ class OnEvent : public Plugin {
 
 std::string read_file(const std::filesystem::path& p);
 
+// A Python interpreter that imports `module` (python3-torch / python3-numpy), or "": the first
+// python3 on PATH may be another Python than Debian's, so /usr/bin/python3 is tried too.
+std::string python_with(const std::string& module);
+
 // The per-step lines (those with a "loss") of a run's metrics.jsonl, as JSON text.
 std::vector<std::string> step_lines(const std::filesystem::path& metrics_jsonl);
 

@@ -39,13 +39,6 @@ inline void write_text(const std::filesystem::path& p, const std::string& text) 
 
 inline std::string quote(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
 
-// A Python interpreter that imports `module` (python3-torch / python3-numpy), or "".
-inline std::string python_with(const std::string& module) {
-  for (const char* py : {"python3", "/usr/bin/python3"})
-    if (run(std::string(py) + " -c 'import " + module + "'").rc == 0) return py;
-  return "";
-}
-
 }  // namespace tt::test
 
 #define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)

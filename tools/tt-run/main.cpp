@@ -9,6 +9,7 @@
 //   tt-run --budget 1.5GiB PIPELINE.yaml   plan the fastest plugins/micro-batch that fit, then train (plan.h)
 //   tt-run --recommend PIPELINE.yaml       the planned settings for budgets of 0.5 to 16 GiB
 //   tt-run --nproc N PIPELINE.yaml         N data-parallel workers on this machine (launch.h, tt/dist.h)
+//   tt-run --export safetensors|pt RUN     the weights of a run or checkpoint for other tools (export.h)
 //   tt-run --list                          models, datasets, plugins, optimizers, schedules
 //   tt-run --version
 //
@@ -22,6 +23,7 @@
 #include <optional>
 
 #include "compare.h"
+#include "export.h"
 #include "launch.h"
 #include "plan.h"
 #include "profile.h"
@@ -118,6 +120,7 @@ int main(int argc, char** argv) {
   std::optional<std::string> sample_prompt;
   tt::GenerateOptions gen;
   std::string predict_input, predict_output;
+  std::string export_format, export_out;
   app.add_option("pipeline", pipeline_file, "pipeline YAML file (e.g. configs/quickstart.yaml)");
   app.add_option("overrides", overrides, "key=value overrides, e.g. trainer.batch_size=64 plugins.0.dtype=bf16");
   app.add_flag("--dry-run", dry_run, "print the resolved pipeline (every default filled in) and exit");
@@ -152,6 +155,12 @@ int main(int argc, char** argv) {
                  "after training (or, with --resume of a finished run, at once) predict for the examples in FILE "
                  "(tabular-icl: a CSV) and write class probabilities to --predict-out");
   app.add_option("--predict-out", predict_output, "where --predict writes (default RUN_DIR/predictions.csv)");
+  app.add_option("--export", export_format,
+                 "write the model weights of RUN_DIR (its newest readable checkpoint) or of a checkpoint file for other "
+                 "tools: safetensors or pt (a state dict Python's torch.load reads); tt-run --export FORMAT RUN_DIR");
+  app.add_option("--out", export_out,
+                 "where --export writes (default RUN_DIR/model.safetensors or RUN_DIR/model_state_dict.pt; for a "
+                 "checkpoint file, beside it)");
   app.add_option("--tokens", gen.tokens, "tokens to generate with --sample")->capture_default_str();
   app.add_option("--temperature", gen.temperature, "sampling temperature (0: greedy)")->capture_default_str();
   app.add_option("--top-k", gen.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
@@ -196,6 +205,15 @@ int main(int argc, char** argv) {
       print_list();
       return 0;
     }
+    if (!export_format.empty()) {
+      TT_CHECK_AS(ConfigError,
+                  resume_dir.empty() && run_dir.empty() && overrides.empty() && !dry_run && !compare && !profile &&
+                      !recommend && budget_text.empty() && !sample_prompt && predict_input.empty(),
+                  "--export reads a run directory or a checkpoint and writes one file (--out): it takes no pipeline, "
+                  "overrides, --resume, --run-dir or other modes");
+      return tt::export_weights::run({export_format, pipeline_file, export_out, quiet});
+    }
+    TT_CHECK_AS(ConfigError, export_out.empty(), "--out names the file --export writes; give --export FORMAT too");
     if (pipeline_file.empty() && resume_dir.empty()) {
       std::fprintf(stderr, "tt-run: name a pipeline, e.g. tt-run configs/quickstart.yaml (tt-run --help for more)\n");
       return 2;

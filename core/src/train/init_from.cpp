@@ -1,5 +1,7 @@
-// model.init_from: the weights of another run (its newest readable checkpoint) or of one
-// checkpoint file; loaded before plugins act on the model (LoRA adapts the loaded weights).
+// model.init_from: the weights of another run (its newest readable checkpoint), of one
+// checkpoint file, of a safetensors file or of a PyTorch state dict (.pt, torch.save of a dict),
+// the file told apart by its content (tt/weights.h); loaded before plugins act on the model
+// (LoRA adapts the loaded weights).
 // model.init_average N > 1: the elementwise mean of the newest N readable checkpoints' floating
 // parameters and buffers (accumulated in double); other buffers come from the newest.
 #include <torch/torch.h>
@@ -12,6 +14,7 @@
 #include "tt/checkpoint.h"
 #include "tt/error.h"
 #include "tt/log.h"
+#include "tt/weights.h"
 
 namespace fs = std::filesystem;
 
@@ -28,10 +31,20 @@ void init_model_from(Run& run, const std::string& from, int64_t average) {
             from + " has no checkpoints (checkpoints/step-*.pt); train it with trainer.checkpoint_every, or name a "
                    "checkpoint file");
   } else {
-    M.check(fs::is_regular_file(src), "init_from", from + " does not exist (give a run directory or a checkpoint file)");
+    M.check(fs::is_regular_file(src), "init_from",
+            from + " does not exist (give a run directory, a checkpoint, a .safetensors file or a .pt state dict)");
     M.check(average == 1, "init_average",
             std::to_string(average) + " needs init_from to be a run directory with that many checkpoints, not the file " +
                 from);
+    if (const WeightsFileKind kind = weights_file_kind(src); kind != WeightsFileKind::Checkpoint) {
+      try {
+        load_weights(model, read_weights(src), from);
+      } catch (const ConfigError& e) {
+        M.fail("init_from", e.what());
+      }
+      log().info("model weights from {} ({})", from, kind_name(kind));
+      return;
+    }
     files.push_back(src);
   }
   std::string failures;
@@ -84,7 +97,7 @@ void init_model_from(Run& run, const std::string& from, int64_t average) {
               " readable ones" + (failures.empty() ? std::string() : ":" + failures) +
               " (lower init_average, or keep more with trainer.keep_checkpoints when training it)");
   if (average == 1) {
-    log().info("model weights from {}", used[0].string());
+    log().info("model weights from {} ({})", used[0].string(), kind_name(WeightsFileKind::Checkpoint));
     return;
   }
   torch::NoGradGuard no_grad;

@@ -1,40 +1,18 @@
 #include "source_pt.h"
 
 #include <fstream>
-#include <iterator>
 
-#include "tt/checkpoint.h"
 #include "tt/error.h"
+#include "tt/torch_save.h"
 
 namespace tt::topic {
 
 torch::Tensor read_pt_counts(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  TT_CHECK_AS(ConfigError, in.good(), "cannot open ", describe_path(path));
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  TT_CHECK_AS(ConfigError, !in.bad(), path, ": read failed");
-  const auto starts = [&](const char* magic, size_t n) {
-    return bytes.size() >= n && std::equal(magic, magic + n, bytes.begin());
-  };
-  if (!starts("PK\x03\x04", 4)) {
-    if (starts("\x80", 1) || starts("\x8a\x0a\x6c\xfc", 4))
-      TT_FAIL_AS(ConfigError, path,
-                 ": this is the legacy (non-zip) torch.save format; save it again with "
-                 "torch.save(X, path) in PyTorch 1.6 or later (or convert X to .npy for topic-npy)");
-    TT_FAIL_AS(ConfigError, path,
-               ": not a .pt file (not a zip archive as torch.save writes); save the document-term "
-               "matrix with torch.save(X, path), or use topic-npy for a .npy file");
-  }
-  if (const std::string damage = archive_damage(path); !damage.empty())
-    TT_FAIL_AS(ConfigError, path, ": the archive is damaged (", damage, "); save it again with torch.save(X, path)");
-  c10::IValue value;
-  try {
-    value = torch::pickle_load(bytes);
-  } catch (const c10::Error& e) {
-    TT_FAIL_AS(ConfigError, path, ": cannot unpickle the tensor: ", e.what_without_backtrace(),
-               " (topic-pt reads one dense tensor saved with torch.save(X, path), not a dict or a model's state; "
-               "save a sparse matrix as X.to_dense(), or with scipy.io.mmwrite for topic-mtx)");
-  }
+  TT_CHECK_AS(ConfigError, std::ifstream(path, std::ios::binary).good(), "cannot open ", describe_path(path));
+  const c10::IValue value = read_torch_save(path,
+                                            "topic-pt reads one dense documents x terms tensor saved with "
+                                            "torch.save(X, path); save a sparse matrix as X.to_dense(), or with "
+                                            "scipy.io.mmwrite for topic-mtx, or X as .npy for topic-npy");
   TT_CHECK_AS(ConfigError, value.isTensor(), path, ": holds a ", value.tagKind(),
               ", not a tensor; save the document-term matrix alone: torch.save(X, path)");
   torch::Tensor t = value.toTensor();

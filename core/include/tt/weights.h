@@ -1,0 +1,67 @@
+#pragma once
+// A model's weights as files that other tools read, and back: safetensors (model.safetensors,
+// Hugging Face's format: an 8-byte little-endian header length, a JSON header of dtypes, shapes
+// and data offsets, then the raw little-endian data) and a PyTorch state dict
+// (model_state_dict.pt, LibTorch's pickler: Python's torch.load reads a dict of name -> tensor).
+// Both hold the parameters and buffers a checkpoint holds, named as LibTorch's
+// named_parameters()/named_buffers() name them ("blocks.0.attn.qkv.weight"), in state_dict order.
+//
+// Readers check every claim of a file against its bytes, and load_weights checks every name,
+// shape and dtype against the model: what does not fit is a ConfigError naming the file, the
+// problem and the fix. Writers are atomic (WriteError on a full disk, the target untouched).
+#include <ATen/core/Tensor.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tt/export.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace tt {
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+enum class WeightsFormat { Safetensors, StateDict };
+// "safetensors" or "pt" (the names of output.export and tt-run --export); ConfigError otherwise.
+TT_API WeightsFormat weights_format(const std::string& name);
+// The file a run writes: model.safetensors, model_state_dict.pt.
+TT_API const char* weights_file_name(WeightsFormat format);
+
+// What a file holds, judged by its bytes (not its name): a safetensors file, a torch.save /
+// LibTorch pickle of an object (a state dict), a tt checkpoint archive, or none of them.
+enum class WeightsFileKind { Safetensors, StateDict, Checkpoint, Unknown };
+TT_API WeightsFileKind weights_file_kind(const std::filesystem::path& file);
+TT_API const char* kind_name(WeightsFileKind kind);  // "safetensors file", "PyTorch state dict", ...
+
+// The parameters and buffers of `module` as a checkpoint holds them (children that are not
+// serializable left out), in PyTorch's state_dict order.
+TT_API NamedTensors module_tensors(const torch::nn::Module& module);
+// The "model" entry of a tt checkpoint file, the same names and order (ConfigError when the
+// archive is damaged or has no model).
+TT_API NamedTensors checkpoint_model_tensors(const std::filesystem::path& checkpoint);
+
+// Writers: tensors are copied to the CPU, contiguous, without autograd. `metadata` goes to the
+// safetensors header's "__metadata__".
+TT_API void write_safetensors(const std::filesystem::path& file, const NamedTensors& tensors,
+                              const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+TT_API void write_state_dict(const std::filesystem::path& file, const NamedTensors& tensors);
+TT_API void write_weights(const std::filesystem::path& file, WeightsFormat format, const NamedTensors& tensors);
+
+// Readers, in the file's order.
+TT_API NamedTensors read_safetensors(const std::filesystem::path& file);
+TT_API NamedTensors read_state_dict(const std::filesystem::path& file);
+// A safetensors file, a state dict or a tt checkpoint, told apart by content (weights_file_kind).
+TT_API NamedTensors read_weights(const std::filesystem::path& file, WeightsFileKind* kind = nullptr);
+
+// Copies `tensors` into the module's parameters and buffers, after checking that their names are
+// exactly the module's and that every shape and dtype matches; otherwise a ConfigError naming
+// `file` and every name missing, unexpected or mis-shaped, and nothing is changed.
+TT_API void load_weights(torch::nn::Module& module, const NamedTensors& tensors, const std::string& file);
+
+}  // namespace tt

@@ -1,0 +1,53 @@
+#include "export.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "tt/checkpoint.h"
+#include "tt/error.h"
+#include "tt/weights.h"
+
+namespace fs = std::filesystem;
+
+namespace tt::export_weights {
+
+int run(const Options& o) {
+  const WeightsFormat format = weights_format(o.format);
+  const fs::path src = o.source;
+  TT_CHECK_AS(ConfigError, !o.source.empty(), "--export ", o.format, " needs a run directory or a checkpoint file, e.g. "
+              "tt-run --export ", o.format, " runs/NAME");
+  NamedTensors tensors;
+  fs::path out = o.out;
+  fs::path from;
+  if (fs::is_directory(src)) {
+    const auto files = list_checkpoints(fs::is_directory(src / "checkpoints") ? src / "checkpoints" : src);
+    TT_CHECK_AS(ConfigError, !files.empty(), src.string(), " has no checkpoints (checkpoints/step-*.pt) to export; "
+                "name a run directory or a checkpoint file (or train with output.export)");
+    std::string failures;
+    for (auto it = files.rbegin(); it != files.rend() && from.empty(); ++it) {
+      try {
+        tensors = checkpoint_model_tensors(*it);
+        from = *it;
+      } catch (const ConfigError& e) {
+        failures += std::string("\n  ") + e.what();  // unreadable: the one before (as --resume does)
+      }
+    }
+    TT_CHECK_AS(ConfigError, !from.empty(), "no readable checkpoint in ", src.string(), ":", failures);
+    if (out.empty()) out = src / weights_file_name(format);
+  } else {
+    TT_CHECK_AS(ConfigError, fs::is_regular_file(src), src.string(), " does not exist (give a run directory or a "
+                "checkpoint file)");
+    const WeightsFileKind kind = weights_file_kind(src);
+    TT_CHECK_AS(ConfigError, kind == WeightsFileKind::Checkpoint, src.string(), " is a ", kind_name(kind),
+                ", not a tt checkpoint: --export reads a run directory or one of its checkpoints/step-*.pt");
+    tensors = checkpoint_model_tensors(src);
+    from = src;
+    if (out.empty())
+      out = src.parent_path() / (src.stem().string() + (format == WeightsFormat::Safetensors ? ".safetensors" : "_state_dict.pt"));
+  }
+  write_weights(out, format, tensors);
+  if (!o.quiet) std::printf("%zu tensors of %s written to %s\n", tensors.size(), from.string().c_str(), out.string().c_str());
+  return 0;
+}
+
+}  // namespace tt::export_weights
