@@ -13,32 +13,12 @@
 #include <vector>
 
 #include "tt/checkpoint.h"
+#include "pread_file.h"
 #include "tt/error.h"
 
 namespace tt {
 namespace {
 
-class File {
- public:
-  explicit File(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {}
-  ~File() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  bool ok() const { return fd_ >= 0; }
-  int64_t size() const { return static_cast<int64_t>(::lseek(fd_, 0, SEEK_END)); }
-  bool read(int64_t at, void* out, size_t n) const {
-    auto* p = static_cast<char*>(out);
-    while (n > 0) {
-      const ssize_t r = ::pread(fd_, p, n, static_cast<off_t>(at));
-      if (r <= 0) return false;
-      p += r, at += r, n -= static_cast<size_t>(r);
-    }
-    return true;
-  }
-
- private:
-  int fd_;
-};
 
 uint64_t le(const unsigned char* p, int bytes) {
   uint64_t v = 0;
@@ -49,7 +29,7 @@ uint64_t le(const unsigned char* p, int bytes) {
 }  // namespace
 
 std::string archive_damage(const std::filesystem::path& path) {
-  File f(path.string());
+  detail::PreadFile f(path.string());
   if (!f.ok()) return "cannot open it: " + std::string(std::strerror(errno));
   const int64_t size = f.size();
   // The end of central directory record: 22 bytes and a comment of up to 64 KiB, at the end.

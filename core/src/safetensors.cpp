@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "atomic_file.h"
+#include "pread_file.h"
 #include "tt/error.h"
 #include "tt/weights.h"
 
@@ -46,28 +47,6 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-class Reader {
- public:
-  explicit Reader(const fs::path& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {}
-  ~Reader() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  bool ok() const { return fd_ >= 0; }
-  uint64_t size() const { return static_cast<uint64_t>(::lseek(fd_, 0, SEEK_END)); }
-  bool read(uint64_t at, void* out, size_t n) const {
-    auto* p = static_cast<char*>(out);
-    while (n > 0) {
-      const ssize_t r = ::pread(fd_, p, n, static_cast<off_t>(at));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return false;
-      p += r, at += static_cast<uint64_t>(r), n -= static_cast<size_t>(r);
-    }
-    return true;
-  }
-
- private:
-  int fd_;
-};
 
 struct Entry {
   std::string name;
@@ -112,9 +91,9 @@ void write_safetensors(const fs::path& file, const NamedTensors& tensors,
 NamedTensors read_safetensors(const fs::path& file) {
   const std::string f = file.string();
   const std::string fix = "; write it again with safetensors' save_file (or tt's export)";
-  Reader in(file);
+  detail::PreadFile in(file.string());
   TT_CHECK_AS(ConfigError, in.ok(), "cannot open ", f, ": ", std::strerror(errno));
-  const uint64_t size = in.size();
+  const uint64_t size = static_cast<uint64_t>(in.size());
   unsigned char len[8];
   TT_CHECK_AS(ConfigError, size >= 8 && in.read(0, len, 8), f, ": not a safetensors file: ", size,
               " bytes, shorter than the 8-byte header length it starts with", fix);
