@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,7 @@ std::string archive_damage(const std::filesystem::path& path) {
   std::vector<unsigned char> dir(static_cast<size_t>(dir_size));
   if (!f.read(static_cast<int64_t>(dir_offset), dir.data(), dir.size())) return "cannot read its central directory";
   std::vector<unsigned char> buf(static_cast<size_t>(std::min<int64_t>(size, 1 << 20)));  // no record is larger than the file
+  std::set<std::string> names;  // a record's name names one record: LibTorch reads by name
   size_t p = 0;
   for (uint64_t k = 0; k < entries; ++k) {
     if (p + 46 > dir.size() || le(&dir[p], 4) != 0x02014b50) return "central directory entry " + std::to_string(k) + " is damaged";
@@ -69,6 +71,7 @@ std::string archive_damage(const std::filesystem::path& path) {
     const size_t n = le(c + 28, 2), x = le(c + 30, 2), m = le(c + 32, 2);
     if (p + 46 + n + x + m > dir.size()) return "central directory entry " + std::to_string(k) + " is damaged";
     const std::string name(reinterpret_cast<const char*>(c + 46), n);
+    if (!names.insert(name).second) return "record '" + name + "' appears twice in its central directory";
     for (size_t q = p + 46 + n; q + 4 <= p + 46 + n + x;) {  // the zip64 extra field
       const uint64_t id = le(&dir[q], 2), len = le(&dir[q + 2], 2);
       size_t v = q + 4;
@@ -83,7 +86,13 @@ std::string archive_damage(const std::filesystem::path& path) {
     unsigned char h[30];
     if (local + 30 > static_cast<uint64_t>(size) || !f.read(static_cast<int64_t>(local), h, 30) || le(h, 4) != 0x04034b50)
       return "record '" + name + "': its local header is damaged";
-    const uint64_t data = local + 30 + le(h + 26, 2) + le(h + 28, 2);
+    // The local header names the same record (a directory entry pointing at another record's
+    // data reads the wrong bytes under this name).
+    const uint64_t local_n = le(h + 26, 2);
+    std::string local_name(local_n, '\0');
+    if (local_n != n || !f.read(static_cast<int64_t>(local + 30), local_name.data(), local_n) || local_name != name)
+      return "record '" + name + "': its local header names another record";
+    const uint64_t data = local + 30 + local_n + le(h + 28, 2);
     if (data + csize > static_cast<uint64_t>(size)) return "record '" + name + "' runs past the end of the file";
     if (method != 0 || csize != usize) continue;  // compressed: LibTorch's reader checks those
     uLong sum = crc32(0L, Z_NULL, 0);

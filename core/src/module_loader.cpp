@@ -220,10 +220,15 @@ void ModuleLoader::load_file(const fs::path& file_in) {
 }
 
 bool ModuleLoader::load_by_name(const std::string& kind, const std::string& name) {
+  // A name that cannot be part of one file's name (empty, a '/' or a NUL in it) names no module;
+  // nor does one the file system cannot look up (too long for a file name): the caller's
+  // "unknown model 'x'" follows, not an exception from the file system.
+  if (name.empty() || name.find_first_of(std::string("/\0", 2)) != std::string::npos) return false;
   const std::string file = "tt_" + kind + "_" + name + ".so";
   for (const auto& dir : search_path()) {
-    fs::path p = dir / file;
-    if (fs::exists(p)) {
+    const fs::path p = dir / file;
+    std::error_code ec;
+    if (fs::exists(p, ec)) {
       load_file(p);
       return true;
     }

@@ -230,7 +230,11 @@ static std::string check_value(const YAML::Node& n, Type type, const std::string
       }
       return n.Scalar();
     case Type::List:
-      if (n.IsScalar()) return "[" + emit_yaml(n) + "]";
+      if (n.IsScalar()) {  // one value: a list of it (emitted as a list, so "a{b" is quoted in the brackets)
+        YAML::Node list(YAML::NodeType::Sequence);
+        list.push_back(n);
+        return emit_yaml_flow(list);
+      }
       if (!n.IsSequence()) bad(shown());
       for (const auto& item : n)
         if (!item.IsScalar()) TT_FAIL(where, ": ", what, " must be a list of plain values");

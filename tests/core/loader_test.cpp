@@ -194,6 +194,22 @@ TEST(Loader, NotFoundListsSearchPathAvailableAndRefused) {
   }
 }
 
+// A name no file can have (longer than a file name may be, a '/' leading out of the module
+// directory, a NUL, or nothing) is an unknown model or plugin like any other, not an exception
+// from the file system.
+TEST(Loader, ANameNoModuleFileCanHaveIsUnknownNotAFileSystemError) {
+  PluginPath path(kDir.c_str());
+  for (const std::string name : {std::string(300, 'm'), std::string("../tt_plugin_test-good"), std::string("a\0b", 3),
+                                 std::string()}) {
+    try {
+      tt::Registry::global().model(name);
+      ADD_FAILURE() << "model '" << name << "' was found";
+    } catch (const tt::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("unknown model '"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // tt-run each time: in this process another test may have loaded the plugin already.
 TEST(Loader, PipelineFailsBeforeAndWorksAfterPluginPathIsSet) {
   auto out = tt::test::temp_dir("loader");

@@ -49,6 +49,25 @@ TEST(Options, DefaultsApplyAndTypesConvert) {
   EXPECT_EQ(d.get_list("targets"), (std::vector<std::string>{"qkv", "proj"}));
 }
 
+// A list option given one value is a list of that value, whatever characters it holds: its
+// resolved text reads back as the same one-item list (a '{' or ']' inside is quoted, not taken
+// for the brackets of a flow collection).
+TEST(Options, AListGivenOneValueResolvesToAListOfExactlyThatValue) {
+  for (const std::string value : {"all-linear", "data/brown/train{n.txt", "a]b", "x, y", "{", "'q'"}) {
+    YAML::Node map(YAML::NodeType::Map);
+    map["targets"] = value;
+    const Options o = Options::parse(map, schema(), "trainer", "x.yaml");
+    EXPECT_EQ(o.get_list("targets"), std::vector<std::string>{value});
+    std::string text;
+    for (const auto& [k, v] : o.resolved())
+      if (k == "targets") text = v;
+    const YAML::Node back = YAML::Load(text);
+    ASSERT_TRUE(back.IsSequence()) << text;
+    ASSERT_EQ(back.size(), 1u) << text;
+    EXPECT_EQ(back[0].Scalar(), value) << text;
+  }
+}
+
 TEST(Options, UnknownKeyNamesLineColumnAndNearestKey) {
   std::string e = error_of("lr: 0.1\n  \nbatchsize: 4\n");
   EXPECT_NE(e.find("x.yaml:3:1"), std::string::npos) << e;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -412,4 +413,34 @@ TEST(Reliability, ADamagedCheckpointRecordIsFoundByItsCrcAndResumeUsesThePreviou
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_NE(r.output.find("is unreadable (damaged: record"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("resumed from " + files.front().string() + " at step 2"), std::string::npos) << r.output;
+}
+
+// A central directory that names one record twice, or names a record whose local header is
+// another's, passes every CRC (the bytes are sound) but makes LibTorch read the wrong bytes under
+// a name (its TorchScript parser crashed on one such archive): both are damage, named.
+TEST(Reliability, ACheckpointDirectoryNamingARecordTwiceOrAnotherRecordsBytesIsDamage) {
+  const fs::path dir = temp_dir("zipnames");
+  std::ofstream(dir / "p.yaml") << topic_yaml(dir, "  max_steps: 2\n");
+  const fs::path run_dir = dir / "r";
+  ASSERT_EQ(run(tt_run_bin() + " -q " + (dir / "p.yaml").string() + " --run-dir " + run_dir.string()).rc, 0);
+  const auto files = tt::list_checkpoints(run_dir / "checkpoints");
+  ASSERT_EQ(files.size(), 1u);
+  const std::string sound = read_file(files.back());
+  // The central directory is at the end: the last "archive/data/1" (not "archive/data/1x") is
+  // its entry's name.
+  size_t at = sound.size();
+  do at = sound.rfind("archive/data/1", at - 1);
+  while (at != std::string::npos && at > 0 && at + 14 < sound.size() && std::isdigit(static_cast<unsigned char>(sound[at + 14])));
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_GT(at, sound.rfind("archive/data/0"));  // data/0's directory entry comes first
+  auto damaged = [&](char last) {
+    std::string bytes = sound;
+    bytes[at + 13] = last;
+    const fs::path f = dir / (std::string("named-") + last + ".pt");
+    std::ofstream(f, std::ios::binary | std::ios::trunc) << bytes;
+    return tt::archive_damage(f);
+  };
+  EXPECT_EQ(damaged('1'), "");
+  EXPECT_EQ(damaged('0'), "record 'archive/data/0' appears twice in its central directory");
+  EXPECT_EQ(damaged('Z'), "record 'archive/data/Z': its local header names another record");
 }

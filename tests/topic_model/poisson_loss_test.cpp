@@ -55,10 +55,11 @@ TEST(PoissonLoss, LossAndGradientsMatchTinytopicsDenseAutograd) {
     exact.backward();
     EXPECT_NEAR(fused.item<double>(), ref.item<double>(), 1e-5 * std::abs(ref.item<double>())) << density;
     EXPECT_NEAR(fused.item<double>(), exact.item<double>(), 1e-5 * std::abs(exact.item<double>())) << density;
-    // float gradients carry ~1e-4 relative rounding (the dense path's cancelling linear term
-    // adds to it); against the exact gradient the fused one must be that good
-    EXPECT_LT(rel(gL.to(torch::kDouble), Ld.grad()), 1e-4) << density;
-    EXPECT_LT(rel(gF.to(torch::kDouble), Fd.grad()), 1e-4) << density;
+    // against the exact gradient: L's within 2e-5 (its softmax backward subtracts nearly equal
+    // numbers; measured 2e-6 to 7e-6 with -O3 and with -O1, since F's softmax sums in double),
+    // F's within 2e-6 (measured under 4e-7)
+    EXPECT_LT(rel(gL.to(torch::kDouble), Ld.grad()), 2e-5) << density;
+    EXPECT_LT(rel(gF.to(torch::kDouble), Fd.grad()), 2e-6) << density;
     // rows outside the batch get no gradient
     auto outside = torch::ones({50}, torch::kBool);
     outside.index_put_({p.index}, false);

@@ -115,8 +115,11 @@ TEST(LoadTokenizer, BytesSpecAndMissingEmptyOrGarbageFiles) {
   write_text(garbage, "this is not a SentencePiece model, just some text\n");
   expect_error([&] { load_tokenizer(missing.string()); }, {missing.string(), "not found", "tt-data tokenizer"});
   expect_error([&] { load_tokenizer(empty.string()); }, {empty.string(), "empty", "tt-data tokenizer"});
-  expect_error([&] { load_tokenizer(garbage.string()); },
-               {garbage.string(), "not a SentencePiece model", "tt-data tokenizer", "tokenizer: bytes"});
+  if (const std::string why = tt::lm::sentencepiece_unavailable(); !why.empty())  // (an ASan build) says so, naming the file
+    expect_error([&] { load_tokenizer(garbage.string()); }, {garbage.string(), why});
+  else
+    expect_error([&] { load_tokenizer(garbage.string()); },
+                 {garbage.string(), "not a SentencePiece model", "tt-data tokenizer", "tokenizer: bytes"});
   fs::remove_all(dir);
 }
 

@@ -13,13 +13,16 @@ TT_CLONES void softmax_rows(const float* in, float* out, int64_t rows, int64_t c
     float* y = out + r * cols;
     float mx = x[0];
     for (int64_t j = 1; j < cols; ++j) mx = std::max(mx, x[j]);
-    float sum = 0;
+    // The sum in double: a float sum's rounding (which depends on how the compiler orders it:
+    // an -O1 build's serial sum was ~3x less exact than -O3's vectorized one) scales a whole
+    // row, and the gradients' softmax backward amplifies it by subtracting nearly equal numbers.
+    double sum = 0;
     for (int64_t j = 0; j < cols; ++j) {
       y[j] = std::exp(x[j] - mx);
       sum += y[j];
     }
-    const float inv = 1.0f / sum;
-    for (int64_t j = 0; j < cols; ++j) y[j] *= inv;
+    const double inv = 1.0 / sum;
+    for (int64_t j = 0; j < cols; ++j) y[j] = static_cast<float>(y[j] * inv);
   }
 }
 

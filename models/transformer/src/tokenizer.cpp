@@ -186,8 +186,16 @@ class SentencePieceTokenizer : public Tokenizer {
     TT_CHECK_AS(ConfigError, fs::is_regular_file(path, ec), "tokenizer model '", path, "' not found; ", kMakeOne);
     const std::string proto = read_file(path);
     TT_CHECK_AS(ConfigError, !proto.empty(), "tokenizer model '", path, "' is empty; ", kMakeOne);
+    if (const std::string why = sentencepiece_unavailable(); !why.empty())
+      TT_FAIL_AS(ConfigError, "cannot load the tokenizer model '", path, "': ", why);
+    auto& library = sentencepiece();  // throws where SentencePiece cannot be opened, before anything is allocated
     auto* processor = static_cast<sp::SentencePieceProcessor*>(::operator new(sizeof(sp::SentencePieceProcessor)));
-    sentencepiece().construct_processor(processor);
+    try {
+      library.construct_processor(processor);
+    } catch (...) {
+      ::operator delete(processor);
+      throw;
+    }
     sp_.reset(processor);
     const Status status([&] { return sp_->Load(path); });
     if (!status.ok()) {
