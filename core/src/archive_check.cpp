@@ -29,6 +29,55 @@ uint64_t le(const unsigned char* p, int bytes) {
 
 }  // namespace
 
+namespace {
+// Inflates the raw deflate stream of `csize` bytes at `at`, which must give exactly `usize`
+// bytes; their CRC-32 into `sum`. "" when it does, else why not.
+std::string inflate_crc(const detail::PreadFile& f, uint64_t at, uint64_t csize, uint64_t usize,
+                        std::vector<unsigned char>& in, uLong& sum) {
+  z_stream z{};
+  if (inflateInit2(&z, -MAX_WBITS) != Z_OK) return "cannot be inflated (zlib: out of memory)";
+  std::vector<unsigned char> out(64 * 1024);
+  uint64_t read = 0, produced = 0;
+  int rc = Z_OK;
+  std::string why;
+  while (rc != Z_STREAM_END) {
+    if (z.avail_in == 0 && read < csize) {
+      const size_t chunk = static_cast<size_t>(std::min<uint64_t>(in.size(), csize - read));
+      if (!f.read(static_cast<int64_t>(at + read), in.data(), chunk)) {
+        why = "cannot be read";
+        break;
+      }
+      z.next_in = in.data();
+      z.avail_in = static_cast<uInt>(chunk);
+      read += chunk;
+    }
+    z.next_out = out.data();
+    z.avail_out = static_cast<uInt>(out.size());
+    rc = inflate(&z, Z_NO_FLUSH);
+    const size_t got = out.size() - z.avail_out;
+    produced += got;
+    if (produced > usize) {
+      why = "inflates to more than its " + std::to_string(usize) + " bytes";
+      break;
+    }
+    sum = crc32(sum, out.data(), static_cast<uInt>(got));
+    if (rc == Z_STREAM_END) break;
+    if (rc != Z_OK && !(rc == Z_BUF_ERROR && got > 0)) {
+      why = "does not inflate (damaged deflate data)";
+      break;
+    }
+    if (z.avail_in == 0 && read == csize && got == 0) {
+      why = "ends before its deflate stream does";
+      break;
+    }
+  }
+  inflateEnd(&z);
+  if (why.empty() && produced != usize)
+    why = "inflates to " + std::to_string(produced) + " bytes where the directory says " + std::to_string(usize);
+  return why;
+}
+}  // namespace
+
 std::string archive_damage(const std::filesystem::path& path) {
   detail::PreadFile f(path.string());
   if (!f.ok()) return "cannot open it: " + std::string(std::strerror(errno));
@@ -94,13 +143,24 @@ std::string archive_damage(const std::filesystem::path& path) {
       return "record '" + name + "': its local header names another record";
     const uint64_t data = local + 30 + local_n + le(h + 28, 2);
     if (data + csize > static_cast<uint64_t>(size)) return "record '" + name + "' runs past the end of the file";
-    if (method != 0 || csize != usize) continue;  // compressed: LibTorch's reader checks those
+    // The CRC-32 is of the record's uncompressed bytes. LibTorch stores tensors and compresses
+    // (deflate) some TorchScript sources, and checks neither: its zip reader is built without
+    // CRC checks, and its TorchScript parser crashed on a damaged compressed source.
     uLong sum = crc32(0L, Z_NULL, 0);
-    for (uint64_t done = 0; done < csize;) {
-      const size_t chunk = static_cast<size_t>(std::min<uint64_t>(buf.size(), csize - done));
-      if (!f.read(static_cast<int64_t>(data + done), buf.data(), chunk)) return "cannot read record '" + name + "'";
-      sum = crc32(sum, buf.data(), static_cast<uInt>(chunk));
-      done += chunk;
+    if (method == 0) {
+      if (csize != usize) return "record '" + name + "' is stored with two different sizes";
+      for (uint64_t done = 0; done < csize;) {
+        const size_t chunk = static_cast<size_t>(std::min<uint64_t>(buf.size(), csize - done));
+        if (!f.read(static_cast<int64_t>(data + done), buf.data(), chunk)) return "cannot read record '" + name + "'";
+        sum = crc32(sum, buf.data(), static_cast<uInt>(chunk));
+        done += chunk;
+      }
+    } else if (method == 8) {
+      const std::string why = inflate_crc(f, data, csize, usize, buf, sum);
+      if (!why.empty()) return "record '" + name + "' " + why;
+    } else {
+      return "record '" + name + "' uses compression method " + std::to_string(method) +
+             " (a checkpoint's records are stored or deflated)";
     }
     if (sum != crc) {
       char text[96];

@@ -415,6 +415,47 @@ TEST(Reliability, ADamagedCheckpointRecordIsFoundByItsCrcAndResumeUsesThePreviou
   EXPECT_NE(r.output.find("resumed from " + files.front().string() + " at step 2"), std::string::npos) << r.output;
 }
 
+// LibTorch deflates a checkpoint's TorchScript sources (archive/code/...) and, its zip reader
+// being built without CRC checks, parses whatever they inflate to (its parser crashed on such a
+// record): tt inflates every deflated record and checks its CRC-32 too. Every damaged archive the
+// fuzzer found (tests/fuzz/regressions/checkpoint) is refused the same way.
+TEST(Reliability, ADamagedDeflatedCheckpointRecordIsFoundAndEveryFuzzedArchiveIsRefused) {
+  const fs::path dir = temp_dir("deflated");
+  std::ofstream(dir / "p.yaml") << topic_yaml(dir, "  max_steps: 2\n");
+  const fs::path run_dir = dir / "r";
+  ASSERT_EQ(run(tt_run_bin() + " -q " + (dir / "p.yaml").string() + " --run-dir " + run_dir.string()).rc, 0);
+  const auto files = tt::list_checkpoints(run_dir / "checkpoints");
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(tt::archive_damage(files[0]), "");
+  std::string bytes = read_file(files[0]);
+  // The first "archive/code/__torch__.py" is the name in its record's local header.
+  const std::string name = "archive/code/__torch__.py";
+  const size_t at = bytes.find(name);
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_GE(at, 30u);
+  auto u16 = [&](size_t p) { return static_cast<size_t>(static_cast<unsigned char>(bytes[p])) |
+                                    static_cast<size_t>(static_cast<unsigned char>(bytes[p + 1])) << 8; };
+  // Its sizes are in its central directory entry (the local header's are 0: a data descriptor
+  // follows the data), at the end: the last occurrence of the name.
+  const size_t central = bytes.rfind(name) - 46;
+  ASSERT_GT(central, at);
+  const size_t local = at - 30, method = u16(local + 8), csize = u16(central + 20) | u16(central + 22) << 16;
+  EXPECT_EQ(method, 8u) << "LibTorch stores this source uncompressed now: the check still runs, as for any record";
+  ASSERT_GT(csize, 8u);
+  const size_t data = at + name.size() + u16(local + 28);
+  bytes[data + csize / 2] = static_cast<char>(bytes[data + csize / 2] ^ 0x21);
+  const fs::path damaged = dir / "damaged.pt";
+  std::ofstream(damaged, std::ios::binary | std::ios::trunc) << bytes;
+  const std::string why = tt::archive_damage(damaged);
+  EXPECT_EQ(why.rfind("record '" + name + "' ", 0), 0u) << why;
+  int found = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(tt::test::source_dir()) / "tests/fuzz/regressions/checkpoint")) {
+    EXPECT_NE(tt::archive_damage(e.path()), "") << e.path() << " would reach LibTorch's reader";
+    ++found;
+  }
+  EXPECT_GE(found, 3);
+}
+
 // A central directory that names one record twice, or names a record whose local header is
 // another's, passes every CRC (the bytes are sound) but makes LibTorch read the wrong bytes under
 // a name (its TorchScript parser crashed on one such archive): both are damage, named.
