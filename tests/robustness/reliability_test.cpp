@@ -392,14 +392,21 @@ TEST(Reliability, MoreThreadsThanCoresAreCappedWithAWarning) {
   EXPECT_NE(r.output.find("| " + std::to_string(cores) + " threads |"), std::string::npos) << r.output;
 }
 
+// A topic run of `steps` steps with a checkpoint every `every` steps in DIR/r: its checkpoints,
+// oldest first (empty when the run failed, which the caller's size check reports).
+static std::vector<fs::path> topic_checkpoints(const fs::path& dir, int steps, int every) {
+  std::ofstream(dir / "p.yaml") << topic_yaml(dir, "  max_steps: " + std::to_string(steps) +
+                                                       "\n  checkpoint_every: " + std::to_string(every) + "\n");
+  const auto r = run(tt_run_bin() + " -q " + (dir / "p.yaml").string() + " --run-dir " + (dir / "r").string());
+  EXPECT_EQ(r.rc, 0) << r.output;
+  return tt::list_checkpoints(dir / "r" / "checkpoints");
+}
+
 // tt checks a checkpoint's zip records against their CRC-32 before LibTorch reads it: a sound
 // archive passes, one flipped byte in any record is named, and resume falls back past it.
 TEST(Reliability, ADamagedCheckpointRecordIsFoundByItsCrcAndResumeUsesThePreviousOne) {
-  const fs::path dir = temp_dir("crc");
-  std::ofstream(dir / "p.yaml") << topic_yaml(dir, "  max_steps: 4\n  checkpoint_every: 2\n");
-  const fs::path run_dir = dir / "r";
-  ASSERT_EQ(run(tt_run_bin() + " -q " + (dir / "p.yaml").string() + " --run-dir " + run_dir.string()).rc, 0);
-  const auto files = tt::list_checkpoints(run_dir / "checkpoints");
+  const fs::path dir = temp_dir("crc"), run_dir = dir / "r";
+  const auto files = topic_checkpoints(dir, 4, 2);
   ASSERT_EQ(files.size(), 2u);
   for (const auto& f : files) EXPECT_EQ(tt::archive_damage(f), "") << f;
   // One byte in the middle of the newest archive (inside a record's data).
@@ -421,10 +428,7 @@ TEST(Reliability, ADamagedCheckpointRecordIsFoundByItsCrcAndResumeUsesThePreviou
 // fuzzer found (tests/fuzz/regressions/checkpoint) is refused the same way.
 TEST(Reliability, ADamagedDeflatedCheckpointRecordIsFoundAndEveryFuzzedArchiveIsRefused) {
   const fs::path dir = temp_dir("deflated");
-  std::ofstream(dir / "p.yaml") << topic_yaml(dir, "  max_steps: 2\n");
-  const fs::path run_dir = dir / "r";
-  ASSERT_EQ(run(tt_run_bin() + " -q " + (dir / "p.yaml").string() + " --run-dir " + run_dir.string()).rc, 0);
-  const auto files = tt::list_checkpoints(run_dir / "checkpoints");
+  const auto files = topic_checkpoints(dir, 2, 2);
   ASSERT_EQ(files.size(), 1u);
   EXPECT_EQ(tt::archive_damage(files[0]), "");
   std::string bytes = read_file(files[0]);
@@ -461,10 +465,7 @@ TEST(Reliability, ADamagedDeflatedCheckpointRecordIsFoundAndEveryFuzzedArchiveIs
 // a name (its TorchScript parser crashed on one such archive): both are damage, named.
 TEST(Reliability, ACheckpointDirectoryNamingARecordTwiceOrAnotherRecordsBytesIsDamage) {
   const fs::path dir = temp_dir("zipnames");
-  std::ofstream(dir / "p.yaml") << topic_yaml(dir, "  max_steps: 2\n");
-  const fs::path run_dir = dir / "r";
-  ASSERT_EQ(run(tt_run_bin() + " -q " + (dir / "p.yaml").string() + " --run-dir " + run_dir.string()).rc, 0);
-  const auto files = tt::list_checkpoints(run_dir / "checkpoints");
+  const auto files = topic_checkpoints(dir, 2, 2);
   ASSERT_EQ(files.size(), 1u);
   const std::string sound = read_file(files.back());
   // The central directory is at the end: the last "archive/data/1" (not "archive/data/1x") is
