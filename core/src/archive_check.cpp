@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "tt/checkpoint.h"
-#include "pread_file.h"
+#include "tt/pread_file.h"
 #include "tt/error.h"
 
 namespace tt {

@@ -16,9 +16,7 @@
 namespace tt {
 namespace {
 
-struct Coeffs {
-  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, neg_step_size;
-};
+using Coeffs = FusedAdamW::Coefficients;
 
 // One element at a time in the order torch's kernels round: p*decay; m*b1 + (1-b1)*g;
 // v*b2 + (1-b2)*g*g; p + (-step) * m / (sqrt(v)/sqrt(bc2) + eps). With kZeroGrad the
@@ -274,6 +272,101 @@ void FusedAdamW::load(torch::serialize::InputArchive& archive) {
   for (auto& [key, d] : deferred_) d->reset(-1);  // re-based on the loaded step at next use
 }
 
+// A step of 2-D p whose gradient is zero outside `rows` (ascending, distinct), their gradients g:
+// deferred (d, from deferred_of before the step count's increment), dense semantics
+// (dense_rows) or lazy (only those rows).
+void FusedAdamW::rows_step(const torch::Tensor& p, Deferred* d, const int64_t* r, const float* gv, int64_t nrows,
+                           const Coeffs& c) {
+  auto& st = state_of(p);
+  float* pp = p.data_ptr<float>();
+  float* mm = st.exp_avg().data_ptr<float>();
+  float* vv = st.exp_avg_sq().data_ptr<float>();
+  const int64_t width = p.size(1);
+  if (d) {
+    // Deferred dense semantics: the gradient's rows catch up to the previous step and take
+    // this one; the other rows' zero-gradient step is recorded (see the header).
+    for (int64_t i = 0; i < nrows; ++i) catch_up_row(*d, r[i], pp, mm, vv, width);
+    d->hist.push_back(c);
+    d->from_base.push(c);
+    for (int64_t i = 0; i < nrows; ++i) {
+      const int64_t off = r[i] * width;
+      adamw_dense(pp + off, gv + i * width, mm + off, vv + off, width, c);
+      d->last[r[i]] = d->current();
+    }
+    if (static_cast<int64_t>(d->hist.size()) >= kDeferWindow) flush_one(*d);
+    return;
+  }
+  if (has_dense_rows(p)) {
+    // Dense semantics: walk all rows; rows of the gradient (ascending) get theirs.
+    tt::parallel_for(0, p.size(0), std::max<int64_t>(1, (int64_t{1} << 15) / width), [&](int64_t b, int64_t e) {
+      int64_t q = std::lower_bound(r, r + nrows, b) - r;
+      for (int64_t row = b; row < e;) {
+        const int64_t next = (q < nrows && r[q] < e) ? r[q] : e;
+        adamw_zero_grad(pp + row * width, mm + row * width, vv + row * width, (next - row) * width, c);
+        if (next == e) break;
+        adamw_dense(pp + next * width, gv + q * width, mm + next * width, vv + next * width, width, c);
+        row = next + 1;
+        ++q;
+      }
+    });
+    return;
+  }
+  // Lazy: only the rows named by the sparse gradient's indices.
+  tt::parallel_for(0, nrows, 64, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t off = r[i] * width;
+      adamw_dense(pp + off, gv + i * width, mm + off, vv + off, width, c);
+    }
+  });
+}
+
+const torch::optim::AdamWOptions* FusedAdamW::options_of(const torch::Tensor& p) const {
+  for (const auto& group : param_groups_)
+    for (const auto& q : group.params())
+      if (q.unsafeGetTensorImpl() == p.unsafeGetTensorImpl())
+        return &static_cast<const torch::optim::AdamWOptions&>(group.options());
+  return nullptr;
+}
+
+bool FusedAdamW::fusable(const torch::Tensor& p) const {
+  const auto* o = options_of(p);
+  return o && tt::fusable(p, *o);
+}
+
+void FusedAdamW::DenseStep::apply(int64_t begin, const float* g, int64_t count) const {
+  adamw_dense(p_ + begin, g, m_ + begin, v_ + begin, count, c_);
+}
+
+FusedAdamW::DenseStep FusedAdamW::begin_dense_step(const torch::Tensor& p) {
+  const auto* o = options_of(p);
+  TT_CHECK(o && tt::fusable(p, *o), "adamw: begin_dense_step needs a contiguous float32 CPU parameter of this optimizer");
+  Deferred* d = deferred_of(p);
+  if (d) flush_one(*d);  // every row updated: bring them all up to date first
+  auto& st = state_of(p);
+  st.step(st.step() + 1);
+  DenseStep s;
+  s.c_ = coeffs_for(*o, st.step());
+  s.p_ = p.data_ptr<float>();
+  s.m_ = st.exp_avg().data_ptr<float>();
+  s.v_ = st.exp_avg_sq().data_ptr<float>();
+  return s;
+}
+
+void FusedAdamW::step_rows(const torch::Tensor& p, const int64_t* rows, const float* g, int64_t count) {
+  torch::NoGradGuard no_grad;
+  const auto* o = options_of(p);
+  TT_CHECK(o && tt::fusable(p, *o) && p.dim() == 2 && has_dense_rows(p),
+           "adamw: step_rows needs a 2-D contiguous float32 CPU parameter of this optimizer marked with dense_rows or "
+           "defer_rows");
+  for (int64_t i = 0; i < count; ++i)
+    TT_CHECK(rows[i] >= 0 && rows[i] < p.size(0) && (i == 0 || rows[i] > rows[i - 1]),
+             "adamw: step_rows needs ascending distinct rows within the parameter's ", p.size(0));
+  Deferred* d = deferred_of(p);  // before this step's count (re-based on a loaded state)
+  auto& st = state_of(p);
+  st.step(st.step() + 1);
+  rows_step(p, d, rows, g, count, coeffs_for(*o, st.step()));
+}
+
 torch::Tensor FusedAdamW::step(LossClosure closure) {
   torch::NoGradGuard no_grad;
   torch::Tensor loss;
@@ -286,7 +379,7 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       const torch::Tensor& grad = p.grad();
-      if (!fusable(p, o)) {
+      if (!tt::fusable(p, o)) {
         TT_CHECK(!grad.is_sparse(), "adamw: sparse gradients need a contiguous float32 CPU parameter");
         // LibTorch AdamW's arithmetic, op by op, on the same state.
         auto& st = state_of(p);
@@ -323,45 +416,7 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
         auto g = grad.is_coalesced() ? grad : grad.coalesce();
         auto rows = g._indices()[0].contiguous();
         auto vals = g._values().contiguous().to(torch::kFloat);
-        const int64_t width = p.size(1), nrows = rows.numel();
-        const int64_t* r = rows.data_ptr<int64_t>();
-        const float* gv = vals.data_ptr<float>();
-        if (d) {
-          // Deferred dense semantics: the gradient's rows catch up to the previous step and take
-          // this one; the other rows' zero-gradient step is recorded (see the header).
-          for (int64_t i = 0; i < nrows; ++i) catch_up_row(*d, r[i], pp, mm, vv, width);
-          d->hist.push_back(c);
-          d->from_base.push(c);
-          for (int64_t i = 0; i < nrows; ++i) {
-            const int64_t off = r[i] * width;
-            adamw_dense(pp + off, gv + i * width, mm + off, vv + off, width, c);
-            d->last[r[i]] = d->current();
-          }
-          if (static_cast<int64_t>(d->hist.size()) >= kDeferWindow) flush_one(*d);
-          continue;
-        }
-        if (has_dense_rows(p)) {
-          // Dense semantics: walk all rows; rows of the gradient (ascending) get theirs.
-          tt::parallel_for(0, p.size(0), std::max<int64_t>(1, (int64_t{1} << 15) / width), [&](int64_t b, int64_t e) {
-            int64_t q = std::lower_bound(r, r + nrows, b) - r;
-            for (int64_t row = b; row < e;) {
-              const int64_t next = (q < nrows && r[q] < e) ? r[q] : e;
-              adamw_zero_grad(pp + row * width, mm + row * width, vv + row * width, (next - row) * width, c);
-              if (next == e) break;
-              adamw_dense(pp + next * width, gv + q * width, mm + next * width, vv + next * width, width, c);
-              row = next + 1;
-              ++q;
-            }
-          });
-          continue;
-        }
-        // Lazy: only the rows named by the sparse gradient's indices.
-        tt::parallel_for(0, nrows, 64, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) {
-            const int64_t off = r[i] * width;
-            adamw_dense(pp + off, gv + i * width, mm + off, vv + off, width, c);
-          }
-        });
+        rows_step(p, d, rows.data_ptr<int64_t>(), vals.data_ptr<float>(), rows.numel(), c);
         continue;
       }
       auto g = grad.contiguous();

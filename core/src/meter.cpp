@@ -169,14 +169,16 @@ void TrackingAllocator::deleter(void* data) {
 
 std::once_flag g_install;
 
-int64_t read_status_kb(const char* key) {
-  std::ifstream in("/proc/self/status");
+int64_t read_kb(const char* file, const char* key) {
+  std::ifstream in(file);
   std::string line;
   const size_t len = std::strlen(key);
   while (std::getline(in, line))
     if (line.compare(0, len, key) == 0) return std::stoll(line.substr(len + 1)) * 1024;
   return 0;
 }
+
+int64_t read_status_kb(const char* key) { return read_kb("/proc/self/status", key); }
 
 }  // namespace
 
@@ -259,6 +261,7 @@ int64_t Meter::rss() {
 }
 int64_t Meter::rss_peak() { return read_status_kb("VmHWM:"); }
 int64_t Meter::rss_anon() { return read_status_kb("RssAnon:"); }
+int64_t Meter::available() { return read_kb("/proc/meminfo", "MemAvailable:"); }
 void Meter::reset_rss_peak() {
   std::ofstream out("/proc/self/clear_refs");
   if (out) out << "5";

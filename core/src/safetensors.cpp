@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "atomic_file.h"
-#include "pread_file.h"
+#include "tt/pread_file.h"
 #include "tt/error.h"
 #include "tt/weights.h"
 

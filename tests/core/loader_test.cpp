@@ -199,7 +199,7 @@ TEST(Loader, NotFoundListsSearchPathAvailableAndRefused) {
 // from the file system.
 TEST(Loader, ANameNoModuleFileCanHaveIsUnknownNotAFileSystemError) {
   PluginPath path(kDir.c_str());
-  for (const std::string name : {std::string(300, 'm'), std::string("../tt_plugin_test-good"), std::string("a\0b", 3),
+  for (const std::string& name : {std::string(300, 'm'), std::string("../tt_plugin_test-good"), std::string("a\0b", 3),
                                  std::string()}) {
     try {
       tt::Registry::global().model(name);

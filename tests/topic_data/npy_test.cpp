@@ -150,7 +150,7 @@ TEST(TopicNpy, BatchesAreTheRequestedRowsForEveryDtype) {
   auto dir = tt::test::temp_dir("npy");
   auto counts = counts_6x4();
   auto idx = torch::tensor({4, 0, 2, 4}, torch::kLong);
-  for (auto t : {torch::kFloat, torch::kDouble, torch::kInt, torch::kLong}) {
+  for (auto t : {torch::kFloat, torch::kDouble, torch::kInt, torch::kLong, torch::kShort, torch::kByte}) {
     tt::write_npy(dir / "X.npy", counts.to(t));
     tt::topic::NpyDataset d((dir / "X.npy").string());
     EXPECT_EQ(d.size(), 6);
@@ -202,8 +202,10 @@ TEST(TopicNpy, RefusesBadFilesNamingThem) {
   raw_npy(dir / "fortran.npy", "{'descr': '<f4', 'fortran_order': True, 'shape': (6, 4), }",
           std::string(static_cast<const char*>(x.t().contiguous().data_ptr()), 96));
   EXPECT_HAS(err("fortran.npy"), "fortran.npy: the array is in Fortran (column-major) order");
-  tt::write_npy(dir / "int16.npy", counts_6x4().to(torch::kShort));
-  EXPECT_HAS(err("int16.npy"), "int16.npy: dtype int16 ('<i2') is not supported for counts");
+  raw_npy(dir / "float16.npy", "{'descr': '<f2', 'fortran_order': False, 'shape': (1, 2), }", "abcd");
+  EXPECT_HAS(err("float16.npy"), "float16.npy: dtype float16 ('<f2') is not supported for counts");
+  EXPECT_HAS(config_error([&] { tt::topic::read_npy_counts((dir / "float16.npy").string(), int64_t{1} << 30); }),
+             "float16.npy: dtype float16 ('<f2') is not supported for counts");
   raw_npy(dir / "uint32.npy", "{'descr': '<u4', 'fortran_order': False, 'shape': (1, 1), }", "abcd");
   EXPECT_HAS(err("uint32.npy"), "uint32.npy: dtype '<u4' is not supported");
   write_text(dir / "magic.npy", "this is not a numpy file, it is text");
@@ -234,6 +236,57 @@ TEST(TopicNpy, RefusesBadCountsWhenTheRowIsRead) {
   EXPECT_HAS(e, "bad.npy: document 5 (row 5) has a count that is not a finite number (inf at term 0)");
   e = config_error([&] { d.get(torch::tensor({4, 1, 3}, torch::kLong)); });  // the first bad row in the batch
   EXPECT_HAS(e, "bad.npy: document 1 (row 1) has no words; remove empty rows");
+}
+
+// data.load: memory reads the file once into its rows' non-zeros: every dtype gives the batches
+// the mapped file gives, every row is checked at load (the first bad one named), and non-zeros
+// beyond the budget give up (auto then maps the file).
+TEST(TopicNpy, ReadIntoMemoryGivesTheMappedBatchesAndChecksEveryRowAtLoad) {
+  auto dir = tt::test::temp_dir("npy");
+  auto counts = counts_6x4();
+  auto idx = torch::tensor({4, 0, 2, 4, 5}, torch::kLong);
+  const auto schema = tt::topic::npy_schema();
+  for (auto t : {torch::kFloat, torch::kDouble, torch::kInt, torch::kLong, torch::kShort, torch::kByte}) {
+    tt::write_npy(dir / "X.npy", counts.to(t));
+    const std::string path = (dir / "X.npy").string();
+    auto csr = tt::topic::read_npy_counts(path, int64_t{1} << 30);
+    ASSERT_TRUE(csr) << t;
+    EXPECT_EQ(csr->nnz(), 12) << t;
+    EXPECT_TRUE(torch::equal(csr->dense(), counts.to(torch::kFloat))) << t;
+    tt::topic::NpyDataset mapped(path);
+    for (const char* load : {"memory", "auto"}) {
+      auto d = make(tt::topic::make_npy(tt::test::options(schema, "{path: " + path + ", load: " + load + "}"), 0));
+      ASSERT_TRUE(d);
+      EXPECT_HAS(d->describe(), "read into memory");
+      EXPECT_HAS(d->describe(), "6 docs x 4 terms, 12 non-zeros");
+      auto a = d->get(idx), b = mapped.get(idx);
+      for (const char* key : {"index", "rows", "cols", "vals"})
+        EXPECT_TRUE(torch::equal(a.at(key), b.at(key))) << t << " " << load << " " << key;
+    }
+    auto m = make(tt::topic::make_npy(tt::test::options(schema, "{path: " + path + ", load: map}"), 0));
+    EXPECT_HAS(m->describe(), "memory-mapped");
+  }
+  // 12 non-zeros of 12 bytes and 7 row offsets of 8: 200 bytes fit, 199 do not
+  EXPECT_TRUE(tt::topic::read_npy_counts((dir / "X.npy").string(), 200));
+  EXPECT_FALSE(tt::topic::read_npy_counts((dir / "X.npy").string(), 199));
+
+  auto x = counts.to(torch::kDouble);
+  x[3][2] = -1;
+  x[1] = 0;
+  tt::write_npy(dir / "bad.npy", x);
+  EXPECT_HAS(config_error([&] { tt::topic::read_npy_counts((dir / "bad.npy").string(), int64_t{1} << 30); }),
+             "bad.npy: document 1 (row 1) has no words; remove empty rows");
+  x[1][0] = 1;
+  tt::write_npy(dir / "bad.npy", x);
+  EXPECT_HAS(config_error([&] {
+               tt::topic::make_npy(tt::test::options(schema, "{path: " + (dir / "bad.npy").string() + "}"), 0);
+             }),
+             "bad.npy: document 3 (row 3) has a negative count (-1 at term 2)");
+  EXPECT_HAS(config_error([&] {
+               tt::topic::make_npy(tt::test::options(schema, "{path: " + (dir / "X.npy").string() + ", load: disk}"),
+                                   0);
+             }),
+             "load");
 }
 
 TEST(TopicNpy, OptionsTrueFAndVocabulary) {

@@ -154,13 +154,46 @@ TEST(TopicTraining, RowGradientsTrainBitwiseLikeDenseGradients) {
   EXPECT_TRUE(dense_seen) << "a plugin must see dense gradients";
   EXPECT_TRUE(torch::equal(rows.first, dense.first));
   EXPECT_TRUE(torch::equal(rows.second, dense.second));
-  // and the row form is what the optimizer got without plugins: its gradient bytes are B rows
+  // and the row form is what the optimizer got without plugins (the model's fused step off):
+  // its gradient bytes are B rows
   auto out = tt::test::temp_dir("topic");
-  tt::Trainer t(pipe(out, {"trainer.max_steps=2"}), {out / "run", false, true});
+  tt::Trainer t(pipe(out, {"trainer.max_steps=2", "model.fused_step=false"}), {out / "run", false, true});
   t.fit();
   auto s = nlohmann::json::parse(tt::test::read_file(out / "run" / "summary.json"));
   const int64_t grad_bytes = s["memory"]["gradients_bytes"].get<int64_t>();
   EXPECT_LT(grad_bytes, 64 * 4 * 4 + 4 * 50 * 4) << "L's gradient should be 16 rows, not 64";
+}
+
+// The model's fused step (the default without plugins) is the autograd path's arithmetic in the
+// same order: the same parameters bitwise and the same step losses, with L's rows deferred or
+// dense — and it is the path taken: no gradient tensors exist, where the autograd path has them.
+TEST(TopicTraining, FusedStepTrainsBitwiseLikeAutogradAndTheOptimizer) {
+  auto run = [](std::vector<std::string> sets) {
+    auto out = tt::test::temp_dir("topic");
+    sets.push_back("trainer.epochs=6");
+    tt::Trainer t(pipe(out, sets), {out / "run", false, true});
+    t.fit();
+    auto s = nlohmann::json::parse(tt::test::read_file(out / "run" / "summary.json"));
+    return std::make_tuple(tt::read_npy(out / "run" / "L.npy"), tt::read_npy(out / "run" / "F.npy"), t.step_losses(),
+                           s["memory"]["gradients_bytes"].get<int64_t>());
+  };
+  for (const char* defer : {"true", "false"}) {
+    const std::string d = std::string("model.defer_updates=") + defer;
+    auto [L0, F0, loss0, grads0] = run({d, "model.fused_step=false"});
+    auto [L1, F1, loss1, grads1] = run({d});
+    EXPECT_GT(grads0, 0) << d;
+    EXPECT_EQ(grads1, 0) << d << ": the fused step builds no gradient tensor";
+    EXPECT_TRUE(torch::equal(L0, L1)) << d;
+    EXPECT_TRUE(torch::equal(F0, F1)) << d;
+    ASSERT_EQ(loss0.size(), loss1.size());
+    EXPECT_EQ(loss0, loss1) << d;
+    ASSERT_EQ(loss0.size(), 24u);  // 4 batches an epoch
+    const double first = loss0[0] + loss0[1] + loss0[2] + loss0[3], last = loss0[20] + loss0[21] + loss0[22] + loss0[23];
+    EXPECT_GT(first, last * 1.02) << d << ": the runs compared must have learned";
+  }
+  // a plugin (which may read gradients) or gradient clipping take the autograd path, whatever the option says
+  auto [L2, F2, loss2, grads2] = run({"trainer.grad_clip=1.0e6"});
+  EXPECT_GT(grads2, 0);
 }
 
 // The default defers the absent rows' zero-gradient updates (FusedAdamW::defer_rows): the

@@ -51,14 +51,42 @@ class TT_API FusedAdamW : public torch::optim::AdamW {
   void catch_up_rows(const torch::Tensor& p, const torch::Tensor& rows);
   // Bring every deferred parameter up to date (parameters and optimizer state).
   void flush();
+  // For a model that trains a step itself (Model::fused_step), without gradient tensors and
+  // with the arithmetic of step() (the same rounding):
+  struct Coefficients {
+    float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, neg_step_size;
+  };
+  // True when p is a parameter of this optimizer that these calls cover (contiguous float32 on
+  // the CPU, its group without amsgrad).
+  bool fusable(const torch::Tensor& p) const;
+  // One step of a dense parameter whose gradient comes a block of elements at a time:
+  // begin_dense_step advances p's step count, then apply() for every element once (blocks
+  // may be applied from several threads when they do not overlap).
+  class DenseStep {
+   public:
+    // Elements [begin, begin + count) of p (flat) take the gradient g[0..count).
+    void apply(int64_t begin, const float* g, int64_t count) const;
+
+   private:
+    friend class FusedAdamW;
+    Coefficients c_{};
+    float *p_ = nullptr, *m_ = nullptr, *v_ = nullptr;
+  };
+  DenseStep begin_dense_step(const torch::Tensor& p);
+  // One step of a 2-D parameter marked with defer_rows() or dense_rows() whose gradient is zero
+  // outside `rows` (ascending, distinct): g holds those rows' gradients, count x p.size(1).
+  void step_rows(const torch::Tensor& p, const int64_t* rows, const float* g, int64_t count);
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
   static constexpr int64_t kDeferWindow = 128;  // steps between full catch-ups
 
  private:
   torch::optim::AdamWParamState& state_of(const torch::Tensor& p);
-  std::set<const void*> dense_rows_;  // TensorImpl of parameters marked with dense_rows()
+  const torch::optim::AdamWOptions* options_of(const torch::Tensor& p) const;  // its group's, or null
   struct Deferred;
+  void rows_step(const torch::Tensor& p, Deferred* d, const int64_t* rows, const float* g, int64_t count,
+                 const Coefficients& c);
+  std::set<const void*> dense_rows_;  // TensorImpl of parameters marked with dense_rows()
   std::map<const void*, std::shared_ptr<Deferred>> deferred_;  // parameters marked with defer_rows()
   Deferred* deferred_of(const torch::Tensor& p);
   void flush_one(Deferred& d);

@@ -90,6 +90,9 @@ class TT_API Meter {
   static int64_t rss_peak();
   static int64_t rss_anon();  // RssAnon: resident memory not backed by files (mmap'd data excluded)
   static void reset_rss_peak();  // via /proc/self/clear_refs; no-op where refused
+  // The system's MemAvailable (/proc/meminfo): what can be allocated without swapping or
+  // pushing out working memory (free memory plus reclaimable page cache); 0 if unknown.
+  static int64_t available();
 
   MemorySnapshot snapshot() const;
 };

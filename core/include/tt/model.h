@@ -38,6 +38,12 @@ struct GenerateOptions {
   uint64_t seed = 0;
 };
 
+// What Model::fused_step did: `stepped` false leaves the step to the trainer's usual path.
+struct FusedStep {
+  bool stepped = false;
+  ModelOutput output;  // when stepped: as forward_loss returns it, the loss a scalar with no graph
+};
+
 class TT_API Model : public torch::nn::Module {
  public:
   ~Model() override;
@@ -64,6 +70,15 @@ class TT_API Model : public torch::nn::Module {
   // team: with trainer.threads >= 2 and prefetch on, the trainer lends the prefetch thread
   // to tt::parallel_for (tt/helper.h) instead, and the model's loops use that.
   virtual bool small_steps() const { return false; }
+  // Trains one step itself: the loss, its gradients and the optimizer's update in one pass of
+  // the model's own, for a model whose step is too small for autograd and an optimizer's
+  // separate passes over memory (the topic model). The trainer offers it only where nothing else
+  // is to see the step in between: no plugins, no gradient clipping, one micro-batch, one
+  // process. The learning rate is the optimizer's (the schedule sets it as usual). Return
+  // stepped false, having changed nothing, to have the trainer take its usual path (e.g. an
+  // optimizer the model does not know). With a loss that is not finite, the parameters and the
+  // optimizer's state must be left as they were (the trainer applies trainer.on_nan).
+  virtual FusedStep fused_step(const Batch& /*batch*/, torch::optim::Optimizer& /*optimizer*/) { return {}; }
   // One line for the summary ("topic model: 1000 docs x 1000 terms, k=10").
   virtual std::string describe() const { return name(); }
 };

@@ -30,47 +30,18 @@ class PoissonNmfLoss : public torch::autograd::Function<PoissonNmfLoss> {
     const auto idx = index.to(torch::kLong).contiguous();
     const int64_t B = idx.numel(), k = L_raw.size(1), m = F_raw.size(1), nnz = vals.numel();
     auto P = torch::empty({B, k}, L_raw.options());
-    kernels::softmax_gather(L_raw.data_ptr<float>(), idx.data_ptr<int64_t>(), B, k, P.data_ptr<float>());
     auto Q = torch::empty({k, m}, F_raw.options());
-    const float* p = P.data_ptr<float>();
-    const float* q = Q.data_ptr<float>();
-    // F's softmax topic by topic, each topic's sum kept for the reconstruction's mass
-    std::vector<double> qsum(static_cast<size_t>(k));
-    tt::parallel_for(0, k, 1, [&](int64_t t0, int64_t t1) {
-      kernels::softmax_rows(F_raw.data_ptr<float>() + t0 * m, Q.data_ptr<float>() + t0 * m, t1 - t0, m);
-      for (int64_t t = t0; t < t1; ++t) qsum[static_cast<size_t>(t)] = kernels::row_sum(q + t * m, m);
-    });
     auto xhat = torch::empty({nnz}, vals.options());
     auto w = torch::empty({nnz}, vals.options().dtype(torch::kDouble));
-    const int64_t* r = rows.data_ptr<int64_t>();
-    const int64_t* c = cols.data_ptr<int64_t>();
-    const float* v = vals.data_ptr<float>();
-    float* xh = xhat.data_ptr<float>();
-    double* pw = w.data_ptr<double>();
-    // Each non-zero: xhat = P[r] . Q[:, c]; the loss term x log(max(xhat, 1e-10)) summed in
-    // double per chunk, the chunks' sums added in chunk order (the same whoever ran them);
-    // and the weight -x / xhat the backward scatters.
-    constexpr int64_t kGrain = 1024;
-    std::vector<double> logs(static_cast<size_t>(tt::parallel_chunks(0, nnz, kGrain)), 0.0);
-    const int64_t chunk_size = nnz > 0 ? tt::parallel_chunk(0, nnz, kGrain, 0).second : 1;
-    tt::parallel_for(0, nnz, kGrain, [&](int64_t b, int64_t e) {
-      kernels::xhat(p, q, r, c, xh, b, e, k, m);
-      kernels::loss_weights(v, xh, pw, b, e, kFloor);
-      logs[static_cast<size_t>(b / chunk_size)] = kernels::weighted_log(v, xh, b, e, kFloor);
-    });
-    double log_term = 0;
-    for (double l : logs) log_term += l;
-    // sum_ij Xhat_ij = sum_t (sum_i P[i][t]) (sum_j Q[t][j]): rows of P and Q sum to 1.
-    double mass = 0;
-    for (int64_t t = 0; t < k; ++t) {
-      double psum = 0;
-      for (int64_t i = 0; i < B; ++i) psum += p[i * k + t];
-      mass += psum * qsum[static_cast<size_t>(t)];
-    }
+    std::vector<double> qsum(static_cast<size_t>(k));
+    const double loss = loss_forward(L_raw.data_ptr<float>(), F_raw.data_ptr<float>(), idx.data_ptr<int64_t>(), B, k,
+                                     m, rows.data_ptr<int64_t>(), cols.data_ptr<int64_t>(), vals.data_ptr<float>(),
+                                     nnz, P.data_ptr<float>(), Q.data_ptr<float>(), qsum.data(),
+                                     xhat.data_ptr<float>(), w.data_ptr<double>());
     ctx->save_for_backward({P, Q, idx, rows, cols, w});
     ctx->saved_data["n"] = L_raw.size(0);
     ctx->saved_data["sparse"] = sparse_grad;
-    return torch::tensor(mass - log_term, L_raw.options());
+    return torch::tensor(loss, L_raw.options());
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grad_out) {
@@ -80,34 +51,25 @@ class PoissonNmfLoss : public torch::autograd::Function<PoissonNmfLoss> {
     const bool sparse = ctx->saved_data["sparse"].toBool();
     const double go = grad_out[0].item<double>();
     const int64_t B = P.size(0), k = P.size(1), m = Q.size(1), nnz = w.numel();
+    std::vector<double> gP(static_cast<size_t>(k * B), 0.0);  // topic-major: k x B
+    auto gF = torch::zeros({k, m}, P.options());
+    const float* p = P.data_ptr<float>();
+    const float* q = Q.data_ptr<float>();
+    float* gf = gF.data_ptr<float>();
     // d loss / d xhat = -x / xhat where xhat > 1e-10 (the weights w); the mass term's gradient
     // is exactly zero (see the header). Topic by topic: scatter into row t of F's gradient and
     // topic t of P's (kept in double: the softmax backward below subtracts nearly equal
     // numbers), then row t's softmax backward. Topics write disjoint rows, so they run in
     // parallel with nothing to combine.
-    std::vector<double> gP(static_cast<size_t>(k * B), 0.0);  // topic-major: k x B
-    auto gF = torch::empty({k, m}, P.options());  // ~B non-zeros per column: float is plenty
-    const float* p = P.data_ptr<float>();
-    const float* q = Q.data_ptr<float>();
-    float* gf = gF.data_ptr<float>();
-    const int64_t* r = rows.data_ptr<int64_t>();
-    const int64_t* c = cols.data_ptr<int64_t>();
-    const double* pw = w.data_ptr<double>();
     tt::parallel_for(0, k, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
-        std::fill(gf + t * m, gf + (t + 1) * m, 0.0f);
-        kernels::topic_grads(go, p, q, r, c, pw, nnz, t, k, m, gf + t * m, gP.data() + t * B);
+        kernels::topic_grads(go, p, q, rows.data_ptr<int64_t>(), cols.data_ptr<int64_t>(), w.data_ptr<double>(), nnz,
+                             t, k, m, gf + t * m, gP.data() + t * B);
         kernels::softmax_backward_rows(gf, q, t, t + 1, m);
       }
     });
-    // softmax backward of the B rows: dz = s * (ds - sum(ds * s))
     auto gL_rows = torch::empty({B, k}, P.options());
-    float* gl = gL_rows.data_ptr<float>();
-    for (int64_t i = 0; i < B; ++i) {
-      double dot = 0;
-      for (int64_t t = 0; t < k; ++t) dot += gP[t * B + i] * p[i * k + t];
-      for (int64_t t = 0; t < k; ++t) gl[i * k + t] = static_cast<float>(p[i * k + t] * (gP[t * B + i] - dot));
-    }
+    rows_backward(p, gP.data(), B, k, gL_rows.data_ptr<float>());
     return {l_gradient(index, gL_rows, n, sparse), gF, torch::Tensor(), torch::Tensor(), torch::Tensor(),
             torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
@@ -139,6 +101,47 @@ class PoissonNmfLoss : public torch::autograd::Function<PoissonNmfLoss> {
 };
 
 }  // namespace
+
+double loss_forward(const float* L_raw, const float* F_raw, const int64_t* idx, int64_t B, int64_t k, int64_t m,
+                    const int64_t* r, const int64_t* c, const float* v, int64_t nnz, float* P, float* Q, double* qsum,
+                    float* xh, double* pw) {
+  kernels::softmax_gather(L_raw, idx, B, k, P);
+  // F's softmax topic by topic, each topic's sum kept for the reconstruction's mass
+  tt::parallel_for(0, k, 1, [&](int64_t t0, int64_t t1) {
+    kernels::softmax_rows(F_raw + t0 * m, Q + t0 * m, t1 - t0, m);
+    for (int64_t t = t0; t < t1; ++t) qsum[t] = kernels::row_sum(Q + t * m, m);
+  });
+  // Each non-zero: xhat = P[r] . Q[:, c]; the loss term x log(max(xhat, 1e-10)) summed in
+  // double per chunk, the chunks' sums added in chunk order (the same whoever ran them);
+  // and the weight -x / xhat the backward scatters.
+  constexpr int64_t kGrain = 1024;
+  std::vector<double> logs(static_cast<size_t>(tt::parallel_chunks(0, nnz, kGrain)), 0.0);
+  const int64_t chunk_size = nnz > 0 ? tt::parallel_chunk(0, nnz, kGrain, 0).second : 1;
+  tt::parallel_for(0, nnz, kGrain, [&](int64_t b, int64_t e) {
+    kernels::xhat(P, Q, r, c, xh, b, e, k, m);
+    kernels::loss_weights(v, xh, pw, b, e, kFloor);
+    logs[static_cast<size_t>(b / chunk_size)] = kernels::weighted_log(v, xh, b, e, kFloor);
+  });
+  double log_term = 0;
+  for (double l : logs) log_term += l;
+  // sum_ij Xhat_ij = sum_t (sum_i P[i][t]) (sum_j Q[t][j]): rows of P and Q sum to 1.
+  double mass = 0;
+  for (int64_t t = 0; t < k; ++t) {
+    double psum = 0;
+    for (int64_t i = 0; i < B; ++i) psum += P[i * k + t];
+    mass += psum * qsum[t];
+  }
+  return mass - log_term;
+}
+
+// softmax backward of the B rows: dz = s * (ds - sum(ds * s))
+void rows_backward(const float* p, const double* gP, int64_t B, int64_t k, float* gl) {
+  for (int64_t i = 0; i < B; ++i) {
+    double dot = 0;
+    for (int64_t t = 0; t < k; ++t) dot += gP[t * B + i] * p[i * k + t];
+    for (int64_t t = 0; t < k; ++t) gl[i * k + t] = static_cast<float>(p[i * k + t] * (gP[t * B + i] - dot));
+  }
+}
 
 BatchCounts nonzeros_of(const torch::Tensor& x) {
   const auto xc = x.to(torch::kFloat).contiguous();

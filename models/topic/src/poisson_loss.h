@@ -23,6 +23,18 @@ BatchCounts nonzeros_of(const torch::Tensor& x);  // from dense float32 [B, m]
 torch::Tensor poisson_nmf_loss(const torch::Tensor& L_raw, const torch::Tensor& F_raw, const torch::Tensor& index,
                                const BatchCounts& counts, bool sparse_grad);
 
+// The loss's passes over plain buffers, shared by the autograd function above and the model's
+// fused step (TopicModel::fused_step), so the two compute the same values the same way.
+// Forward: P [B x k] = softmax(L_raw[idx]), Q [k x m] = softmax(F_raw) with its rows' sums
+// qsum [k], xhat [nnz] at the non-zeros and w [nnz] = d loss / d xhat; returns the loss.
+double loss_forward(const float* L_raw, const float* F_raw, const int64_t* idx, int64_t B, int64_t k, int64_t m,
+                    const int64_t* rows, const int64_t* cols, const float* vals, int64_t nnz, float* P, float* Q,
+                    double* qsum, float* xhat, double* w);
+// Backward, topic by topic (kernels::topic_grads, then kernels::softmax_backward_rows on F's
+// row), then L's rows: the B rows of L_raw's gradient [B x k] from P's gradient gP (k x B,
+// topic-major, double).
+void rows_backward(const float* P, const double* gP, int64_t B, int64_t k, float* gL);
+
 // The same loss by tinytopics' dense formula through autograd (reference).
 torch::Tensor poisson_nmf_loss_reference(const torch::Tensor& L_raw, const torch::Tensor& F_raw,
                                          const torch::Tensor& index, const torch::Tensor& x);

@@ -2,9 +2,16 @@
 
 #include <ATen/Parallel.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <limits>
 
+#include "nonzeros.h"
 #include "tt/error.h"
+#include "tt/log.h"
+#include "tt/meter.h"
+#include "tt/pread_file.h"
 
 namespace tt::topic {
 
@@ -31,25 +38,41 @@ void convert_row(const char* src, float* dst, int64_t m) {
   for (int64_t j = 0; j < m; ++j) dst[j] = static_cast<float>(s[j]);
 }
 
+// One row of the file's dtype as float32 (a float32 row is copied).
+void row_to_float(at::ScalarType dtype, const char* src, float* dst, int64_t m) {
+  switch (dtype) {
+    case at::kFloat: std::memcpy(dst, src, static_cast<size_t>(m) * sizeof(float)); break;
+    case at::kDouble: convert_row<double>(src, dst, m); break;
+    case at::kInt: convert_row<int32_t>(src, dst, m); break;
+    case at::kLong: convert_row<int64_t>(src, dst, m); break;
+    case at::kShort: convert_row<int16_t>(src, dst, m); break;
+    default: convert_row<uint8_t>(src, dst, m); break;
+  }
+}
+
 }  // namespace
 
-NpyDataset::NpyDataset(const std::string& path) : path_(path), map_(path) {
-  const NpyHeader& h = map_.header();
+void check_counts_header(const std::string& path, const NpyHeader& h) {
   const auto t = h.dtype;
-  TT_CHECK_AS(ConfigError, t == at::kFloat || t == at::kDouble || t == at::kInt || t == at::kLong, path_, ": dtype ",
-              dtype_name(t), " ('", h.descr,
-              "') is not supported for counts; topic-npy reads float32, float64, int32 and int64 "
+  TT_CHECK_AS(ConfigError, t == at::kFloat || t == at::kDouble || t == at::kInt || t == at::kLong || t == at::kShort ||
+                               t == at::kByte,
+              path, ": dtype ", dtype_name(t), " ('", h.descr,
+              "') is not supported for counts; topic-npy reads float32, float64, int32, int64, int16 and uint8 "
               "(convert with X.astype(numpy.float32))");
-  TT_CHECK_AS(ConfigError, !h.fortran_order, path_,
+  TT_CHECK_AS(ConfigError, !h.fortran_order, path,
               ": the array is in Fortran (column-major) order; topic-npy reads rows and needs C order: "
               "save numpy.ascontiguousarray(X)");
   std::string shape;
   for (int64_t d : h.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
-  TT_CHECK_AS(ConfigError, h.shape.size() == 2, path_, ": expected a 2-D documents x terms matrix, the array has ",
+  TT_CHECK_AS(ConfigError, h.shape.size() == 2, path, ": expected a 2-D documents x terms matrix, the array has ",
               h.shape.size(), " dimension(s) (shape (", shape, "))");
-  n_ = h.shape[0];
-  m_ = h.shape[1];
-  TT_CHECK_AS(ConfigError, n_ >= 1 && m_ >= 1, path_, ": the matrix is empty (shape (", shape, "))");
+  TT_CHECK_AS(ConfigError, h.shape[0] >= 1 && h.shape[1] >= 1, path, ": the matrix is empty (shape (", shape, "))");
+}
+
+NpyDataset::NpyDataset(const std::string& path) : path_(path), map_(path) {
+  check_counts_header(path_, map_.header());
+  n_ = map_.header().shape[0];
+  m_ = map_.header().shape[1];
 }
 
 Batch NpyDataset::get(const at::Tensor& indices) {
@@ -71,12 +94,7 @@ Batch NpyDataset::get(const at::Tensor& indices) {
     for (int64_t r = r0; r < r1; ++r) {
       const char* src = data + id[r] * row_bytes;
       float* dst = out + r * m_;
-      switch (dtype) {
-        case at::kFloat: std::memcpy(dst, src, static_cast<size_t>(row_bytes)); break;
-        case at::kDouble: convert_row<double>(src, dst, m_); break;
-        case at::kInt: convert_row<int32_t>(src, dst, m_); break;
-        default: convert_row<int64_t>(src, dst, m_); break;
-      }
+      row_to_float(dtype, src, dst, m_);
       map_.release(src, static_cast<size_t>(row_bytes));
       problems[static_cast<size_t>(r)] = count_row_problem(dst, m_);
     }
@@ -92,6 +110,51 @@ Batch NpyDataset::get(const at::Tensor& indices) {
   return counts_batch(indices, m_, false, [&](int64_t r) { return out + r * m_; });
 }
 
+std::optional<CsrCounts> read_npy_counts(const std::string& path, int64_t budget) {
+  const NpyHeader h = read_npy_header(path);
+  check_counts_header(path, h);
+  const int64_t n = h.shape[0], m = h.shape[1], row_bytes = m * h.item_size;
+  detail::PreadFile file(path);
+  TT_CHECK_AS(ConfigError, file.ok(), path, ": cannot open (", std::strerror(errno), ")");
+  // Rows in chunks of ~16 MiB through one buffer; each row as float32, checked, its non-zeros
+  // appended in ascending column order (gather_nonzeros of one row).
+  const int64_t chunk_rows = std::max<int64_t>(1, (int64_t{16} << 20) / row_bytes);
+  std::vector<char> buf(static_cast<size_t>(std::min(n, chunk_rows) * row_bytes));
+  std::vector<float> row(static_cast<size_t>(m));
+  std::vector<int64_t> row_ptr(static_cast<size_t>(n + 1), 0), cols, rows_scratch;
+  std::vector<float> vals;
+  auto last_report = std::chrono::steady_clock::now();
+  for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {
+    const int64_t rows = std::min(chunk_rows, n - r0);
+    const int64_t at = h.data_offset + r0 * row_bytes;
+    errno = 0;
+    TT_CHECK_AS(ConfigError, file.read(at, buf.data(), static_cast<size_t>(rows * row_bytes)), path,
+                ": cannot read documents ", r0, "-", r0 + rows - 1, " (bytes ", at, "-", at + rows * row_bytes,
+                "): ", errno ? std::strerror(errno) : "the file ends before the matrix its header describes");
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t doc = r0 + i;
+      row_to_float(h.dtype, buf.data() + i * row_bytes, row.data(), m);
+      if (const std::string problem = count_row_problem(row.data(), m); !problem.empty())
+        fail_document(path, doc, problem);
+      const int64_t have = static_cast<int64_t>(cols.size()), add = count_nonzeros(row.data(), m);
+      if ((have + add) * 12 + (n + 1) * 8 > budget) return std::nullopt;
+      cols.resize(static_cast<size_t>(have + add + 8));  // the gather writes up to 8 past its last entry
+      vals.resize(cols.size());
+      rows_scratch.resize(std::max(rows_scratch.size(), static_cast<size_t>(add + 8)));
+      const float* src = row.data();
+      gather_nonzeros(&src, 1, m, rows_scratch.data(), cols.data() + have, vals.data() + have);
+      cols.resize(static_cast<size_t>(have + add));
+      vals.resize(cols.size());
+      row_ptr[static_cast<size_t>(doc + 1)] = have + add;
+    }
+    if (std::chrono::steady_clock::now() - last_report > std::chrono::seconds(10)) {
+      last_report = std::chrono::steady_clock::now();
+      log().info("topic-npy: read {} of {} documents of {} ({} non-zeros so far)", r0 + rows, n, path, cols.size());
+    }
+  }
+  return CsrCounts::from_vectors(row_ptr, cols, vals, m);
+}
+
 std::string NpyDataset::describe() const {
   return path_ + " (memory-mapped " + dtype_name(map_.header().dtype) + "): " + std::to_string(n_) + " docs x " +
          std::to_string(m_) + " terms";
@@ -100,7 +163,13 @@ std::string NpyDataset::describe() const {
 Schema npy_schema() {
   Schema s;
   s.add("path", Type::String, "~",
-        "the documents x terms .npy (float32/float64/int32/int64, C order), e.g. from tt-data synth-topics");
+        "the documents x terms .npy (float32/float64/int32/int64/int16/uint8, C order), e.g. from tt-data "
+        "synth-topics");
+  s.add("load", Type::String, "auto",
+        "memory: read the file once into its rows' non-zeros (each epoch then reads memory); map: memory-map it "
+        "and copy a batch's rows each step (non-zeros larger than memory); auto: memory while the non-zeros fit "
+        "in half the available memory, else map")
+      .choices({"auto", "memory", "map"});
   add_batch_format_option(s);
   return add_reference_options(s);
 }
@@ -110,6 +179,20 @@ Datasets make_npy(const Options& o, uint64_t) {
   o.check(std::filesystem::exists(path), "path",
           "names no such file " + describe_path(path) +
               " (tt-data synth-topics --out DIR writes a synthetic corpus as DIR/X.npy)");
+  const std::string load = o.get_string("load");
+  if (load != "map") {
+    const int64_t available = Meter::available();
+    const int64_t budget = load == "memory" || available <= 0 ? std::numeric_limits<int64_t>::max() : available / 2;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (auto csr = read_npy_counts(path, budget)) {
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      log().info("topic-npy: {} read into memory in {:.1f} s: {} non-zeros, {}", path, seconds, csr->nnz(),
+                 format_bytes(csr->nnz() * 12 + (csr->n_docs() + 1) * 8));
+      return file_source(o, std::make_shared<SparseCountsDataset>(std::move(*csr), false, path + " (read into memory)"));
+    }
+    log().info("topic-npy: the non-zeros of {} outgrow half the available memory ({}): memory-mapped instead "
+               "(data.load: map)", path, format_bytes(budget));
+  }
   return file_source(o, std::make_shared<NpyDataset>(path));
 }
 

@@ -1,11 +1,29 @@
 #pragma once
-// topic-npy: a documents x terms .npy matrix (tinytopics' NumpyDiskDataset), memory-mapped
-// read-only. A batch copies just its rows into a float32 [B, m] tensor, checking each row
-// as it is read; the file's pages stay page cache, never the process's own memory.
+// topic-npy: a documents x terms .npy matrix (tinytopics' NumpyDiskDataset). Two ways to
+// hold it (option load):
+//   memory  the file is read once, front to back through a reused buffer, into compressed
+//           sparse rows (the rows' non-zeros: a 20,000 x 5,000 corpus of 256-word documents is
+//           400 MB as float32 and ~60 MB of non-zeros), each row checked as it is read; every
+//           epoch then reads memory, not the file (SparseCountsDataset);
+//   map     memory-mapped read-only: a batch copies just its rows into a float32 [B, m] tensor,
+//           checking each row as it is read; the file's pages stay page cache, never the
+//           process's own memory. For non-zeros that do not fit in memory;
+//   auto    (default) memory while the non-zeros fit in half the memory available when the
+//           read starts (Meter::available), else map (the read stops as soon as they outgrow it).
+#include <optional>
+
 #include "topic_data.h"
 #include "tt/npy.h"
 
 namespace tt::topic {
+
+// ConfigError naming the file unless `h` is a 2-D, C-order matrix of a count dtype (float32,
+// float64, int32, int64, int16, uint8) with at least one row and column.
+void check_counts_header(const std::string& path, const NpyHeader& h);
+
+// The whole .npy's rows as compressed sparse rows, each row checked (ConfigError naming the
+// document); nullopt once the non-zeros (12 bytes each) would outgrow `budget` bytes.
+std::optional<CsrCounts> read_npy_counts(const std::string& path, int64_t budget);
 
 class NpyDataset : public TopicSource {
  public:

@@ -1,13 +1,18 @@
 #include <filesystem>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "evaluate.h"
 #include "poisson_loss.h"
+#include "topic_kernels.h"
 #include "topic_model.h"
 #include "tt/error.h"
 #include "tt/fused_adamw.h"
+#include "tt/helper.h"
 #include "tt/log.h"
 #include "tt/npy.h"
 #include "tt/state.h"
@@ -57,6 +62,7 @@ ModelOutput TopicModel::forward_loss(const Batch& batch) {
 void TopicModel::on_optimizer(torch::optim::Optimizer& optimizer, bool gradients_read) {
   rows_gradient_ = config_.lazy;
   deferring_ = nullptr;
+  rows_adamw_ = nullptr;
   if (config_.lazy || !fused() || gradients_read) return;
   if (auto* adamw = dynamic_cast<FusedAdamW*>(&optimizer)) {
     if (config_.defer) {
@@ -65,8 +71,92 @@ void TopicModel::on_optimizer(torch::optim::Optimizer& optimizer, bool gradients
     } else {
       adamw->dense_rows(L_raw_);
     }
+    rows_adamw_ = adamw;
     rows_gradient_ = true;
   }
+}
+
+FusedStep TopicModel::fused_step(const Batch& batch, torch::optim::Optimizer& optimizer) {
+  if (!config_.fused_step || !fused() || !is_training() || !rows_adamw_ || &optimizer != rows_adamw_ ||
+      !rows_adamw_->fusable(L_raw_) || !rows_adamw_->fusable(F_raw_))
+    return {};
+  torch::NoGradGuard no_grad;
+  BatchCounts counts;
+  if (batch.has("x")) {
+    counts = nonzeros_of(batch.at("x"));
+  } else {
+    counts.rows = batch.at("rows");
+    counts.cols = batch.at("cols");
+    counts.vals = batch.at("vals");
+  }
+  const auto idx = batch.at("index").to(torch::kLong).contiguous();
+  const int64_t B = idx.numel(), nnz = counts.vals.numel();
+  const int64_t* id = idx.data_ptr<int64_t>();
+  for (int64_t i = 0; i < B; ++i)
+    TT_CHECK(id[i] >= 0 && id[i] < n_, "model (topic): document ", id[i], " out of range (", n_, " documents)");
+  if (deferring_) deferring_->catch_up_rows(L_raw_, idx);  // rows current before reading
+  if (!Q_.defined()) {
+    Q_ = torch::empty({k_, m_}, torch::kFloat);
+    gF_ = torch::zeros({k_, m_}, torch::kFloat);
+  }
+  if (!P_.defined() || P_.size(0) < B) P_ = torch::empty({B, k_}, torch::kFloat);
+  if (!xhat_.defined() || xhat_.numel() < nnz) {
+    const int64_t cap = std::max<int64_t>(nnz, xhat_.defined() ? 2 * xhat_.numel() : 0);
+    xhat_ = torch::empty({cap}, torch::kFloat);
+    w_ = torch::empty({cap}, torch::kDouble);
+  }
+  float* P = P_.data_ptr<float>();
+  float* Q = Q_.data_ptr<float>();
+  const int64_t* r = counts.rows.data_ptr<int64_t>();
+  const int64_t* c = counts.cols.data_ptr<int64_t>();
+  const double* w = w_.data_ptr<double>();
+  std::vector<double> qsum(static_cast<size_t>(k_));
+  const double loss = loss_forward(L_raw_.data_ptr<float>(), F_raw_.data_ptr<float>(), id, B, k_, m_, r, c,
+                                   counts.vals.data_ptr<float>(), nnz, P, Q, qsum.data(), xhat_.data_ptr<float>(),
+                                   w_.data_ptr<double>());
+  FusedStep out;
+  out.stepped = true;
+  out.output.loss = torch::tensor(loss, torch::kFloat);  // as the autograd path's loss
+  out.output.reduction = Reduction::Sum;
+  out.output.items = B;
+  if (!std::isfinite(loss)) return out;  // nothing updated: the trainer's on_nan decides
+  // F: topic by topic, its gradient row (scatter, softmax backward) and at once AdamW's update of
+  // that row, the row's gradient zeroed for the next step; P's gradient topic by topic.
+  std::vector<double> gP(static_cast<size_t>(k_ * B), 0.0);
+  const FusedAdamW::DenseStep f_step = rows_adamw_->begin_dense_step(F_raw_);
+  float* gF = gF_.data_ptr<float>();
+  tt::parallel_for(0, k_, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* g = gF + t * m_;
+      kernels::topic_grads(1.0, P, Q, r, c, w, nnz, t, k_, m_, g, gP.data() + t * B);
+      kernels::softmax_backward_rows(gF, Q, t, t + 1, m_);
+      f_step.apply(t * m_, g, m_);
+      std::fill(g, g + m_, 0.0f);
+    }
+  });
+  // L: the batch's rows in ascending order (a document twice in a batch takes their sum, as the
+  // sparse gradient's coalescing gives it), then AdamW's step of L with its rows.
+  std::vector<float> gL(static_cast<size_t>(B * k_));
+  rows_backward(P, gP.data(), B, k_, gL.data());
+  std::vector<int64_t> order(static_cast<size_t>(B));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return id[a] < id[b]; });
+  std::vector<int64_t> rows;
+  std::vector<float> g_rows;
+  rows.reserve(static_cast<size_t>(B));
+  g_rows.reserve(gL.size());
+  for (int64_t i : order) {
+    const float* src = gL.data() + i * k_;
+    if (!rows.empty() && rows.back() == id[i]) {
+      float* dst = g_rows.data() + (rows.size() - 1) * static_cast<size_t>(k_);
+      for (int64_t t = 0; t < k_; ++t) dst[t] += src[t];
+      continue;
+    }
+    rows.push_back(id[i]);
+    g_rows.insert(g_rows.end(), src, src + k_);
+  }
+  rows_adamw_->step_rows(L_raw_, rows.data(), g_rows.data(), static_cast<int64_t>(rows.size()));
+  return out;
 }
 
 torch::Tensor TopicModel::L() const { return torch::softmax(L_raw_.detach(), 1); }
@@ -129,6 +219,11 @@ Schema model_schema() {
       .field("fused", &C::fused, true,
              "compute the loss and its gradient directly over the non-zeros, on the CPU (false, and on a GPU: "
              "tinytopics' dense autograd)")
+      .field("fused_step", &C::fused_step, true,
+             "with fused and adamw: the loss, the gradients and AdamW's update in one step of the model's own, "
+             "without autograd or gradient tensors (the same arithmetic; false: the fused loss through autograd, "
+             "then the optimizer); the trainer takes it when no plugin, gradient clipping, micro-batching or data "
+             "parallelism needs the step's parts")
       .field("corpus_loss", &C::corpus_loss, true, "compute the whole-corpus loss at the end (one pass over the data)")
       .field("defer_updates", &C::defer, true,
              "AdamW's zero-gradient updates of the rows of L outside the batch are applied in closed form when "

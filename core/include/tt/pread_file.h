@@ -1,6 +1,8 @@
 #pragma once
-// A file read at offsets with pread(2), for readers that check a file's structure before
-// trusting it (archive_check.cpp, safetensors.cpp): nothing is read that is not asked for.
+// A file read at offsets with pread(2): for readers that check a file's structure before
+// trusting it (archive_check.cpp, safetensors.cpp), nothing is read that is not asked for; for
+// readers that stream a file once (topic-npy read into memory), a reused buffer instead of
+// mapped pages faulted in one at a time.
 #include <fcntl.h>
 #include <unistd.h>
 
