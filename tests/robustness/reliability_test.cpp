@@ -178,8 +178,9 @@ TEST(Reliability, AnNpyFileTruncatedWhileTrainingStopsTheRunNamingTheFile) {
   at::Tensor x = at::randint(0, 3, {4000, 1000}, at::TensorOptions().dtype(at::kFloat));
   x.select(1, 0).fill_(1);  // no empty document
   const fs::path npy = dir / "X.npy";
+  // the memory-mapped path: data.load memory (auto picks it for a file this small) reads the file once, before training
   tt::write_npy(npy, x);
-  std::ofstream(dir / "p.yaml") << "name: bus\nseed: 0\ndata: {name: topic-npy, path: " << npy.string()
+  std::ofstream(dir / "p.yaml") << "name: bus\nseed: 0\ndata: {name: topic-npy, load: map, path: " << npy.string()
                                 << "}\nmodel: {name: topic, k: 4}\n"
                                 << "trainer: {batch_size: 8, epochs: 50, threads: 1, progress: off}\n"
                                 << "output: {dir: " << dir.string() << ", plots: false}\n";
