@@ -52,7 +52,9 @@ class PoissonNmfLoss : public torch::autograd::Function<PoissonNmfLoss> {
     const double go = grad_out[0].item<double>();
     const int64_t B = P.size(0), k = P.size(1), m = Q.size(1), nnz = w.numel();
     std::vector<double> gP(static_cast<size_t>(k * B), 0.0);  // topic-major: k x B
-    auto gF = torch::zeros({k, m}, P.options());
+    // empty, each row zeroed by its thread: an n-element zeros() would wake an OpenMP team beside
+    // the helper thread (tt/helper.h), which costs more than the fill
+    auto gF = torch::empty({k, m}, P.options());
     const float* p = P.data_ptr<float>();
     const float* q = Q.data_ptr<float>();
     float* gf = gF.data_ptr<float>();
@@ -63,6 +65,7 @@ class PoissonNmfLoss : public torch::autograd::Function<PoissonNmfLoss> {
     // parallel with nothing to combine.
     tt::parallel_for(0, k, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
+        std::fill(gf + t * m, gf + (t + 1) * m, 0.0f);
         kernels::topic_grads(go, p, q, rows.data_ptr<int64_t>(), cols.data_ptr<int64_t>(), w.data_ptr<double>(), nnz,
                              t, k, m, gf + t * m, gP.data() + t * B);
         kernels::softmax_backward_rows(gf, q, t, t + 1, m);
