@@ -261,7 +261,52 @@ int64_t Meter::rss() {
 }
 int64_t Meter::rss_peak() { return read_status_kb("VmHWM:"); }
 int64_t Meter::rss_anon() { return read_status_kb("RssAnon:"); }
-int64_t Meter::available() { return read_kb("/proc/meminfo", "MemAvailable:"); }
+namespace {
+// A number in a cgroup file ("max" and values of no limit read as -1).
+int64_t read_cgroup_bytes(const std::string& path) {
+  std::ifstream in(path);
+  std::string word;
+  if (!(in >> word) || word == "max") return -1;
+  try {
+    const long long v = std::stoll(word);
+    return v <= 0 || v >= (1LL << 60) ? -1 : v;  // cgroup v1 writes its "no limit" as ~2^63
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// What this process's memory cgroup (v2, or v1's memory controller) still allows: its limit less
+// its usage, or -1 without a limit. /proc/meminfo knows nothing of a container's limit.
+int64_t cgroup_headroom() {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  int64_t headroom = -1;
+  auto take = [&](const std::string& limit, const std::string& usage) {
+    const int64_t l = read_cgroup_bytes(limit), u = read_cgroup_bytes(usage);
+    if (l < 0) return;
+    const int64_t h = std::max<int64_t>(0, l - std::max<int64_t>(0, u));
+    headroom = headroom < 0 ? h : std::min(headroom, h);
+  };
+  while (std::getline(in, line)) {
+    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (controllers.empty())  // v2: one hierarchy
+      take("/sys/fs/cgroup" + path + "/memory.max", "/sys/fs/cgroup" + path + "/memory.current");
+    else if (("," + controllers + ",").find(",memory,") != std::string::npos)
+      take("/sys/fs/cgroup/memory" + path + "/memory.limit_in_bytes",
+           "/sys/fs/cgroup/memory" + path + "/memory.usage_in_bytes");
+  }
+  return headroom;
+}
+}  // namespace
+
+int64_t Meter::available() {
+  const int64_t system = read_kb("/proc/meminfo", "MemAvailable:");
+  const int64_t cgroup = cgroup_headroom();
+  if (cgroup < 0) return system;
+  return system > 0 ? std::min(system, cgroup) : cgroup;
+}
 void Meter::reset_rss_peak() {
   std::ofstream out("/proc/self/clear_refs");
   if (out) out << "5";

@@ -2,6 +2,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include "tt/meter.h"
@@ -79,6 +85,61 @@ TEST(Meter, ResidentSetSize) {
   EXPECT_GE(Meter::rss_peak(), Meter::rss() - (1 << 20));
   auto s = Meter::global().snapshot();
   EXPECT_EQ(s.tensor_bytes, Meter::global().current());
+}
+
+// Meter::available: MemAvailable, and no more than a memory cgroup leaves. The cgroup part runs
+// where a memory cgroup can be made (root with cgroup v1's memory controller or cgroup v2):
+// a child moved into one limited to 256 MiB must see at most that.
+TEST(Meter, AvailableMemoryIsTheSystemsOrLessUnderACgroupLimit) {
+  const int64_t available = Meter::available();
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t total_kb = 0;
+  while (meminfo >> key) {
+    if (key == "MemTotal:") {
+      meminfo >> total_kb;
+      break;
+    }
+  }
+  ASSERT_GT(total_kb, 0);
+  EXPECT_GT(available, 16 << 20);
+  EXPECT_LE(available, total_kb * 1024);
+
+  namespace fs = std::filesystem;
+  const std::string name = "tt-test-" + std::to_string(::getpid());
+  fs::path dir, limit, procs;
+  std::error_code ec;
+  if (fs::exists("/sys/fs/cgroup/memory/memory.limit_in_bytes")) {
+    dir = fs::path("/sys/fs/cgroup/memory") / name;
+    limit = dir / "memory.limit_in_bytes";
+  } else if (fs::exists("/sys/fs/cgroup/cgroup.controllers")) {
+    dir = fs::path("/sys/fs/cgroup") / name;
+    limit = dir / "memory.max";
+  }
+  if (dir.empty() || !fs::create_directory(dir, ec) || !fs::exists(limit))
+    GTEST_SKIP() << "no memory cgroup can be made here (needs root and a memory controller)";
+  procs = dir / "cgroup.procs";
+  { std::ofstream(limit) << (256 << 20); }
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    { std::ofstream(procs) << ::getpid(); }
+    const int64_t seen = Meter::available();
+    const ssize_t w = ::write(fds[1], &seen, sizeof seen);
+    ::_exit(w == sizeof seen ? 0 : 1);
+  }
+  int64_t seen = -1;
+  const ssize_t r = ::read(fds[0], &seen, sizeof seen);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(fds[0]);
+  ::close(fds[1]);
+  fs::remove(dir, ec);  // empty once the child has exited
+  ASSERT_EQ(r, static_cast<ssize_t>(sizeof seen));
+  EXPECT_GT(seen, 0);
+  EXPECT_LE(seen, int64_t{256} << 20) << "a child limited to 256 MiB was told " << seen << " bytes are available";
 }
 
 // A batch the loader prefetches on its thread while a step runs is a background tensor: it

@@ -90,8 +90,9 @@ class TT_API Meter {
   static int64_t rss_peak();
   static int64_t rss_anon();  // RssAnon: resident memory not backed by files (mmap'd data excluded)
   static void reset_rss_peak();  // via /proc/self/clear_refs; no-op where refused
-  // The system's MemAvailable (/proc/meminfo): what can be allocated without swapping or
-  // pushing out working memory (free memory plus reclaimable page cache); 0 if unknown.
+  // What can be allocated without swapping or pushing out working memory: the system's
+  // MemAvailable (/proc/meminfo: free memory plus reclaimable page cache), or less where this
+  // process's memory cgroup (a container's limit; v2 or v1) leaves less; 0 if unknown.
   static int64_t available();
 
   MemorySnapshot snapshot() const;
