@@ -33,19 +33,22 @@ static torch::Tensor dense_rows(const Batch& batch, int64_t m) {
   return x;
 }
 
+// A batch's non-zeros: those it carries, or those of its dense rows.
+static BatchCounts counts_of(const Batch& batch) {
+  if (batch.has("x")) return nonzeros_of(batch.at("x"));
+  BatchCounts counts;
+  counts.rows = batch.at("rows");
+  counts.cols = batch.at("cols");
+  counts.vals = batch.at("vals");
+  return counts;
+}
+
 ModelOutput TopicModel::forward_loss(const Batch& batch) {
   const auto& idx = batch.at("index");
   // Poisson negative log-likelihood without the constant log(x!) term, summed over the batch
   torch::Tensor loss;
   if (fused()) {
-    BatchCounts counts;
-    if (batch.has("x")) {
-      counts = nonzeros_of(batch.at("x"));
-    } else {
-      counts.rows = batch.at("rows");
-      counts.cols = batch.at("cols");
-      counts.vals = batch.at("vals");
-    }
+    const BatchCounts counts = counts_of(batch);
     if (deferring_ && is_training()) deferring_->catch_up_rows(L_raw_, idx);  // rows current before reading
     loss = poisson_nmf_loss(L_raw_, F_raw_, idx, counts, (config_.lazy || rows_gradient_) && is_training());
   } else {
@@ -81,14 +84,7 @@ FusedStep TopicModel::fused_step(const Batch& batch, torch::optim::Optimizer& op
       !rows_adamw_->fusable(L_raw_) || !rows_adamw_->fusable(F_raw_))
     return {};
   torch::NoGradGuard no_grad;
-  BatchCounts counts;
-  if (batch.has("x")) {
-    counts = nonzeros_of(batch.at("x"));
-  } else {
-    counts.rows = batch.at("rows");
-    counts.cols = batch.at("cols");
-    counts.vals = batch.at("vals");
-  }
+  const BatchCounts counts = counts_of(batch);
   const auto idx = batch.at("index").to(torch::kLong).contiguous();
   const int64_t B = idx.numel(), nnz = counts.vals.numel();
   const int64_t* id = idx.data_ptr<int64_t>();
