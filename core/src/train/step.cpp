@@ -137,6 +137,17 @@ Accumulated forward_backward_retrying(Run& run) {
   }
 }
 
+// A step taken or skipped: counted, and the schedule's learning rate set for the next one.
+void next_step(Run& run) {
+  State& s = run.state;
+  s.last_step.skipped = s.skip_step;
+  if (s.skip_step) ++s.skipped_steps;
+  ++s.step;
+  const double epoch_pos = static_cast<double>(s.epoch) +
+                           static_cast<double>(s.batch_in_epoch) / static_cast<double>(s.batches_per_epoch);
+  run.set_lr(run.schedule->lr({s.step, s.total_steps, epoch_pos, run.base_lr}));
+}
+
 // Clip, step (unless skipped), and set the schedule's learning rate for the next step.
 void optimizer_step(Run& run) {
   State& s = run.state;
@@ -155,14 +166,8 @@ void optimizer_step(Run& run) {
       s.memory.optimizer_state = std::max<int64_t>(0, run.live_foreground() - before);
       run.optimizer_measured = true;
     }
-  } else {
-    ++s.skipped_steps;
   }
-  s.last_step.skipped = s.skip_step;
-  ++s.step;
-  const double epoch_pos = static_cast<double>(s.epoch) +
-                           static_cast<double>(s.batch_in_epoch) / static_cast<double>(s.batches_per_epoch);
-  run.set_lr(run.schedule->lr({s.step, s.total_steps, epoch_pos, run.base_lr}));
+  next_step(run);
 }
 
 // The bytes of the optimizer's state tensors when it is an AdamW (its moments), else -1.
@@ -209,37 +214,14 @@ bool fused_step(Run& run) {
   s.last_step.optimizer_seconds = seconds;
   run.host.fire(Event::BEFORE_STEP, s);
   s.last_step.lr = s.lr;
-  s.last_step.skipped = s.skip_step;
-  if (s.skip_step) ++s.skipped_steps;
-  ++s.step;
-  const double epoch_pos = static_cast<double>(s.epoch) +
-                           static_cast<double>(s.batch_in_epoch) / static_cast<double>(s.batches_per_epoch);
-  run.set_lr(run.schedule->lr({s.step, s.total_steps, epoch_pos, run.base_lr}));
+  next_step(run);
   run.host.fire(Event::AFTER_STEP, s);
   return true;
 }
 
-}  // namespace
-
-void train_step(Run& run, Batch batch, Clock::time_point started) {
+// Forward and backward over the micro-batches, (gradient sync), the optimizer step.
+void usual_step(Run& run) {
   State& s = run.state;
-  const int64_t examples = batch.size;
-  s.batch = std::move(batch);
-  s.skip_step = false;
-  s.metrics.clear();
-  s.last_step = {};
-  run.host.fire(Event::BATCH_START, s);
-
-  if (fused_step(run)) {
-    s.last_step.seconds = seconds_since(started);
-    s.last_step.examples = examples;
-    run.record.step_times.push_back(s.last_step.seconds);
-    run.record.step_losses.push_back(s.batch_loss);
-    run.epoch_loss_sum += s.batch_loss;
-    ++run.epoch_batches;
-    run.host.fire(Event::BATCH_END, s);
-    return;
-  }
   Accumulated acc = forward_backward_retrying(run);
   if (run.sync) acc.ok = run.sync->sync(acc.ok, acc.sum_reduced);
   if (!run.gradients_measured && acc.ok) {
@@ -253,6 +235,20 @@ void train_step(Run& run, Batch batch, Clock::time_point started) {
   run.host.fire(Event::BEFORE_STEP, s);
   optimizer_step(run);
   run.host.fire(Event::AFTER_STEP, s);
+}
+
+}  // namespace
+
+void train_step(Run& run, Batch batch, Clock::time_point started) {
+  State& s = run.state;
+  const int64_t examples = batch.size;
+  s.batch = std::move(batch);
+  s.skip_step = false;
+  s.metrics.clear();
+  s.last_step = {};
+  run.host.fire(Event::BATCH_START, s);
+
+  if (!fused_step(run)) usual_step(run);
 
   s.last_step.seconds = seconds_since(started);
   s.last_step.examples = run.sync ? run.sync->global_examples() : examples;  // the whole run's throughput

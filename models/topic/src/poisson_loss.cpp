@@ -77,28 +77,17 @@ class PoissonNmfLoss : public torch::autograd::Function<PoissonNmfLoss> {
             torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 
-  // L_raw's gradient from its B rows: a sparse COO tensor (rows ascending, marked coalesced
-  // when the batch has no repeated document), or the dense n x k tensor.
+  // L_raw's gradient from its B rows: a sparse COO tensor of the distinct rows ascending
+  // (coalesced), or the dense n x k tensor.
   static torch::Tensor l_gradient(const torch::Tensor& index, const torch::Tensor& g_rows, int64_t n, bool sparse) {
-    const int64_t B = index.numel(), k = g_rows.size(1);
+    const int64_t k = g_rows.size(1);
     if (!sparse) return torch::zeros({n, k}, g_rows.options()).index_add_(0, index, g_rows);
-    const int64_t* id = index.data_ptr<int64_t>();
-    std::vector<int64_t> order(static_cast<size_t>(B));
-    std::iota(order.begin(), order.end(), int64_t{0});
-    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return id[a] < id[b]; });
-    auto ind = torch::empty({1, B}, torch::kLong);
-    auto val = torch::empty({B, k}, g_rows.options());
-    int64_t* io = ind.data_ptr<int64_t>();
-    float* vo = val.data_ptr<float>();
-    const float* gr = g_rows.data_ptr<float>();
-    bool unique = true;
-    for (int64_t i = 0; i < B; ++i) {
-      io[i] = id[order[i]];
-      if (i > 0 && io[i] == io[i - 1]) unique = false;
-      std::copy(gr + order[i] * k, gr + (order[i] + 1) * k, vo + i * k);
-    }
+    RowGradients rg = row_gradients(index.data_ptr<int64_t>(), g_rows.data_ptr<float>(), index.numel(), k);
+    const int64_t count = static_cast<int64_t>(rg.rows.size());
+    auto ind = torch::from_blob(rg.rows.data(), {1, count}, torch::kLong).clone();
+    auto val = torch::from_blob(rg.values.data(), {count, k}, torch::kFloat).clone();
     auto g = at::_sparse_coo_tensor_unsafe(ind, val, {n, k});
-    if (unique) g._coalesced_(true);
+    g._coalesced_(true);
     return g;
   }
 };
@@ -144,6 +133,26 @@ void rows_backward(const float* p, const double* gP, int64_t B, int64_t k, float
     for (int64_t t = 0; t < k; ++t) dot += gP[t * B + i] * p[i * k + t];
     for (int64_t t = 0; t < k; ++t) gl[i * k + t] = static_cast<float>(p[i * k + t] * (gP[t * B + i] - dot));
   }
+}
+
+RowGradients row_gradients(const int64_t* id, const float* gL, int64_t B, int64_t k) {
+  std::vector<int64_t> order(static_cast<size_t>(B));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return id[a] < id[b]; });
+  RowGradients out;
+  out.rows.reserve(static_cast<size_t>(B));
+  out.values.reserve(static_cast<size_t>(B * k));
+  for (int64_t i : order) {
+    const float* src = gL + i * k;
+    if (!out.rows.empty() && out.rows.back() == id[i]) {
+      float* dst = out.values.data() + (out.rows.size() - 1) * static_cast<size_t>(k);
+      for (int64_t t = 0; t < k; ++t) dst[t] += src[t];
+      continue;
+    }
+    out.rows.push_back(id[i]);
+    out.values.insert(out.values.end(), src, src + k);
+  }
+  return out;
 }
 
 BatchCounts nonzeros_of(const torch::Tensor& x) {

@@ -10,6 +10,8 @@
 // The result equals tinytopics' dense formula to float rounding (tests/topic_model checks it).
 #include <torch/torch.h>
 
+#include <vector>
+
 namespace tt::topic {
 
 // Non-zeros of a batch of document-term counts: rows (within the batch), cols, vals.
@@ -34,6 +36,13 @@ double loss_forward(const float* L_raw, const float* F_raw, const int64_t* idx, 
 // row), then L's rows: the B rows of L_raw's gradient [B x k] from P's gradient gP (k x B,
 // topic-major, double).
 void rows_backward(const float* P, const double* gP, int64_t B, int64_t k, float* gL);
+// The batch rows' gradients gL [B x k] of documents id[0..B) as L's rows: the distinct
+// documents ascending, a document twice in the batch taking the sum of its rows.
+struct RowGradients {
+  std::vector<int64_t> rows;
+  std::vector<float> values;  // rows.size() x k
+};
+RowGradients row_gradients(const int64_t* id, const float* gL, int64_t B, int64_t k);
 
 // The same loss by tinytopics' dense formula through autograd (reference).
 torch::Tensor poisson_nmf_loss_reference(const torch::Tensor& L_raw, const torch::Tensor& F_raw,

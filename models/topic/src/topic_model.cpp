@@ -130,28 +130,11 @@ FusedStep TopicModel::fused_step(const Batch& batch, torch::optim::Optimizer& op
       std::fill(g, g + m_, 0.0f);
     }
   });
-  // L: the batch's rows in ascending order (a document twice in a batch takes their sum, as the
-  // sparse gradient's coalescing gives it), then AdamW's step of L with its rows.
+  // L: the batch's rows, distinct and ascending, then AdamW's step of L with them.
   std::vector<float> gL(static_cast<size_t>(B * k_));
   rows_backward(P, gP.data(), B, k_, gL.data());
-  std::vector<int64_t> order(static_cast<size_t>(B));
-  std::iota(order.begin(), order.end(), int64_t{0});
-  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return id[a] < id[b]; });
-  std::vector<int64_t> rows;
-  std::vector<float> g_rows;
-  rows.reserve(static_cast<size_t>(B));
-  g_rows.reserve(gL.size());
-  for (int64_t i : order) {
-    const float* src = gL.data() + i * k_;
-    if (!rows.empty() && rows.back() == id[i]) {
-      float* dst = g_rows.data() + (rows.size() - 1) * static_cast<size_t>(k_);
-      for (int64_t t = 0; t < k_; ++t) dst[t] += src[t];
-      continue;
-    }
-    rows.push_back(id[i]);
-    g_rows.insert(g_rows.end(), src, src + k_);
-  }
-  rows_adamw_->step_rows(L_raw_, rows.data(), g_rows.data(), static_cast<int64_t>(rows.size()));
+  const RowGradients rg = row_gradients(id, gL.data(), B, k_);
+  rows_adamw_->step_rows(L_raw_, rg.rows.data(), rg.values.data(), static_cast<int64_t>(rg.rows.size()));
   return out;
 }
 
