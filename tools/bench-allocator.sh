@@ -1,34 +1,37 @@
 #!/usr/bin/env bash
-# What the meter's size-class cache (trainer.cache_allocations) does to step time, system
-# time, page faults and RSS. Runs the topic model with a wide vocabulary, so every step makes
-# and frees tensors of tens of MiB, alternating cache off/on REPEATS times in one session,
-# and prints medians and the on/off ratio.
-#   tools/bench-allocator.sh [BUILD_DIR] [REPEATS] [N_TERMS] [BATCH]
+# What the meter's page cache (trainer.cache_allocations) does to step time, system time, page
+# faults, RSS and the pages held. Runs tt's LM at config A of tools/bench-lm.sh (every step
+# makes and frees about 800 MiB of activations in tensors of up to 32 MiB), alternating cache
+# off (malloc, as plain PyTorch) and on REPEATS times in one session; prints medians and the
+# on/off ratio.
+#   tools/bench-allocator.sh [BUILD_DIR] [REPEATS] [STEPS]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-$ROOT/build}"
 REPEATS="${2:-3}"
-TERMS="${3:-100000}"
-BATCH="${4:-128}"
+STEPS="${3:-8}"
+TEXT="$ROOT/../shared/datasets/brown/brown_train.txt"
+[ -f "$TEXT" ] || { echo "bench-allocator: $TEXT not found (the shared datasets sit beside the repository)"; exit 1; }
+command -v python3 >/dev/null || { echo "bench-allocator: needs python3 for the table (apt-get install python3)"; exit 1; }
 WORK="$(mktemp -d /tmp/tt-bench-alloc-XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
 cat > "$WORK/p.yaml" <<YAML
 name: bench-alloc
-data: {name: topic-synthetic, n_docs: 1024, n_terms: $TERMS, k: 10, avg_doc_length: 200}
-model: {name: topic, k: 10}
-optimizer: {name: adamw, lr: 0.05}
-trainer: {batch_size: $BATCH, max_steps: 24, progress: off}
+seed: 0
+data: {name: text, train: $TEXT, tokenizer: bytes, seq_len: 512, shuffle_buffer: 256}
+model: {name: transformer, vocab: 1024, d_model: 256, n_layers: 8, n_heads: 4, sample_tokens: 0}
+optimizer: {name: adamw, lr: 1.0e-3, weight_decay: 0.01}
+trainer: {batch_size: 8, max_steps: $STEPS, threads: 2, progress: off}
 output: {dir: $WORK/runs, plots: false}
 YAML
 for i in $(seq 1 "$REPEATS"); do
   for cache in false true; do
-    "$BUILD/bin/tt-run" -q "$WORK/p.yaml" trainer.cache_allocations=$cache --run-dir "$WORK/runs/$cache-$i"
+    "$BUILD/bin/tt-run" -q "$WORK/p.yaml" trainer.cache_allocations=$cache --run-dir "$WORK/runs/$cache-$i" >/dev/null
   done
 done
-command -v python3 >/dev/null || { echo "bench-allocator: needs python3 for the table (apt-get install python3)"; exit 1; }
-python3 - "$WORK/runs" "$REPEATS" "$TERMS" "$BATCH" <<'PY'
+python3 - "$WORK/runs" "$REPEATS" "$STEPS" <<'PY'
 import json, statistics, sys
-runs, repeats, terms, batch = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+runs, repeats, steps = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 rows = {}
 for cache in ("false", "true"):
     s = [json.load(open(f"{runs}/{cache}-{i}/summary.json")) for i in range(1, repeats + 1)]
@@ -40,7 +43,7 @@ for cache in ("false", "true"):
         "peak RSS MiB": med(lambda x: x["memory"]["peak_rss_bytes"] / 2**20),
         "peak tensors MiB": med(lambda x: x["memory"]["peak_tensor_bytes"] / 2**20),
     }
-print(f"topic model, {terms} terms, batch {batch}, 24 steps, median of {repeats} runs each")
+print(f"LM config A, {steps} steps, median of {repeats} runs each")
 print(f"{'':18}{'cache off':>12}{'cache on':>12}{'on/off':>9}")
 for k in rows["false"]:
     a, b = rows["false"][k], rows["true"][k]

@@ -8,6 +8,7 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "tt/compat.h"
+#include "page_pool.h"
 #include "tt/options.h"
 
 #if TT_WITH_CUDA
@@ -51,23 +53,24 @@ bool device_allocator_ready() {
 constexpr size_t kHeader = 64;
 constexpr size_t kCacheMin = 64 * 1024;  // smaller blocks are glibc malloc's business
 struct Header {
-  size_t requested;  // bytes the tensor asked for
-  size_t capacity;   // usable bytes of the block (its size class)
-  bool background;   // allocated inside a Meter::BackgroundScope
+  size_t requested;        // bytes the tensor asked for
+  PagePool::Block* block;  // its pages in the pool; nullptr: from malloc (c10::alloc_cpu)
+  bool background;         // allocated inside a Meter::BackgroundScope
 };
+static_assert(sizeof(Header) <= kHeader, "the header must fit before the data");
 thread_local bool t_background = false;
 
-size_t size_class(size_t n) {
-  if (n < kCacheMin) return n;
-  // round up to 1/8 of the enclosing power of two: at most 12.5% slack
-  size_t p = size_t{1} << (63 - __builtin_clzll(n));
-  size_t step = std::max<size_t>(p / 8, 4096);
-  return (n + step - 1) / step * step;
+void raise_to(std::atomic<int64_t>& peak, int64_t now) {
+  int64_t p = peak.load();
+  while (now > p && !peak.compare_exchange_weak(p, now)) {
+  }
 }
 
 class TrackingAllocator final : public c10::Allocator {
  public:
   std::atomic<int64_t> current{0}, peak{0}, count{0}, cap{0}, cached{0}, background{0};
+  // Reserved: the pool's pages (live and idle) plus the live blocks malloc holds.
+  std::atomic<int64_t> pooled{0}, unpooled{0}, reserved_peak{0};
   std::atomic<bool> caching{false};
   std::atomic<bool> tracing{false};
   std::mutex trace_mu;
@@ -92,16 +95,23 @@ class TrackingAllocator final : public c10::Allocator {
 
   void release_cache() {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [size, blocks] : free_) {
-      for (void* b : blocks) c10::free_cpu(b);
-      cached -= static_cast<int64_t>(size * blocks.size());
-    }
-    free_.clear();
+    pool_.release();
+    sync_pool();
+  }
+  int64_t reserved() const { return pooled.load() + unpooled.load(); }
+  size_t pool_moves() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pool_.moves();
   }
 
   static void deleter(void* data);
 
  private:
+  void sync_pool() {  // under mu_
+    cached.store(static_cast<int64_t>(pool_.idle()));
+    pooled.store(static_cast<int64_t>(pool_.mapped()));
+  }
+
   c10::DataPtr do_allocate(size_t n) {
     const int64_t c = cap.load();
     if (c > 0 && current.load() + static_cast<int64_t>(n) > c) {
@@ -110,32 +120,31 @@ class TrackingAllocator final : public c10::Allocator {
                        "; ", format_bytes(current.load()), " of tensors are live and the cap is ", format_bytes(c),
                        " (trainer.memory_cap)");
     }
-    const size_t capacity = size_class(n);
     void* base = nullptr;
-    size_t block = capacity;
-    if (capacity >= kCacheMin && cached.load() > 0) {
-      // Smallest cached block that fits, if it wastes at most half of itself: reusing a
-      // somewhat larger block beats mapping fresh memory while that one sits idle.
+    PagePool::Block* block = nullptr;
+    if (caching.load() && n >= kCacheMin) {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.lower_bound(capacity);
-      if (it != free_.end() && it->first <= 2 * capacity) {
-        block = it->first;
-        base = it->second.back();
-        it->second.pop_back();
-        if (it->second.empty()) free_.erase(it);
-        cached -= static_cast<int64_t>(block);
+      block = pool_.take(n + kHeader);
+      if (!block) {  // no address space or memory for fresh pages: try again without the idle ones
+        pool_.release();
+        block = pool_.take(n + kHeader);
       }
+      sync_pool();
+      TORCH_CHECK_WITH(OutOfMemoryError, block, "tt: the system could not map ", format_bytes(n),
+                       " for a tensor (", format_bytes(current.load()), " of tensors are live)");
+      base = block->base;
+    } else {
+      base = c10::alloc_cpu(n + kHeader);
+      unpooled.fetch_add(static_cast<int64_t>(n + kHeader));
     }
-    if (!base) base = c10::alloc_cpu(capacity + kHeader);
+    raise_to(reserved_peak, reserved());
     auto* h = static_cast<Header*>(base);
     h->requested = n;
-    h->capacity = block;
+    h->block = block;
     h->background = t_background;
     if (t_background) background.fetch_add(static_cast<int64_t>(n));
-    int64_t now = current.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
-    int64_t p = peak.load();
-    while (now > p && !peak.compare_exchange_weak(p, now)) {
-    }
+    const int64_t now = current.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
+    raise_to(peak, now);
     count.fetch_add(1);
     if (tracing.load(std::memory_order_relaxed)) record(now);
     void* data = static_cast<char*>(base) + kHeader;
@@ -148,17 +157,19 @@ class TrackingAllocator final : public c10::Allocator {
     const int64_t now = current.fetch_sub(static_cast<int64_t>(h->requested)) - static_cast<int64_t>(h->requested);
     if (tracing.load(std::memory_order_relaxed)) record(now);
     if (h->background) background.fetch_sub(static_cast<int64_t>(h->requested));
-    if (caching.load() && h->capacity >= kCacheMin) {
+    if (h->block) {
       std::lock_guard<std::mutex> lock(mu_);
-      free_[h->capacity].push_back(base);
-      cached += static_cast<int64_t>(h->capacity);
+      pool_.give(h->block);
+      if (!caching.load()) pool_.release();
+      sync_pool();
       return;
     }
+    unpooled.fetch_sub(static_cast<int64_t>(h->requested + kHeader));
     c10::free_cpu(base);
   }
 
   std::mutex mu_;
-  std::map<size_t, std::vector<void*>> free_;  // capacity -> idle blocks
+  PagePool pool_;
 };
 
 TrackingAllocator* g_alloc = nullptr;
@@ -201,8 +212,12 @@ Meter::BackgroundScope::BackgroundScope() : was_(t_background) { t_background = 
 Meter::BackgroundScope::~BackgroundScope() { t_background = was_; }
 int64_t Meter::peak() const { return g_alloc ? g_alloc->peak.load() : 0; }
 void Meter::reset_peak() {
-  if (g_alloc) g_alloc->peak.store(g_alloc->current.load());
+  if (!g_alloc) return;
+  g_alloc->peak.store(g_alloc->current.load());
+  g_alloc->reserved_peak.store(g_alloc->reserved());
 }
+int64_t Meter::reserved() const { return g_alloc ? g_alloc->reserved() : 0; }
+int64_t Meter::reserved_peak() const { return g_alloc ? g_alloc->reserved_peak.load() : 0; }
 int64_t Meter::allocations() const { return g_alloc ? g_alloc->count.load() : 0; }
 void Meter::start_trace(size_t max_events) {
   TT_CHECK(g_alloc, "Meter::start_trace: the meter is not installed");
@@ -242,6 +257,7 @@ bool Meter::caching() const { return g_alloc && g_alloc->caching.load(); }
 int64_t Meter::cached() const { return g_alloc ? g_alloc->cached.load() : 0; }
 void Meter::release_cache() {
   if (g_alloc) g_alloc->release_cache();
+  malloc_trim(0);  // and the free pages inside malloc's heaps (small tensors, set-up's temporaries)
 #if TT_WITH_CUDA
   if (device_allocator_ready()) c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
@@ -356,6 +372,8 @@ MemorySnapshot Meter::snapshot() const {
   s.tensor_bytes = current();
   s.tensor_peak = peak();
   s.cached_bytes = cached();
+  s.reserved_bytes = reserved();
+  s.reserved_peak = reserved_peak();
   s.rss = rss();
   s.rss_peak = rss_peak();
   s.device_bytes = device_current();

@@ -189,6 +189,7 @@ struct Trainer::Impl {
     getrusage(RUSAGE_SELF, &rec.usage_end);
     s.memory.peak_tensor = run.peak();  // the training loop's; evaluation and outputs come after
     s.memory.peak_rss = Meter::rss_peak();
+    s.memory.peak_reserved = run.meter.reserved_peak();
     s.memory.rss_anon_end = Meter::rss_anon();
 
     run.flush_optimizer();  // outputs read the parameters whole, even without evaluation or a checkpoint

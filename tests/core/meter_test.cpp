@@ -5,8 +5,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <thread>
 
@@ -49,6 +51,12 @@ TEST(Meter, CapRaisesTheDeviceOutOfMemoryError) {
   EXPECT_EQ(big.numel(), 1 << 20);
 }
 
+// A cached block is whole pages: the tensor's bytes and the 64-byte header before them.
+int64_t block_bytes(int64_t n) {
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  return (n + 64 + page - 1) / page * page;
+}
+
 TEST(Meter, CachingReusesFreedBlocksAndReleases) {
   Meter& m = Meter::global();
   m.set_caching(true);
@@ -57,15 +65,137 @@ TEST(Meter, CachingReusesFreedBlocksAndReleases) {
     auto t = torch::empty({2 << 20}, torch::kFloat);
     first = t.data_ptr();
   }
-  EXPECT_GE(m.cached(), 8 << 20);
+  EXPECT_GE(m.cached(), block_bytes(8 << 20));
   const int64_t cached = m.cached();
   {
     auto t = torch::empty({2 << 20}, torch::kFloat);
     EXPECT_EQ(t.data_ptr(), first);  // the same block came back
-    EXPECT_EQ(m.cached(), cached - (8 << 20));
+    EXPECT_EQ(m.cached(), cached - block_bytes(8 << 20));
   }
   m.release_cache();
   EXPECT_EQ(m.cached(), 0);
+  m.set_caching(false);
+}
+
+// A smaller tensor takes the head of a larger idle block; the rest stays cached for others.
+TEST(Meter, CachingServesASmallerTensorFromPartOfALargerBlock) {
+  Meter& m = Meter::global();
+  m.release_cache();
+  m.set_caching(true);
+  { auto big = torch::empty({8 << 20}, torch::kFloat); }  // 32 MiB
+  const int64_t held = m.reserved();
+  const int64_t cached = m.cached();
+  {
+    auto quarter = torch::ones({2 << 20}, torch::kFloat);
+    EXPECT_EQ(m.reserved(), held);
+    EXPECT_EQ(m.cached(), cached - block_bytes(8 << 20));
+    auto other = torch::ones({2 << 20}, torch::kFloat);  // from the same block's rest
+    EXPECT_EQ(m.reserved(), held);
+    EXPECT_EQ((quarter + other).sum().item<double>(), 2.0 * (2 << 20));
+  }
+  m.release_cache();
+  m.set_caching(false);
+}
+
+// The pages of idle blocks serve a tensor none of them holds: they are moved into it (mremap),
+// so the memory held does not grow and the process's anonymous RSS does not either, where
+// fresh pages would have added the tensor's 32 MiB.
+TEST(Meter, CachedPagesServeALargerTensorWithoutGrowingTheMemoryHeld) {
+  Meter& m = Meter::global();
+  m.release_cache();
+  m.set_caching(true);
+  std::vector<torch::Tensor> spacers;  // live between the freed blocks, so no two are neighbours
+  {
+    std::vector<torch::Tensor> parts;
+    for (int i = 0; i < 4; ++i) {
+      parts.push_back(torch::full({2 << 20}, static_cast<float>(i + 1)));  // 8 MiB each, written
+      spacers.push_back(torch::empty({1 << 16}, torch::kFloat));
+    }
+  }
+  EXPECT_EQ(m.cached(), 4 * block_bytes(8 << 20));
+  const int64_t held = m.reserved();
+  const int64_t anon = Meter::rss_anon();
+  {
+    auto whole = torch::empty({8 << 20}, torch::kFloat);  // 32 MiB
+    EXPECT_EQ(m.reserved(), held);
+    EXPECT_EQ(m.cached(), 4 * block_bytes(8 << 20) - block_bytes(32 << 20));
+    // Before it is written, its pages still hold what the freed tensors wrote: moved, not fresh.
+    const float first = whole[0].item<float>();
+    EXPECT_TRUE(first >= 1.0f && first <= 4.0f) << first;
+    whole.fill_(5.0f);
+    EXPECT_EQ(whole.sum().item<double>(), 5.0 * (8 << 20));
+    EXPECT_LT(Meter::rss_anon() - anon, 4 << 20);
+  }
+  m.release_cache();
+  EXPECT_EQ(m.cached(), 0);
+  m.set_caching(false);
+}
+
+// Ten steps of one mixed sequence of allocations and frees (64 KiB to 6 MiB), each tensor
+// written with its own value and checked before it is freed, so two live tensors sharing pages
+// would show. The pool maps fresh pages only when no idle ones are left, so what it holds peaks
+// at exactly the live blocks' peak, in the first step and every step after.
+TEST(Meter, PooledTensorsNeverOverlapAndTheHoldPeaksAtTheLiveBlocksPeak) {
+  Meter& m = Meter::global();
+  m.release_cache();
+  m.set_caching(true);
+  std::mt19937 rng(7);
+  struct Op {
+    bool alloc;
+    int64_t floats;  // alloc: the size
+    size_t victim;   // free: index into the live list
+  };
+  std::vector<Op> ops;
+  size_t live_n = 0;
+  for (int i = 0; i < 80; ++i) {
+    if (live_n > 0 && rng() % 3 == 0) {
+      ops.push_back({false, 0, rng() % live_n});
+      --live_n;
+    } else {
+      ops.push_back({true, static_cast<int64_t>((16 << 10) + rng() % (1536 << 10)), 0});
+      ++live_n;
+    }
+  }
+  int64_t expected = 0;  // the live blocks' peak over a step
+  {
+    int64_t now = 0;
+    std::vector<int64_t> sizes;
+    for (const Op& op : ops) {
+      if (op.alloc) {
+        sizes.push_back(block_bytes(op.floats * 4));
+        now += sizes.back();
+        expected = std::max(expected, now);
+      } else {
+        now -= sizes[op.victim];
+        sizes.erase(sizes.begin() + static_cast<std::ptrdiff_t>(op.victim));
+      }
+    }
+  }
+  // Checked in place: a comparison tensor would be one more block in the pool.
+  const auto holds = [](const torch::Tensor& t, float value) {
+    const float* p = t.data_ptr<float>();
+    return std::all_of(p, p + t.numel(), [value](float x) { return x == value; });
+  };
+  m.reset_peak();
+  const int64_t before = m.reserved();
+  float id = 0;
+  for (int step = 0; step < 10; ++step) {
+    std::vector<std::pair<torch::Tensor, float>> live;
+    for (const Op& op : ops) {
+      if (op.alloc) {
+        id += 1;
+        live.emplace_back(torch::full({op.floats}, id), id);
+      } else {
+        auto& [t, value] = live[op.victim];
+        ASSERT_TRUE(holds(t, value)) << "tensor " << value << " was overwritten (step " << step << ")";
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(op.victim));
+      }
+    }
+    for (auto& [t, value] : live) ASSERT_TRUE(holds(t, value)) << "tensor " << value << " was overwritten";
+    live.clear();
+    EXPECT_EQ(m.reserved_peak() - before, expected) << "step " << step;
+  }
+  m.release_cache();
   m.set_caching(false);
 }
 

@@ -559,7 +559,7 @@ TEST(TextStream, MakeTextFromOptions) {
   EXPECT_EQ(d0.stride, 0);
   EXPECT_EQ(d0.shuffle_buffer, 2048);
   EXPECT_EQ(d0.max_examples, 0);
-  EXPECT_EQ(d0.chunk_bytes, 1 << 20);
+  EXPECT_EQ(d0.chunk_bytes, 256 << 10);
 
   const auto o = parse("train: [" + (dir / "train").string() + "]\nvalidation: [" + (dir / "valid.txt").string() +
                        "]\nseq_len: 8\nstride: 3\nshuffle_buffer: 5\nvalidation_max_examples: 4\nchunk_bytes: 100");

@@ -3,8 +3,10 @@
 //
 // install() puts a tracking allocator in front of LibTorch's CPU allocator
 // (c10::SetCPUAllocator). It counts the bytes of every live CPU tensor (current and
-// peak, exact), can cache freed blocks by size as CUDA's caching allocator does (so
-// large buffers are not returned to the OS and faulted back in every step), and can
+// peak, exact), can keep freed blocks' pages for reuse as CUDA's caching allocator does (so
+// large buffers are not returned to the OS and faulted back in every step; a tensor no idle
+// block fits is made of idle blocks' pages, moved, so the pages kept stay near the peak of
+// live tensors), and can
 // enforce a cap: an allocation that would exceed it throws c10::OutOfMemoryError,
 // the error a device would raise, so OOM handling is testable without a GPU.
 // With a CUDA build, device figures come from the CUDA caching allocator.
@@ -20,6 +22,8 @@ struct MemorySnapshot {
   int64_t tensor_bytes = 0;       // live CPU tensor bytes (requested sizes)
   int64_t tensor_peak = 0;        // since the last reset_peak()
   int64_t cached_bytes = 0;       // freed blocks held for reuse
+  int64_t reserved_bytes = 0;     // tensors' memory held: live blocks (page-rounded) + cached
+  int64_t reserved_peak = 0;      // since the last reset_peak()
   int64_t rss = 0;                // process resident set size
   int64_t rss_peak = 0;           // VmHWM
   int64_t device_bytes = 0;       // CUDA allocated (CUDA builds, when a device is used)
@@ -51,7 +55,11 @@ class TT_API Meter {
     bool was_;
   };
   int64_t peak() const;
-  void reset_peak();        // peak := current
+  void reset_peak();        // peak := current, reserved_peak := reserved
+  // Memory held for tensors: their blocks (whole pages while caching) and the cached ones;
+  // with the tensors' peak, it tells the allocator's share of the process's RSS.
+  int64_t reserved() const;
+  int64_t reserved_peak() const;
   int64_t allocations() const;  // number of allocations so far
 
   // A timeline of live tensor bytes: after start_trace(), every allocation and free records
@@ -72,7 +80,7 @@ class TT_API Meter {
   // out-of-memory error beyond it); 0 removes it. Nothing without a GPU in use.
   static void set_device_cap(int64_t bytes);
 
-  // Cache freed blocks (>= 64 KiB) by size class for reuse; off by default.
+  // Keep freed blocks (>= 64 KiB) for reuse; off by default (tt-run: trainer.cache_allocations).
   void set_caching(bool on);
   bool caching() const;
   int64_t cached() const;

@@ -27,6 +27,7 @@ struct MemoryBreakdown {
   int64_t peak_tensor = 0, peak_rss = 0;
   int64_t rss_anon_start = 0, rss_anon_end = 0;  // anonymous (not file-backed) RSS around training
   int64_t teacher = 0;                           // a frozen second model's bytes (State::teacher)
+  int64_t peak_reserved = 0;  // CPU: the allocator's peak hold (tensors' pages and its cache)
 };
 
 // The last batch as the loop measured it; filled before BATCH_END.

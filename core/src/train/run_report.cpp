@@ -95,6 +95,7 @@ json RunReport::build() const {
       {"memory",
        {{"peak_tensor_bytes", mem.peak_tensor},
         {"peak_rss_bytes", mem.peak_rss},
+        {"peak_reserved_bytes", mem.peak_reserved},
         {"rss_anon_start_bytes", mem.rss_anon_start},
         {"rss_anon_end_bytes", mem.rss_anon_end},
         {"parameters_bytes", mem.parameters},

@@ -479,7 +479,7 @@ Schema text_schema() {
       .range(ge(0))
       .field("max_examples", &TextStreamOptions::max_examples, 0, "training windows per epoch (0: all)").range(ge(0))
       .add("validation_max_examples", Type::Int, "0", "validation windows (0: all)").range(ge(0))
-      .bytes_field("chunk_bytes", &TextStreamOptions::chunk_bytes, "1MiB",
+      .bytes_field("chunk_bytes", &TextStreamOptions::chunk_bytes, "256KiB",
                    "text read and tokenized at once (ends at a line break)")
       .range(ge(1))
       .field("binary", &TextStreamOptions::binary, false,
