@@ -375,6 +375,54 @@ TEST(TextStream, RestoreContinuesExactly) {
   }
 }
 
+// The position as version 1 wrote it: every token in 4 bytes (version 2 uses 1 with the bytes
+// tokenizer). Its layout: tag, 7 fixed fields, pending tokens, 2 fields, the shuffle buffer's
+// windows, the generator's state.
+std::string as_version1(const std::string& v2) {
+  size_t p = 16;
+  std::string out = "tt-text-stream/1";
+  const auto copy = [&](size_t n) {
+    out.append(v2, p, n);
+    p += n;
+  };
+  const auto count = [&] {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(v2[p + i])) << (8 * i);
+    copy(8);
+    return v;
+  };
+  const auto widen = [&](uint64_t n) {
+    for (uint64_t i = 0; i < n; ++i) {
+      out.push_back(v2[p++]);
+      out.append(3, '\0');
+    }
+  };
+  copy(7 * 8);
+  widen(count());
+  copy(2 * 8);
+  for (uint64_t w = count(); w > 0; --w) widen(count());
+  out.append(v2, p, std::string::npos);
+  return out;
+}
+
+TEST(TextStream, PositionsTakeAByteATokenWithTheBytesTokenizerAndVersion1IsStillRead) {
+  const auto dir = tt::test::temp_dir("text-restore-v1");
+  write_file(dir / "t.txt", sample_text(60, 12));
+  const auto o = opts({(dir / "t.txt").string()}, 8, 0, 6, 0, 40);
+  TextStream a(o, bytes(), "data.train");
+  a.start_epoch(0);
+  a.next(3);
+  const std::string pos = a.position();
+  ASSERT_EQ(pos.compare(0, 16, "tt-text-stream/2"), 0);
+  const std::string v1 = as_version1(pos);
+  // 6 windows of 9 tokens in the shuffle buffer alone: 3 bytes saved on each token.
+  EXPECT_GE(v1.size() - pos.size(), 3u * 6 * 9);
+  TextStream b(o, bytes(), "data.train");
+  b.restore(v1);
+  EXPECT_EQ(b.position(), pos) << "version 1 restores the same state";
+  EXPECT_EQ(rest_of_epoch(b), rest_of_epoch(a));
+}
+
 TEST(TextStream, RestoreBeforeAnyEpochAndAtTheEnd) {
   const auto dir = tt::test::temp_dir("text-restore-edges");
   write_file(dir / "t.txt", sample_text(40, 9));

@@ -63,14 +63,16 @@ class ByteWriter {
     for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
   }
   void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
-  void i32(int32_t v) {
-    const auto u = static_cast<uint32_t>(v);
-    for (int i = 0; i < 4; ++i) out_.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
-  }
   void bytes(const std::string& s) {
     u64(s.size());
     out_ += s;
   }
+  // A token in `width` bytes (1, 2 or 4: the narrowest that holds the vocabulary).
+  void token(int32_t t, int width) {
+    const auto u = static_cast<uint32_t>(t);
+    for (int i = 0; i < width; ++i) out_.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
+  }
+  void reserve(size_t n) { out_.reserve(n); }
   void raw(const char* s, size_t n) { out_.append(s, n); }
   std::string take() { return std::move(out_); }
 
@@ -91,11 +93,11 @@ class ByteReader {
     return v;
   }
   int64_t i64() { return static_cast<int64_t>(u64()); }
-  int32_t i32() {
-    if (!need(4)) return 0;
+  int32_t token(int width) {
+    if (!need(static_cast<uint64_t>(width))) return 0;
     uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<unsigned char>(s_[pos_ + i])) << (8 * i);
-    pos_ += 4;
+    for (int i = 0; i < width; ++i) v |= static_cast<uint32_t>(static_cast<unsigned char>(s_[pos_ + i])) << (8 * i);
+    pos_ += static_cast<size_t>(width);
     return static_cast<int32_t>(v);
   }
   // A count of `unit`-byte items that must fit in what is left.
@@ -111,6 +113,7 @@ class ByteReader {
     pos_ += n;
     return out;
   }
+  bool starts_with(const char* tag, size_t n) const { return pos_ == 0 && s_.compare(0, n, tag, n) == 0; }
   bool expect(const char* tag, size_t n) {
     if (!need(n) || s_.compare(pos_, n, tag, n) != 0) return ok_ = false;
     pos_ += n;
@@ -127,8 +130,14 @@ class ByteReader {
   bool ok_ = true;
 };
 
-constexpr char kTag[] = "tt-text-stream/1";
+// Version 2 writes tokens in the narrowest width that holds the vocabulary (a byte for the
+// bytes tokenizer); version 1 (4 bytes a token) is still read. Every prefetched batch carries
+// its position, and the shuffle buffer is most of one.
+constexpr char kTag[] = "tt-text-stream/2";
+constexpr char kTagV1[] = "tt-text-stream/1";
 constexpr size_t kTagLen = sizeof(kTag) - 1;
+static_assert(sizeof(kTagV1) == sizeof(kTag), "the versions' tags are read alike");
+int token_width(int64_t vocab) { return vocab <= 256 ? 1 : vocab <= 65536 ? 2 : 4; }
 
 }  // namespace
 
@@ -359,7 +368,12 @@ Batch TextStream::next(int64_t n) {
 }
 
 std::string TextStream::position() const {
+  const int width = token_width(tokenizer_->vocab_size());
+  const int64_t kept_from = std::min<int64_t>(pending_begin_, static_cast<int64_t>(pending_.size()));
+  size_t tokens = pending_.size() - static_cast<size_t>(kept_from);
+  for (const auto& win : buffer_) tokens += win.size();
   ByteWriter w;
+  w.reserve(tokens * static_cast<size_t>(width) + buffer_.size() * 8 + (16 << 10));  // one allocation
   w.raw(kTag, kTagLen);
   w.u64(files_.size());
   w.i64(o_.seq_len);
@@ -367,16 +381,15 @@ std::string TextStream::position() const {
   w.i64(epoch_);
   w.u64(file_);
   w.i64(offset_);
-  const int64_t kept_from = std::min<int64_t>(pending_begin_, static_cast<int64_t>(pending_.size()));
   w.i64(pending_begin_ - kept_from);  // tokens still to skip (a stride longer than a window)
   w.u64(pending_.size() - static_cast<size_t>(kept_from));
-  for (size_t i = static_cast<size_t>(kept_from); i < pending_.size(); ++i) w.i32(pending_[i]);
+  for (size_t i = static_cast<size_t>(kept_from); i < pending_.size(); ++i) w.token(pending_[i], width);
   w.i64(emitted_);
   w.u64(exhausted_ ? 1 : 0);
   w.u64(buffer_.size());
   for (const auto& win : buffer_) {
     w.u64(win.size());
-    for (int32_t t : win) w.i32(t);
+    for (int32_t t : win) w.token(t, width);
   }
   std::ostringstream rng;
   rng << rng_;
@@ -390,7 +403,8 @@ void TextStream::position_mismatch(const std::string& what_differs) const {
 
 void TextStream::restore(const std::string& position) {
   ByteReader r(position);
-  if (!r.expect(kTag, kTagLen))
+  const bool v1 = r.starts_with(kTagV1, kTagLen);
+  if (!r.expect(v1 ? kTagV1 : kTag, kTagLen))
     position_mismatch("it is not a text stream position (" + std::to_string(position.size()) +
                       " bytes without the tag '" + kTag + "')");
   const auto truncated = [&] {
@@ -410,19 +424,20 @@ void TextStream::restore(const std::string& position) {
     position_mismatch("it was saved with a tokenizer of " + std::to_string(vocab) + " tokens, this one (" +
                       tokenizer_->describe() + ") has " + std::to_string(tokenizer_->vocab_size()));
   const auto in_vocab = [&](int32_t t) { return t >= 0 && t < vocab; };
+  const int width = v1 ? 4 : token_width(vocab);
 
   const int64_t epoch = r.i64();
   const uint64_t file = r.u64();
   const int64_t offset = r.i64();
   const int64_t skip = r.i64();
-  std::vector<int32_t> pending(r.count(4));
-  for (auto& t : pending) t = r.i32();
+  std::vector<int32_t> pending(r.count(static_cast<size_t>(width)));
+  for (auto& t : pending) t = r.token(width);
   const int64_t emitted = r.i64();
   const uint64_t exhausted = r.u64();
   std::vector<std::vector<int32_t>> buffer(r.count(8));
   for (auto& win : buffer) {
-    win.resize(r.count(4));
-    for (auto& t : win) t = r.i32();
+    win.resize(r.count(static_cast<size_t>(width)));
+    for (auto& t : win) t = r.token(width);
     if (!r.ok()) break;
     if (static_cast<int64_t>(win.size()) != seq_len + 1) truncated();
   }
