@@ -10,20 +10,12 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-$ROOT/build}"
 REPEATS="${2:-3}"
 STEPS="${3:-8}"
-TEXT="$ROOT/../shared/datasets/brown/brown_train.txt"
-[ -f "$TEXT" ] || { echo "bench-allocator: $TEXT not found (the shared datasets sit beside the repository)"; exit 1; }
+. "$ROOT/tools/lib/lm-pipeline.sh"
+lm_text_check bench-allocator
 command -v python3 >/dev/null || { echo "bench-allocator: needs python3 for the table (apt-get install python3)"; exit 1; }
 WORK="$(mktemp -d /tmp/tt-bench-alloc-XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
-cat > "$WORK/p.yaml" <<YAML
-name: bench-alloc
-seed: 0
-data: {name: text, train: $TEXT, tokenizer: bytes, seq_len: 512, shuffle_buffer: 256}
-model: {name: transformer, vocab: 1024, d_model: 256, n_layers: 8, n_heads: 4, sample_tokens: 0}
-optimizer: {name: adamw, lr: 1.0e-3, weight_decay: 0.01}
-trainer: {batch_size: 8, max_steps: $STEPS, threads: 2, progress: off}
-output: {dir: $WORK/runs, plots: false}
-YAML
+lm_pipeline "$WORK/p.yaml" bench-alloc 8 512 8 "$STEPS" 2 "$WORK/runs"
 for i in $(seq 1 "$REPEATS"); do
   for cache in false true; do
     "$BUILD/bin/tt-run" -q "$WORK/p.yaml" trainer.cache_allocations=$cache --run-dir "$WORK/runs/$cache-$i" >/dev/null

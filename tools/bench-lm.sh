@@ -23,9 +23,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 REF="$ROOT/../shared/reference/pytorch_gpt_bench.py"
-TEXT="$ROOT/../shared/datasets/brown/brown_train.txt"
+. "$ROOT/tools/lib/lm-pipeline.sh"
 [ -f "$REF" ] || { echo "bench-lm: $REF not found (the shared reference sits beside the repository)"; exit 1; }
-[ -f "$TEXT" ] || { echo "bench-lm: $TEXT not found"; exit 1; }
+lm_text_check bench-lm
 /usr/bin/python3 -c "import torch" 2>/dev/null || { echo "bench-lm: needs Debian's python3-torch: apt-get install python3-torch"; exit 1; }
 WORK="$(mktemp -d /tmp/tt-bench-lm-XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
@@ -53,15 +53,7 @@ for C in $CONFIGS; do
   read -r LAYERS SEQ BATCH <<<"$(shape "$C")"
   /usr/bin/python3 "$REF" tensorpeak --config "$C" --variant baseline --threads "$THREADS" \
     --json "$WORK/refpeak.json" > "$WORK/refpeak.log" 2>&1 || { cat "$WORK/refpeak.log"; exit 1; }
-  cat > "$WORK/tt.yaml" <<YAML
-name: bench-lm
-seed: 0
-data: {name: text, train: $TEXT, tokenizer: bytes, seq_len: $SEQ, shuffle_buffer: 256}
-model: {name: transformer, vocab: 1024, d_model: 256, n_layers: $LAYERS, n_heads: 4, sample_tokens: 0}
-optimizer: {name: adamw, lr: 1.0e-3, weight_decay: 0.01}
-trainer: {batch_size: $BATCH, max_steps: $((WARMUP + STEPS)), threads: $THREADS, progress: off}
-output: {dir: $WORK/runs, plots: false}
-YAML
+  lm_pipeline "$WORK/tt.yaml" bench-lm "$LAYERS" "$SEQ" "$BATCH" $((WARMUP + STEPS)) "$THREADS" "$WORK/runs"
   for R in $(seq 1 "$ROUNDS"); do
     /usr/bin/python3 "$REF" run --config "$C" --variant baseline --threads "$THREADS" --warmup "$WARMUP" \
       --steps "$STEPS" --json "$WORK/ref-$R.json" > "$WORK/ref.log" 2>&1 || { cat "$WORK/ref.log"; exit 1; }

@@ -16,20 +16,12 @@ while [ $# -gt 0 ]; do
     *) echo "bench-rss: unknown argument $1 (--build DIR, --steps N, --repeats N)" >&2; exit 2 ;;
   esac
 done
-TEXT="$ROOT/../shared/datasets/brown/brown_train.txt"
-[ -f "$TEXT" ] || { echo "bench-rss: $TEXT not found (the shared datasets sit beside the repository)"; exit 1; }
+. "$ROOT/tools/lib/lm-pipeline.sh"
+lm_text_check bench-rss
 command -v python3 >/dev/null || { echo "bench-rss: needs python3 for the table (apt-get install python3)"; exit 1; }
 WORK="$(mktemp -d /tmp/tt-bench-rss-XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
-cat > "$WORK/a.yaml" <<YAML
-name: bench-rss
-seed: 0
-data: {name: text, train: $TEXT, tokenizer: bytes, seq_len: 512, shuffle_buffer: 256}
-model: {name: transformer, vocab: 1024, d_model: 256, n_layers: 8, n_heads: 4, sample_tokens: 0}
-optimizer: {name: adamw, lr: 1.0e-3, weight_decay: 0.01}
-trainer: {batch_size: 8, max_steps: $STEPS, threads: 2, progress: off}
-output: {dir: $WORK/runs, plots: false}
-YAML
+lm_pipeline "$WORK/a.yaml" bench-rss 8 512 8 "$STEPS" 2 "$WORK/runs"
 TINY="model.d_model=32 model.n_layers=1 model.n_heads=1 data.seq_len=64 trainer.batch_size=1"
 for r in $(seq 1 "$REPEATS"); do
   "$BUILD/bin/tt-run" -q "$WORK/a.yaml" $TINY --run-dir "$WORK/tiny-$r"
