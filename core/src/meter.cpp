@@ -99,10 +99,6 @@ class TrackingAllocator final : public c10::Allocator {
     sync_pool();
   }
   int64_t reserved() const { return pooled.load() + unpooled.load(); }
-  size_t pool_moves() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return pool_.moves();
-  }
 
   static void deleter(void* data);
 

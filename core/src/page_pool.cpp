@@ -119,7 +119,6 @@ PagePool::Block* PagePool::assemble(size_t size) {
         failed = true;  // e.g. the mapping count limit: the rest stays fresh pages
         break;
       }
-      ++moves_;
       ++pieces;
       if (fill > 0) out->cuts.push_back(fill);
       fill += len;

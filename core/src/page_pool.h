@@ -41,7 +41,6 @@ class PagePool {
 
   size_t idle() const { return idle_bytes_; }
   size_t mapped() const { return mapped_; }  // live and idle blocks' bytes
-  size_t moves() const { return moves_; }    // mremap calls so far
 
  private:
   Block* split_head(Block* b, size_t size);  // b keeps its head; returns the tail (or nullptr)
@@ -56,7 +55,6 @@ class PagePool {
   size_t idle_bytes_ = 0;
   size_t idle_pieces_ = 0;  // separate mappings among the idle blocks
   size_t mapped_ = 0;
-  size_t moves_ = 0;
 };
 
 }  // namespace tt
