@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <mutex>
 #include <string>
-#include <map>
 #include <vector>
 
 #include "tt/compat.h"
