@@ -15,13 +15,21 @@
 #      training rows, then LogisticRegression(max_iter=5000) and KNeighborsClassifier(n_neighbors=5);
 #   4. prints accuracy, ROC-AUC, log-loss, Brier score and ECE per table for tt's strategies and the two
 #      baselines (logreg, knn5), all from the same metric definitions as tt's (models/tabular-icl/src/metrics.h).
+# --strategies picks among inference, finetune and peft (default all three); a table with more than
+# 10 classes runs inference only (training takes at most 10; inference groups more, see tabular_model.h).
+# --synthetic "FxC ..." adds tables drawn from the pretraining prior with F features and C classes
+# (tt-data synth-table, --synthetic-rows rows each, held-out seeds 1000000007, 1000000008, ...).
+# --support-sweep "S ..." times inference with S support rows (a 20-feature, 5-class prior table of
+# S + 1000 rows, the last 1000 the queries) and prints the seconds and peak memory per S.
 # scikit-learn is Debian's python3-sklearn, installed with apt-get when missing (as root, or with sudo).
 # --baselines-only skips steps 1-2 (no tt build or pretrained model needed).
 # With --memory it also runs configs/compare-tabular.yaml (memory vs support size, naive vs chunked).
-#   tools/bench-tabular.sh [--pretrained RUN] [--pretrain-steps 2000] [--datasets "iris wine breast_cancer"]
-#                          [--csv FILE]... [--label COLUMN] [--impute none|mean]
+#   tools/bench-tabular.sh [--pretrained RUN|WEIGHTS] [--pretrain-steps 2000] [--datasets "iris wine breast_cancer"]
+#                          [--csv FILE]... [--label COLUMN] [--impute none|mean] [--strategies "inference finetune peft"]
+#                          [--synthetic "50x2 100x5 300x3 20x15 20x26"] [--synthetic-rows 1000] [--support-sweep "1000 10000"]
 #                          [--test-fraction 0.3] [--split-seed 0] [--baselines-only]
 #                          [--memory] [--out DIR] [--build DIR]
+# --pretrained takes a pretraining run or a weights file (the shipped one: models/tabular-icl/pretrained/small.safetensors).
 # --csv may be repeated; with --csv and no --datasets only the given files are run. A table is named
 # by its file name without .csv (the run directories in --out are NAME-STRATEGY). --label names the
 # label column of the --csv files (default: their last column; the shared tables' is their last,
@@ -30,6 +38,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="$ROOT/build"; PRE=""; PRE_STEPS=""; SETS=""; SETS_GIVEN=0; MEMORY=0; OUT=""; CSVS=()
 LABEL=""; IMPUTE="none"; FRACTION="0.3"; SPLIT_SEED="0"; BASELINES_ONLY=0  # tt's defaults (csv_schema)
+STRATEGIES="inference finetune peft"; SYNTH=""; SYNTH_ROWS=1000; SWEEP=""
 need() { [ $# -ge 2 ] || { echo "bench-tabular: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -38,6 +47,9 @@ while [ $# -gt 0 ]; do
     --label) need "$@"; LABEL="$2"; shift 2 ;; --impute) need "$@"; IMPUTE="$2"; shift 2 ;;
     --test-fraction) need "$@"; FRACTION="$2"; shift 2 ;; --split-seed) need "$@"; SPLIT_SEED="$2"; shift 2 ;;
     --baselines-only) BASELINES_ONLY=1; shift ;;
+    --strategies) need "$@"; STRATEGIES="$2"; shift 2 ;;
+    --synthetic) need "$@"; SYNTH="$2"; shift 2 ;; --synthetic-rows) need "$@"; SYNTH_ROWS="$2"; shift 2 ;;
+    --support-sweep) need "$@"; SWEEP="$2"; shift 2 ;;
     --memory) MEMORY=1; shift ;; --out) need "$@"; OUT="$2"; shift 2 ;;
     --build) need "$@"; BUILD="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -45,7 +57,23 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$IMPUTE" in none|mean) ;; *) echo "bench-tabular: --impute is '$IMPUTE': use none or mean" >&2; exit 2 ;; esac
-[ "$SETS_GIVEN" = 1 ] || [ ${#CSVS[@]} -gt 0 ] || SETS="iris wine breast_cancer"
+[ "$SETS_GIVEN" = 1 ] || [ ${#CSVS[@]} -gt 0 ] || [ -n "$SYNTH" ] || SETS="iris wine breast_cancer"
+for s in $STRATEGIES; do
+  case "$s" in inference|finetune|peft) ;; *) echo "bench-tabular: --strategies has '$s': use inference, finetune, peft" >&2; exit 2 ;; esac
+done
+[ -n "$STRATEGIES" ] || { echo "bench-tabular: --strategies is empty" >&2; exit 2; }
+case "$SYNTH_ROWS" in ''|*[!0-9]*) echo "bench-tabular: --synthetic-rows '$SYNTH_ROWS' is not a row count" >&2; exit 2 ;; esac
+for v in $SYNTH; do
+  case "$v" in [1-9]*x[1-9]*) ;; *) echo "bench-tabular: --synthetic has '$v': write FEATURESxCLASSES, e.g. 50x15" >&2; exit 2 ;; esac
+done
+for v in $SWEEP; do
+  case "$v" in ''|*[!0-9]*) echo "bench-tabular: --support-sweep has '$v': support row counts" >&2; exit 2 ;; esac
+done
+TT="$BUILD/bin/tt-run"; TT_DATA="$BUILD/bin/tt-data"
+[ -z "$SYNTH$SWEEP" ] || [ -x "$TT_DATA" ] || { echo "bench-tabular: $TT_DATA not built (tools/setup.sh build)" >&2; exit 1; }
+OUT="${OUT:-$(mktemp -d /tmp/tt-bench-tabular-XXXXXX)}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
 
 # The tables: NAME<TAB>LABEL<TAB>PATH lines (LABEL empty: the last column), names unique (they name
 # the run directories).
@@ -61,6 +89,15 @@ for f in ${CSVS[@]+"${CSVS[@]}"}; do
   n="$(basename "$f")"; n="${n%.csv}"
   case "$n" in *[!A-Za-z0-9._-]*) n="$(printf '%s' "$n" | tr -c 'A-Za-z0-9._-' '_')" ;; esac
   TABLES+=("$n"$'\t'"$LABEL"$'\t'"$(cd "$(dirname "$f")" && pwd)/$(basename "$f")")
+done
+i=0
+for v in $SYNTH; do  # held-out prior tables: seeds far from pretraining's
+  F="${v%x*}"; C="${v#*x}"; n="synth-${F}f-${C}c"
+  mkdir -p "$OUT/synthetic"
+  "$TT_DATA" synth-table --features "$F" --classes "$C" --rows "$SYNTH_ROWS" --seed $((1000000007 + i)) \
+    --out "$OUT/synthetic/$n.csv" || { echo "bench-tabular: tt-data synth-table failed for $v" >&2; exit 1; }
+  TABLES+=("$n"$'\t'$'\t'"$OUT/synthetic/$n.csv")
+  i=$((i + 1))
 done
 [ ${#TABLES[@]} -gt 0 ] || { echo "bench-tabular: no tables (--datasets or --csv)" >&2; exit 2; }
 dups="$(printf '%s\n' "${TABLES[@]}" | cut -f1 | sort | uniq -d)"
@@ -87,13 +124,9 @@ if [ -z "$PY" ]; then
   "$PY" -c 'import sklearn, numpy' || { echo "bench-tabular: python3-sklearn installed but $PY cannot import sklearn" >&2; exit 1; }
 fi
 
-TT="$BUILD/bin/tt-run"
 if [ "$BASELINES_ONLY" = 0 ]; then
   [ -x "$TT" ] || { echo "bench-tabular: $TT not built (tools/setup.sh build), or use --baselines-only"; exit 1; }
 fi
-OUT="${OUT:-$(mktemp -d /tmp/tt-bench-tabular-XXXXXX)}"
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
 cd "$ROOT"
 
 # Baselines first: quick, and a table tt cannot read fails here before any pretraining.
@@ -111,7 +144,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 out, impute, fraction, seed = sys.argv[1:5]
-MAX_CLASSES = 10  # tt::tab::kMaxClasses
+MAX_CLASSES = 1000  # tt::tab::kMaxTableClasses
 MISSING = {"", "NA", "na", "NaN", "nan", "?", "null"}
 
 def fail(msg):
@@ -294,30 +327,37 @@ if [ "$BASELINES_ONLY" = 0 ]; then
       ${PRE_STEPS:+trainer.eval_every=$PRE_STEPS} ${PRE_STEPS:+trainer.checkpoint_every=$PRE_STEPS} \
       --run-dir "$PRE" -q
   fi
-  [ -d "$PRE/checkpoints" ] || { echo "bench-tabular: $PRE is not a pretraining run (no checkpoints/)"; exit 1; }
+  [ -d "$PRE/checkpoints" ] || [ -f "$PRE" ] ||
+    { echo "bench-tabular: $PRE is neither a pretraining run (with checkpoints/) nor a weights file"; exit 1; }
   for t in "${TABLES[@]}"; do
     d="${t%%$'\t'*}"; r="${t#*$'\t'}"; l="${r%%$'\t'*}"; f="${r#*$'\t'}"
     DATA_SET=("data.path=$f" "data.test_fraction=$FRACTION" "data.split_seed=$SPLIT_SEED" "data.impute=$IMPUTE")
     [ -z "$l" ] || DATA_SET+=("data.label=$l")
-    for s in inference finetune peft; do
+    C="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]]["classes"])' "$OUT/baselines.json" "$d")"
+    for s in $STRATEGIES; do
+      if [ "$s" != inference ] && [ "$C" -gt 10 ]; then continue; fi  # training takes at most 10 classes
       "$TT" "configs/tabular-$s.yaml" "${DATA_SET[@]}" "model.init_from=$PRE" \
         --run-dir "$OUT/$d-$s" -q > "$OUT/$d-$s.log" 2>&1 || { cat "$OUT/$d-$s.log"; exit 1; }
     done
   done
 fi
 
-"$PY" - "$OUT" "$BASELINES_ONLY" "$FRACTION" "$SPLIT_SEED" <<'PY'
-import json, math, sys
+"$PY" - "$OUT" "$BASELINES_ONLY" "$FRACTION" "$SPLIT_SEED" "$STRATEGIES" <<'PY'
+import json, math, os, sys
 out, baselines_only = sys.argv[1], sys.argv[2] == "1"
 base = json.load(open(f"{out}/baselines.json"))
 def num(v, w, p):
     return f"{v:{w}.{p}f}" if v is not None and not math.isnan(v) else f"{'-':>{w}}"
 print(f"stratified split: test fraction {sys.argv[3]}, seed {sys.argv[4]}; baselines: scikit-learn on standardized features")
-print(f"{'dataset':<14} {'strategy':<10} {'accuracy':>8} {'ROC-AUC':>8} {'log-loss':>9} {'Brier':>7} {'ECE':>7} {'step ms':>8}  test rows")
+W = max([14] + [len(d) for d in base])
+print(f"{'dataset':<{W}} {'strategy':<10} {'accuracy':>8} {'ROC-AUC':>8} {'log-loss':>9} {'Brier':>7} {'ECE':>7} {'step ms':>8}  test rows")
 for d, b in base.items():
     rows = []
     if not baselines_only:
-        for s in ("inference", "finetune", "peft"):
+        for s in sys.argv[5].split():
+            if not os.path.exists(f"{out}/{d}-{s}/summary.json"):
+                print(f"{d:<{W}} {s:<10} (not run: training takes at most 10 classes, this table has {b['classes']})")
+                continue
             sm = json.load(open(f"{out}/{d}-{s}/summary.json"))
             v = {k[4:]: x for k, x in sm["validation"].items() if k.startswith("val_")}
             ms = sm.get("median_step_seconds") or 0
@@ -328,9 +368,34 @@ for d, b in base.items():
     knn = "knn5" if "knn_k" not in b else f"knn{b['knn_k']}"
     rows += [("logreg", b["logreg"], None), (knn, b["knn5"], None)]
     for s, v, ms in rows:
-        print(f"{d:<14} {s:<10} {num(v['accuracy'], 8, 3)} {num(v['roc_auc'], 8, 3)} {num(v['log_loss'], 9, 4)} "
+        print(f"{d:<{W}} {s:<10} {num(v['accuracy'], 8, 3)} {num(v['roc_auc'], 8, 3)} {num(v['log_loss'], 9, 4)} "
               f"{num(v['brier'], 7, 4)} {num(v['ece'], 7, 4)} {num(ms, 8, 1)}  {int(v.get('examples', 0))}")
 PY
+
+if [ -n "$SWEEP" ] && [ "$BASELINES_ONLY" = 0 ]; then
+  # Inference against the support size: one prior table of S + 1000 rows (20 features, 5 classes),
+  # the last 1000 rows the queries (test_fraction 1000 / (S + 1000), stratified).
+  echo
+  echo "inference against the support size (20 features, 5 classes, 1000 query rows; $(nproc) threads)"
+  printf '%-14s %10s %12s %14s %14s %9s\n' "support rows" "seconds" "eval s" "peak tensors" "peak RSS" "accuracy"
+  for S in $SWEEP; do
+    f="$OUT/synthetic/support-$S.csv"; mkdir -p "$OUT/synthetic"
+    "$TT_DATA" synth-table --features 20 --classes 5 --rows $((S + 1000)) --seed 1000000100 --node-target-share 0 --out "$f"
+    frac="$("$PY" -c "print(1000 / ($S + 1000))")"
+    t0=$(date +%s.%N)
+    "$TT" configs/tabular-inference.yaml "data.path=$f" "data.test_fraction=$frac" "model.init_from=$PRE" \
+      --run-dir "$OUT/support-$S" -q > "$OUT/support-$S.log" 2>&1 || { cat "$OUT/support-$S.log"; exit 1; }
+    t1=$(date +%s.%N)
+    "$PY" - "$OUT/support-$S/summary.json" "$S" "$t0" "$t1" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+m, v = s["memory"], s.get("validation", {})
+mib = lambda b: f"{b / 2**20:.1f} MiB"
+print(f"{sys.argv[2]:<14} {float(sys.argv[4]) - float(sys.argv[3]):10.1f} {s['wall_seconds'] - s['setup_seconds']:12.1f} "
+      f"{mib(m['peak_tensor_bytes']):>14} {mib(m['peak_rss_bytes']):>14} {v.get('val_accuracy', float('nan')):9.3f}")
+PY
+  done
+fi
 
 if [ "$MEMORY" = 1 ] && [ "$BASELINES_ONLY" = 0 ]; then
   "$TT" configs/compare-tabular.yaml --run-dir "$OUT/compare"

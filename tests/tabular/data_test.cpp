@@ -212,8 +212,8 @@ TEST(TabularCsv, BadInputIsAClearError) {
   EXPECT_HAS(error_of([&] { read_csv(write("text.csv", "a,b,y\n1,2,0\n3,red,1\n"), o); }),
              "text.csv:3 column 'b' is not numeric ('red')");
   std::string many = "a,y\n";
-  for (int i = 0; i < 11; ++i) many += std::to_string(i) + "," + std::to_string(i) + "\n";
-  EXPECT_HAS(error_of([&] { read_csv(write("many.csv", many), o); }), "has 11 classes; the model predicts at most 10");
+  for (int i = 0; i < 1001; ++i) many += std::to_string(i) + "," + std::to_string(i) + "\n";
+  EXPECT_HAS(error_of([&] { read_csv(write("many.csv", many), o); }), "has 1001 classes; tabular-icl takes at most 1000");
   o.label = "species";
   EXPECT_HAS(error_of([&] { read_csv(write("nolabel.csv", "a,b,y\n1,2,0\n"), o); }),
              "has no column 'species' (data.label); its columns are: a, b, y");
@@ -226,7 +226,8 @@ TEST(TabularCsv, BadInputIsAClearError) {
   EXPECT_HAS(error_of([&] { read_csv(gap, o); }), "gap.csv:2 column 'b' has a missing value");
   o.impute = "mean";
   EXPECT_EQ(read_csv(gap, o).x[1], 6.f);  // the mean of 4 and 8
-  // More features than the model's maximum: refused when the model is built.
+  // Any width is read; a table wider than the ensemble can cover (features / member_features
+  // members, at most max_members) is refused when the model is built, naming the file and the fix.
   std::string wide = "";
   for (int j = 0; j < 40; ++j) wide += "f" + std::to_string(j) + ",";
   wide += "y\n";
@@ -235,12 +236,19 @@ TEST(TabularCsv, BadInputIsAClearError) {
     wide += std::to_string(i % 2) + "\n";
   }
   const auto wide_csv = write("wide.csv", wide);
-  auto r = tt::test::run(tt::test::tt_run_bin() + " " + write("wide.yaml", "name: wide\ndata: {name: tabular-csv, path: " + wide_csv +
-                                                                    "}\nmodel: {name: tabular-icl}\ntrainer: {max_steps: 0}\n") +
+  auto wide_run = [&](const std::string& model) {
+    return tt::test::run(tt::test::tt_run_bin() + " " +
+                         write("wide.yaml", "name: wide\ndata: {name: tabular-csv, path: " + wide_csv + ", test_fraction: 0.5}\nmodel: " +
+                                                model + "\ntrainer: {max_steps: 0}\n") +
                          " -q --run-dir " + (tt::test::temp_dir("tabular_csv") / "wide-run").string());
+  };
+  auto r = wide_run("{name: tabular-icl, member_features: 10, ensemble: 2}");  // 4 members of 10 features
+  EXPECT_EQ(r.rc, 0) << r.output;
+  r = wide_run("{name: tabular-icl, member_features: 10, ensemble: 2, max_members: 3}");
   EXPECT_EQ(r.rc, 2) << r.output;
-  EXPECT_HAS(r.output, "model (tabular-icl).max_features is 32 but the data (");
-  EXPECT_HAS(r.output, "has 40 features: drop columns");
+  EXPECT_HAS(r.output, "wide.csv has 40 features and 2 classes: the ensemble needs 4 members (model.ensemble is 2; "
+                       "seeing every feature in subsets of model.member_features (10) takes 4), more than model.max_members (3)");
+  EXPECT_HAS(r.output, "raise model.max_members (or model.member_features), or select fewer features");
 }
 
 TEST(TabularCsv, NumbersAtTheEdgesOfFloat) {

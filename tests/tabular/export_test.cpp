@@ -20,7 +20,7 @@ using json = nlohmann::json;
 
 namespace {
 
-const char* kTinyModel = "{name: tabular-icl, max_features: 8, d_cell: 4, d_model: 32, n_layers: 2, n_heads: 4, d_ff: 64";
+const char* kTinyModel = "{name: tabular-icl, d_cell: 4, d_id: 8, d_model: 32, n_layers: 2, n_heads: 4, d_ff: 64";
 
 struct Exported {
   fs::path dir = tt::test::temp_dir("tabular_export");

@@ -4,6 +4,8 @@
 #include <torch/torch.h>
 #include <yaml-cpp/yaml.h>
 
+#include <set>
+
 #include "tabular_model.h"
 #include "table.h"
 #include "tt/error.h"
@@ -31,8 +33,8 @@ Table3 make_table(int64_t seed) {
 std::shared_ptr<TabularIcl> tiny() {
   torch::manual_seed(7);
   Shape s;
-  s.max_features = 8;
   s.d_cell = 4;
+  s.d_id = 8;
   s.d_model = 32;
   s.n_layers = 2;
   s.n_heads = 4;
@@ -41,19 +43,24 @@ std::shared_ptr<TabularIcl> tiny() {
   m->eval();
   return m;
 }
+// The model's probabilities with the features' identities drawn from seed 3 (the same every call).
+at::Tensor probs(TabularIcl& m, const at::Tensor& x, const at::Tensor& fmask, const at::Tensor& y,
+                 const at::Tensor& support) {
+  return m.probabilities(x, fmask, y, support, m.feature_ids(x.size(2), 3).unsqueeze(0));
+}
 }  // namespace
 
 TEST(TabularModel, PermutingQueryRowsOnlyPermutesTheirPredictions) {
   auto m = tiny();
   torch::NoGradGuard ng;
   auto t = make_table(1);
-  at::Tensor p = m->probabilities(t.x, t.fmask, t.y, t.support);
+  at::Tensor p = probs(*m, t.x, t.fmask, t.y, t.support);
   // Reverse the query rows (20..31), keep the support rows.
   std::vector<int64_t> order(32);
   for (int64_t i = 0; i < 20; ++i) order[i] = i;
   for (int64_t i = 20; i < 32; ++i) order[i] = 51 - i;
   at::Tensor idx = torch::tensor(order);
-  at::Tensor p2 = m->probabilities(t.x.index_select(1, idx), t.fmask, t.y.index_select(1, idx), t.support);
+  at::Tensor p2 = probs(*m, t.x.index_select(1, idx), t.fmask, t.y.index_select(1, idx), t.support);
   EXPECT_TRUE(torch::allclose(p2, p.index_select(1, idx), 1e-5, 1e-6));
   // Rows sum to one over the classes; a class with no support row gets nothing.
   EXPECT_TRUE(torch::allclose(p[0].slice(0, 20).sum(-1), torch::ones({12}), 1e-5, 1e-5));
@@ -64,64 +71,92 @@ TEST(TabularModel, AQueryPredictionIgnoresOtherQueryRowsAndTheirLabels) {
   auto m = tiny();
   torch::NoGradGuard ng;
   auto t = make_table(2);
-  at::Tensor p = m->probabilities(t.x, t.fmask, t.y, t.support);
+  at::Tensor p = probs(*m, t.x, t.fmask, t.y, t.support);
   // Change every query row but the first (features and labels): row 20's prediction stays.
   at::Tensor x2 = t.x.clone(), y2 = t.y.clone();
   x2.slice(1, 21).normal_(0, 10);
   y2.slice(1, 20).fill_(1);
-  at::Tensor p2 = m->probabilities(x2, t.fmask, y2, t.support);
+  at::Tensor p2 = probs(*m, x2, t.fmask, y2, t.support);
   EXPECT_TRUE(torch::allclose(p2[0][20], p[0][20], 1e-5, 1e-6));
   EXPECT_FALSE(torch::allclose(p2[0][21], p[0][21], 1e-5, 1e-6));  // the changed rows do change
   // A changed support row changes the prediction (the check above can fail).
   at::Tensor x3 = t.x.clone();
   x3.slice(1, 0, 10).normal_(0, 10);
-  EXPECT_FALSE(torch::allclose(m->probabilities(x3, t.fmask, t.y, t.support)[0][20], p[0][20], 1e-5, 1e-6));
+  EXPECT_FALSE(torch::allclose(probs(*m, x3, t.fmask, t.y, t.support)[0][20], p[0][20], 1e-5, 1e-6));
 }
 
 TEST(TabularModel, RelabellingTheClassesPermutesThePredictedProbabilities) {
   auto m = tiny();
   torch::NoGradGuard ng;
   auto t = make_table(3);
-  at::Tensor p = m->probabilities(t.x, t.fmask, t.y, t.support);
+  at::Tensor p = probs(*m, t.x, t.fmask, t.y, t.support);
   const std::vector<int64_t> sigma = {2, 0, 1};  // class c becomes sigma[c]
   at::Tensor y2 = torch::tensor(sigma).index_select(0, t.y.view({-1})).view_as(t.y);
-  at::Tensor p2 = m->probabilities(t.x, t.fmask, y2, t.support);
+  at::Tensor p2 = probs(*m, t.x, t.fmask, y2, t.support);
   for (int64_t c = 0; c < 3; ++c)
     EXPECT_TRUE(torch::allclose(p2[0].slice(0, 20).select(1, sigma[c]), p[0].slice(0, 20).select(1, c), 1e-5, 1e-6))
         << "class " << c;
   // Class ids far apart (0,1,2 -> 9,4,7) give the same probabilities at those ids.
   const std::vector<int64_t> far = {9, 4, 7};
   at::Tensor y3 = torch::tensor(far).index_select(0, t.y.view({-1})).view_as(t.y);
-  at::Tensor p3 = m->probabilities(t.x, t.fmask, y3, t.support);
+  at::Tensor p3 = probs(*m, t.x, t.fmask, y3, t.support);
   for (int64_t c = 0; c < 3; ++c)
     EXPECT_TRUE(torch::allclose(p3[0].slice(0, 20).select(1, far[c]), p[0].slice(0, 20).select(1, c), 1e-5, 1e-6));
 }
 
-TEST(TabularModel, PaddingFeaturesAndScalingColumnsChangeNothing) {
+TEST(TabularModel, PaddingPermutingAndScalingFeaturesChangeNothing) {
   auto m = tiny();
   torch::NoGradGuard ng;
   auto t = make_table(4);
-  at::Tensor p = m->probabilities(t.x, t.fmask, t.y, t.support);
+  const at::Tensor ids = m->feature_ids(8, 11).unsqueeze(0);  // [1, 8, d_id]
+  at::Tensor p = m->probabilities(t.x, t.fmask, t.y, t.support, ids.slice(1, 0, 5));
   // The same table padded to 8 columns with the extra ones masked out.
   at::Tensor xp = torch::cat({t.x, torch::randn({1, 32, 3})}, 2);
   at::Tensor fp = torch::cat({t.fmask, torch::zeros({1, 3}, torch::kBool)}, 1);
-  EXPECT_TRUE(torch::allclose(m->probabilities(xp, fp, t.y, t.support), p, 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(m->probabilities(xp, fp, t.y, t.support, ids), p, 1e-5, 1e-6));
+  // The features in another order, each with its identity: no weight belongs to a position.
+  const at::Tensor order = torch::tensor({3, 0, 4, 2, 1});
+  EXPECT_TRUE(torch::allclose(
+      m->probabilities(t.x.index_select(2, order), t.fmask, t.y, t.support, ids.slice(1, 0, 5).index_select(1, order)),
+      p, 1e-5, 1e-6));
+  // ... while other identities are another view of the table (the check above can fail).
+  EXPECT_FALSE(torch::allclose(m->probabilities(t.x, t.fmask, t.y, t.support, ids.slice(1, 3, 8)), p, 1e-4, 1e-6));
   // Per-table standardization: an affine change of a column's units changes nothing.
   at::Tensor xs = t.x * torch::tensor({100.f, 0.01f, 1.f, 5.f, 2.f}) + 1000;
-  EXPECT_TRUE(torch::allclose(m->probabilities(xs, t.fmask, t.y, t.support), p, 1e-3, 1e-4));
-  // More features than the model takes: a clear error.
-  at::Tensor wide = torch::randn({1, 32, 9});
-  try {
-    m->probabilities(wide, torch::ones({1, 9}, torch::kBool), t.y, t.support);
-    FAIL() << "expected an error";
-  } catch (const tt::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("at most 8 (model.max_features)"), std::string::npos) << e.what();
+  EXPECT_TRUE(torch::allclose(m->probabilities(xs, t.fmask, t.y, t.support, ids.slice(1, 0, 5)), p, 1e-3, 1e-4));
+  // Any feature count: 1 and 300 features go through the same weights.
+  for (int64_t F : {1, 300}) {
+    const at::Tensor q = probs(*m, torch::randn({1, 32, F}), torch::ones({1, F}, torch::kBool), t.y, t.support);
+    EXPECT_TRUE(torch::allclose(q[0].slice(0, 20).sum(-1), torch::ones({12}), 1e-5, 1e-5)) << F;
+  }
+}
+
+// infer() encodes the support rows once (each block's keys and values kept) and runs the queries
+// and the support's own attention in chunks: the same probabilities as one forward over the
+// stacked table, whatever the chunk.
+TEST(TabularModel, InferWithTheSupportsKeyValueCacheEqualsTheFullForward) {
+  auto t = make_table(6);
+  for (int64_t chunk : {1024, 7}) {
+    torch::manual_seed(7);
+    Shape s;
+    s.d_cell = 4;
+    s.d_id = 8;
+    s.d_model = 32;
+    s.n_layers = 2;
+    s.n_heads = 4;
+    s.d_ff = 64;
+    TabularIcl m(s, nullptr, chunk);
+    m.eval();
+    torch::NoGradGuard ng;
+    const at::Tensor ids = m.feature_ids(5, 2);
+    const at::Tensor full = m.probabilities(t.x, t.fmask, t.y, t.support, ids.unsqueeze(0))[0].slice(0, 20);
+    const at::Tensor cached = m.infer(t.x[0].slice(0, 0, 20), t.y[0].slice(0, 0, 20), t.x[0].slice(0, 20), ids);
+    EXPECT_TRUE(torch::allclose(cached, full, 1e-5, 1e-6)) << "chunk " << chunk << "\n" << (cached - full).abs().max();
   }
 }
 
 TEST(TabularModel, LossIsTheQueryRowsNllAndTrainsOnOneTable) {
-  auto m = tiny();
-  m->train();
+  auto m = tiny();  // in eval mode forward_loss takes the identities of seed 0, as query_nll does
   auto t = make_table(5);
   tt::Batch b;
   b.set("x", t.x);
@@ -134,7 +169,7 @@ TEST(TabularModel, LossIsTheQueryRowsNllAndTrainsOnOneTable) {
   // not targets, and do not count.
   auto query_nll = [&](const at::Tensor& y) {
     torch::NoGradGuard ng;
-    const at::Tensor p = m->probabilities(t.x, t.fmask, y, t.support).to(torch::kDouble);
+    const at::Tensor p = m->probabilities(t.x, t.fmask, y, t.support, m->feature_ids(5, 0).unsqueeze(0)).to(torch::kDouble);
     double sum = 0;
     int64_t rows = 0;
     for (int64_t i = 20; i < 32; ++i) {
@@ -161,6 +196,13 @@ TEST(TabularModel, LossIsTheQueryRowsNllAndTrainsOnOneTable) {
     EXPECT_NEAR(loss, query_nll(y), 1e-5 * loss);
     EXPECT_NE(loss, first);
   }
+  // In training every forward draws fresh feature identities (another view of the same table);
+  // in evaluation they are fixed.
+  m->train();
+  EXPECT_NE(m->forward_loss(b).loss.item<double>(), m->forward_loss(b).loss.item<double>());
+  m->eval();
+  EXPECT_EQ(m->forward_loss(b).loss.item<double>(), first);
+  // The gradient reaches every weight: 60 steps fit the one table (its identities fixed).
   torch::optim::Adam opt(m->parameters(), torch::optim::AdamOptions(3e-3));
   for (int i = 0; i < 60; ++i) {
     opt.zero_grad();
@@ -172,34 +214,115 @@ TEST(TabularModel, LossIsTheQueryRowsNllAndTrainsOnOneTable) {
   EXPECT_NEAR(last, query_nll(t.y), 1e-5 * last);
 }
 
-// The feature-order ensemble (model.ensemble): the mean of its members' probabilities. With one
-// feature every order is the same, so any ensemble equals a single pass; with several features
-// the members differ, the mean stays a distribution, and a one-member ensemble is the file's order.
-TEST(TabularModel, FeatureOrderEnsembleAveragesItsMembers) {
+namespace {
+tt::tab::Table random_table(int64_t rows, int64_t F, int64_t C, uint64_t seed) {
+  tt::tab::Table t;
+  t.source = "random.csv";
+  for (int64_t c = 0; c < C; ++c) t.class_names.push_back("c" + std::to_string(c));
+  for (int64_t j = 0; j < F; ++j) t.feature_names.push_back("f" + std::to_string(j));
+  torch::manual_seed(seed);
+  const at::Tensor x = torch::randn({rows, F});
+  t.x.assign(x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
+  for (int64_t i = 0; i < rows; ++i) t.y.push_back(i % C);
+  t.rows = rows;
+  return t;
+}
+std::vector<int64_t> range(int64_t begin, int64_t end) {
+  std::vector<int64_t> r;
+  for (int64_t i = begin; i < end; ++i) r.push_back(i);
+  return r;
+}
+at::Tensor tensor_of(const tt::tab::Table& t) {
+  return torch::from_blob(const_cast<float*>(t.x.data()), {t.rows, t.features()}, torch::kFloat).clone();
+}
+}  // namespace
+
+// The ensemble (model.ensemble): member e sees the table with the feature identities of seed e;
+// the prediction is the mean of the members' probabilities.
+TEST(TabularModel, EnsembleAveragesMembersWithTheirOwnFeatureIdentities) {
   auto m = tiny();
-  auto table = [](int64_t F) {
-    tt::tab::Table t;
-    t.class_names = {"a", "b", "c"};
-    for (int64_t j = 0; j < F; ++j) t.feature_names.push_back("f" + std::to_string(j));
-    torch::manual_seed(3);
-    const at::Tensor x = torch::randn({30, F});
-    t.x.assign(x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
-    for (int64_t i = 0; i < 30; ++i) t.y.push_back(i % 3);
-    t.rows = 30;
-    return t;
+  const auto five = random_table(30, 5, 3, 3);
+  const auto ctx = five.subset(range(0, 20)), qs = five.subset(range(20, 30));
+  at::Tensor y = torch::tensor(ctx.y);
+  auto member = [&](uint64_t seed) {
+    return m->infer(tensor_of(ctx), y, tensor_of(qs), m->feature_ids(5, seed)).slice(1, 0, 3).to(torch::kDouble);
   };
-  const auto one = table(1), five = table(5);
-  std::vector<int64_t> ctx(20), qs(10);
-  for (int64_t i = 0; i < 20; ++i) ctx[i] = i;
-  for (int64_t i = 0; i < 10; ++i) qs[i] = 20 + i;
   m->set_ensemble(1);
-  const at::Tensor p1 = m->predict_table(one.subset(ctx), one.subset(qs));
-  const at::Tensor q1 = m->predict_table(five.subset(ctx), five.subset(qs));
+  const at::Tensor p1 = m->predict_table(ctx, qs);
+  EXPECT_TRUE(torch::allclose(p1, member(0), 1e-9, 1e-12));
+  m->set_ensemble(3);
+  const at::Tensor p3 = m->predict_table(ctx, qs);
+  EXPECT_TRUE(torch::allclose(p3, (member(0) + member(1) + member(2)) / 3, 1e-9, 1e-12));
+  EXPECT_FALSE(torch::allclose(p3, p1, 1e-4, 1e-6));
+  EXPECT_TRUE(torch::allclose(p3.sum(1), torch::ones({10}, torch::kDouble), 1e-6, 1e-6));
+}
+
+// A table wider than model.member_features: each member a random subset of that many features,
+// the subsets covering every feature, as many members as that takes (more than model.ensemble);
+// beyond model.max_members a clear error naming the table and the options.
+TEST(TabularModel, WideTablesGiveEachMemberAFeatureSubsetCoveringThemAll) {
+  const auto wide = random_table(40, 250, 3, 4);
+  const auto members = tt::tab::plan_members(wide, 2, 100, false, 64);
+  ASSERT_EQ(members.size(), 3u);  // ceil(250 / 100)
+  std::vector<int> seen(250, 0);
+  for (const auto& mb : members) {
+    EXPECT_EQ(mb.features.size(), 100u);
+    std::set<int64_t> distinct(mb.features.begin(), mb.features.end());
+    EXPECT_EQ(distinct.size(), 100u);
+    for (int64_t f : mb.features) ++seen[f];
+  }
+  for (int64_t f = 0; f < 250; ++f) EXPECT_GE(seen[f], 1) << "feature " << f;
+  auto m = tiny();
+  m->set_ensemble(2, TabularIcl::Preprocess::Standard, 100, 64);
+  const at::Tensor p = m->predict_table(wide.subset(range(0, 30)), wide.subset(range(30, 40)));
+  EXPECT_EQ(p.sizes(), (std::vector<int64_t>{10, 3}));
+  EXPECT_TRUE(torch::allclose(p.sum(1), torch::ones({10}, torch::kDouble), 1e-6, 1e-6));
+  m->set_ensemble(2, TabularIcl::Preprocess::Standard, 100, 2);
+  try {
+    m->predict_table(wide.subset(range(0, 30)), wide.subset(range(30, 40)));
+    FAIL() << "expected an error";
+  } catch (const tt::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("random.csv has 250 features and 3 classes: the ensemble needs 3 members "
+                                         "(model.ensemble is 2; seeing every feature in subsets of model.member_features "
+                                         "(100) takes 3)"),
+              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.max_members (2)"), std::string::npos) << e.what();
+  }
+}
+
+// More than 10 classes: each member tells the classes as 10 balanced groups, every pair of classes
+// apart in at least two members; a class's probability is the normalized geometric mean of its
+// groups' probabilities.
+TEST(TabularModel, ManyClassesAreToldApartByGroupedMembers) {
+  const auto t = random_table(104, 6, 26, 5);
+  const auto members = tt::tab::plan_members(t, 4, 100, false, 64);
+  ASSERT_GE(members.size(), 4u);
+  for (const auto& mb : members) {
+    std::vector<int> size(10, 0);
+    for (int64_t g : mb.group) ++size[g];
+    EXPECT_EQ(*std::min_element(size.begin(), size.end()), 2);  // 26 classes: groups of 2 and 3
+    EXPECT_EQ(*std::max_element(size.begin(), size.end()), 3);
+  }
+  for (int64_t a = 0; a < 26; ++a)
+    for (int64_t b = a + 1; b < 26; ++b) {
+      int apart = 0;
+      for (const auto& mb : members) apart += mb.group[a] != mb.group[b];
+      EXPECT_GE(apart, 2) << a << " " << b;
+    }
+  auto m = tiny();
   m->set_ensemble(4);
-  EXPECT_TRUE(torch::allclose(m->predict_table(one.subset(ctx), one.subset(qs)), p1, 1e-6, 1e-9));
-  const at::Tensor q4 = m->predict_table(five.subset(ctx), five.subset(qs));
-  EXPECT_FALSE(torch::allclose(q4, q1, 1e-4, 1e-6));
-  EXPECT_TRUE(torch::allclose(q4.sum(1), torch::ones({10}, torch::kDouble), 1e-6, 1e-6));
+  const auto ctx = t.subset(range(0, 78)), qs = t.subset(range(78, 104));
+  const at::Tensor p = m->predict_table(ctx, qs);
+  ASSERT_EQ(p.sizes(), (std::vector<int64_t>{26, 26}));
+  // by hand: each member's group probabilities, the log of each class's group, mean, softmax
+  at::Tensor sum = torch::zeros({26, 26}, torch::kDouble);
+  for (size_t e = 0; e < members.size(); ++e) {
+    at::Tensor y = torch::empty({78}, torch::kLong);
+    for (int64_t i = 0; i < 78; ++i) y[i] = members[e].group[ctx.y[i]];
+    const at::Tensor g = m->infer(tensor_of(ctx), y, tensor_of(qs), m->feature_ids(6, e)).to(torch::kDouble);
+    for (int64_t c = 0; c < 26; ++c) sum.select(1, c) += g.select(1, members[e].group[c]).clamp_min(1e-12).log();
+  }
+  EXPECT_TRUE(torch::allclose(p, torch::softmax(sum / static_cast<double>(members.size()), 1), 1e-9, 1e-12));
 }
 
 // preprocess: quantile maps each feature through the context's empirical CDF, so the predictions
@@ -243,8 +366,11 @@ TEST(TabularModel, QuantilePreprocessingIgnoresMonotoneTransformsAndMixedAverage
   m->set_ensemble(1, P::Quantile);
   const at::Tensor q = m->predict_table(one.subset(ctx), one.subset(qs));
   EXPECT_FALSE(torch::allclose(s, q, 1e-4, 1e-6));
-  m->set_ensemble(8, P::Mixed);  // one feature: only two distinct members
-  EXPECT_TRUE(torch::allclose(m->predict_table(one.subset(ctx), one.subset(qs)), (s + q) / 2, 1e-6, 1e-9));
+  // mixed, two members: standard with seed 0's identities, quantile with seed 1's
+  m->set_ensemble(2, P::Quantile);
+  const at::Tensor q_seed1 = 2 * m->predict_table(one.subset(ctx), one.subset(qs)) - q;
+  m->set_ensemble(2, P::Mixed);
+  EXPECT_TRUE(torch::allclose(m->predict_table(one.subset(ctx), one.subset(qs)), (s + q_seed1) / 2, 1e-6, 1e-9));
 }
 
 // The schema refuses a value out of its range or not among its choices, naming the option, what it
@@ -269,5 +395,5 @@ TEST(TabularModel, SchemaRefusesBadValuesAndMakeModelTheInconsistentShape) {
   has(narrow, ", got 8");
   has(build("{ensemble: 0}"), "model.ensemble must be >= 1, got 0");
   has(build("{d_model: 30}"), "model.d_model (30) must be a multiple of n_heads (4)");
-  has(build("{d_model: 32, n_layers: 1}"), "max_features 32, d_cell 16, d_model 32, 1 layers, 4 heads, d_ff 192");
+  has(build("{d_model: 32, n_layers: 1}"), "d_cell 16, d_id 32, d_model 32, 1 layers, 4 heads, d_ff 192");
 }

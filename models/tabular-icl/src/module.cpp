@@ -1,6 +1,7 @@
 // Entry point of the tabular in-context learner: the model, the synthetic prior it is
 // pretrained on, and CSV tables (episodic fine-tuning, a stratified test split as validation).
 #include "prior.h"
+#include "synth_table_tool.h"
 #include "tabular_data.h"
 #include "tabular_model.h"
 #include "tt/module.h"
@@ -16,6 +17,8 @@ void register_tabular(tt::Registry& r) {
                 tt::tab::prior_schema(), &tt::tab::make_prior);
   r.add_dataset("tabular-csv", "a CSV table: stratified train/test split; episodes of support+query rows for fine-tuning",
                 tt::tab::csv_schema(), &tt::tab::make_csv);
+  r.add_data_tool("synth-table", "one table from tabular-icl's pretraining prior as CSV (any features and classes)",
+                  &tt::tab::synth_table_tool);
 }
 }  // namespace
 

@@ -213,7 +213,7 @@ Schema prior_schema() {
       .field("validation_tables", &P::validation_tables, 64, "tables of a fixed validation set (0: none)").range(ge(0))
       .field("rows", &P::rows, 256, "rows per table (support + query)").range(ge(4))
       .field("min_features", &P::min_features, 1, "fewest features of a table").range(ge(1))
-      .field("max_features", &P::max_features, 32, "most features (the batch is padded to this; the model's max_features must be >= it)").range(ge(1))
+      .field("max_features", &P::max_features, 100, "most features (a batch's tables are padded to this and masked)").range(ge(1))
       .field("min_classes", &P::min_classes, 2, "fewest classes").range(ge(2), le(kMaxClasses))
       .field("max_classes", &P::max_classes, 10, "most classes (at most 10, the model's class limit)").range(ge(2), le(kMaxClasses))
       .field("support_min", &P::support_min, 0.3, "smallest share of a table's rows in its support set").range(gt(0), lt(1))

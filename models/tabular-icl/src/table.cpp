@@ -196,8 +196,8 @@ Table read_csv(const std::string& path, const CsvOptions& o) {
     std::sort(classes.begin(), classes.end(), [](const std::string& a, const std::string& b) {
       return std::strtod(a.c_str(), nullptr) < std::strtod(b.c_str(), nullptr);
     });
-  TT_CHECK_AS(ConfigError, static_cast<int64_t>(classes.size()) <= kMaxClasses, "tabular: ", path, " column '",
-              raw.header[label_col], "' has ", classes.size(), " classes; the model predicts at most ", kMaxClasses,
+  TT_CHECK_AS(ConfigError, static_cast<int64_t>(classes.size()) <= kMaxTableClasses, "tabular: ", path, " column '",
+              raw.header[label_col], "' has ", classes.size(), " classes; tabular-icl takes at most ", kMaxTableClasses,
               " (is data.label the class column? a regression target cannot be used)");
   TT_CHECK_AS(ConfigError, classes.size() >= 2, "tabular: ", path, " column '", raw.header[label_col],
               "' has a single class: nothing to learn");

@@ -9,7 +9,8 @@
 
 namespace tt::tab {
 
-constexpr int64_t kMaxClasses = 10;
+constexpr int64_t kMaxClasses = 10;        // classes the model tells apart in one forward pass
+constexpr int64_t kMaxTableClasses = 1000;  // classes a table may have (inference groups them into kMaxClasses)
 
 struct Table {
   std::string source;                      // the file, for messages
@@ -34,7 +35,7 @@ struct CsvOptions {
 
 // Throws tt::ConfigError naming the file, line and column for: a missing file, an empty file or
 // one without data rows, an unknown label column (listing those present), a non-numeric feature,
-// a missing value (with impute: none), rows of the wrong width, more than kMaxClasses classes.
+// a missing value (with impute: none), rows of the wrong width, more than kMaxTableClasses classes.
 Table read_csv(const std::string& path, const CsvOptions& o);
 
 // The same columns as `like` (by name, in its order) from `path`, labels mapped to like's class

@@ -16,15 +16,15 @@
 namespace tt::tab {
 
 std::string Shape::to_string() const {
-  return detail::cat("max_features ", max_features, ", d_cell ", d_cell, ", d_model ", d_model, ", ", n_layers,
+  return detail::cat("d_cell ", d_cell, ", d_id ", d_id, ", d_model ", d_model, ", ", n_layers,
                      " layers, ", n_heads, " heads, d_ff ", d_ff);
 }
 
 Shape preset(const std::string& size) {
   Shape s;
   if (size == "large") {  // TabICL's in-context transformer widths: 12 layers of 512, 4 heads, d_ff 1024
-    s.max_features = 100;
     s.d_cell = 32;
+    s.d_id = 64;
     s.d_model = 512;
     s.n_layers = 12;
     s.n_heads = 4;
@@ -53,12 +53,37 @@ at::Tensor IclBlock::forward(const at::Tensor& x) {
   return h + mlp->forward(ln2->forward(h));
 }
 
+namespace {
+std::vector<at::Tensor> heads(tt::nn::AttentionImpl& a, const at::Tensor& x) {  // q, k, v [B, H, T, D]
+  const int64_t B = x.size(0), T = x.size(1), H = a.options.n_heads, D = a.options.d_model / H;
+  return a.qkv->forward(x).view({B, T, 3, H, D}).permute({2, 0, 3, 1, 4}).unbind(0);
+}
+}  // namespace
+
+std::pair<at::Tensor, at::Tensor> IclBlock::keys_values(const at::Tensor& x) {
+  auto p = heads(*attn, ln1->forward(x));
+  return {p[1], p[2]};
+}
+
+at::Tensor IclBlock::attend(const at::Tensor& x, const at::Tensor& k, const at::Tensor& v) {
+  const int64_t B = x.size(0), T = x.size(1);
+  tt::nn::AttentionInputs in;
+  in.q = heads(*attn, ln1->forward(x))[0];
+  in.k = k;
+  in.v = v;
+  in.causal = false;
+  in.training = is_training();
+  at::Tensor y = attn->kernel().forward(in).transpose(1, 2).contiguous().view({B, T, attn->options.d_model});
+  at::Tensor h = x + attn->proj->forward(y);
+  return h + mlp->forward(ln2->forward(h));
+}
+
 // ---------------------------------------------------------------- model
 
 TabularIcl::TabularIcl(const Shape& s, std::shared_ptr<const Table> context, int64_t eval_chunk)
     : s_(s), mask_(std::make_shared<SupportMask>()), context_(std::move(context)), eval_chunk_(eval_chunk) {
-  cell = register_module("cell", tt::nn::Linear(2, s.d_cell));
-  row = register_module("row", tt::nn::Linear(s.max_features * s.d_cell, s.d_model));
+  cell = register_module("cell", tt::nn::Linear(1, s.d_cell));
+  row = register_module("row", tt::nn::Linear(s.d_id * s.d_cell, s.d_model));
   label = register_module("label", tt::nn::Linear(s.d_model, s.d_model));
   query_token = register_parameter("query_token", torch::randn({s.d_model}) * 0.02);
   blocks = register_module("blocks", tt::nn::BlockStack());
@@ -74,38 +99,73 @@ TabularIcl::TabularIcl(const Shape& s, std::shared_ptr<const Table> context, int
   }
 }
 
+at::Tensor TabularIcl::feature_ids(int64_t features, uint64_t seed) const {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  const at::Tensor g = torch::randn({s_.d_id, features}, gen, torch::kFloat);
+  if (features == 0) return g.t().contiguous();
+  if (features <= s_.d_id) return std::get<0>(at::linalg_qr(g)).t().contiguous();  // orthonormal rows
+  return (g / g.norm(2, 0, true)).t().contiguous();
+}
+
+at::Tensor TabularIcl::represent(const at::Tensor& z, const at::Tensor& ids, const at::Tensor& fw, int64_t chunk) {
+  const int64_t B = z.size(0), N = z.size(1), F = z.size(2);
+  const int64_t step = chunk > 0 ? chunk : std::max<int64_t>(N, 1);
+  const at::Tensor codes = (ids * fw.unsqueeze(-1)).transpose(1, 2);  // [B, d_id, F]
+  std::vector<at::Tensor> rows;
+  for (int64_t begin = 0; begin < N; begin += step) {
+    // the cells feature-major, [B, F, n, d_cell], so that one product per table sums over features
+    const at::Tensor zt = z.slice(1, begin, begin + step).transpose(1, 2).unsqueeze(-1);
+    const int64_t n = zt.size(2);
+    const at::Tensor e = torch::gelu(cell->forward(zt)).reshape({B, F, n * s_.d_cell});
+    const at::Tensor bound = torch::bmm(codes, e).view({B, s_.d_id, n, s_.d_cell});  // sum_j id_j (x) e_j
+    rows.push_back(row->forward(bound.permute({0, 2, 1, 3}).reshape({B, n, s_.d_id * s_.d_cell})));
+  }
+  return rows.size() == 1 ? rows[0] : torch::cat(rows, 1);
+}
+
+namespace {
+// Per-table standardization with the support rows' statistics: (x - mean) / deviation, clipped to
+// +-8, 0 where a column is constant over the support or masked.
+at::Tensor standardize(const at::Tensor& x, const at::Tensor& sw, const at::Tensor& fm) {
+  const at::Tensor w = sw.unsqueeze(-1);                  // [B, N, 1]
+  const at::Tensor n_support = w.sum(1).clamp_min(1);     // [B, 1]
+  const at::Tensor mean = (x * w).sum(1) / n_support;     // [B, F]
+  const at::Tensor centred = x - mean.unsqueeze(1);
+  const at::Tensor var = (centred * centred * w).sum(1) / n_support;
+  const at::Tensor inv = torch::where(var > 1e-12, var.clamp_min(1e-12).rsqrt(), torch::zeros_like(var));
+  return (centred * inv.unsqueeze(1)).clamp(-8, 8) * fm.unsqueeze(1);
+}
+}  // namespace
+
 at::Tensor TabularIcl::probabilities(const at::Tensor& x_in, const at::Tensor& feature_mask, const at::Tensor& y,
-                                     const at::Tensor& support) {
+                                     const at::Tensor& support, at::Tensor ids) {
   TT_CHECK(x_in.dim() == 3 && support.sizes() == x_in.sizes().slice(0, 2) && y.sizes() == support.sizes(),
            "tabular-icl: x must be [tables, rows, features] with y and support [tables, rows]; got ", x_in.sizes(), ", ",
            y.sizes(), ", ", support.sizes());
-  const int64_t B = x_in.size(0), N = x_in.size(1), F = x_in.size(2), M = s_.max_features;
-  TT_CHECK_AS(ConfigError, F <= M, "tabular-icl: the table has ", F, " features; this model takes at most ", M,
-              " (model.max_features): drop columns, or pretrain a model with a larger max_features");
-  const at::Tensor sw = support.to(x_in.scalar_type()).unsqueeze(-1);  // [B, N, 1]
-  const at::Tensor fm = feature_mask.to(x_in.scalar_type());           // [B, F]
-  // 1. per-table standardization from the support rows
-  const at::Tensor n_support = sw.sum(1).clamp_min(1);                 // [B, 1]
-  const at::Tensor mean = (x_in * sw).sum(1) / n_support;              // [B, F]
-  const at::Tensor centred = x_in - mean.unsqueeze(1);
-  const at::Tensor var = (centred * centred * sw).sum(1) / n_support;
-  const at::Tensor inv = torch::where(var > 1e-12, var.clamp_min(1e-12).rsqrt(), torch::zeros_like(var));
-  at::Tensor z = (centred * inv.unsqueeze(1)).clamp(-8, 8) * fm.unsqueeze(1);
-  at::Tensor present = fm.unsqueeze(1).expand({B, N, F});
-  if (F < M) {
-    z = torch::constant_pad_nd(z, {0, M - F});
-    present = torch::constant_pad_nd(present, {0, M - F});
+  const int64_t B = x_in.size(0), F = x_in.size(2);
+  TT_CHECK(feature_mask.dim() == 2 && feature_mask.size(0) == B && feature_mask.size(1) == F,
+           "tabular-icl: feature_mask must be [", B, ", ", F, "], got ", feature_mask.sizes());
+  if (!ids.defined()) {  // each table's own: its unmasked features get feature_ids of a random seed
+    ids = torch::zeros({B, F, s_.d_id}, x_in.options());
+    const at::Tensor seeds = torch::randint(0, int64_t{1} << 62, {B}, torch::kLong);
+    for (int64_t b = 0; b < B; ++b) {
+      const at::Tensor where = feature_mask[b].nonzero().squeeze(1);
+      ids[b].index_copy_(0, where, feature_ids(where.size(0), static_cast<uint64_t>(seeds[b].item<int64_t>())));
+    }
   }
-  // 2. per-feature embedding, row representation
-  at::Tensor cells = torch::gelu(cell->forward(torch::stack({z, present}, -1)));  // [B, N, M, d_cell]
-  cells = cells * present.unsqueeze(-1);
-  at::Tensor h = row->forward(cells.reshape({B, N, M * s_.d_cell}));              // [B, N, d]
+  TT_CHECK(ids.dim() == 3 && ids.size(0) == B && ids.size(1) == F && ids.size(2) == s_.d_id,
+           "tabular-icl: ids must be [", B, ", ", F, ", ", s_.d_id, "], got ", ids.sizes());
+  const at::Tensor sw = support.to(x_in.scalar_type());
+  const at::Tensor fm = feature_mask.to(x_in.scalar_type());
+  // 1-2. standardization, column-wise embedding, row representation
+  at::Tensor h = represent(standardize(x_in, sw, fm), ids, fm, 0);  // [B, N, d]
   // 3. label embedding from the class's support rows (equivariant to relabelling)
+  const at::Tensor sw3 = sw.unsqueeze(-1);
   const at::Tensor onehot =
-      torch::one_hot(y.clamp(0, kMaxClasses - 1), kMaxClasses).to(h.scalar_type()) * sw * (y >= 0).unsqueeze(-1);
+      torch::one_hot(y.clamp(0, kMaxClasses - 1), kMaxClasses).to(h.scalar_type()) * sw3 * (y >= 0).unsqueeze(-1);
   const at::Tensor counts = onehot.sum(1).clamp_min(1);                                       // [B, C]
   const at::Tensor class_mean = torch::bmm(onehot.transpose(1, 2), h) / counts.unsqueeze(-1);  // [B, C, d]
-  h = h + label->forward(torch::bmm(onehot, class_mean)) * sw + query_token * (1 - sw);
+  h = h + label->forward(torch::bmm(onehot, class_mean)) * sw3 + query_token * (1 - sw3);
   // 4. the in-context transformer: keys are the support rows
   mask_->support = support;
   h = ln_f->forward(blocks->forward(h));
@@ -121,10 +181,70 @@ at::Tensor TabularIcl::probabilities(const at::Tensor& x_in, const at::Tensor& f
   return kernel.forward(in).squeeze(1).slice(-1, 0, kMaxClasses);  // [B, N, C]
 }
 
+at::Tensor TabularIcl::infer(const at::Tensor& context, const at::Tensor& y, const at::Tensor& queries,
+                             const at::Tensor& ids) {
+  torch::NoGradGuard no_grad;
+  const int64_t S = context.size(0), F = context.size(1), Q = queries.size(0);
+  TT_CHECK(context.dim() == 2 && queries.dim() == 2 && queries.size(1) == F && y.dim() == 1 && y.size(0) == S &&
+               ids.dim() == 2 && ids.size(0) == F && ids.size(1) == s_.d_id,
+           "tabular-icl: infer takes context [S, F], y [S], queries [Q, F], ids [F, d_id]; got ", context.sizes(),
+           ", ", y.sizes(), ", ", queries.sizes(), ", ", ids.sizes());
+  const int64_t chunk = eval_chunk_;
+  // 1-2. the queries standardized with the support's statistics (standardize() on the stacked rows)
+  const at::Tensor x = torch::cat({context, queries}, 0).unsqueeze(0);
+  const at::Tensor sw = torch::cat({torch::ones({1, S}), torch::zeros({1, Q})}, 1);
+  const at::Tensor fm = torch::ones({1, F});
+  const at::Tensor h_all = represent(standardize(x, sw, fm), ids.unsqueeze(0), fm, chunk);
+  at::Tensor hs = h_all.slice(1, 0, S), hq = h_all.slice(1, S);
+  // 3. label embedding
+  const at::Tensor onehot = torch::one_hot(y.clamp(0, kMaxClasses - 1), kMaxClasses).to(hs.scalar_type()).unsqueeze(0);
+  const at::Tensor class_mean = torch::bmm(onehot.transpose(1, 2), hs) / onehot.sum(1).clamp_min(1).unsqueeze(-1);
+  hs = hs + label->forward(torch::bmm(onehot, class_mean));
+  hq = hq + query_token;
+  // 4. block by block: the support's keys and values once, every chunk of rows attends to them
+  auto in_chunks = [&](const at::Tensor& rows, const std::function<at::Tensor(const at::Tensor&)>& f) {
+    std::vector<at::Tensor> parts;
+    for (int64_t begin = 0; begin < rows.size(1); begin += chunk) parts.push_back(f(rows.slice(1, begin, begin + chunk)));
+    return parts.empty() ? rows : torch::cat(parts, 1);
+  };
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    auto& block = static_cast<IclBlock&>((*blocks)[i]);
+    const auto [k, v] = block.keys_values(hs);
+    auto step = [&](const at::Tensor& r) { return block.attend(r, k, v); };
+    hs = in_chunks(hs, step);
+    hq = in_chunks(hq, step);
+  }
+  hs = ln_f->forward(hs);
+  hq = ln_f->forward(hq);
+  // 5. readout
+  tt::nn::AttentionInputs in;
+  in.k = readout_k->forward(hs).unsqueeze(1);
+  in.v = torch::constant_pad_nd(onehot, {0, s_.d_model - kMaxClasses}).unsqueeze(1);
+  in.causal = false;
+  auto& kernel = static_cast<IclBlock&>((*blocks)[0]).attn->kernel();
+  return in_chunks(hq, [&](const at::Tensor& r) {
+           in.q = readout_q->forward(r).unsqueeze(1);
+           return kernel.forward(in).squeeze(1);
+         })
+      .squeeze(0)
+      .slice(-1, 0, kMaxClasses);  // [Q, 10]
+}
+
 ModelOutput TabularIcl::forward_loss(const Batch& batch) {
   const at::Tensor& y = batch.at("y");
+  if (batch.has("n_classes")) {
+    const int64_t most = batch.at("n_classes").max().item<int64_t>();
+    TT_CHECK_AS(ConfigError, most <= kMaxClasses, "tabular-icl: a training table has ", most, " classes",
+                context_ ? " (" + context_->source + ")" : std::string(), "; training and fine-tuning take at most ",
+                kMaxClasses, ": run it as inference (trainer.max_steps: 0), which tells up to ", kMaxTableClasses,
+                " classes apart through grouped ensemble members");
+  }
   const at::Tensor& support = batch.at("support");
-  const at::Tensor p = probabilities(batch.at("x"), batch.at("feature_mask"), y, support);
+  const at::Tensor& x = batch.at("x");
+  // training: fresh feature identities every step; evaluation: the same ones every time
+  at::Tensor ids;
+  if (!is_training()) ids = feature_ids(x.size(2), 0).unsqueeze(0).expand({x.size(0), x.size(2), s_.d_id});
+  const at::Tensor p = probabilities(x, batch.at("feature_mask"), y, support, ids);
   // Query rows whose class occurs among the support rows.
   const at::Tensor yc = y.clamp(0, kMaxClasses - 1);
   const at::Tensor in_support =
@@ -140,13 +260,15 @@ ModelOutput TabularIcl::forward_loss(const Batch& batch) {
 }
 
 namespace {
-// The table with its feature columns in the order `perm` (perm[j] = the source column of column j).
-Table permute_features(const Table& t, const std::vector<int64_t>& perm) {
+// The table's columns `cols`, in that order.
+Table select_features(const Table& t, const std::vector<int64_t>& cols) {
   Table out = t;
-  const int64_t F = t.features();
-  for (int64_t j = 0; j < F; ++j) out.feature_names[j] = t.feature_names[perm[j]];
+  const int64_t F = t.features(), G = static_cast<int64_t>(cols.size());
+  out.feature_names.clear();
+  for (int64_t c : cols) out.feature_names.push_back(t.feature_names[c]);
+  out.x.resize(static_cast<size_t>(t.rows * G));
   for (int64_t i = 0; i < t.rows; ++i)
-    for (int64_t j = 0; j < F; ++j) out.x[i * F + j] = t.x[i * F + perm[j]];
+    for (int64_t j = 0; j < G; ++j) out.x[i * G + j] = t.x[i * F + cols[j]];
   return out;
 }
 // Each feature through the context's empirical CDF onto a standard normal (a quantile
@@ -196,56 +318,110 @@ std::pair<Table, Table> quantile_normal(const Table& ctx, const Table& qs) {
 }
 }  // namespace
 
+std::vector<Member> plan_members(const Table& t, int64_t ensemble, int64_t per_member, bool mixed, int64_t max_members) {
+  const int64_t F = t.features(), C = t.classes();
+  const int64_t covers = (F + per_member - 1) / per_member;  // members that see every feature once
+  const int64_t wanted = std::max(ensemble, covers);
+  auto too_many = [&](int64_t n, const std::string& why) {
+    return detail::cat("tabular-icl: ", t.source, " has ", F, " features and ", C, " classes: the ensemble needs ", n,
+                       " members (", why, "), more than model.max_members (", max_members,
+                       "): raise model.max_members (or model.member_features), or select fewer features");
+  };
+  TT_CHECK_AS(ConfigError, wanted <= max_members,
+              too_many(wanted, detail::cat("model.ensemble is ", ensemble, "; seeing every feature in subsets of "
+                                           "model.member_features (", per_member, ") takes ", covers)));
+  std::vector<Member> members(static_cast<size_t>(wanted));
+  std::mt19937_64 rng(0x7461626c65ULL);  // fixed: the same table, the same members
+  // features: member e takes slot e % covers of round e / covers's permutation
+  std::vector<int64_t> perm(static_cast<size_t>(F));
+  for (int64_t e = 0; e < wanted; ++e) {
+    if (F <= per_member) {
+      members[e].features.resize(static_cast<size_t>(F));
+      std::iota(members[e].features.begin(), members[e].features.end(), 0);
+      continue;
+    }
+    if (e % covers == 0) {
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+    }
+    const int64_t begin = std::min((e % covers) * per_member, F - per_member);  // the last slot overlaps
+    members[e].features.assign(perm.begin() + begin, perm.begin() + begin + per_member);
+  }
+  // classes
+  auto grouping = [&]() {
+    std::vector<int64_t> g(static_cast<size_t>(C));
+    std::iota(g.begin(), g.end(), 0);
+    if (C <= kMaxClasses) return g;
+    std::vector<int64_t> order(g);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int64_t i = 0; i < C; ++i) g[order[i]] = i % kMaxClasses;
+    return g;
+  };
+  for (auto& m : members) m.group = grouping();
+  if (C > kMaxClasses) {
+    auto weakest_pair = [&]() {  // the fewest members telling a pair of classes apart
+      int64_t fewest = static_cast<int64_t>(members.size());
+      for (int64_t a = 0; a < C; ++a)
+        for (int64_t b = a + 1; b < C; ++b) {
+          int64_t apart = 0;
+          for (const auto& m : members) apart += m.group[a] != m.group[b];
+          fewest = std::min(fewest, apart);
+        }
+      return fewest;
+    };
+    while (weakest_pair() < 2) {
+      TT_CHECK_AS(ConfigError, static_cast<int64_t>(members.size()) < max_members,
+                  too_many(static_cast<int64_t>(members.size()) + 1, "to tell every pair of classes apart twice"));
+      Member m;
+      m.features = members[members.size() % static_cast<size_t>(covers)].features;
+      m.group = grouping();
+      members.push_back(std::move(m));
+    }
+  }
+  for (size_t e = 0; e < members.size(); ++e) members[e].quantile = mixed && e % 2 == 1;
+  return members;
+}
+
+namespace {
+at::Tensor rows_tensor(const Table& t) {  // [rows, features], a copy
+  return torch::from_blob(const_cast<float*>(t.x.data()), {t.rows, t.features()}, torch::kFloat).clone();
+}
+}  // namespace
+
 at::Tensor TabularIcl::predict_table(const Table& context, const Table& queries) {
   torch::NoGradGuard no_grad;
   const bool was_training = is_training();
   eval();
-  const int64_t C = context.classes(), F = context.features();
-  auto predict = [&](const Table& ctx, const Table& qs) {  // [Q, C], queries in chunks
-    std::vector<at::Tensor> parts;
-    for (int64_t begin = 0; begin < qs.rows; begin += eval_chunk_) {
-      std::vector<int64_t> idx;
-      for (int64_t i = begin; i < std::min(qs.rows, begin + eval_chunk_); ++i) idx.push_back(i);
-      Batch b = table_batch(ctx, qs.subset(idx));
-      at::Tensor y = b.at("y").clone();
-      y.slice(1, ctx.rows).fill_(-1);  // the queries' labels are not the model's to see
-      at::Tensor p = probabilities(b.at("x"), b.at("feature_mask"), y, b.at("support"));
-      parts.push_back(p[0].slice(0, ctx.rows).slice(1, 0, C).to(torch::kDouble));
-    }
-    return torch::cat(parts, 0);
-  };
-  // An ensemble over feature orders (TabPFN's ensemble configurations): the row representation
-  // depends on where a feature sits, so each order is another view of the same table; the
-  // probabilities are averaged. Member 0 is the file's order; member e shuffles with seed e.
+  const int64_t C = context.classes();
   // preprocess: mixed alternates the raw values (standardized inside the model) with their
-  // quantile transform (odd members), as TabPFN mixes preprocessings. No more members than
-  // there are distinct views (F! orders, times 2 when mixed).
-  const int64_t views = preprocess_ == Preprocess::Mixed ? 2 : 1;
-  int64_t members = views;
-  for (int64_t f = 2; f <= F && members < ensemble_; ++f) members *= f;
-  members = std::min(members, ensemble_);
+  // quantile transform (odd members), as TabPFN mixes preprocessings.
+  const auto members = plan_members(context, ensemble_, member_features_, preprocess_ == Preprocess::Mixed, max_members_);
+  for (auto& m : const_cast<std::vector<Member>&>(members))
+    if (preprocess_ == Preprocess::Quantile) m.quantile = true;
   std::optional<std::pair<Table, Table>> quantile;
   if (preprocess_ != Preprocess::Standard) quantile = quantile_normal(context, queries);
-  at::Tensor sum;
-  for (int64_t e = 0; e < members; ++e) {
-    const bool q = preprocess_ == Preprocess::Quantile || (preprocess_ == Preprocess::Mixed && e % 2 == 1);
-    const Table& ctx = q ? quantile->first : context;
-    const Table& qs = q ? quantile->second : queries;
-    const int64_t order = preprocess_ == Preprocess::Mixed ? e / 2 : e;  // 0: the file's order
-    at::Tensor p;
-    if (order == 0) {
-      p = predict(ctx, qs);
-    } else {
-      std::vector<int64_t> perm(static_cast<size_t>(F));
-      std::iota(perm.begin(), perm.end(), 0);
-      std::mt19937_64 rng(static_cast<uint64_t>(order));
-      std::shuffle(perm.begin(), perm.end(), rng);
-      p = predict(permute_features(ctx, perm), permute_features(qs, perm));
+  at::Tensor sum;  // C <= 10: the members' probabilities summed; else their log-probabilities
+  for (size_t e = 0; e < members.size(); ++e) {
+    const Member& m = members[e];
+    const Table& ctx = m.quantile ? quantile->first : context;
+    const Table& qs = m.quantile ? quantile->second : queries;
+    const bool all = static_cast<int64_t>(m.features.size()) == context.features();
+    const at::Tensor xc = rows_tensor(all ? ctx : select_features(ctx, m.features));
+    const at::Tensor xq = rows_tensor(all ? qs : select_features(qs, m.features));
+    at::Tensor y = torch::empty({context.rows}, torch::kLong);
+    for (int64_t i = 0; i < context.rows; ++i) y[i] = m.group[static_cast<size_t>(context.y[i])];
+    const int64_t told = std::min(C, kMaxClasses);
+    at::Tensor p = infer(xc, y, xq, feature_ids(xc.size(1), e)).slice(1, 0, told).to(torch::kDouble);  // [Q, told]
+    if (C > kMaxClasses) {  // each class takes its group's probability
+      const at::Tensor g = torch::from_blob(const_cast<int64_t*>(m.group.data()), {C}, torch::kLong);
+      p = p.index_select(1, g).clamp_min(1e-12).log();
     }
     sum = sum.defined() ? sum + p : p;
   }
   train(was_training);
-  return sum / static_cast<double>(members);
+  const double n = static_cast<double>(members.size());
+  if (C > kMaxClasses) return torch::softmax(sum / n, 1);  // the normalized geometric mean
+  return sum / n;
 }
 
 std::map<std::string, double> TabularIcl::evaluate(Dataset& data, int64_t batch_size) {
@@ -305,14 +481,16 @@ Schema model_schema() {
   return Schema()
       .field("size", &M::size, "small", "preset: small (~0.38M parameters, pretrains in minutes on a CPU) or large (TabICL-like, ~28M)")
       .choices({"small", "large"})
-      .field("max_features", &M::max_features, std::nullopt, "features a table may have (padded and masked up to it); preset's when unset").range(ge(1))
-      .field("d_cell", &M::d_cell, std::nullopt, "per-feature embedding width").range(ge(1))
+      .field("d_cell", &M::d_cell, std::nullopt, "a cell's embedding width; preset's when unset").range(ge(1))
+      .field("d_id", &M::d_id, std::nullopt, "width of a feature's random identity (up to this many features get orthogonal ones)").range(ge(1))
       .field("d_model", &M::d_model, std::nullopt, "row representation width (the readout's values are the 10 classes' one-hot labels)").range(ge(kMaxClasses))
       .field("n_layers", &M::n_layers, std::nullopt, "in-context transformer blocks").range(ge(1))
       .field("n_heads", &M::n_heads, std::nullopt, "attention heads (d_model must be a multiple)").range(ge(1))
       .field("d_ff", &M::d_ff, std::nullopt, "MLP width").range(ge(1))
       .field("eval_chunk", &M::eval_chunk, 1024, "query rows per forward pass at evaluation and prediction").range(ge(1))
-      .field("ensemble", &M::ensemble, 8, "evaluation and prediction: average over this many members (feature orders, and preprocessings when mixed; 1: the file's order only)").range(ge(1))
+      .field("ensemble", &M::ensemble, 8, "evaluation and prediction: average over at least this many members (each its own feature identities; preprocessings alternate when mixed)").range(ge(1))
+      .field("member_features", &M::member_features, 100, "evaluation and prediction: a wider table gives each member a random subset of this many features, the subsets covering them all").range(ge(1))
+      .field("max_members", &M::max_members, 64, "evaluation and prediction: the most members a table may need (its features / member_features; more than 10 classes add members until every pair of classes is told apart twice)").range(ge(1))
       .field("preprocess", &M::preprocess, "standard", "evaluation and prediction: standard (values standardized by the support rows), quantile (each feature through the context's empirical CDF onto a normal) or mixed (members alternate)")
       .choices({"standard", "quantile", "mixed"});
 }
@@ -323,8 +501,8 @@ std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
   auto take = [](const std::optional<int64_t>& value, int64_t& field) {  // unset: the preset's
     if (value) field = *value;
   };
-  take(mo.max_features, s.max_features);
   take(mo.d_cell, s.d_cell);
+  take(mo.d_id, s.d_id);
   take(mo.d_model, s.d_model);
   take(mo.n_layers, s.n_layers);
   take(mo.n_heads, s.n_heads);
@@ -332,21 +510,13 @@ std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
   o.check(s.d_model % s.n_heads == 0, "d_model", detail::cat("(", s.d_model, ") must be a multiple of n_heads (", s.n_heads, ")"));
   std::shared_ptr<const Table> context;
   if (auto* ev = dynamic_cast<EvalSet*>(data.validation.get())) context = ev->shared_context();
-  for (const auto& d : {data.train, data.validation}) {
-    if (!d) continue;
-    const auto info = d->info();
-    for (const char* key : {"features", "max_features"}) {
-      auto it = info.find(key);
-      if (it != info.end())
-        o.check(it->second <= s.max_features, "max_features",
-                detail::cat("is ", s.max_features, " but the data (", d->describe(), ") has ", it->second,
-                            " features: drop columns, or use a model pretrained with a larger max_features"));
-    }
-  }
+  // a table the ensemble cannot take is refused before any work
+  if (context) plan_members(*context, mo.ensemble, mo.member_features, false, mo.max_members);
   auto m = std::make_shared<TabularIcl>(s, context, mo.eval_chunk);
   m->set_ensemble(mo.ensemble, mo.preprocess == "standard"   ? TabularIcl::Preprocess::Standard
                                : mo.preprocess == "quantile" ? TabularIcl::Preprocess::Quantile
-                                                             : TabularIcl::Preprocess::Mixed);
+                                                             : TabularIcl::Preprocess::Mixed,
+                 mo.member_features, mo.max_members);
   return m;
 }
 

@@ -1,14 +1,22 @@
 #pragma once
 // A TabPFN/TabICL-style in-context learner built from core's hookable blocks (tt/nn.h), so the
-// technique plugins act on it by name: "cell" (per-feature embedding), "row" (row
-// representation), "label", "blocks.<i>.{ln1,attn.{qkv,proj},ln2,mlp.{fc1,fc2}}" (a
-// tt::nn::BlockStack), "ln_f", "readout_q", "readout_k".
+// technique plugins act on it by name: "cell" (a cell's value embedding), "row" (the row
+// representation), "label", "blocks.<i>.{ln1,attn.{qkv,proj},ln2,mlp.{fc1,fc2}}"
+// (a tt::nn::BlockStack), "ln_f", "readout_q", "readout_k".
 //
-// A table's rows go in together: support rows (labels known) and query rows.
-//   1. features are standardized per table with the support rows' mean and deviation (clipped
-//      to +-8), padded with zeros up to max_features and masked;
-//   2. per-feature embedding: each cell's (value, present) -> cell (Linear 2 -> d_cell) -> GELU;
-//      row representation: the row's cells concatenated -> row (Linear max_features*d_cell -> d_model);
+// A table's rows go in together: support rows (labels known) and query rows. No weight is tied to
+// a feature's position or to the feature count:
+//   1. features are standardized per table with the support rows' mean and deviation (clipped to
+//      +-8); columns past a table's count (a batch of tables of different widths) are masked;
+//   2. column-wise embedding: every cell's value -> cell (Linear 1 -> d_cell) -> GELU; every
+//      feature gets an identity, a random unit d_id-vector drawn per table (fresh at every training
+//      step, from the ensemble member's seed at inference: TabPFN v2's random feature embeddings),
+//      orthogonal to the table's other features' where it has at most d_id of them; the row is the
+//      sum over its features of identity (x) cell embedding (outer product, d_id x d_cell)
+//      -> row (Linear d_id*d_cell -> d_model). With one-hot identities this is a
+//      linear map of the concatenated cells (a position's own weights); random ones tie no weight
+//      to a position or to the feature count. Permuting the features with their identities leaves
+//      the row representation unchanged;
 //   3. label embedding, equivariant by construction: a support row gets label(mean of its class's
 //      support-row representations), a query row a learned query vector. The class's identity
 //      never enters, only which support rows share it, so relabelling the classes permutes the
@@ -20,13 +28,25 @@
 //   5. readout, an attention over the support rows with the labels as values:
 //      p(class c | query) = sum over support rows s of class c of softmax_s(q . k_s / sqrt(d)),
 //      computed by the blocks' attention kernel (so chunked attention covers it too).
-// Up to 10 classes; the loss is the mean negative log-likelihood over query rows whose class
-// occurs in the support set.
+// Up to 10 classes in one forward pass; the loss is the mean negative log-likelihood over query
+// rows whose class occurs in the support set.
+//
+// Inference on a whole table (predict_table) encodes the support rows once: each block's keys and
+// values of the support rows are kept (a key/value cache) and every chunk of query rows attends to
+// them, so the support's cost does not grow with the query count. An ensemble of members averages
+// probabilities; each member draws its own feature identities, and
+//   - a table wider than model.member_features gives each member a random subset of that many
+//     features, the subsets covering every feature (TabPFN's feature subsampling);
+//   - a table with more than 10 classes gives each member a random balanced grouping of the
+//     classes into 10 (error-correcting output codes: every pair of classes is told apart by at
+//     least two members); a class's probability is the normalized geometric mean over members of
+//     its group's probability.
 #include <torch/torch.h>
 
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "table.h"
 #include "tt/dataset.h"
@@ -37,17 +57,17 @@
 namespace tt::tab {
 
 struct Shape {
-  int64_t max_features = 32, d_cell = 16, d_model = 96, n_layers = 4, n_heads = 4, d_ff = 192;
+  int64_t d_cell = 16, d_id = 32, d_model = 96, n_layers = 4, n_heads = 4, d_ff = 192;
   std::string to_string() const;
 };
-Shape preset(const std::string& size);  // "small" (~0.3M parameters) or "large" (TabICL-like widths)
+Shape preset(const std::string& size);  // "small" (~0.4M parameters) or "large" (TabICL-like widths)
 
 // tabular-icl's options. Their defaults, ranges and docs are declared once, in model_schema(); the
 // shape's fields are unset unless the pipeline overrides the preset's value.
 struct ModelOptions {
   std::string size;  // the preset
-  std::optional<int64_t> max_features, d_cell, d_model, n_layers, n_heads, d_ff;
-  int64_t eval_chunk, ensemble;
+  std::optional<int64_t> d_cell, d_id, d_model, n_layers, n_heads, d_ff;
+  int64_t eval_chunk, ensemble, member_features, max_members;
   std::string preprocess;
 };
 
@@ -60,6 +80,10 @@ class IclBlock : public tt::nn::Block {
  public:
   IclBlock(const Shape& s, std::shared_ptr<SupportMask> mask);
   at::Tensor forward(const at::Tensor& x) override;
+  // The key/value cache: keys and values [B, H, S, D] of the support rows x [B, S, d_model], and
+  // the block's output for rows x that attend to them (no mask): forward's result for those rows.
+  std::pair<at::Tensor, at::Tensor> keys_values(const at::Tensor& x);
+  at::Tensor attend(const at::Tensor& x, const at::Tensor& k, const at::Tensor& v);
   tt::nn::MLPImpl* residual_mlp() override { return mlp.get(); }  // forward ends with h + mlp(ln2(h))
   tt::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   tt::nn::Attention attn{nullptr};
@@ -72,10 +96,20 @@ class IclBlock : public tt::nn::Block {
 class TabularIcl : public Model {
  public:
   TabularIcl(const Shape& s, std::shared_ptr<const Table> context, int64_t eval_chunk);
-  // x [B, N, F<=max_features], feature_mask [B, F] bool, y [B, N] (query rows ignored),
-  // support [B, N] bool -> class probabilities [B, N, 10] (rows sum to 1 over the support's classes).
+  // x [B, N, F], feature_mask [B, F] bool, y [B, N] (query rows ignored), support [B, N] bool,
+  // ids [B, F, d_id] the features' identities (undefined: each table's drawn with a seed from
+  // torch's generator, feature_ids for its unmasked features) ->
+  // class probabilities [B, N, 10] (rows sum to 1 over the support's classes).
   at::Tensor probabilities(const at::Tensor& x, const at::Tensor& feature_mask, const at::Tensor& y,
-                           const at::Tensor& support);
+                           const at::Tensor& support, at::Tensor ids = {});
+  // One table, no gradient, the support encoded once (the key/value cache): context x [S, F] with
+  // labels y [S] (< 10 classes), queries [Q, F], ids [F, d_id] -> probabilities [Q, 10], queries
+  // and the support's own attention in chunks of eval_chunk rows. Equal to probabilities() on the
+  // stacked table up to rounding.
+  at::Tensor infer(const at::Tensor& context, const at::Tensor& y, const at::Tensor& queries, const at::Tensor& ids);
+  // Identities [features, d_id] from `seed` (the same seed, the same identities): unit rows,
+  // orthonormal when features <= d_id.
+  at::Tensor feature_ids(int64_t features, uint64_t seed) const;
   ModelOutput forward_loss(const Batch& batch) override;
   // With a tabular evaluation set (tabular-csv's test split): the training split as context, the
   // test rows as queries (val_accuracy, val_roc_auc, val_log_loss, val_brier, val_ece, val_examples);
@@ -84,15 +118,22 @@ class TabularIcl : public Model {
   void predict(const std::filesystem::path& input, const std::filesystem::path& output) override;
   std::string describe() const override;
 
-  // Probabilities [Q, classes] of `queries` given the whole `context` table, queries in chunks.
+  // Probabilities [Q, classes] of `queries` given the whole `context` table: the ensemble's
+  // members (see the top of this file), each through infer(). ConfigError naming the table when
+  // it needs more than model.max_members members (too wide, or too many classes).
   at::Tensor predict_table(const Table& context, const Table& queries);
 
   const Shape& shape() const { return s_; }
-  // Members of the feature-order ensemble at evaluation and prediction (model.ensemble).
+  // The ensemble at evaluation and prediction: model.ensemble members at least (more where the
+  // table's width or classes need them, up to max_members), each seeing at most member_features
+  // features.
   enum class Preprocess { Standard, Quantile, Mixed };
-  void set_ensemble(int64_t n, Preprocess p = Preprocess::Standard) {
+  void set_ensemble(int64_t n, Preprocess p = Preprocess::Standard, int64_t member_features = 100,
+                    int64_t max_members = 64) {
     ensemble_ = n;
     preprocess_ = p;
+    member_features_ = member_features;
+    max_members_ = max_members;
   }
   tt::nn::Linear cell{nullptr}, row{nullptr}, label{nullptr}, readout_q{nullptr}, readout_k{nullptr};
   tt::nn::BlockStack blocks{nullptr};
@@ -106,7 +147,24 @@ class TabularIcl : public Model {
   int64_t eval_chunk_;
   int64_t ensemble_ = 1;
   Preprocess preprocess_ = Preprocess::Standard;
+  int64_t member_features_ = 100, max_members_ = 64;
+  // Step 2: the row representations [B, N, d_model] of standardized values z [B, N, F], the
+  // features' identities ids [B, F, d_id] and their mask fw [B, F] (1: a feature); the rows in
+  // chunks of `chunk` where it is > 0 (inference).
+  at::Tensor represent(const at::Tensor& z, const at::Tensor& ids, const at::Tensor& fw, int64_t chunk);
 };
+
+// One member of the inference ensemble.
+struct Member {
+  std::vector<int64_t> features;  // the columns it sees
+  std::vector<int64_t> group;     // class -> the class it is told as (< kMaxClasses)
+  bool quantile = false;          // the quantile-transformed values (preprocess: mixed, quantile)
+};
+// The members for table t (F features, C classes), from a fixed seed: at least `ensemble`; enough
+// for the random feature subsets of `per_member` to cover every feature; with more than kMaxClasses
+// classes, random balanced groupings until every pair of classes is told apart by two members.
+// ConfigError naming the table when that takes more than max_members.
+std::vector<Member> plan_members(const Table& t, int64_t ensemble, int64_t per_member, bool mixed, int64_t max_members);
 
 Schema model_schema();
 std::shared_ptr<Model> make_model(const Options& o, const Datasets& data);
