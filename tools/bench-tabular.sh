@@ -18,7 +18,8 @@
 # --strategies picks among inference, finetune and peft (default all three); a table with more than
 # 10 classes runs inference only (training takes at most 10; inference groups more, see tabular_model.h).
 # --synthetic "FxC ..." adds tables drawn from the pretraining prior with F features and C classes
-# (tt-data synth-table, --synthetic-rows rows each, held-out seeds 1000000007, 1000000008, ...).
+# (tt-data synth-table, --synthetic-rows rows each, held-out seeds 1000000007, 1000000008, ...; the class a
+# function of the features, --node-target-share 0, so that there is something to learn).
 # --support-sweep "S ..." times inference with S support rows (a 20-feature, 5-class prior table of
 # S + 1000 rows, the last 1000 the queries) and prints the seconds and peak memory per S.
 # scikit-learn is Debian's python3-sklearn, installed with apt-get when missing (as root, or with sudo).
@@ -94,7 +95,7 @@ i=0
 for v in $SYNTH; do  # held-out prior tables: seeds far from pretraining's
   F="${v%x*}"; C="${v#*x}"; n="synth-${F}f-${C}c"
   mkdir -p "$OUT/synthetic"
-  "$TT_DATA" synth-table --features "$F" --classes "$C" --rows "$SYNTH_ROWS" --seed $((1000000007 + i)) \
+  "$TT_DATA" synth-table --features "$F" --classes "$C" --rows "$SYNTH_ROWS" --seed $((1000000007 + i)) --node-target-share 0 \
     --out "$OUT/synthetic/$n.csv" || { echo "bench-tabular: tt-data synth-table failed for $v" >&2; exit 1; }
   TABLES+=("$n"$'\t'$'\t'"$OUT/synthetic/$n.csv")
   i=$((i + 1))

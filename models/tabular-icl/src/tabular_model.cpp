@@ -395,9 +395,8 @@ at::Tensor TabularIcl::predict_table(const Table& context, const Table& queries)
   const int64_t C = context.classes();
   // preprocess: mixed alternates the raw values (standardized inside the model) with their
   // quantile transform (odd members), as TabPFN mixes preprocessings.
-  const auto members = plan_members(context, ensemble_, member_features_, preprocess_ == Preprocess::Mixed, max_members_);
-  for (auto& m : const_cast<std::vector<Member>&>(members))
-    if (preprocess_ == Preprocess::Quantile) m.quantile = true;
+  auto members = plan_members(context, ensemble_, member_features_, preprocess_ == Preprocess::Mixed, max_members_);
+  for (auto& m : members) m.quantile = m.quantile || preprocess_ == Preprocess::Quantile;
   std::optional<std::pair<Table, Table>> quantile;
   if (preprocess_ != Preprocess::Standard) quantile = quantile_normal(context, queries);
   at::Tensor sum;  // C <= 10: the members' probabilities summed; else their log-probabilities
@@ -408,8 +407,9 @@ at::Tensor TabularIcl::predict_table(const Table& context, const Table& queries)
     const bool all = static_cast<int64_t>(m.features.size()) == context.features();
     const at::Tensor xc = rows_tensor(all ? ctx : select_features(ctx, m.features));
     const at::Tensor xq = rows_tensor(all ? qs : select_features(qs, m.features));
-    at::Tensor y = torch::empty({context.rows}, torch::kLong);
-    for (int64_t i = 0; i < context.rows; ++i) y[i] = m.group[static_cast<size_t>(context.y[i])];
+    std::vector<int64_t> told_as(context.y.size());
+    for (size_t i = 0; i < told_as.size(); ++i) told_as[i] = m.group[static_cast<size_t>(context.y[i])];
+    const at::Tensor y = torch::tensor(told_as, torch::kLong);
     const int64_t told = std::min(C, kMaxClasses);
     at::Tensor p = infer(xc, y, xq, feature_ids(xc.size(1), e)).slice(1, 0, told).to(torch::kDouble);  // [Q, told]
     if (C > kMaxClasses) {  // each class takes its group's probability
