@@ -100,8 +100,8 @@ for v in $SYNTH; do  # held-out prior tables: seeds far from pretraining's
   TABLES+=("$n"$'\t'$'\t'"$OUT/synthetic/$n.csv")
   i=$((i + 1))
 done
-[ ${#TABLES[@]} -gt 0 ] || { echo "bench-tabular: no tables (--datasets or --csv)" >&2; exit 2; }
-dups="$(printf '%s\n' "${TABLES[@]}" | cut -f1 | sort | uniq -d)"
+[ ${#TABLES[@]} -gt 0 ] || [ -n "$SWEEP" ] || { echo "bench-tabular: no tables (--datasets, --csv, --synthetic or --support-sweep)" >&2; exit 2; }
+dups="$(printf '%s\n' ${TABLES[@]+"${TABLES[@]}"} | cut -f1 | sort | uniq -d)"
 [ -z "$dups" ] || { echo "bench-tabular: two tables are named ${dups//$'\n'/ }: give files different names" >&2; exit 2; }
 
 # scikit-learn (and numpy with it): the first python3 that has it (the one on PATH, then Debian's
@@ -131,7 +131,7 @@ fi
 cd "$ROOT"
 
 # Baselines first: quick, and a table tt cannot read fails here before any pretraining.
-printf '%s\n' "${TABLES[@]}" > "$OUT/tables.tsv"
+printf '%s\n' ${TABLES[@]+"${TABLES[@]}"} | sed '/^$/d' > "$OUT/tables.tsv"
 "$PY" - "$OUT" "$IMPUTE" "$FRACTION" "$SPLIT_SEED" <<'PY'
 # Reads each table as models/tabular-icl/src/table.cpp's read_csv does, splits it as its
 # stratified_split does (by calling scikit-learn's train_test_split, which that function mirrors)
@@ -330,7 +330,7 @@ if [ "$BASELINES_ONLY" = 0 ]; then
   fi
   [ -d "$PRE/checkpoints" ] || [ -f "$PRE" ] ||
     { echo "bench-tabular: $PRE is neither a pretraining run (with checkpoints/) nor a weights file"; exit 1; }
-  for t in "${TABLES[@]}"; do
+  for t in ${TABLES[@]+"${TABLES[@]}"}; do
     d="${t%%$'\t'*}"; r="${t#*$'\t'}"; l="${r%%$'\t'*}"; f="${r#*$'\t'}"
     DATA_SET=("data.path=$f" "data.test_fraction=$FRACTION" "data.split_seed=$SPLIT_SEED" "data.impute=$IMPUTE")
     [ -z "$l" ] || DATA_SET+=("data.label=$l")
@@ -349,6 +349,8 @@ out, baselines_only = sys.argv[1], sys.argv[2] == "1"
 base = json.load(open(f"{out}/baselines.json"))
 def num(v, w, p):
     return f"{v:{w}.{p}f}" if v is not None and not math.isnan(v) else f"{'-':>{w}}"
+if not base:
+    sys.exit(0)  # --support-sweep alone
 print(f"stratified split: test fraction {sys.argv[3]}, seed {sys.argv[4]}; baselines: scikit-learn on standardized features")
 W = max([14] + [len(d) for d in base])
 print(f"{'dataset':<{W}} {'strategy':<10} {'accuracy':>8} {'ROC-AUC':>8} {'log-loss':>9} {'Brier':>7} {'ECE':>7} {'step ms':>8}  test rows")
@@ -378,22 +380,28 @@ if [ -n "$SWEEP" ] && [ "$BASELINES_ONLY" = 0 ]; then
   # the last 1000 rows the queries (test_fraction 1000 / (S + 1000), stratified).
   echo
   echo "inference against the support size (20 features, 5 classes, 1000 query rows; $(nproc) threads)"
-  printf '%-14s %10s %12s %14s %14s %9s\n' "support rows" "seconds" "eval s" "peak tensors" "peak RSS" "accuracy"
+  printf '%-14s %10s %12s %15s %9s\n' "support rows" "seconds" "eval s" "peak RSS" "accuracy"
   for S in $SWEEP; do
     f="$OUT/synthetic/support-$S.csv"; mkdir -p "$OUT/synthetic"
     "$TT_DATA" synth-table --features 20 --classes 5 --rows $((S + 1000)) --seed 1000000100 --node-target-share 0 --out "$f"
     frac="$("$PY" -c "print(1000 / ($S + 1000))")"
-    t0=$(date +%s.%N)
-    "$TT" configs/tabular-inference.yaml "data.path=$f" "data.test_fraction=$frac" "model.init_from=$PRE" \
-      --run-dir "$OUT/support-$S" -q > "$OUT/support-$S.log" 2>&1 || { cat "$OUT/support-$S.log"; exit 1; }
-    t1=$(date +%s.%N)
-    "$PY" - "$OUT/support-$S/summary.json" "$S" "$t0" "$t1" <<'PY'
-import json, sys
-s = json.load(open(sys.argv[1]))
-m, v = s["memory"], s.get("validation", {})
-mib = lambda b: f"{b / 2**20:.1f} MiB"
-print(f"{sys.argv[2]:<14} {float(sys.argv[4]) - float(sys.argv[3]):10.1f} {s['wall_seconds'] - s['setup_seconds']:12.1f} "
-      f"{mib(m['peak_tensor_bytes']):>14} {mib(m['peak_rss_bytes']):>14} {v.get('val_accuracy', float('nan')):9.3f}")
+    # the process's own peak resident memory (getrusage of the child: the meter counts training
+    # steps, and an inference-only run has none)
+    "$PY" - "$TT" "$f" "$frac" "$PRE" "$OUT/support-$S" "$S" <<'PY' || { cat "$OUT/support-$S.log"; exit 1; }
+import json, resource, subprocess, sys, time
+tt, path, frac, pre, run_dir, S = sys.argv[1:7]
+t0 = time.monotonic()
+with open(run_dir + ".log", "w") as log:
+    rc = subprocess.call([tt, "configs/tabular-inference.yaml", f"data.path={path}", f"data.test_fraction={frac}",
+                          f"model.init_from={pre}", "--run-dir", run_dir, "-q"], stdout=log, stderr=subprocess.STDOUT)
+seconds = time.monotonic() - t0
+if rc != 0:
+    sys.exit(rc)
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+s = json.load(open(run_dir + "/summary.json"))
+v = s.get("validation", {})
+print(f"{S:<14} {seconds:10.1f} {s['wall_seconds'] - s['setup_seconds']:12.1f} {peak / 2**20:11.1f} MiB "
+      f"{v.get('val_accuracy', float('nan')):9.3f}")
 PY
   done
 fi
