@@ -30,7 +30,7 @@ Table3 make_table(int64_t seed) {
   t.support.slice(1, 0, 20).fill_(true);
   return t;
 }
-std::shared_ptr<TabularIcl> tiny() {
+std::shared_ptr<TabularIcl> tiny(int64_t eval_chunk = 1024) {
   torch::manual_seed(7);
   Shape s;
   s.d_cell = 4;
@@ -39,7 +39,7 @@ std::shared_ptr<TabularIcl> tiny() {
   s.n_layers = 2;
   s.n_heads = 4;
   s.d_ff = 64;
-  auto m = std::make_shared<TabularIcl>(s, nullptr, 1024);
+  auto m = std::make_shared<TabularIcl>(s, nullptr, eval_chunk);
   m->eval();
   return m;
 }
@@ -137,16 +137,8 @@ TEST(TabularModel, PaddingPermutingAndScalingFeaturesChangeNothing) {
 TEST(TabularModel, InferWithTheSupportsKeyValueCacheEqualsTheFullForward) {
   auto t = make_table(6);
   for (int64_t chunk : {1024, 7}) {
-    torch::manual_seed(7);
-    Shape s;
-    s.d_cell = 4;
-    s.d_id = 8;
-    s.d_model = 32;
-    s.n_layers = 2;
-    s.n_heads = 4;
-    s.d_ff = 64;
-    TabularIcl m(s, nullptr, chunk);
-    m.eval();
+    auto model = tiny(chunk);
+    TabularIcl& m = *model;
     torch::NoGradGuard ng;
     const at::Tensor ids = m.feature_ids(5, 2);
     const at::Tensor full = m.probabilities(t.x, t.fmask, t.y, t.support, ids.unsqueeze(0))[0].slice(0, 20);
@@ -212,6 +204,28 @@ TEST(TabularModel, LossIsTheQueryRowsNllAndTrainsOnOneTable) {
   const double last = m->forward_loss(b).loss.item<double>();
   EXPECT_LT(last, 0.5 * first);
   EXPECT_NEAR(last, query_nll(t.y), 1e-5 * last);
+}
+
+// Training takes at most 10 classes per table; a batch with more is refused with the fix.
+TEST(TabularModel, TrainingATableOfMoreThanTenClassesIsAClearError) {
+  auto m = tiny();
+  auto t = make_table(8);
+  tt::Batch b;
+  b.set("x", t.x);
+  b.set("feature_mask", t.fmask);
+  b.set("y", t.y);
+  b.set("support", t.support);
+  b.set("n_classes", torch::full({1}, 11, torch::kLong));
+  try {
+    m->forward_loss(b);
+    FAIL() << "expected an error";
+  } catch (const tt::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("a training table has 11 classes; training and fine-tuning take at most 10: "
+                                         "run it as inference (trainer.max_steps: 0)"),
+              std::string::npos) << e.what();
+  }
+  b.set("n_classes", torch::full({1}, 10, torch::kLong));
+  EXPECT_NO_THROW(m->forward_loss(b));
 }
 
 namespace {

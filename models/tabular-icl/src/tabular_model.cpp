@@ -262,9 +262,13 @@ ModelOutput TabularIcl::forward_loss(const Batch& batch) {
 namespace {
 // The table's columns `cols`, in that order.
 Table select_features(const Table& t, const std::vector<int64_t>& cols) {
-  Table out = t;
+  Table out;
+  out.source = t.source;
+  out.class_names = t.class_names;
+  out.label_name = t.label_name;
+  out.y = t.y;
+  out.rows = t.rows;
   const int64_t F = t.features(), G = static_cast<int64_t>(cols.size());
-  out.feature_names.clear();
   for (int64_t c : cols) out.feature_names.push_back(t.feature_names[c]);
   out.x.resize(static_cast<size_t>(t.rows * G));
   for (int64_t i = 0; i < t.rows; ++i)
@@ -399,14 +403,18 @@ at::Tensor TabularIcl::predict_table(const Table& context, const Table& queries)
   for (auto& m : members) m.quantile = m.quantile || preprocess_ == Preprocess::Quantile;
   std::optional<std::pair<Table, Table>> quantile;
   if (preprocess_ != Preprocess::Standard) quantile = quantile_normal(context, queries);
+  // a member that sees every feature takes the whole table: converted once
+  const at::Tensor whole[2][2] = {{rows_tensor(context), rows_tensor(queries)},
+                                  {quantile ? rows_tensor(quantile->first) : at::Tensor(),
+                                   quantile ? rows_tensor(quantile->second) : at::Tensor()}};
   at::Tensor sum;  // C <= 10: the members' probabilities summed; else their log-probabilities
   for (size_t e = 0; e < members.size(); ++e) {
     const Member& m = members[e];
     const Table& ctx = m.quantile ? quantile->first : context;
     const Table& qs = m.quantile ? quantile->second : queries;
     const bool all = static_cast<int64_t>(m.features.size()) == context.features();
-    const at::Tensor xc = rows_tensor(all ? ctx : select_features(ctx, m.features));
-    const at::Tensor xq = rows_tensor(all ? qs : select_features(qs, m.features));
+    const at::Tensor xc = all ? whole[m.quantile][0] : rows_tensor(select_features(ctx, m.features));
+    const at::Tensor xq = all ? whole[m.quantile][1] : rows_tensor(select_features(qs, m.features));
     std::vector<int64_t> told_as(context.y.size());
     for (size_t i = 0; i < told_as.size(); ++i) told_as[i] = m.group[static_cast<size_t>(context.y[i])];
     const at::Tensor y = torch::tensor(told_as, torch::kLong);
