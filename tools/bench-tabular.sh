@@ -28,8 +28,14 @@
 #   tools/bench-tabular.sh [--pretrained RUN|WEIGHTS] [--pretrain-steps 2000] [--datasets "iris wine breast_cancer"]
 #                          [--csv FILE]... [--label COLUMN] [--impute none|mean] [--strategies "inference finetune peft"]
 #                          [--synthetic "50x2 100x5 300x3 20x15 20x26"] [--synthetic-rows 1000] [--support-sweep "1000 10000"]
-#                          [--test-fraction 0.3] [--split-seed 0] [--baselines-only]
-#                          [--memory] [--out DIR] [--build DIR]
+#                          [--test-fraction 0.3] [--split-seed 0 | --split-seeds "0 1 2 3 4"] [--baselines-only]
+#                          [--set KEY=VALUE]... [--memory] [--out DIR] [--build DIR]
+# --split-seeds "S ..." runs the whole comparison once per split seed (in OUT/seed-S, each printing its
+# table) and then prints, per table and strategy, the mean accuracy and log-loss over the splits, their
+# range, and on how many splits tt's accuracy reached logistic regression's: one split of a small table
+# moves by a whole row at a time. It needs --pretrained (or --baselines-only).
+# --set KEY=VALUE (repeatable) passes a pipeline override to every tt-run of the strategies, e.g.
+# --set model.preprocess=quantile or --set model.ensemble=16.
 # --pretrained takes a pretraining run or a weights file (the shipped one: models/tabular-icl/pretrained/small.safetensors).
 # --csv may be repeated; with --csv and no --datasets only the given files are run. A table is named
 # by its file name without .csv (the run directories in --out are NAME-STRATEGY). --label names the
@@ -39,7 +45,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="$ROOT/build"; PRE=""; PRE_STEPS=""; SETS=""; SETS_GIVEN=0; MEMORY=0; OUT=""; CSVS=()
 LABEL=""; IMPUTE="none"; FRACTION="0.3"; SPLIT_SEED="0"; BASELINES_ONLY=0  # tt's defaults (csv_schema)
-STRATEGIES="inference finetune peft"; SYNTH=""; SYNTH_ROWS=1000; SWEEP=""
+STRATEGIES="inference finetune peft"; SYNTH=""; SYNTH_ROWS=1000; SWEEP=""; SPLIT_SEEDS=""; SETS_TT=()
+ARGS=("$@")
 need() { [ $# -ge 2 ] || { echo "bench-tabular: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -47,6 +54,9 @@ while [ $# -gt 0 ]; do
     --datasets) need "$@"; SETS="$2"; SETS_GIVEN=1; shift 2 ;; --csv) need "$@"; CSVS+=("$2"); shift 2 ;;
     --label) need "$@"; LABEL="$2"; shift 2 ;; --impute) need "$@"; IMPUTE="$2"; shift 2 ;;
     --test-fraction) need "$@"; FRACTION="$2"; shift 2 ;; --split-seed) need "$@"; SPLIT_SEED="$2"; shift 2 ;;
+    --split-seeds) need "$@"; SPLIT_SEEDS="$2"; shift 2 ;;
+    --set) need "$@"; case "$2" in *=*) ;; *) echo "bench-tabular: --set takes KEY=VALUE, got '$2'" >&2; exit 2 ;; esac
+           SETS_TT+=("$2"); shift 2 ;;
     --baselines-only) BASELINES_ONLY=1; shift ;;
     --strategies) need "$@"; STRATEGIES="$2"; shift 2 ;;
     --synthetic) need "$@"; SYNTH="$2"; shift 2 ;; --synthetic-rows) need "$@"; SYNTH_ROWS="$2"; shift 2 ;;
@@ -70,6 +80,57 @@ done
 for v in $SWEEP; do
   case "$v" in ''|*[!0-9]*) echo "bench-tabular: --support-sweep has '$v': support row counts" >&2; exit 2 ;; esac
 done
+for v in $SPLIT_SEEDS; do
+  case "$v" in *[!0-9]*) echo "bench-tabular: --split-seeds has '$v': split seeds are integers" >&2; exit 2 ;; esac
+done
+if [ -n "$SPLIT_SEEDS" ]; then
+  [ -n "$PRE" ] || [ "$BASELINES_ONLY" = 1 ] ||
+    { echo "bench-tabular: --split-seeds needs --pretrained RUN|WEIGHTS (one model for every split) or --baselines-only" >&2; exit 2; }
+  [ -z "$SWEEP" ] && [ "$MEMORY" = 0 ] ||
+    { echo "bench-tabular: --split-seeds compares accuracy over splits: run --support-sweep and --memory without it" >&2; exit 2; }
+  OUT="${OUT:-$(mktemp -d /tmp/tt-bench-tabular-XXXXXX)}"
+  mkdir -p "$OUT"
+  OUT="$(cd "$OUT" && pwd)"
+  PASS=()  # the arguments less --split-seeds, --split-seed and --out, which each split's run gets its own of
+  i=0
+  while [ $i -lt ${#ARGS[@]} ]; do
+    case "${ARGS[$i]}" in --split-seeds|--split-seed|--out) i=$((i + 2)) ;; *) PASS+=("${ARGS[$i]}"); i=$((i + 1)) ;; esac
+  done
+  for S in $SPLIT_SEEDS; do
+    echo "== split seed $S"
+    "${BASH_SOURCE[0]}" ${PASS[@]+"${PASS[@]}"} --split-seed "$S" --out "$OUT/seed-$S"
+  done
+  PY=python3; python3 -c 'import json' 2>/dev/null || PY=/usr/bin/python3
+  echo
+  "$PY" - "$OUT" "$BASELINES_ONLY" "$STRATEGIES" $SPLIT_SEEDS <<'PY'
+import json, os, sys
+out, baselines_only, strategies, seeds = sys.argv[1], sys.argv[2] == "1", sys.argv[3].split(), sys.argv[4:]
+runs = {}  # (table, method) -> [(accuracy, log-loss, examples)]
+for s in seeds:
+    base = json.load(open(f"{out}/seed-{s}/baselines.json"))
+    for d, b in base.items():
+        for m in ([] if baselines_only else strategies):
+            f = f"{out}/seed-{s}/{d}-{m}/summary.json"
+            if os.path.exists(f):
+                v = json.load(open(f))["validation"]
+                runs.setdefault((d, m), []).append((v["val_accuracy"], v["val_log_loss"], s))
+        for m in ("logreg", "knn5"):
+            runs.setdefault((d, m), []).append((b[m]["accuracy"], b[m]["log_loss"], s))
+print(f"over {len(seeds)} stratified splits (seeds {' '.join(seeds)}): mean, lowest and highest; "
+      "'>= logreg': the splits where the accuracy reached logistic regression's")
+W = max([14] + [len(d) for d, _ in runs])
+print(f"{'dataset':<{W}} {'method':<10} {'accuracy':>8} {'lowest':>7} {'highest':>7} {'log-loss':>9} {'>= logreg':>10}")
+for (d, m), r in runs.items():
+    lr = {s: a for a, _, s in runs[(d, "logreg")]}
+    acc = [a for a, _, _ in r]
+    ll = [l for _, l, _ in r]
+    reached = sum(1 for a, _, s in r if a >= lr[s] - 1e-9)
+    print(f"{d:<{W}} {m:<10} {sum(acc) / len(acc):8.3f} {min(acc):7.3f} {max(acc):7.3f} {sum(ll) / len(ll):9.4f} "
+          f"{reached:>6} of {len(r)}")
+PY
+  echo "bench-tabular: runs in $OUT"
+  exit 0
+fi
 TT="$BUILD/bin/tt-run"; TT_DATA="$BUILD/bin/tt-data"
 [ -z "$SYNTH$SWEEP" ] || [ -x "$TT_DATA" ] || { echo "bench-tabular: $TT_DATA not built (tools/setup.sh build)" >&2; exit 1; }
 OUT="${OUT:-$(mktemp -d /tmp/tt-bench-tabular-XXXXXX)}"
@@ -337,7 +398,7 @@ if [ "$BASELINES_ONLY" = 0 ]; then
     C="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]]["classes"])' "$OUT/baselines.json" "$d")"
     for s in $STRATEGIES; do
       if [ "$s" != inference ] && [ "$C" -gt 10 ]; then continue; fi  # training takes at most 10 classes
-      "$TT" "configs/tabular-$s.yaml" "${DATA_SET[@]}" "model.init_from=$PRE" \
+      "$TT" "configs/tabular-$s.yaml" "${DATA_SET[@]}" "model.init_from=$PRE" ${SETS_TT[@]+"${SETS_TT[@]}"} \
         --run-dir "$OUT/$d-$s" -q > "$OUT/$d-$s.log" 2>&1 || { cat "$OUT/$d-$s.log"; exit 1; }
     done
   done

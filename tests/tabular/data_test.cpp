@@ -10,6 +10,7 @@
 
 #include "metrics.h"
 #include "prior.h"
+#include "synth_table_tool.h"
 #include "table.h"
 #include "tabular_data.h"
 #include "test_support.h"
@@ -301,6 +302,67 @@ TEST(TabularCsv, StratifiedSplitKeepsClassSharesAndDependsOnTheSeed) {
   EXPECT_EQ(test_count, (std::vector<int>{15, 9, 6}));
   EXPECT_EQ(stratified_split(t, 0.3, 0).test, s.test);
   EXPECT_NE(stratified_split(t, 0.3, 1).test, s.test);
+}
+
+// tt-data split-table writes the rows stratified_split picks, each as the file has it (text,
+// quotes, number formats), the header first and the rows in file order; blank lines are skipped.
+TEST(TabularCsv, SplitTableWritesTheSplitsRowsAsTheFileHasThem) {
+  const auto dir = tt::test::temp_dir("split-table");
+  const auto path = (dir / "t.csv").string();
+  std::vector<std::string> rows;
+  {
+    std::ofstream f(path);
+    f << "a,\"b, text\",kind\n\n";
+    for (int i = 0; i < 20; ++i) {
+      rows.push_back(std::to_string(i) + ".50,\"" + std::to_string(20 - i) + "\"," + (i % 3 == 0 ? "yes" : "no"));
+      f << rows.back() << "\n";
+      if (i == 9) f << "  \n";
+    }
+  }
+  const auto train = (dir / "train.csv").string(), test = (dir / "test.csv").string();
+  ASSERT_EQ(split_table_tool({"--csv", path, "--label", "kind", "--test-fraction", "0.3", "--seed", "3", "--train-out",
+                              train, "--test-out", test}),
+            0);
+  CsvOptions o;
+  o.label = "kind";
+  const Table t = read_csv(path, o);
+  const Split split = stratified_split(t, 0.3, 3);
+  auto lines = [](const std::string& p) {
+    std::ifstream in(p);
+    std::vector<std::string> v;
+    for (std::string l; std::getline(in, l);) v.push_back(l);
+    return v;
+  };
+  for (const auto& [file, picked] : {std::pair{train, split.train}, std::pair{test, split.test}}) {
+    std::vector<std::string> expected{"a,\"b, text\",kind"};
+    for (int64_t r : picked) expected.push_back(rows[static_cast<size_t>(r)]);
+    EXPECT_EQ(lines(file), expected) << file;
+    EXPECT_EQ(read_csv(file, o).x, t.subset(picked).x) << file;
+  }
+  EXPECT_EQ(split.test.size(), 6u);
+  // Out of range: CLI's check (exit 2); an unreadable table: the reader's clear error.
+  EXPECT_EQ(split_table_tool({"--csv", path, "--test-fraction", "1.5", "--train-out", train, "--test-out", test}), 2);
+  EXPECT_THROW(split_table_tool({"--csv", (dir / "missing.csv").string(), "--train-out", train, "--test-out", test}),
+               tt::ConfigError);
+}
+
+// tt-data synth-table: the same seed writes the same table, another seed another; a header of
+// f0..f{F-1},target and the classes 0..C-1 all present.
+TEST(TabularPrior, SynthTableWritesTheSeedsTableAsCsv) {
+  const auto dir = tt::test::temp_dir("synth-table");
+  auto write = [&](const std::string& name, const char* seed) {
+    const auto p = (dir / name).string();
+    EXPECT_EQ(synth_table_tool({"--features", "7", "--classes", "4", "--rows", "200", "--seed", seed, "--out", p}), 0);
+    return tt::test::read_file(p);
+  };
+  const std::string a = write("a.csv", "11"), b = write("b.csv", "11"), c = write("c.csv", "12");
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_EQ(a.substr(0, a.find('\n')), "f0,f1,f2,f3,f4,f5,f6,target");
+  const Table t = read_csv((dir / "a.csv").string(), CsvOptions{});
+  EXPECT_EQ(t.rows, 200);
+  EXPECT_EQ(t.features(), 7);
+  EXPECT_EQ(t.class_names, (std::vector<std::string>{"0", "1", "2", "3"}));
 }
 
 // The split is scikit-learn's train_test_split(X, y, test_size, stratify=y, random_state=seed).

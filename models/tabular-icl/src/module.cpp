@@ -19,6 +19,8 @@ void register_tabular(tt::Registry& r) {
                 tt::tab::csv_schema(), &tt::tab::make_csv);
   r.add_data_tool("synth-table", "one table from tabular-icl's pretraining prior as CSV (any features and classes)",
                   &tt::tab::synth_table_tool);
+  r.add_data_tool("split-table", "a CSV table's stratified train/test split (the rows tt and scikit-learn pick) as two CSV files",
+                  &tt::tab::split_table_tool);
 }
 }  // namespace
 

@@ -81,7 +81,7 @@ Batch sample_prior_table(const PriorOptions& o, uint64_t seed) {
     // into ordered bands, or (argmax_share of these tables, when C > 2) one output per class and
     // the class is the largest, as in multinomial logistic regression: classes that differ along
     // several directions, none of them in between two others.
-    const int64_t informative = pick(1, std::min<int64_t>(F, 8));
+    const int64_t informative = pick(1, std::min<int64_t>(F, o.max_informative));
     std::vector<int64_t> fi(static_cast<size_t>(F));
     std::iota(fi.begin(), fi.end(), 0);
     std::shuffle(fi.begin(), fi.end(), rng);
@@ -222,6 +222,7 @@ Schema prior_schema() {
       .field("node_target_share", &P::node_target_share, 0.3, "share of tables whose target is a node of the causal graph (else a random function of some features)").range(ge(0), le(1))
       .field("argmax_share", &P::argmax_share, 0.3, "share of the feature-function tables (3+ classes) whose class is the argmax of one random function per class (else ordered bands of one)").range(ge(0), le(1))
       .field("warp_share", &P::warp_share, 0.3, "share of features observed through a random monotone warp (exp skew, power, quantile steps)").range(ge(0), le(1))
+      .field("max_informative", &P::max_informative, 8, "most features a feature-function target depends on (drawn uniformly from 1 to this, at most the table's)").range(ge(1))
       .field("max_layers", &P::max_layers, 4, "deepest random MLP").range(ge(1))
       .field("max_width", &P::max_width, 48, "widest random MLP layer").range(ge(4));
 }

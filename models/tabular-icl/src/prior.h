@@ -5,7 +5,7 @@
 //   leaky ReLU, sine, |x|, sigmoid, square; sparse Gaussian weights; Gaussian noise added at every
 //   layer, scale drawn per layer) run on Gaussian or uniform root causes; features and the target
 //   are distinct nodes taken at random from the root causes and all layers (node_target_share of the
-//   tables), else the target is a small random MLP of 1-8 of the features plus noise (the tables
+//   tables), else the target is a small random MLP of 1-max_informative of the features plus noise (the tables
 //   where the features tell the class: one output cut into ordered bands, or for argmax_share of
 //   them one output per class and the largest wins); a share of the tables are linear
 //   (identity activations throughout). After the target is drawn, a warp_share of the features
@@ -36,6 +36,7 @@ struct PriorOptions {
   double node_target_share;  // tables whose target is a graph node (else a function of features)
   double argmax_share;       // feature-function tables with 3+ classes: class = argmax of C functions
   double warp_share;         // features observed through a random monotone warp
+  int64_t max_informative;   // most features a feature-function target depends on
   int64_t max_layers, max_width;
 };
 

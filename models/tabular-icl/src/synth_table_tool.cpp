@@ -67,4 +67,64 @@ int synth_table_tool(const std::vector<std::string>& args) {
   return 0;
 }
 
+// tt-data split-table: the lines of the rows stratified_split puts on each side, copied as they are.
+int split_table_tool(const std::vector<std::string>& args) {
+  std::string csv, label, train_out, test_out, impute = "none";
+  double test_fraction = 0.3;
+  uint64_t seed = 0;
+  CLI::App app{"a CSV table's stratified train/test split (the rows tabular-csv and scikit-learn's train_test_split "
+               "pick) written as two CSV files of the table's own lines",
+               "tt-data split-table"};
+  app.add_option("--csv", csv, "the table (a header row, then one row per line)")->required();
+  app.add_option("--label", label, "the label column (default: the last one)");
+  app.add_option("--test-fraction", test_fraction, "share of the rows in the test file (data.test_fraction)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--seed", seed, "split seed (data.split_seed; numpy's random_state)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{0}, uint64_t{0xFFFFFFFFull}));
+  app.add_option("--impute", impute, "none: a missing value is an error; mean: allowed (the lines are copied as they are)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "mean"}));
+  app.add_option("--train-out", train_out, "the training rows' CSV file to write")->required();
+  app.add_option("--test-out", test_out, "the test rows' CSV file to write")->required();
+  try {
+    app.parse(std::vector<std::string>(args.rbegin(), args.rend()));  // CLI11 takes them last first
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  TT_CHECK_AS(ConfigError, test_fraction > 0 && test_fraction < 1, "tt-data split-table: --test-fraction ", test_fraction,
+              " must be between 0 and 1 (exclusive)");
+  CsvOptions o;
+  if (!label.empty()) o.label = label;
+  o.impute = impute;
+  const Table t = read_csv(csv, o);
+  const Split split = stratified_split(t, test_fraction, seed);
+  // The file's lines by number (1-based), read the way read_csv read them.
+  std::vector<std::string> lines{""};
+  {
+    std::ifstream in(csv);
+    TT_CHECK_AS(ConfigError, in.good(), "tt-data split-table: cannot open ", csv);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+  }
+  TT_CHECK(!t.line.empty() && t.line.front() >= 2, "internal: read_csv gave no file lines for ", csv);
+  const int64_t header_line = [&] {  // the first line that is not blank
+    for (size_t n = 1; n < lines.size(); ++n)
+      if (lines[n].find_first_not_of(" \t\r") != std::string::npos) return static_cast<int64_t>(n);
+    return int64_t{1};
+  }();
+  for (const auto& [path, rows] : {std::pair{train_out, &split.train}, std::pair{test_out, &split.test}}) {
+    std::ofstream f(path);
+    TT_CHECK_AS(ConfigError, f.good(), "tt-data split-table: cannot write ", path);
+    f << lines[static_cast<size_t>(header_line)] << '\n';
+    for (int64_t r : *rows) f << lines[static_cast<size_t>(t.line[static_cast<size_t>(r)])] << '\n';
+    f.close();
+    TT_CHECK(f.good(), "tt-data split-table: writing ", path, " failed");
+  }
+  std::printf("%s: %zu training rows -> %s, %zu test rows -> %s (stratified, test fraction %g, seed %llu)\n",
+              csv.c_str(), split.train.size(), train_out.c_str(), split.test.size(), test_out.c_str(), test_fraction,
+              static_cast<unsigned long long>(seed));
+  return 0;
+}
+
 }  // namespace tt::tab

@@ -148,9 +148,11 @@ Table Table::subset(const std::vector<int64_t>& idx) const {
   t.rows = static_cast<int64_t>(idx.size());
   t.x.resize(idx.size() * F);
   t.y.resize(idx.size());
+  if (!line.empty()) t.line.resize(idx.size());
   for (size_t i = 0; i < idx.size(); ++i) {
     std::copy_n(x.begin() + idx[i] * F, F, t.x.begin() + static_cast<int64_t>(i) * F);
     t.y[i] = y.empty() ? -1 : y[idx[i]];
+    if (!line.empty()) t.line[i] = line[idx[i]];
   }
   return t;
 }
@@ -170,6 +172,7 @@ Table read_csv(const std::string& path, const CsvOptions& o) {
   Table t;
   t.source = path;
   t.rows = static_cast<int64_t>(raw.rows.size());
+  t.line = raw.line_of;
   t.label_name = raw.header[label_col];
   std::vector<size_t> cols;
   for (size_t j = 0; j < raw.header.size(); ++j)
@@ -213,6 +216,7 @@ Table read_csv_like(const std::string& path, const Table& like, const CsvOptions
   Table t;
   t.source = path;
   t.rows = static_cast<int64_t>(raw.rows.size());
+  t.line = raw.line_of;
   t.feature_names = like.feature_names;
   t.class_names = like.class_names;
   std::vector<size_t> cols;

@@ -19,6 +19,7 @@ struct Table {
   std::string label_name;                  // the label column's header
   std::vector<float> x;                    // rows x features, row-major
   std::vector<int64_t> y;                  // class id per row (-1: no label column)
+  std::vector<int64_t> line;               // the file line of each row (1-based; read_csv and read_csv_like)
   int64_t rows = 0;
   int64_t features() const { return static_cast<int64_t>(feature_names.size()); }
   int64_t classes() const { return static_cast<int64_t>(class_names.size()); }
