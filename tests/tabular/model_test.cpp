@@ -30,6 +30,16 @@ Table3 make_table(int64_t seed) {
   t.support.slice(1, 0, 20).fill_(true);
   return t;
 }
+// The table as the training batch forward_loss takes, claiming `classes` classes.
+tt::Batch batch_of(const Table3& t, int64_t classes) {
+  tt::Batch b;
+  b.set("x", t.x);
+  b.set("feature_mask", t.fmask);
+  b.set("y", t.y);
+  b.set("support", t.support);
+  b.set("n_classes", torch::full({1}, classes, torch::kLong));
+  return b;
+}
 std::shared_ptr<TabularIcl> tiny(int64_t eval_chunk = 1024) {
   torch::manual_seed(7);
   Shape s;
@@ -150,12 +160,7 @@ TEST(TabularModel, InferWithTheSupportsKeyValueCacheEqualsTheFullForward) {
 TEST(TabularModel, LossIsTheQueryRowsNllAndTrainsOnOneTable) {
   auto m = tiny();  // in eval mode forward_loss takes the identities of seed 0, as query_nll does
   auto t = make_table(5);
-  tt::Batch b;
-  b.set("x", t.x);
-  b.set("feature_mask", t.fmask);
-  b.set("y", t.y);
-  b.set("support", t.support);
-  b.set("n_classes", torch::full({1}, 3, torch::kLong));
+  tt::Batch b = batch_of(t, 3);
   // The query rows' negative log-likelihood, row by row: -log p(label) from the predicted
   // class probabilities, averaged over the query rows (20..31). Support rows' labels are inputs,
   // not targets, and do not count.
@@ -210,12 +215,7 @@ TEST(TabularModel, LossIsTheQueryRowsNllAndTrainsOnOneTable) {
 TEST(TabularModel, TrainingATableOfMoreThanTenClassesIsAClearError) {
   auto m = tiny();
   auto t = make_table(8);
-  tt::Batch b;
-  b.set("x", t.x);
-  b.set("feature_mask", t.fmask);
-  b.set("y", t.y);
-  b.set("support", t.support);
-  b.set("n_classes", torch::full({1}, 11, torch::kLong));
+  tt::Batch b = batch_of(t, 11);
   try {
     m->forward_loss(b);
     FAIL() << "expected an error";

@@ -110,7 +110,7 @@ int split_table_tool(const std::vector<std::string>& args) {
   TT_CHECK(!t.line.empty() && t.line.front() >= 2, "internal: read_csv gave no file lines for ", csv);
   const int64_t header_line = [&] {  // the first line that is not blank
     for (size_t n = 1; n < lines.size(); ++n)
-      if (lines[n].find_first_not_of(" \t\r") != std::string::npos) return static_cast<int64_t>(n);
+      if (!is_blank_line(lines[n])) return static_cast<int64_t>(n);
     return int64_t{1};
   }();
   for (const auto& [path, rows] : {std::pair{train_out, &split.train}, std::pair{test_out, &split.test}}) {

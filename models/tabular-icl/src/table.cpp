@@ -15,6 +15,8 @@
 #include "tt/error.h"
 
 namespace tt::tab {
+bool is_blank_line(const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; }
+
 namespace {
 
 std::vector<std::string> split_line(const std::string& line) {
@@ -74,7 +76,7 @@ Raw read_raw(const std::string& path) {
   int64_t n = 0;
   while (std::getline(in, line)) {
     ++n;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines
+    if (is_blank_line(line)) continue;
     if (r.header.empty()) {
       r.header = split_line(line);
       continue;

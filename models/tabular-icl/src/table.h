@@ -44,6 +44,9 @@ Table read_csv(const std::string& path, const CsvOptions& o);
 // column is o.label, else like's label column by name, else a single column beyond the features.
 Table read_csv_like(const std::string& path, const Table& like, const CsvOptions& o);
 
+// A line of only spaces, tabs or a carriage return: read_csv skips it (before the header too).
+bool is_blank_line(const std::string& line);
+
 // Stratified split, the same rows as scikit-learn's
 //   train_test_split(X, y, test_size=test_fraction, stratify=y, random_state=seed)
 // (StratifiedShuffleSplit: ceil(test_fraction * rows) test rows, shared out over the classes by
