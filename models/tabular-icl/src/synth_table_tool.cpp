@@ -95,6 +95,8 @@ int split_table_tool(const std::vector<std::string>& args) {
   }
   TT_CHECK_AS(ConfigError, test_fraction > 0 && test_fraction < 1, "tt-data split-table: --test-fraction ", test_fraction,
               " must be between 0 and 1 (exclusive)");
+  TT_CHECK_AS(ConfigError, std::filesystem::is_regular_file(csv), "tt-data split-table: --csv ", csv,
+              " is not a file: check the path");
   CsvOptions o;
   if (!label.empty()) o.label = label;
   o.impute = impute;
