@@ -7,8 +7,9 @@
 #
 #   --deps DIR      dependency bundle (tools/portable-deps.sh fetch DIR; default .deps/portable)
 #   --out DIR       where the report and logs go (default gpu-check-<date>)
-#   --budget S      stop starting new stages after S seconds (default: no limit); a stage
-#                   skipped for time is named in the report
+#   --budget S      a deadline S seconds from the start (default: none): a stage running then
+#                   is stopped (what it finished is reported) and no later stage starts; each
+#                   stage cut or skipped for time is named in the report
 #   --topic N,M,K   the topic benchmark's shape (default 100000,100000,20: tinytopics' GPU
 #                   figure is for this shape); 0 skips it
 #   --tests REGEX   only the tests matching REGEX (default: the whole suite)
@@ -52,6 +53,13 @@ NOT_RUN=()
 say() { printf '\033[1m[gpu-check %4ds]\033[0m %s\n' "$(( $(date +%s) - START ))" "$*"; }
 elapsed() { echo $(( $(date +%s) - START )); }
 time_left() { [ "$BUDGET" -eq 0 ] || [ "$(elapsed)" -lt "$BUDGET" ]; }
+# runs a command until the deadline (--budget); rc 124 when stopped there
+bounded() {
+  if [ "$BUDGET" -eq 0 ]; then "$@"; return; fi
+  local left=$(( BUDGET - $(elapsed) ))
+  [ "$left" -gt 1 ] || left=1
+  timeout -k 10 "$left" "$@"
+}
 md() { printf '%s\n' "$@" >> "$REPORT"; }
 fence() { md '```'; cat >> "$REPORT"; md '```'; }
 
@@ -88,12 +96,13 @@ if [ ! -d "$DEPS/debs" ] && command -v apt-get >/dev/null; then
 fi
 say "building in $BUILD ($JOBS jobs)"
 t0=$(date +%s)
-TT_BUILD_DIR="$BUILD" TT_JOBS="$JOBS" "$ROOT/tools/setup.sh" --deps "$DEPS" build >> "$OUT/build.log" 2>&1
+TT_BUILD_DIR="$BUILD" TT_JOBS="$JOBS" bounded "$ROOT/tools/setup.sh" --deps "$DEPS" build >> "$OUT/build.log" 2>&1
 BUILD_RC=$?
-if [ $BUILD_RC -ne 0 ] && [ -f "$BUILD/build.ninja" ]; then
+[ $BUILD_RC -ne 124 ] || NOT_RUN+=("the rest of the build (stopped at the --budget deadline)")
+if [ $BUILD_RC -ne 0 ] && [ $BUILD_RC -ne 124 ] && [ -f "$BUILD/build.ninja" ]; then
   # every error, not only the first target's
   say "build failed (rc $BUILD_RC): building what can be built, to list every error"
-  cmake --build "$BUILD" -j "$JOBS" -- -k 0 >> "$OUT/build.log" 2>&1
+  bounded cmake --build "$BUILD" -j "$JOBS" -- -k 0 >> "$OUT/build.log" 2>&1
 fi
 BUILD_S=$(( $(date +%s) - t0 ))
 WARN=$(grep -c 'warning:' "$OUT/build.log")
@@ -125,7 +134,7 @@ CUDA_RC=0
 run_cuda_tests() {
   [ -z "$TESTS" ] || return 0
   say "the CUDA tests"
-  ctest --test-dir "$BUILD" -R '^(Cuda\.|Adam8bitCuda\.)' --output-on-failure --timeout 900 > "$OUT/tests.log" 2>&1
+  bounded ctest --test-dir "$BUILD" -R '^(Cuda\.|Adam8bitCuda\.)' --output-on-failure --timeout 900 > "$OUT/tests.log" 2>&1
   CUDA_RC=$?
 }
 run_suite() {
@@ -133,10 +142,10 @@ run_suite() {
   local t0 rc
   t0=$(date +%s)
   if [ -z "$TESTS" ]; then
-    ctest --test-dir "$BUILD" -E '^(Cuda\.|Adam8bitCuda\.)' -j "$JOBS" --timeout 900 --output-on-failure \
+    bounded ctest --test-dir "$BUILD" -E '^(Cuda\.|Adam8bitCuda\.)' -j "$JOBS" --timeout 900 --output-on-failure \
       --output-junit "$OUT/tests.xml" >> "$OUT/tests.log" 2>&1
   else
-    ctest --test-dir "$BUILD" -R "$TESTS" -j "$JOBS" --timeout 900 --output-on-failure \
+    bounded ctest --test-dir "$BUILD" -R "$TESTS" -j "$JOBS" --timeout 900 --output-on-failure \
       --output-junit "$OUT/tests.xml" >> "$OUT/tests.log" 2>&1
   fi
   rc=$?
@@ -144,6 +153,12 @@ run_suite() {
   TESTS_S=$(( $(date +%s) - t0 ))
   md "" "## Tests" "" "ctest: rc $TESTS_RC (the CUDA tests: rc $CUDA_RC; the rest in ${TESTS_S} s; tests.log, tests.xml)."
   grep -E 'tests passed|tests failed out of' "$OUT/tests.log" | fence
+  if [ $rc -eq 124 ]; then
+    NOT_RUN+=("the rest of the test suite (stopped at the --budget deadline)")
+    md "" "Stopped at the --budget deadline after $(grep -cE '^ *[0-9]+/[0-9]+ Test +#' "$OUT/tests.log") tests:" \
+       "$(grep -cE '^ *[0-9]+/[0-9]+ Test +#.* Passed' "$OUT/tests.log") passed," \
+       "$(grep -cE '^ *[0-9]+/[0-9]+ Test +#.*\*\*\*(Failed|Exception|Timeout)' "$OUT/tests.log") failed."
+  fi
   md "" "The CUDA tests:"
   grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: (Cuda|Adam8bitCuda)\.' "$OUT/tests.log" | sed -E 's/^ *[0-9]+\/[0-9]+ //' | fence
   if grep -qE '^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Not Run)' "$OUT/tests.log"; then
@@ -163,7 +178,7 @@ crash_stacks() {
   for d in gdb cuda-gdb; do command -v "$d" >/dev/null && { dbg="$d"; break; }; done
   [ -n "$dbg" ] || return 0
   while read -r name; do
-    [ $n -lt 4 ] || break
+    [ $n -lt 4 ] && time_left || break
     for bin in "$BUILD"/bin/tt_*tests; do
       "$bin" --gtest_list_tests --gtest_filter="$name" 2>/dev/null | grep -q '^  ' || continue
       timeout 120 "$bin" --gtest_filter="$name" > /dev/null 2>&1
@@ -201,7 +216,7 @@ if [ -x "$RUN" ] && [ -f "$DATA" ] && time_left; then
         -e '/^    [a-z0-9+-]*: {plugins/{/^    \(checkpoint\|chunked\): /!d}' -e '/^    #/d' \
         "$ROOT/configs/compare-lm-cuda.yaml" > "$cfg"
   fi
-  (cd "$ROOT" && "$RUN" "$cfg" "${extra[@]}") > "$OUT/compare-lm.txt" 2>&1
+  (cd "$ROOT" && bounded "$RUN" "$cfg" "${extra[@]}") > "$OUT/compare-lm.txt" 2>&1
   CMP_RC=$?
   CMP_S=$(( $(date +%s) - t0 ))
   latest=$(ls -td "$BUILD"/bench/*compare* 2>/dev/null | head -1)
@@ -228,9 +243,9 @@ if [ "$TOPIC" != "0" ] && [ -x "$RUN" ] && time_left; then
   t0=$(date +%s)
   {
     if [ ! -f "$TDIR/X.npy" ]; then
-      "$BUILD/bin/tt-data" synth-topics --n "$TN" --m "$TM" --k "$TK" --avg-doc-length 256 --seed 42 --out "$TDIR"
+      bounded "$BUILD/bin/tt-data" synth-topics --n "$TN" --m "$TM" --k "$TK" --avg-doc-length 256 --seed 42 --out "$TDIR"
     fi
-    (cd "$ROOT" && "$RUN" configs/topic-disk.yaml data.path="$TDIR/X.npy" data.true_F="$TDIR/true_F.npy" \
+    (cd "$ROOT" && bounded "$RUN" configs/topic-disk.yaml data.path="$TDIR/X.npy" data.true_F="$TDIR/true_F.npy" \
       model.k="$TK" trainer.device="$DEVICE" trainer.epochs=2 schedule.t0_epochs=2 \
       trainer.checkpoint_every=0 output.dir="$BUILD/bench" --run-dir "$TDIR/run")
   } > "$OUT/topic.txt" 2>&1
