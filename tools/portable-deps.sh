@@ -72,7 +72,7 @@ unpack() {
     { echo "portable-deps: unpacking needs dpkg-deb (dpkg) or ar (binutils) and tar" >&2; exit 1; }
   # Unpacked once; a changed bundle (other .deb files) is unpacked again.
   local stamp="$DIR/prefix/.unpacked" want
-  want="layout 2 $(cd "$DIR/debs" && ls *.deb | sort | md5sum | cut -d' ' -f1)"
+  want="layout 3 $(cd "$DIR/debs" && ls *.deb | sort | md5sum | cut -d' ' -f1)"
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
   rm -rf "$DIR/prefix"
   mkdir -p "$DIR/prefix"
@@ -92,6 +92,21 @@ unpack() {
   find "$DIR/prefix" -type l | while read -r l; do
     t="$(readlink "$l")"
     case "$t" in /*) ln -sfn "$DIR/prefix$t" "$l" ;; esac
+  done
+  # A development symlink into a base-system package the bundle leaves out (zlib1g-dev's
+  # libz.so -> zlib1g's libz.so.1.2.13) dangles: point it at this machine's library of the
+  # same name (libz.so.1 from ldconfig), whatever its version. Left dangling, the linker would
+  # take the static archive beside it (libz.a), which cannot go into a shared library.
+  find "$DIR/prefix" -xtype l -name 'lib*.so' | while read -r l; do
+    local name host
+    name="$(basename "$l")"
+    host="$(ldconfig -p 2>/dev/null | awk -v n="$name" '$1 ~ "^" n "\\.[0-9]+$" && /x86-64|x32|64bit/ && !f {f = 1; print $NF}')"
+    if [ -n "$host" ]; then
+      ln -sfn "$host" "$l"
+    else
+      say "$name: its library is not installed here (needed to link tt); install the package that has it"
+      rm -f "$l"
+    fi
   done
   # Gloo's headers only for a LibTorch without its own (CMake adds this folder then): they
   # must never shadow the newer ones a Python PyTorch ships.
