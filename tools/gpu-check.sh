@@ -73,6 +73,7 @@ if [ "$DRY" -eq 1 ]; then DEVICE=cpu; fi
   echo "host: $(uname -srm)"
   [ -r /etc/os-release ] && (. /etc/os-release; echo "os: $PRETTY_NAME")
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
+  echo "cpu flags: $(grep -o -w -E 'avx2|avx512f|avx512_bf16|amx_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
   echo "memory: $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
   if command -v nvidia-smi >/dev/null; then
     echo "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
@@ -267,6 +268,28 @@ EOF
   say "topic: rc $TOPIC_RC in ${TOPIC_S} s"
 elif [ "$TOPIC" != "0" ]; then
   NOT_RUN+=("the topic benchmark ($([ -x "$RUN" ] || echo 'no tt-run')$(time_left || echo 'out of time'))")
+fi
+
+# --- crash reports: tt's code addresses as functions and lines -------------------------------
+# A crash report names tt's own (hidden) functions as library+offset: addr2line turns them into
+# functions and source lines here, where the very binaries are.
+if command -v addr2line >/dev/null; then
+  crash_lines=$(cat "$OUT/tests.log" "$OUT/compare-lm.txt" 2>/dev/null |
+    grep -oE '\((/[^ ()]+)\+0x[0-9a-f]+' | tr -d '(' | grep -F "$BUILD/" | awk '!seen[$0]++' | head -40)
+  if [ -n "$crash_lines" ]; then
+    md "" "## tt's code addresses in crash reports (addr2line; in the order first met, each with its function and file:line)" ""
+    while read -r addr; do
+      file="${addr%+0x*}"; off="0x${addr##*+0x}"
+      printf '%s\n' "${addr#$BUILD/}"
+      addr2line -f -C -i -e "$file" "$off" 2>/dev/null | sed "s|$ROOT/||; s/^/        /"
+    done <<< "$crash_lines" | fence
+  fi
+fi
+# A Python PyTorch's libtorch_cpu may export copies of libstdc++'s std::filesystem (see
+# CMakeLists.txt): how many this one has.
+torch_cpu=$(ldd "$RUN" 2>/dev/null | awk '/libtorch_cpu/ {print $3; exit}')
+if [ -n "$torch_cpu" ] && command -v nm >/dev/null; then
+  md "" "LibTorch ($torch_cpu) exports $(nm -D --defined-only "$torch_cpu" 2>/dev/null | grep -c 'St10filesystem') std::filesystem symbols; tt's programs load libstdc++ ahead of it (test tools.link_order)."
 fi
 
 # --- what was not run ----------------------------------------------------------------------

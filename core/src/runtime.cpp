@@ -4,7 +4,10 @@
 #include <ATen/Parallel.h>
 #include <torch/utils.h>
 
+#include <dlfcn.h>
+#include <link.h>
 #include <execinfo.h>
+#include <ucontext.h>
 #include <sched.h>
 #include <semaphore.h>
 #include <unistd.h>
@@ -13,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -100,13 +104,108 @@ void write_str(const char* text) {
   (void)n;
 }
 
-void on_crash(int sig) {
-  // async-signal-safe: write(2) and backtrace_symbols_fd only (backtrace() was called once
-  // before, so that libgcc is loaded and it allocates nothing here)
+// "0x…" into buf (at least 19 bytes), without printf (not async-signal-safe).
+const char* hex(uintptr_t v, char* buf) {
+  char digits[16];
+  int n = 0;
+  do {
+    digits[n++] = "0123456789abcdef"[v & 15];
+    v >>= 4;
+  } while (v && n < 16);
+  buf[0] = '0';
+  buf[1] = 'x';
+  for (int i = 0; i < n; ++i) buf[2 + i] = digits[n - 1 - i];
+  buf[2 + n] = '\0';
+  return buf;
+}
+
+// "  what 0x… (library+0x…, symbol+0x…)": where an address lies. dladdr is not on the list of
+// async-signal-safe functions, but it only reads the loader's tables; a crash inside the loader
+// itself may hang here, which the plain stack printed first does not depend on.
+bool describe(const char* what, uintptr_t addr, bool only_symbols) {
+  char buf[24];
+  Dl_info info{};
+  const bool found = addr != 0 && ::dladdr(reinterpret_cast<void*>(addr), &info) != 0 && info.dli_fname;
+  if (only_symbols && (!found || !info.dli_sname)) return false;
+  write_str("  ");
+  write_str(what);
+  write_str(" ");
+  write_str(hex(addr, buf));
+  if (!found) {
+    write_str(" (in no loaded library: a call through a bad or stale function pointer?)\n");
+    return true;
+  }
+  write_str(" (");
+  write_str(info.dli_fname);
+  write_str("+");
+  write_str(hex(addr - reinterpret_cast<uintptr_t>(info.dli_fbase), buf));
+  if (info.dli_sname) {
+    write_str(", ");
+    write_str(info.dli_sname);
+    write_str("+");
+    write_str(hex(addr - reinterpret_cast<uintptr_t>(info.dli_saddr), buf));
+  }
+  write_str(")\n");
+  return true;
+}
+
+// The loaded objects' executable segments, for telling code addresses among a stack's words.
+struct CodeRange {
+  uintptr_t begin, end;
+};
+CodeRange g_code[512];
+int g_code_n = 0;
+
+int collect_code(dl_phdr_info* info, size_t, void*) {
+  for (int i = 0; i < info->dlpi_phnum && g_code_n < 512; ++i) {
+    const auto& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X))
+      g_code[g_code_n++] = {info->dlpi_addr + ph.p_vaddr, info->dlpi_addr + ph.p_vaddr + ph.p_memsz};
+  }
+  return 0;
+}
+
+bool is_code(uintptr_t a) {
+  for (int i = 0; i < g_code_n; ++i)
+    if (a >= g_code[i].begin && a < g_code[i].end) return true;
+  return false;
+}
+
+void on_crash(int sig, siginfo_t* si, void* context) {
+  // async-signal-safe: write(2) and backtrace_symbols_fd (backtrace() was called once before,
+  // so that libgcc is loaded and it allocates nothing here); dladdr (see describe) and
+  // dl_iterate_phdr only read the loader's tables. The unwinder may itself fault (it reads the
+  // instruction bytes at a bad address): the registers and the stack's words go first.
   write_str(g_crash_program);
   write_str(": crashed (");
-  write_str(sig == SIGSEGV ? "SIGSEGV" : sig == SIGFPE ? "SIGFPE" : sig == SIGILL ? "SIGILL" : "SIGABRT");
-  write_str("); native stack:\n");
+  write_str(sig == SIGSEGV ? "SIGSEGV" : sig == SIGFPE ? "SIGFPE" : sig == SIGILL ? "SIGILL" : sig == SIGBUS ? "SIGBUS" : "SIGABRT");
+  write_str(")\n");
+  uintptr_t pc = 0, sp = 0;
+  const auto* uc = static_cast<const ucontext_t*>(context);
+#if defined(__x86_64__)
+  if (uc) {
+    pc = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
+    sp = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RSP]);
+  }
+#elif defined(__aarch64__)
+  if (uc) {
+    pc = static_cast<uintptr_t>(uc->uc_mcontext.pc);
+    sp = static_cast<uintptr_t>(uc->uc_mcontext.sp);
+  }
+#endif
+  if ((sig == SIGSEGV || sig == SIGBUS) && si) describe("fault address", reinterpret_cast<uintptr_t>(si->si_addr), false);
+  if (pc) describe("instruction", pc, false);
+  if (sp) {
+    // Return addresses among the words above the stack pointer, nearest first (some may be
+    // stale: a word that once held one). library+offset resolves with addr2line -f -C -e.
+    g_code_n = 0;
+    ::dl_iterate_phdr(collect_code, nullptr);
+    write_str("  code addresses on the stack, nearest first:\n");
+    const auto* word = reinterpret_cast<const uintptr_t*>(sp & ~uintptr_t{7});
+    for (int i = 0, shown = 0; i < 1024 && shown < 24; ++i)
+      if (is_code(word[i]) && describe("  ", word[i], false)) ++shown;
+  }
+  write_str("  native stack:\n");
   void* frames[64];
   const int n = ::backtrace(frames, 64);
   ::backtrace_symbols_fd(frames, n, STDERR_FILENO);
@@ -119,10 +218,12 @@ void install_crash_report(const char* program) {
   g_crash_program = program;
   void* warm[1];
   (void)::backtrace(warm, 1);
-  for (int sig : {SIGSEGV, SIGFPE, SIGILL, SIGABRT}) {
+  Dl_info info{};
+  (void)::dladdr(reinterpret_cast<void*>(&install_crash_report), &info);  // the loader's tables, ahead
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) {
     struct sigaction sa {};
-    sa.sa_handler = on_crash;
-    sa.sa_flags = SA_RESETHAND;
+    sa.sa_sigaction = on_crash;
+    sa.sa_flags = SA_RESETHAND | SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
     ::sigaction(sig, &sa, nullptr);
   }

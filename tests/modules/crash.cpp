@@ -1,6 +1,9 @@
 // A test plugin that crashes its process (SIGSEGV) when training starts: tt-run's compare
-// mode must report such a variant as crashed and go on with the others.
+// mode must report such a variant as crashed and go on with the others. `how: bad-call` crashes
+// by calling through a function pointer that points nowhere (the unwinder then finds no frame
+// past the signal: the crash report must still say where the call came from).
 #include <csignal>
+#include <cstdint>
 
 #include "tt/module.h"
 #include "tt/plugin.h"
@@ -10,14 +13,27 @@
 namespace {
 class Crash final : public tt::Plugin {
  public:
+  explicit Crash(bool bad_call) : bad_call_(bad_call) {}
   void on(tt::Event e, tt::State&) override {
-    if (e == tt::Event::FIT_START) std::raise(SIGSEGV);
+    if (e != tt::Event::FIT_START) return;
+    if (!bad_call_) std::raise(SIGSEGV);
+    // a volatile pointer: the compiler can neither see the call is undefined nor drop it
+    void (*volatile nowhere)() = reinterpret_cast<void (*)()>(std::uintptr_t{0x10});
+    nowhere();
+    calls_ = calls_ + 1;  // work after the call: a call, not a tail jump (the plugin stays on the stack)
   }
+
+ private:
+  bool bad_call_;
+  volatile int calls_ = 0;
 };
 
 void reg(tt::Registry& r) {
-  r.add_plugin("test-crash", "test plugin that crashes at FIT_START", tt::Schema(),
-               [](const tt::Options&) { return std::make_unique<Crash>(); });
+  r.add_plugin("test-crash", "test plugin that crashes at FIT_START",
+               tt::Schema()
+                   .add("how", tt::Type::String, "raise", "raise: raise(SIGSEGV); bad-call: call the address 0x10")
+                   .choices({"raise", "bad-call"}),
+               [](const tt::Options& o) { return std::make_unique<Crash>(o.get_string("how") == "bad-call"); });
 }
 }  // namespace
 

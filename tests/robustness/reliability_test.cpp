@@ -487,3 +487,24 @@ TEST(Reliability, ACheckpointDirectoryNamingARecordTwiceOrAnotherRecordsBytesIsD
   EXPECT_EQ(damaged('0'), "record 'archive/data/0' appears twice in its central directory");
   EXPECT_EQ(damaged('Z'), "record 'archive/data/Z': its local header names another record");
 }
+
+// A crash whose stack the unwinder cannot follow (a call through a pointer to nowhere: the
+// instruction address lies in no library) still says where it came from: the faulting address
+// and instruction, then the stack's code addresses, the plugin's call site among them.
+TEST(Reliability, ACrashThroughABadFunctionPointerIsReportedWithItsCaller) {
+  const fs::path dir = temp_dir("crash-report");
+  std::ofstream(dir / "p.yaml") << topic_yaml(dir, "  max_steps: 2\n", "plugins: [{name: test-crash, how: bad-call}]\n");
+  const auto r = run(std::string("TT_PLUGIN_PATH=") + TT_TEST_MODULE_DIR + " " + tt_run_bin() + " " +
+                     (dir / "p.yaml").string() + " -q --run-dir " + (dir / "r").string());
+  EXPECT_EQ(r.rc, 128 + SIGSEGV) << r.output;
+  EXPECT_NE(r.output.find("tt-run: crashed (SIGSEGV)\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fault address 0x10 (in no loaded library"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("instruction 0x10 (in no loaded library"), std::string::npos) << r.output;
+  const auto stack = r.output.find("code addresses on the stack, nearest first:\n");
+  ASSERT_NE(stack, std::string::npos) << r.output;
+  // the first code address above the stack pointer is the return address into the plugin
+  const auto first = r.output.find('\n', stack) + 1;
+  const std::string line = r.output.substr(first, r.output.find('\n', first) - first);
+  EXPECT_NE(line.find("tt_plugin_test-crash.so+0x"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
