@@ -4,6 +4,8 @@
 #include "tt/weights.h"
 
 #include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
@@ -125,7 +127,23 @@ NamedTensors checkpoint_model_tensors(const fs::path& checkpoint) {
 void write_state_dict(const fs::path& file, const NamedTensors& tensors) {
   c10::Dict<std::string, at::Tensor> dict;  // keeps insertion order: Python gets the state_dict order
   for (const auto& [name, t] : tensors) dict.insert(name, t.detach().to(at::kCPU).contiguous());
-  const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+  // torch::pickle_save's archive, without the type tag LibTorch's pickler puts on a typed dict
+  // (a call of torch.jit._pickle.restore_type_tag): torch.load's weights_only mode, the default
+  // from PyTorch 2.6, refuses that global. A plain dict of tensors is what it reads.
+  std::vector<char> pickled;
+  torch::jit::Pickler pickler([&](const char* p, size_t n) { pickled.insert(pickled.end(), p, p + n); },
+                              /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+                              /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(c10::IValue(dict));
+  pickler.stop();
+  std::vector<char> bytes;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* p, size_t n) {
+    bytes.insert(bytes.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n);
+    return n;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(), writer);
+  writer.writeEndOfFile();
   std::error_code ec;  // a folder that cannot be made: AtomicFile's WriteError names the file
   if (!file.parent_path().empty()) fs::create_directories(file.parent_path(), ec);
   AtomicFile out(file);

@@ -99,7 +99,8 @@ import collections, json, os, sys
 import numpy as np, torch
 d = sys.argv[1]
 expected = {f[:-4]: torch.from_numpy(np.load(os.path.join(d, 'npy', f))) for f in os.listdir(os.path.join(d, 'npy'))}
-sd = torch.load(os.path.join(d, 'src', 'model_state_dict.pt'))
+# weights_only: what torch.load does by default from PyTorch 2.6 (no globals beyond tensors)
+sd = torch.load(os.path.join(d, 'src', 'model_state_dict.pt'), weights_only=True)
 assert type(sd) is dict, type(sd)
 assert set(sd) == set(expected), (sorted(sd), sorted(expected))
 for k, v in expected.items():
