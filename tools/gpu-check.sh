@@ -81,6 +81,7 @@ if [ "$DRY" -eq 1 ]; then DEVICE=cpu; fi
     echo "gpu: none (no nvidia-smi)"
   fi
   echo "python3 torch: $(python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 | tail -1)"
+  echo "python3 torch build: $(python3 -c 'import torch; print(torch.__config__.show())' 2>/dev/null | grep -oE 'BLAS_INFO=[^,]*|USE_MKL=[^,]*|USE_MKLDNN=[^,]*|CPU capability usage: [A-Z0-9]*' | tr '\n' ' ')"
   echo "nvcc: $(nvcc --version 2>/dev/null | tail -2 | head -1 || echo none)"
   echo "c++: $(c++ --version 2>/dev/null | head -1 || echo none); CXX=${CXX:-unset}"
   echo "cmake: $(cmake --version 2>/dev/null | head -1 || echo none); ninja $(ninja --version 2>/dev/null || echo none)"
@@ -248,7 +249,7 @@ if [ "$TOPIC" != "0" ] && [ -x "$RUN" ] && time_left; then
     fi
     (cd "$ROOT" && bounded "$RUN" configs/topic-disk.yaml data.path="$TDIR/X.npy" data.true_F="$TDIR/true_F.npy" \
       model.k="$TK" trainer.device="$DEVICE" trainer.epochs=2 schedule.t0_epochs=2 \
-      trainer.checkpoint_every=0 output.dir="$BUILD/bench" --run-dir "$TDIR/run")
+      trainer.checkpoint_every=0 output.dir="$BUILD/bench" --run-dir "$TDIR/run" --overwrite)
   } > "$OUT/topic.txt" 2>&1
   TOPIC_RC=$?
   TOPIC_S=$(( $(date +%s) - t0 ))
