@@ -100,7 +100,7 @@ unpack() {
   find "$DIR/prefix" -xtype l -name 'lib*.so' | while read -r l; do
     local name host
     name="$(basename "$l")"
-    host="$(ldconfig -p 2>/dev/null | awk -v n="$name" '$1 ~ "^" n "\\.[0-9]+$" && /x86-64|x32|64bit/ && !f {f = 1; print $NF}')"
+    host="$("$(command -v ldconfig || echo /sbin/ldconfig)" -p 2>/dev/null | awk -v n="$name" '$1 ~ "^" n "\\.[0-9]+$" && /x86-64|x32|64bit/ && !f {f = 1; print $NF}')"
     if [ -n "$host" ]; then
       ln -sfn "$host" "$l"
     else
