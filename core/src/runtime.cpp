@@ -122,18 +122,17 @@ const char* hex(uintptr_t v, char* buf) {
 // "  what 0x… (library+0x…, symbol+0x…)": where an address lies. dladdr is not on the list of
 // async-signal-safe functions, but it only reads the loader's tables; a crash inside the loader
 // itself may hang here, which the plain stack printed first does not depend on.
-bool describe(const char* what, uintptr_t addr, bool only_symbols) {
+void describe(const char* what, uintptr_t addr) {
   char buf[24];
   Dl_info info{};
   const bool found = addr != 0 && ::dladdr(reinterpret_cast<void*>(addr), &info) != 0 && info.dli_fname;
-  if (only_symbols && (!found || !info.dli_sname)) return false;
   write_str("  ");
   write_str(what);
   write_str(" ");
   write_str(hex(addr, buf));
   if (!found) {
     write_str(" (in no loaded library: a call through a bad or stale function pointer?)\n");
-    return true;
+    return;
   }
   write_str(" (");
   write_str(info.dli_fname);
@@ -146,7 +145,6 @@ bool describe(const char* what, uintptr_t addr, bool only_symbols) {
     write_str(hex(addr - reinterpret_cast<uintptr_t>(info.dli_saddr), buf));
   }
   write_str(")\n");
-  return true;
 }
 
 // The loaded objects' executable segments, for telling code addresses among a stack's words.
@@ -193,8 +191,8 @@ void on_crash(int sig, siginfo_t* si, void* context) {
     sp = static_cast<uintptr_t>(uc->uc_mcontext.sp);
   }
 #endif
-  if ((sig == SIGSEGV || sig == SIGBUS) && si) describe("fault address", reinterpret_cast<uintptr_t>(si->si_addr), false);
-  if (pc) describe("instruction", pc, false);
+  if ((sig == SIGSEGV || sig == SIGBUS) && si) describe("fault address", reinterpret_cast<uintptr_t>(si->si_addr));
+  if (pc) describe("instruction", pc);
   if (sp) {
     // Return addresses among the words above the stack pointer, nearest first (some may be
     // stale: a word that once held one). library+offset resolves with addr2line -f -C -e.
@@ -203,7 +201,10 @@ void on_crash(int sig, siginfo_t* si, void* context) {
     write_str("  code addresses on the stack, nearest first:\n");
     const auto* word = reinterpret_cast<const uintptr_t*>(sp & ~uintptr_t{7});
     for (int i = 0, shown = 0; i < 1024 && shown < 24; ++i)
-      if (is_code(word[i]) && describe("  ", word[i], false)) ++shown;
+      if (is_code(word[i])) {
+        describe("  ", word[i]);
+        ++shown;
+      }
   }
   write_str("  native stack:\n");
   void* frames[64];
