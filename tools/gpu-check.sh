@@ -195,6 +195,23 @@ crash_stacks() {
     done
   done < <(grep -E '^\s+[0-9]+ - .*\(' "$OUT/tests.log" | sed -E 's/^\s+[0-9]+ - ([^ ]+) .*/\1/' | sort -u)
 }
+# A failed Dist test is run again alone, as it was and then with MKL's conditional numerical
+# reproducibility (MKL_CBWR=COMPATIBLE, MKL_DYNAMIC=FALSE): whether the difference comes from
+# the load on the machine or from MKL's code paths.
+rerun_dist() {
+  local name bin
+  while read -r name; do
+    time_left || break
+    bin="$BUILD/bin/tt_dist_tests"
+    [ -x "$bin" ] || bin=$(ls "$BUILD"/bin/tt_*tests | head -1)
+    md "" "$name again, alone:"
+    bounded "$bin" --gtest_filter="$name" 2>&1 | grep -E '^\[ +(OK|FAILED) +\]|Which is|tests?/.*Failure|Expected' | head -12 | fence
+    time_left || break
+    md "" "$name alone with MKL_CBWR=COMPATIBLE MKL_DYNAMIC=FALSE:"
+    MKL_CBWR=COMPATIBLE MKL_DYNAMIC=FALSE bounded "$bin" --gtest_filter="$name" 2>&1 |
+      grep -E '^\[ +(OK|FAILED) +\]|Which is|tests?/.*Failure|Expected' | head -12 | fence
+  done < <(grep -E '^\s+[0-9]+ - Dist\..*\(' "$OUT/tests.log" | sed -E 's/^\s+[0-9]+ - ([^ ]+) .*/\1/' | sort -u | head -2)
+}
 : > "$OUT/tests.log"
 HAVE_TESTS=0
 [ -f "$BUILD/CTestTestfile.cmake" ] && HAVE_TESTS=1
@@ -233,6 +250,7 @@ fi
 
 if [ $HAVE_TESTS -eq 1 ] && time_left; then
   run_suite
+  rerun_dist
 else
   NOT_RUN+=("the test suite ($([ $HAVE_TESTS -eq 1 ] && echo 'out of time' || echo 'no build'))")
 fi
