@@ -3,11 +3,18 @@
 # Builds a plugin or model as a MODULE library named tt_<kind>_<name>.so with hidden
 # visibility (only the TT_MODULE entry point is exported), linked to tt::core, placed
 # in lib/tt/ of the build tree (where tt-run looks) and installed to lib/tt/.
+# libstdc++ is named ahead of LibTorch, whose pip wheels export copies of some of its symbols
+# (std::filesystem) that crash when tt's calls are bound to them; tt's own build also puts it
+# in the link rules (see tt's CMakeLists.txt).
+if(NOT DEFINED TT_STDCXX_FIRST)
+  set(TT_STDCXX_FIRST "-Wl,--push-state,--no-as-needed,-lstdc++,--pop-state")
+endif()
+
 function(_tt_add_module kind name)
   cmake_parse_arguments(ARG "NO_INSTALL" "" "SOURCES;LIBRARIES" ${ARGN})
   set(target tt_${kind}_${name})
   add_library(${target} MODULE ${ARG_SOURCES})
-  target_link_libraries(${target} PRIVATE tt::core ${ARG_LIBRARIES})
+  target_link_libraries(${target} PRIVATE ${TT_STDCXX_FIRST} tt::core ${ARG_LIBRARIES})
   set_target_properties(${target} PROPERTIES
     PREFIX ""
     OUTPUT_NAME tt_${kind}_${name}

@@ -1,26 +1,101 @@
 #!/usr/bin/env bash
-# Every program tt builds names libstdc++.so.6 before LibTorch's libraries (DT_NEEDED order is
-# the loader's search order): a pip wheel of PyTorch exports copies of libstdc++'s
-# std::filesystem that must not stand in for the real one (see CMakeLists.txt).
-#   tests/link_order_test.sh BUILD_DIR
+# No tt binary has a libstdc++ symbol bound to a copy outside libstdc++. A pip wheel of PyTorch
+# exports copies of some of libstdc++'s symbols (std::filesystem, pytorch/pytorch#133437) that
+# crash when tt's calls land on them; tt names libstdc++ right after each binary's objects
+# (see CMakeLists.txt) so that neither the static linker nor the loader picks LibTorch's.
+#   tests/link_order_test.sh BUILD_DIR CXX STDCXX_FIRST_FLAG
+# First the mechanism, on a library that exports its own std::filesystem::remove_all (as the
+# wheel does): linked plainly, the program is flagged here and calls the copy; with tt's flag,
+# against a shared and against a static-only libstdc++, it passes and calls the real one.
+# Then every ELF file in BUILD_DIR/bin and BUILD_DIR/lib:
+#  - an undefined symbol that libstdc++.so.6 defines must carry libstdc++'s version (GLIBCXX_*,
+#    CXXABI_*): an unversioned one was bound at link time to another library's copy;
+#  - where libstdc++.so.6 is a needed library, it comes before LibTorch's (the loader's order).
 set -uo pipefail
-BUILD="${1:?usage: link_order_test.sh BUILD_DIR}"
-command -v readelf >/dev/null || { echo "link_order: readelf (binutils) is needed" >&2; exit 1; }
-checked=0 bad=0
-for f in "$BUILD"/bin/*; do
-  [ -f "$f" ] && [ -x "$f" ] || continue
-  head -c 4 "$f" | grep -q 'ELF' || continue
-  needed=$(readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
-  grep -qE '^lib(torch|c10)' <<< "$needed" || continue  # not linked to LibTorch
-  checked=$((checked + 1))
-  first_cxx=$(grep -nE '^libstdc\+\+\.so' <<< "$needed" | head -1 | cut -d: -f1)
-  first_torch=$(grep -nE '^lib(torch|c10)' <<< "$needed" | head -1 | cut -d: -f1)
-  if [ -z "$first_cxx" ] || [ "$first_cxx" -gt "$first_torch" ]; then
-    echo "link_order: $(basename "$f") loads $(sed -n "${first_torch}p" <<< "$needed") before libstdc++:" >&2
-    tr '\n' ' ' <<< "$needed" >&2; echo >&2
-    bad=$((bad + 1))
-  fi
+BUILD="${1:?usage: link_order_test.sh BUILD_DIR CXX STDCXX_FIRST_FLAG}"
+CXX="${2:?usage: link_order_test.sh BUILD_DIR CXX STDCXX_FIRST_FLAG}"
+FLAG="${3-}"
+for t in readelf nm; do
+  command -v "$t" >/dev/null || { echo "link_order: $t (binutils) is needed" >&2; exit 1; }
 done
-[ "$checked" -gt 0 ] || { echo "link_order: no program linked to LibTorch in $BUILD/bin" >&2; exit 1; }
-echo "link_order: $checked programs checked, $bad with LibTorch ahead of libstdc++"
+LIBSTDCXX=$("$CXX" -print-file-name=libstdc++.so.6)
+[ -f "$LIBSTDCXX" ] || LIBSTDCXX=$( (ldconfig -p 2>/dev/null || /sbin/ldconfig -p) | awk '/libstdc\+\+\.so\.6 .*x86-64|libstdc\+\+\.so\.6 \(libc6,/ {print $NF; exit}')
+[ -f "$LIBSTDCXX" ] || { echo "link_order: libstdc++.so.6 not found (by $CXX or ldconfig)" >&2; exit 1; }
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/tt-link-order-XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+# libstdc++'s defined symbols, unversioned names
+nm -D --defined-only "$LIBSTDCXX" | awk '{sub(/@.*/, "", $3); print $3}' | sort -u > "$WORK/stdcxx.syms"
+
+# check FILE: prints what is wrong with FILE, returns 1 if anything is
+check() {
+  local f="$1" bad=0 needed first_cxx first_torch unbound
+  # objdump -T: undefined symbols with their version ("Base" or none when unversioned)
+  unbound=$(objdump -T "$f" 2>/dev/null | awk '$0 ~ /\*UND\*/ && $(NF-1) !~ /GLIBCXX|CXXABI/ {print $NF}' |
+    sort -u | comm -12 - "$WORK/stdcxx.syms")
+  if [ -n "$unbound" ]; then
+    echo "link_order: $f has libstdc++ symbols bound to another library's copy: $(head -3 <<< "$unbound" | tr '\n' ' ')($(wc -l <<< "$unbound") in all)"
+    bad=1
+  fi
+  needed=$(readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+  first_cxx=$(grep -nE '^libstdc\+\+\.so' <<< "$needed" | head -1 | cut -d: -f1)
+  first_torch=$(grep -nE '^lib(torch|c10|fakefs)' <<< "$needed" | head -1 | cut -d: -f1)
+  if [ -n "$first_cxx" ] && [ -n "$first_torch" ] && [ "$first_cxx" -gt "$first_torch" ]; then
+    echo "link_order: $f loads $(sed -n "${first_torch}p" <<< "$needed") before libstdc++: $(tr '\n' ' ' <<< "$needed")"
+    bad=1
+  fi
+  return $bad
+}
+command -v objdump >/dev/null || { echo "link_order: objdump (binutils) is needed" >&2; exit 1; }
+
+# --- the mechanism ----------------------------------------------------------------------------
+cat > "$WORK/fakefs.cpp" <<'EOF'
+#include <cstdlib>
+#include <filesystem>
+namespace std::filesystem {
+std::uintmax_t remove_all(const path&) { std::_Exit(42); }  // the foreign copy: exits 42
+}
+EOF
+cat > "$WORK/prog.cpp" <<'EOF'
+#include <filesystem>
+int main(int, char** argv) { return std::filesystem::remove_all(argv[1]) == 2 ? 0 : 1; }
+EOF
+mkdir -p "$WORK/static"
+ln -s "$("$CXX" -print-file-name=libstdc++.a)" "$WORK/static/libstdc++.a"
+"$CXX" -std=c++17 -shared -fPIC "$WORK/fakefs.cpp" -o "$WORK/libfakefs.so" &&
+  "$CXX" -std=c++17 -c "$WORK/prog.cpp" -o "$WORK/prog.o" || { echo "link_order: cannot build the mechanism's check" >&2; exit 1; }
+# run NAME EXPECT_FLAGGED LINK_ARGS...: links, checks, runs
+mech_bad=0
+run_case() {
+  local name="$1" expect="$2" rc flagged=0
+  shift 2
+  "$CXX" "$WORK/prog.o" -o "$WORK/$name" "$@" -L"$WORK" -lfakefs -Wl,-rpath,"$WORK" ||
+    { echo "link_order: cannot link $name" >&2; mech_bad=1; return; }
+  check "$WORK/$name" > /dev/null || flagged=1
+  mkdir -p "$WORK/d" && : > "$WORK/d/f"
+  "$WORK/$name" "$WORK/d"
+  rc=$?
+  echo "link_order: mechanism, $name: flagged $flagged (expected $expect), exit $rc ($([ $rc -eq 42 ] && echo "called the library's copy" || echo "called libstdc++'s"))"
+  if [ "$flagged" -ne "$expect" ] || { [ "$expect" -eq 1 ] && [ $rc -ne 42 ]; } || { [ "$expect" -eq 0 ] && [ $rc -ne 0 ]; }; then
+    mech_bad=1
+  fi
+}
+run_case plain 1
+run_case plain-static 1 -L"$WORK/static"
+if [ -n "$FLAG" ]; then
+  run_case stdcxx-first 0 $FLAG
+  run_case stdcxx-first-static 0 -L"$WORK/static" $FLAG
+else
+  echo "link_order: no flag given (a sanitizer build): tt's binaries are checked, the flag is not"
+fi
+[ $mech_bad -eq 0 ] || { echo "link_order: the mechanism's check failed" >&2; exit 1; }
+
+# --- tt's binaries ----------------------------------------------------------------------------
+checked=0 bad=0
+while IFS= read -r f; do
+  head -c 4 "$f" | grep -q 'ELF' || continue
+  checked=$((checked + 1))
+  check "$f" >&2 || bad=$((bad + 1))
+done < <(find "$BUILD/bin" "$BUILD/lib" -type f \( -perm -u+x -o -name '*.so*' \) 2>/dev/null | sort)
+[ "$checked" -gt 0 ] || { echo "link_order: no binaries in $BUILD/bin or $BUILD/lib" >&2; exit 1; }
+echo "link_order: $checked binaries checked, $bad with libstdc++ symbols bound elsewhere or LibTorch loaded first"
 [ "$bad" -eq 0 ]
