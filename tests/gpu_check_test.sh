@@ -29,4 +29,16 @@ grep -qE '^baseline ' "$WORK/out/compare-lm.txt" || fail "no baseline row in the
 grep -q 'checkpoint' "$WORK/out/compare-lm.csv" || fail "no checkpoint variant in compare-lm.csv"
 grep -qE '^epoch 1 seconds [0-9.]+' "$R" || fail "no epoch time of the topic benchmark"
 grep -q 'NCCL across ranks needs two GPUs' "$R" || fail "the report does not say what was not run"
+# a check split over calls: only the named stages run, the others are named as not run
+TT_BUILD_DIR="$BUILD" TT_JOBS=2 "$SRC/tools/gpu-check.sh" --dry-run --deps "$DEPS" --out "$WORK/out2" \
+  --stages suite --tests '^tools\.link_order$' > "$WORK/log2" 2>&1 || { cat "$WORK/log2"; echo "FAIL: --stages suite failed"; exit 1; }
+R="$WORK/out2/report.md"
+grep -q '100% tests passed, 0 tests failed out of 1' "$R" || fail "--stages suite did not run the one test asked for"
+grep -q 'the compare stage (not in --stages suite)' "$R" || fail "the compare stage is not named as not run"
+grep -q 'the topic stage (not in --stages suite)' "$R" || fail "the topic stage is not named as not run"
+grep -q 'tools.link_order (no tt binary binds a libstdc++ symbol to such a copy): Passed' "$R" || fail "no link_order result"
+[ ! -s "$WORK/out2/compare-lm.txt" ] || fail "compare-lm ran though not asked for"
+rc=0
+"$SRC/tools/gpu-check.sh" --stages suite,bench --out "$WORK/out3" > "$WORK/log3" 2>&1 || rc=$?
+[ $rc -eq 2 ] && grep -q "unknown stage 'bench'" "$WORK/log3" || { cat "$WORK/log3"; echo "FAIL: a bad --stages gave rc $rc"; exit 1; }
 echo "gpu-check dry run: ok"

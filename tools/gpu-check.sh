@@ -3,7 +3,7 @@
 # PyTorch (or Torch_DIR), runs the whole test suite (the CUDA tests included), then the GPU
 # benchmarks, and writes one report.
 #
-#   tools/gpu-check.sh [--deps DIR] [--out DIR] [--budget SECONDS] [--topic N,M,K] [--dry-run]
+#   tools/gpu-check.sh [--deps DIR] [--out DIR] [--budget SECONDS] [--stages LIST] [--topic N,M,K] [--dry-run]
 #
 #   --deps DIR      dependency bundle (tools/portable-deps.sh fetch DIR; default .deps/portable)
 #   --out DIR       where the report and logs go (default gpu-check-<date>)
@@ -13,6 +13,10 @@
 #   --topic N,M,K   the topic benchmark's shape (default 100000,100000,20: tinytopics' GPU
 #                   figure is for this shape); 0 skips it
 #   --tests REGEX   only the tests matching REGEX (default: the whole suite)
+#   --stages LIST   which stages run after the build, comma-separated among cuda (the CUDA
+#                   tests), compare (compare-lm), suite (the other tests), topic; default all.
+#                   The build always runs (a no-op when the build folder is up to date), so a
+#                   check can be split over two calls: --stages cuda,compare then suite,topic
 #   --dry-run       on a machine without a GPU: the same stages on the CPU (CUDA tests skipped,
 #                   benchmarks on the CPU at small sizes), to test the mechanics
 # Data: the compare benchmark reads data/brown/brown_train.txt (tt-data fetch brown, run ahead:
@@ -28,7 +32,8 @@ BUDGET=0
 TOPIC="100000,100000,20"
 DRY=0
 TESTS=""
-usage() { sed -n 5,14p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+STAGES="cuda,compare,suite,topic"
+usage() { sed -n 5,18p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --deps) DEPS="${2:?--deps needs a folder}"; shift 2 ;;
@@ -36,11 +41,16 @@ while [ $# -gt 0 ]; do
     --budget) BUDGET="${2:?--budget needs seconds}"; shift 2 ;;
     --topic) TOPIC="${2:?--topic needs N,M,K or 0}"; shift 2 ;;
     --tests) TESTS="${2:?--tests needs a regular expression}"; shift 2 ;;
+    --stages) STAGES="${2:?--stages needs a list, e.g. cuda,compare}"; shift 2 ;;
     --dry-run) DRY=1; shift ;;
     -h|--help) usage ;;
     *) echo "gpu-check: unknown argument '$1'" >&2; usage ;;
   esac
 done
+for st in ${STAGES//,/ }; do
+  case "$st" in cuda|compare|suite|topic) ;; *) echo "gpu-check: unknown stage '$st' in --stages (cuda, compare, suite, topic)" >&2; exit 2 ;; esac
+done
+want() { [[ ",$STAGES," == *",$1,"* ]]; }
 OUT="${OUT:-$ROOT/gpu-check-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT" || { echo "gpu-check: cannot create $OUT" >&2; exit 1; }
 OUT="$(cd "$OUT" && pwd)"
@@ -122,6 +132,8 @@ fi
 {
   cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
   echo "compiler: ${cxx:-?} ($("${cxx:-c++}" --version 2>/dev/null | head -1))"
+  stdcxx=$("${cxx:-c++}" -print-file-name=libstdc++.so 2>/dev/null)
+  echo "compiler's libstdc++: $([ -e "$stdcxx" ] && echo "shared ($stdcxx)" || echo "static only ($("${cxx:-c++}" -print-file-name=libstdc++.a 2>/dev/null))")"
   [ -x "$BUILD/bin/tt-run" ] && ldd "$BUILD/bin/tt-run" | grep -E 'stdc\+\+|gcc_s|gomp|fmt|spdlog|torch_cuda' | sed 's/^\s*/  /'
 } > "$OUT/runtime.txt" 2>&1
 md "" "Compiler and runtime libraries of tt-run:"
@@ -215,13 +227,15 @@ rerun_dist() {
 : > "$OUT/tests.log"
 HAVE_TESTS=0
 [ -f "$BUILD/CTestTestfile.cmake" ] && HAVE_TESTS=1
-if [ $HAVE_TESTS -eq 1 ] && time_left; then run_cuda_tests; fi
+if want cuda && [ $HAVE_TESTS -eq 1 ] && time_left; then run_cuda_tests; fi
 
 # --- benchmarks, then the rest of the suite ------------------------------------------------
 RUN="$BUILD/bin/tt-run"
 DATA="$ROOT/data/brown/brown_train.txt"
 [ -f "$DATA" ] || DATA="$ROOT/../shared/datasets/brown/brown_train.txt"
-if [ -x "$RUN" ] && [ -f "$DATA" ] && time_left; then
+if ! want compare; then
+  :
+elif [ -x "$RUN" ] && [ -f "$DATA" ] && time_left; then
   say "compare-lm on $DEVICE"
   t0=$(date +%s)
   cfg=configs/compare-lm-cuda.yaml
@@ -248,13 +262,16 @@ else
   NOT_RUN+=("compare-lm ($([ -x "$RUN" ] || echo 'no tt-run; ')$([ -f "$DATA" ] || echo 'no data/brown/brown_train.txt: run tt-data fetch brown ahead; ')$(time_left || echo 'out of time'))")
 fi
 
-if [ $HAVE_TESTS -eq 1 ] && time_left; then
+if ! want suite; then
+  :
+elif [ $HAVE_TESTS -eq 1 ] && time_left; then
   run_suite
   rerun_dist
 else
   NOT_RUN+=("the test suite ($([ $HAVE_TESTS -eq 1 ] && echo 'out of time' || echo 'no build'))")
 fi
 
+want topic || TOPIC=0
 if [ "$TOPIC" != "0" ] && [ -x "$RUN" ] && time_left; then
   IFS=, read -r TN TM TK <<< "$TOPIC"
   [ "$DRY" -eq 1 ] && { TN=2000; TM=1000; TK=10; }
@@ -308,7 +325,9 @@ fi
 # CMakeLists.txt): how many this one has.
 torch_cpu=$(ldd "$RUN" 2>/dev/null | awk '/libtorch_cpu/ {print $3; exit}')
 if [ -n "$torch_cpu" ] && command -v nm >/dev/null; then
-  md "" "LibTorch ($torch_cpu) exports $(nm -D --defined-only "$torch_cpu" 2>/dev/null | grep -c 'St10filesystem') std::filesystem symbols; tt's programs load libstdc++ ahead of it (test tools.link_order)."
+  lo=$(grep -E 'Test +#[0-9]+: tools\.link_order ' "$OUT/tests.log" | grep -oE 'Passed|\*\*\*Failed|Not Run' | head -1)
+  md "" "LibTorch ($torch_cpu) exports $(nm -D --defined-only "$torch_cpu" 2>/dev/null | grep -c 'St10filesystem') std::filesystem symbols;" \
+     "tools.link_order (no tt binary binds a libstdc++ symbol to such a copy): ${lo:-not run}."
 fi
 
 # --- what was not run ----------------------------------------------------------------------
@@ -316,7 +335,10 @@ md "" "## Not run here"
 NCCL=$(grep -E '^-- tt: c10d' "$OUT/build.log" | tail -1 | sed 's/^-- tt: //')
 md "" "- NCCL across ranks needs two GPUs: ${NCCL:-the build did not report its c10d backends}; the Dist tests ran over Gloo."
 [ "$DRY" -eq 1 ] && md "- Dry run: no GPU; the CUDA tests are reported as skipped and the benchmarks ran on the CPU."
+for st in cuda compare suite topic; do want "$st" || NOT_RUN+=("the $st stage (not in --stages $STAGES)"); done
 for n in "${NOT_RUN[@]}"; do md "- $n"; done
 md "" "Total: $(elapsed) s."
 say "report: $REPORT"
+# without the suite, the CUDA tests' result stands for the tests
+want suite || TESTS_RC=$CUDA_RC
 [ $BUILD_RC -eq 0 ] && [ $TESTS_RC -eq 0 ]
