@@ -293,8 +293,10 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
     }
   }
   p.output = Options::parse(root["output"], output_schema(), "output", file, {}, origins_under(overrides, "output.", root["output"]));
-  p.data = parse_component(root["data"], "data", file, &dataset_schema, "", overrides, "data.");
+  // The model first: its module brings its datasets, so a pipeline loads only the modules it
+  // names (a dataset found nowhere else still makes every installed module load).
   p.model = parse_component(root["model"], "model", file, &model_schema, "", overrides, "model.");
+  p.data = parse_component(root["data"], "data", file, &dataset_schema, "", overrides, "data.");
   p.optimizer = parse_component(root["optimizer"], "optimizer", file, &optimizer_schema, "adamw", overrides,
                                 "optimizer.");
   p.schedule = parse_component(root["schedule"], "schedule", file, &schedule_schema, "constant", overrides,

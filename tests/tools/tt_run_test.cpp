@@ -45,6 +45,23 @@ TEST(TtRun, DryRunPrintsResolvedPipelineWithOverrides) {
   EXPECT_NE(r.output.find("beta2: 0.999"), std::string::npos) << r.output;  // defaults filled in
 }
 
+// A pipeline loads the modules it names, not every installed one: the model's module brings its
+// datasets (glibc's loader lists the files it opens under LD_DEBUG=files).
+TEST(TtRun, APipelineLoadsOnlyTheModulesItNames) {
+  auto r = run("cd " + tt::test::source_dir() + " && LD_DEBUG=files " + tt_run() +
+               " --dry-run configs/quickstart.yaml 'plugins=[oom-guard]'");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("tt_model_topic.so"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tt_plugin_oom-guard.so"), std::string::npos) << r.output;
+  for (const char* other : {"tt_model_transformer.so", "tt_model_tabular-icl.so", "tt_plugin_checkpoint.so",
+                            "tt_plugin_lora.so", "tt_plugin_zero1.so"})
+    EXPECT_EQ(r.output.find(other), std::string::npos) << other << " was loaded";
+  // a dataset no loaded module brings still makes every module load, to find it or list them all
+  r = run("cd " + tt::test::source_dir() + " && " + tt_run() + " --dry-run configs/quickstart.yaml data=no-such-data");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("tabular-csv"), std::string::npos) << r.output;
+}
+
 TEST(TtRun, ExitCodesAndMessages) {
   auto dir = tt::test::temp_dir("cli");
   auto bad = write_pipeline(dir, "model: topic\ndata: topic-synthetic\ntrainer:\n  epoch: 3\n");
