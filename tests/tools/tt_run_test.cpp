@@ -62,6 +62,45 @@ TEST(TtRun, APipelineLoadsOnlyTheModulesItNames) {
   EXPECT_NE(r.output.find("tabular-csv"), std::string::npos) << r.output;
 }
 
+// --dry-run checks every shipped pipeline without training, a comparison's variants included
+// (each built as compare would run it: configs/compare-lm-cuda.yaml is checked here, on a
+// machine without a GPU, before a GPU run spends its time on it).
+TEST(TtRun, EveryShippedConfigPassesDryRunComparisonsVariantByVariant) {
+  int configs = 0, comparisons = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(tt::test::source_dir()) / "configs")) {
+    if (e.path().extension() != ".yaml") continue;
+    ++configs;
+    auto r = run("cd " + tt::test::source_dir() + " && " + tt_run() + " --dry-run configs/" + e.path().filename().string());
+    EXPECT_EQ(r.rc, 0) << e.path() << "\n" << r.output;
+    if (tt::test::read_file(e.path()).find("\ncompare:") == std::string::npos) continue;
+    ++comparisons;
+    EXPECT_NE(r.output.find("variants valid"), std::string::npos) << e.path() << "\n" << r.output;
+    EXPECT_EQ(r.output.find("refused"), std::string::npos) << e.path() << "\n" << r.output;
+  }
+  EXPECT_GE(configs, 10);
+  EXPECT_GE(comparisons, 3);
+}
+
+// A refused variant is named with its reason, the exit code is 2, and the variants' pipelines
+// were written to a temporary folder that is gone afterwards.
+TEST(TtRun, DryRunOfAComparisonNamesARefusedVariant) {
+  auto dir = tt::test::temp_dir("cli_dry_compare");
+  fs::create_directories(dir / "tmp");
+  auto y = write_pipeline(dir,
+                          "name: c\nmodel: {name: topic, k: 4}\ndata: {name: topic-synthetic, n_docs: 64, n_terms: 50, k: 4}\n"
+                          "compare:\n  steps: 2\n  variants:\n    baseline: {}\n"
+                          "    bad: {set: {optimizer.lr: -1}}\n    fine: {set: {trainer.batch_size: 8}}\n");
+  auto r = run("TMPDIR=" + quote(dir / "tmp") + " " + tt_run() + " --dry-run " + quote(y));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("compare: variant 'baseline': valid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("compare: variant 'fine': valid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("compare: variant 'bad': refused"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("lr"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2 of 3 variants valid"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::is_empty(dir / "tmp")) << "the variants' folder was left behind";
+  EXPECT_FALSE(fs::exists(dir / "runs")) << "a dry run made a run folder";
+}
+
 TEST(TtRun, ExitCodesAndMessages) {
   auto dir = tt::test::temp_dir("cli");
   auto bad = write_pipeline(dir, "model: topic\ndata: topic-synthetic\ntrainer:\n  epoch: 3\n");

@@ -3,14 +3,18 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -112,6 +116,28 @@ std::string mib(int64_t b) {
   std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(b) / (1 << 20));
   return buf;
 }
+// A folder of its own under $TMPDIR (or /tmp), removed with what it holds when this goes.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = (tmp && *tmp ? std::string(tmp) : std::string("/tmp")) + "/" + prefix + "-XXXXXX";
+    TT_CHECK_AS(ConfigError, ::mkdtemp(templ.data()) != nullptr, "compare: cannot make a folder ", templ,
+                " for the variants' pipelines: ", std::strerror(errno), " (set TMPDIR to a writable folder)");
+    path_ = templ;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 std::string fixed(double x, int digits) {
   char buf[48];
@@ -196,9 +222,13 @@ int run(const Options& o) {
     if (spec.variants[i].name == spec.baseline) base = i;
   TT_CHECK_AS(ConfigError, base < spec.variants.size(), "compare: baseline '", spec.baseline, "' is not a variant");
 
-  // Where the comparison goes.
+  // Where the comparison goes (a dry run's variant pipelines: a temporary folder).
   fs::path out = o.out_dir;
-  if (out.empty()) {
+  std::optional<TempDir> dry_dir;
+  if (o.dry_run) {
+    dry_dir.emplace("tt-compare-check");
+    out = dry_dir->path();
+  } else if (out.empty()) {
     const Pipeline first = load_pipeline(spec.variants.front().file, overrides);
     out = timestamped_dir(first.output.get_string("dir"), name + "-compare");
   }
@@ -237,6 +267,17 @@ int run(const Options& o) {
     } catch (const ModuleError& e) {  // a plugin that does not load
       refuse(results[i], e);
     }
+  }
+  if (o.dry_run) {
+    size_t refused = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (results[i].status == "refused") ++refused;
+      std::fprintf(stderr, "compare: variant '%s': %s\n", spec.variants[i].name.c_str(),
+                   results[i].status == "refused" ? ("refused: " + results[i].reason).c_str() : "valid");
+    }
+    std::fprintf(stderr, "compare: %zu of %zu variants valid (%d steps each after %d warm-up steps, %d run%s each)\n",
+                 n - refused, n, spec.steps, spec.warmup, spec.repeats, spec.repeats > 1 ? "s" : "");
+    return refused == 0 ? 0 : 2;
   }
   if (std::all_of(results.begin(), results.end(), [](const Result& r) { return r.status == "refused"; })) {
     std::string msg = "compare: no variant can run:";

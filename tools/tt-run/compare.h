@@ -35,11 +35,14 @@ struct Options {
   std::string out_dir;                 // default <output.dir>/<name>-compare-<time>
   int steps = -1, warmup = -1, repeats = -1;  // command-line values win over the section's
   bool quiet = false;
+  bool dry_run = false;                // validate every variant's pipeline, run none
 };
 
 // Runs the comparison; returns tt-run's exit code (0 when the baseline ran; failed and refused
 // variants are reported in the table). Throws tt::ConfigError on a bad compare section, or when
-// every variant is refused.
+// every variant is refused. With dry_run: each variant's pipeline is built and validated (in a
+// temporary folder, removed after), a line per variant goes to stderr, and the exit code is 0
+// when every variant is valid, 2 (a configuration error) when any is refused.
 int run(const Options& o);
 
 }  // namespace tt::compare

@@ -1,7 +1,8 @@
 // tt-run: train a model from a YAML pipeline.
 //
 //   tt-run PIPELINE.yaml [key=value ...]   train (overrides like trainer.batch_size=64)
-//   tt-run --dry-run PIPELINE.yaml         print the resolved pipeline and exit
+//   tt-run --dry-run PIPELINE.yaml         print the resolved pipeline and exit (a compare: section's
+//                                          variants are validated too, each reported on stderr)
 //   tt-run --resume RUN_DIR [key=value]    continue a run from its newest checkpoint
 //   tt-run PIPELINE.yaml                   with a compare: section: compare its variants (compare.h)
 //   tt-run --compare A.yaml B.yaml ...     compare pipelines (--steps, --warmup, --repeats)
@@ -133,7 +134,7 @@ int main(int argc, char** argv) {
   std::string export_format, export_out;
   app.add_option("pipeline", pipeline_file, "pipeline YAML file (e.g. configs/quickstart.yaml)");
   app.add_option("overrides", overrides, "key=value overrides, e.g. trainer.batch_size=64 plugins.0.dtype=bf16");
-  app.add_flag("--dry-run", dry_run, "print the resolved pipeline (every default filled in) and exit");
+  app.add_flag("--dry-run", dry_run, "print the resolved pipeline (every default filled in) and exit; a comparison's variants are each validated too (exit 2 if any is refused)");
   app.add_option("--resume", resume_dir, "continue the run in RUN_DIR from its newest checkpoint");
   app.add_option("--run-dir", run_dir, "write the run here instead of <output.dir>/<name>-<timestamp>");
   app.add_flag("--overwrite", overwrite, "the run directory holds a run: empty it and start again");
@@ -239,6 +240,7 @@ int main(int argc, char** argv) {
       co.warmup = cmp_warmup;
       co.repeats = cmp_repeats;
       co.quiet = quiet;
+      co.dry_run = dry_run;
       return tt::compare::run(co);
     };
     const bool planning = recommend || !budget_text.empty();
@@ -266,7 +268,7 @@ int main(int argc, char** argv) {
     TT_CHECK_AS(ConfigError, !(recommend && !budget_text.empty()),
                 "--recommend plans for 0.5 to 16 GiB itself; leave out --budget");
     if (compare) {
-      TT_CHECK_AS(ConfigError, resume_dir.empty() && !dry_run, "--compare does not go with --resume or --dry-run");
+      TT_CHECK_AS(ConfigError, resume_dir.empty(), "--compare does not go with --resume");
       std::vector<std::string> files{pipeline_file}, ovs;
       for (const auto& ov : overrides) (ov.find('=') == std::string::npos ? files : ovs).push_back(ov);
       return run_compare(files, ovs);
@@ -289,6 +291,9 @@ int main(int argc, char** argv) {
     }
     if (dry_run) {
       std::fputs(pipeline.resolved_yaml().c_str(), stdout);
+      std::fflush(stdout);
+      // a comparison: every variant's pipeline built and validated as compare would run it
+      if (pipeline.has_compare && resume_dir.empty()) return run_compare({pipeline_file}, overrides);
       return 0;
     }
     tt::install_interrupt_handlers("\ntt-run: stopping after this batch to write a checkpoint (Ctrl-C again to abort)\n",
