@@ -323,11 +323,20 @@ if command -v addr2line >/dev/null; then
 fi
 # A Python PyTorch's libtorch_cpu may export copies of libstdc++'s std::filesystem (see
 # CMakeLists.txt): how many this one has.
-torch_cpu=$(ldd "$RUN" 2>/dev/null | awk '/libtorch_cpu/ {print $3; exit}')
-if [ -n "$torch_cpu" ] && command -v nm >/dev/null; then
+torch_libs=$(ldd "$RUN" 2>/dev/null | awk '/lib(torch|torch_cpu|c10)\.so/ {print $3}')
+if [ -n "$torch_libs" ] && command -v nm >/dev/null; then
   lo=$(grep -E 'Test +#[0-9]+: tools\.link_order ' "$OUT/tests.log" | grep -oE 'Passed|\*\*\*Failed|Not Run' | head -1)
-  md "" "LibTorch ($torch_cpu) exports $(nm -D --defined-only "$torch_cpu" 2>/dev/null | grep -c 'St10filesystem') std::filesystem symbols;" \
-     "tools.link_order (no tt binary binds a libstdc++ symbol to such a copy): ${lo:-not run}."
+  md "" "std::filesystem symbols that LibTorch's libraries export (copies of libstdc++'s); tools.link_order" \
+     "(no tt binary binds a libstdc++ symbol to such a copy): ${lo:-not run}."
+  for lib in $torch_libs; do
+    syms=$(nm -D --defined-only "$lib" 2>/dev/null | awk '{print $3}' | grep 'St10filesystem' | sed 's/@.*//')
+    printf '%s: %s\n' "$lib" "$(grep -c . <<< "$syms")"
+    [ -z "$syms" ] && continue
+    names=$(c++filt <<< "$syms" 2>/dev/null | sort)
+    # the ones tt's checkpoint listing and clean-up call, then the first others
+    grep -E 'path::compare|remove_all|directory_iterator::operator\+\+|directory_iterator\(' <<< "$names" | sed 's/^/  /'
+    grep -vE 'path::compare|remove_all|directory_iterator' <<< "$names" | head -8 | sed 's/^/  /'
+  done | fence
 fi
 
 # --- what was not run ----------------------------------------------------------------------
