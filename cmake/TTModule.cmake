@@ -4,8 +4,8 @@
 # visibility (only the TT_MODULE entry point is exported), linked to tt::core, placed
 # in lib/tt/ of the build tree (where tt-run looks) and installed to lib/tt/.
 # libstdc++ is named ahead of LibTorch, whose pip wheels export copies of some of its symbols
-# (std::filesystem) that crash when tt's calls are bound to them; tt's own build also puts it
-# in the link rules (see tt's CMakeLists.txt).
+# (std::filesystem) that crash when tt's calls are bound to them (see tt's CMakeLists.txt, which
+# also puts this flag in its link rules; empty under its sanitizers).
 if(NOT DEFINED TT_STDCXX_FIRST)
   set(TT_STDCXX_FIRST "-Wl,--push-state,--no-as-needed,-lstdc++,--pop-state")
 endif()

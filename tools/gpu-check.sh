@@ -187,6 +187,10 @@ run_suite() {
 # A failed test that crashes again when run alone (killed by a signal) is run a third time
 # under a debugger (gdb, or cuda-gdb, which also debugs host code) for the stack of every
 # thread; the first four go into the report.
+# The names of the tests ctest reported failed whose names match REGEX (from tests.log).
+failed_tests() {
+  grep -E "^\s+[0-9]+ - $1.*\(" "$OUT/tests.log" | sed -E 's/^\s+[0-9]+ - ([^ ]+) .*/\1/' | sort -u
+}
 crash_stacks() {
   local dbg="" name bin rc n=0
   for d in gdb cuda-gdb; do command -v "$d" >/dev/null && { dbg="$d"; break; }; done
@@ -205,24 +209,22 @@ crash_stacks() {
       fi
       break
     done
-  done < <(grep -E '^\s+[0-9]+ - .*\(' "$OUT/tests.log" | sed -E 's/^\s+[0-9]+ - ([^ ]+) .*/\1/' | sort -u)
+  done < <(failed_tests '.*')
 }
 # A failed Dist test is run again alone, as it was and then with MKL's conditional numerical
 # reproducibility (MKL_CBWR=COMPATIBLE, MKL_DYNAMIC=FALSE): whether the difference comes from
 # the load on the machine or from MKL's code paths.
 rerun_dist() {
-  local name bin
+  local name bin="$BUILD/bin/tt_dist_tests" env
+  [ -x "$bin" ] || return 0
   while read -r name; do
-    time_left || break
-    bin="$BUILD/bin/tt_dist_tests"
-    [ -x "$bin" ] || bin=$(ls "$BUILD"/bin/tt_*tests | head -1)
-    md "" "$name again, alone:"
-    bounded "$bin" --gtest_filter="$name" 2>&1 | grep -E '^\[ +(OK|FAILED) +\]|Which is|tests?/.*Failure|Expected' | head -12 | fence
-    time_left || break
-    md "" "$name alone with MKL_CBWR=COMPATIBLE MKL_DYNAMIC=FALSE:"
-    MKL_CBWR=COMPATIBLE MKL_DYNAMIC=FALSE bounded "$bin" --gtest_filter="$name" 2>&1 |
-      grep -E '^\[ +(OK|FAILED) +\]|Which is|tests?/.*Failure|Expected' | head -12 | fence
-  done < <(grep -E '^\s+[0-9]+ - Dist\..*\(' "$OUT/tests.log" | sed -E 's/^\s+[0-9]+ - ([^ ]+) .*/\1/' | sort -u | head -2)
+    for env in "" "MKL_CBWR=COMPATIBLE MKL_DYNAMIC=FALSE"; do
+      time_left || return 0
+      md "" "$name again, alone${env:+, with $env}:"
+      bounded env $env "$bin" --gtest_filter="$name" 2>&1 | grep -E '^\[ +(OK|FAILED) +\]|Which is|tests?/.*Failure|Expected' |
+        head -12 | fence
+    done
+  done < <(failed_tests 'Dist\.' | head -2)
 }
 : > "$OUT/tests.log"
 HAVE_TESTS=0
@@ -321,8 +323,8 @@ if command -v addr2line >/dev/null; then
     done <<< "$crash_lines" | fence
   fi
 fi
-# A Python PyTorch's libtorch_cpu may export copies of libstdc++'s std::filesystem (see
-# CMakeLists.txt): how many this one has.
+# A Python PyTorch's libraries may export copies of libstdc++'s std::filesystem (see
+# CMakeLists.txt): which ones this one has.
 torch_libs=$(ldd "$RUN" 2>/dev/null | awk '/lib(torch|torch_cpu|c10)\.so/ {print $3}')
 if [ -n "$torch_libs" ] && command -v nm >/dev/null; then
   lo=$(grep -E 'Test +#[0-9]+: tools\.link_order ' "$OUT/tests.log" | grep -oE 'Passed|\*\*\*Failed|Not Run' | head -1)
