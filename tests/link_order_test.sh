@@ -15,7 +15,7 @@ set -uo pipefail
 BUILD="${1:?usage: link_order_test.sh BUILD_DIR CXX STDCXX_FIRST_FLAG}"
 CXX="${2:?usage: link_order_test.sh BUILD_DIR CXX STDCXX_FIRST_FLAG}"
 FLAG="${3-}"
-for t in readelf nm; do
+for t in readelf nm objdump; do
   command -v "$t" >/dev/null || { echo "link_order: $t (binutils) is needed" >&2; exit 1; }
 done
 LIBSTDCXX=$("$CXX" -print-file-name=libstdc++.so.6)
@@ -45,7 +45,6 @@ check() {
   fi
   return $bad
 }
-command -v objdump >/dev/null || { echo "link_order: objdump (binutils) is needed" >&2; exit 1; }
 
 # --- the mechanism ----------------------------------------------------------------------------
 cat > "$WORK/fakefs.cpp" <<'EOF'
