@@ -37,6 +37,8 @@
 # --set KEY=VALUE (repeatable) passes a pipeline override to every tt-run of the strategies, e.g.
 # --set model.preprocess=quantile or --set model.ensemble=16.
 # --pretrained takes a pretraining run or a weights file (the shipped one: models/tabular-icl/pretrained/small.safetensors).
+# --out DIR keeps the runs (a temporary folder by default); running again into the same DIR replaces
+# the strategies', the sweep's and the comparison's runs there (not a pretraining: give it as --pretrained DIR/pretrain).
 # --csv may be repeated; with --csv and no --datasets only the given files are run. A table is named
 # by its file name without .csv (the run directories in --out are NAME-STRATEGY). --label names the
 # label column of the --csv files (default: their last column; the shared tables' is their last,
@@ -399,7 +401,7 @@ if [ "$BASELINES_ONLY" = 0 ]; then
     for s in $STRATEGIES; do
       if [ "$s" != inference ] && [ "$C" -gt 10 ]; then continue; fi  # training takes at most 10 classes
       "$TT" "configs/tabular-$s.yaml" "${DATA_SET[@]}" "model.init_from=$PRE" ${SETS_TT[@]+"${SETS_TT[@]}"} \
-        --run-dir "$OUT/$d-$s" -q > "$OUT/$d-$s.log" 2>&1 || { cat "$OUT/$d-$s.log"; exit 1; }
+        --run-dir "$OUT/$d-$s" --overwrite -q > "$OUT/$d-$s.log" 2>&1 || { cat "$OUT/$d-$s.log"; exit 1; }
     done
   done
 fi
@@ -454,7 +456,7 @@ tt, path, frac, pre, run_dir, S = sys.argv[1:7]
 t0 = time.monotonic()
 with open(run_dir + ".log", "w") as log:
     rc = subprocess.call([tt, "configs/tabular-inference.yaml", f"data.path={path}", f"data.test_fraction={frac}",
-                          f"model.init_from={pre}", "--run-dir", run_dir, "-q"], stdout=log, stderr=subprocess.STDOUT)
+                          f"model.init_from={pre}", "--run-dir", run_dir, "--overwrite", "-q"], stdout=log, stderr=subprocess.STDOUT)
 seconds = time.monotonic() - t0
 if rc != 0:
     sys.exit(rc)
@@ -468,6 +470,6 @@ PY
 fi
 
 if [ "$MEMORY" = 1 ] && [ "$BASELINES_ONLY" = 0 ]; then
-  "$TT" configs/compare-tabular.yaml --run-dir "$OUT/compare"
+  "$TT" configs/compare-tabular.yaml --run-dir "$OUT/compare" --overwrite
 fi
 echo "bench-tabular: runs in $OUT"

@@ -276,7 +276,7 @@ TEST(TabularModel, EnsembleAveragesMembersWithTheirOwnFeatureIdentities) {
 // beyond model.max_members a clear error naming the table and the options.
 TEST(TabularModel, WideTablesGiveEachMemberAFeatureSubsetCoveringThemAll) {
   const auto wide = random_table(40, 250, 3, 4);
-  const auto members = tt::tab::plan_members(wide, 2, 100, false, 64);
+  const auto members = tt::tab::plan_members(wide, 2, 100, {TabularIcl::View::Standard}, 64);
   ASSERT_EQ(members.size(), 3u);  // ceil(250 / 100)
   std::vector<int> seen(250, 0);
   for (const auto& mb : members) {
@@ -287,11 +287,11 @@ TEST(TabularModel, WideTablesGiveEachMemberAFeatureSubsetCoveringThemAll) {
   }
   for (int64_t f = 0; f < 250; ++f) EXPECT_GE(seen[f], 1) << "feature " << f;
   auto m = tiny();
-  m->set_ensemble(2, TabularIcl::Preprocess::Standard, 100, 64);
+  m->set_ensemble(2, {TabularIcl::View::Standard}, 100, 64);
   const at::Tensor p = m->predict_table(wide.subset(range(0, 30)), wide.subset(range(30, 40)));
   EXPECT_EQ(p.sizes(), (std::vector<int64_t>{10, 3}));
   EXPECT_TRUE(torch::allclose(p.sum(1), torch::ones({10}, torch::kDouble), 1e-6, 1e-6));
-  m->set_ensemble(2, TabularIcl::Preprocess::Standard, 100, 2);
+  m->set_ensemble(2, {TabularIcl::View::Standard}, 100, 2);
   try {
     m->predict_table(wide.subset(range(0, 30)), wide.subset(range(30, 40)));
     FAIL() << "expected an error";
@@ -309,7 +309,7 @@ TEST(TabularModel, WideTablesGiveEachMemberAFeatureSubsetCoveringThemAll) {
 // groups' probabilities.
 TEST(TabularModel, ManyClassesAreToldApartByGroupedMembers) {
   const auto t = random_table(104, 6, 26, 5);
-  const auto members = tt::tab::plan_members(t, 4, 100, false, 64);
+  const auto members = tt::tab::plan_members(t, 4, 100, {TabularIcl::View::Standard}, 64);
   ASSERT_GE(members.size(), 4u);
   for (const auto& mb : members) {
     std::vector<int> size(10, 0);
@@ -344,7 +344,7 @@ TEST(TabularModel, ManyClassesAreToldApartByGroupedMembers) {
 // standard preprocessing does change. Mixed alternates the two: with one feature it has two
 // members, standard and quantile, and its probabilities are their mean.
 TEST(TabularModel, QuantilePreprocessingIgnoresMonotoneTransformsAndMixedAveragesBoth) {
-  using P = tt::tab::TabularIcl::Preprocess;
+  using V = tt::tab::TabularIcl::View;
   auto m = tiny();
   auto table = [](int64_t F, bool warp) {
     tt::tab::Table t;
@@ -362,29 +362,87 @@ TEST(TabularModel, QuantilePreprocessingIgnoresMonotoneTransformsAndMixedAverage
   for (int64_t i = 0; i < 30; ++i) ctx[i] = i;
   for (int64_t i = 0; i < 10; ++i) qs[i] = 30 + i;
   const auto plain = table(3, false), warped = table(3, true);
-  m->set_ensemble(3, P::Quantile);
+  m->set_ensemble(3, {V::Quantile});
   const at::Tensor a = m->predict_table(plain.subset(ctx), plain.subset(qs));
   const at::Tensor b = m->predict_table(warped.subset(ctx), warped.subset(qs));
   // Context rows map exactly; a query value between two context values is interpolated
   // linearly in value space, which a warp bends a little.
   const double quantile_change = (a - b).abs().max().item<double>();
-  m->set_ensemble(3, P::Standard);
+  m->set_ensemble(3, {V::Standard});
   const double standard_change = (m->predict_table(plain.subset(ctx), plain.subset(qs)) -
                                   m->predict_table(warped.subset(ctx), warped.subset(qs))).abs().max().item<double>();
   EXPECT_LT(quantile_change, 1e-3);
   EXPECT_GT(standard_change, 20 * quantile_change) << quantile_change;
 
   const auto one = table(1, false);
-  m->set_ensemble(1, P::Standard);
+  m->set_ensemble(1, {V::Standard});
   const at::Tensor s = m->predict_table(one.subset(ctx), one.subset(qs));
-  m->set_ensemble(1, P::Quantile);
+  m->set_ensemble(1, {V::Quantile});
   const at::Tensor q = m->predict_table(one.subset(ctx), one.subset(qs));
   EXPECT_FALSE(torch::allclose(s, q, 1e-4, 1e-6));
   // mixed, two members: standard with seed 0's identities, quantile with seed 1's
-  m->set_ensemble(2, P::Quantile);
+  m->set_ensemble(2, {V::Quantile});
   const at::Tensor q_seed1 = 2 * m->predict_table(one.subset(ctx), one.subset(qs)) - q;
-  m->set_ensemble(2, P::Mixed);
+  m->set_ensemble(2, {V::Standard, V::Quantile});
   EXPECT_TRUE(torch::allclose(m->predict_table(one.subset(ctx), one.subset(qs)), (s + q_seed1) / 2, 1e-6, 1e-9));
+}
+
+// preprocess: pca rotates the features onto the context's principal components: uncorrelated on
+// the context rows, largest first, as many as hold pca_variance of the variance (two for a table
+// of rank two, a constant column contributing nothing), queries projected with the context's
+// mean and scale. The view does not depend on the order of the columns (the components' signs are
+// fixed by their largest loading), so a pca member's prediction does not either, while a standard
+// member's does (a feature's identity follows its position).
+TEST(TabularModel, PcaViewKeepsTheLeadingUncorrelatedComponentsWhateverTheColumnOrder) {
+  using V = tt::tab::TabularIcl::View;
+  const int64_t rows = 40;
+  auto table = [&](const std::vector<int64_t>& order) {
+    torch::manual_seed(11);
+    const at::Tensor a = torch::randn({rows}) * 3 + 1, b = torch::randn({rows}) * 0.5 - 2;
+    const at::Tensor cols[5] = {a, b, a + b, 2 * a - b, torch::full({rows}, 7.0f)};
+    tt::tab::Table t;
+    t.source = "rank2.csv";
+    t.class_names = {"no", "yes"};
+    std::vector<at::Tensor> picked;
+    for (int64_t j : order) {
+      picked.push_back(cols[j]);
+      t.feature_names.push_back("f" + std::to_string(j));
+    }
+    const at::Tensor x = torch::stack(picked, 1).contiguous();
+    t.x.assign(x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
+    for (int64_t i = 0; i < rows; ++i) t.y.push_back((a[i] + b[i]).item<float>() > -1.0f ? 1 : 0);
+    t.rows = rows;
+    return t;
+  };
+  auto as_tensor = [](const tt::tab::Table& t) {
+    return torch::from_blob(const_cast<float*>(t.x.data()), {t.rows, t.features()}, torch::kFloat).clone();
+  };
+  const auto plain = table({0, 1, 2, 3, 4}), shuffled = table({3, 4, 1, 0, 2});
+  const auto ctx = plain.subset(range(0, 30)), qs = plain.subset(range(30, 40));
+  const auto [pc, pq] = tt::tab::principal_components(ctx, qs, 0.99, 100);
+  ASSERT_EQ(pc.feature_names, (std::vector<std::string>{"pc1", "pc2"}));
+  ASSERT_EQ(pq.features(), 2);
+  const at::Tensor z = as_tensor(pc).to(torch::kDouble);
+  const at::Tensor cov = (z - z.mean(0)).t().mm(z - z.mean(0)) / 30;
+  EXPECT_LT(z.mean(0).abs().max().item<double>(), 1e-5);
+  EXPECT_LT(cov[0][1].abs().item<double>(), 1e-4);
+  EXPECT_GT(cov[0][0].item<double>(), cov[1][1].item<double>());
+  EXPECT_NEAR((cov[0][0] + cov[1][1]).item<double>(), 4.0, 1e-4);  // four standardized columns, all of rank two
+  // queries projected as the context: the context's rows as queries give the context's components
+  const auto same = tt::tab::principal_components(ctx, ctx, 0.99, 100).second;
+  EXPECT_TRUE(torch::allclose(as_tensor(same), as_tensor(pc), 1e-5, 1e-5));
+  EXPECT_EQ(tt::tab::principal_components(ctx, qs, 0.99, 1).first.features(), 1);  // at most `most`
+  EXPECT_EQ(tt::tab::principal_components(ctx, qs, 0.5, 100).first.features(), 1);  // the first holds over half
+  // the column order changes nothing in the view, nor in a pca member's prediction
+  const auto sctx = shuffled.subset(range(0, 30)), sqs = shuffled.subset(range(30, 40));
+  const auto [spc, spq] = tt::tab::principal_components(sctx, sqs, 0.99, 100);
+  EXPECT_TRUE(torch::allclose(as_tensor(spc), as_tensor(pc), 1e-4, 1e-4));
+  EXPECT_TRUE(torch::allclose(as_tensor(spq), as_tensor(pq), 1e-4, 1e-4));
+  auto m = tiny();
+  m->set_ensemble(2, {V::Pca});
+  EXPECT_TRUE(torch::allclose(m->predict_table(ctx, qs), m->predict_table(sctx, sqs), 1e-4, 1e-6));
+  m->set_ensemble(2, {V::Standard});
+  EXPECT_FALSE(torch::allclose(m->predict_table(ctx, qs), m->predict_table(sctx, sqs), 1e-4, 1e-6));
 }
 
 // The schema refuses a value out of its range or not among its choices, naming the option, what it
@@ -402,7 +460,10 @@ TEST(TabularModel, SchemaRefusesBadValuesAndMakeModelTheInconsistentShape) {
   auto has = [](const std::string& text, const std::string& part) {
     EXPECT_NE(text.find(part), std::string::npos) << text;
   };
-  has(build("{preprocess: ranks}"), "model.preprocess must be one of standard | quantile | mixed, got 'ranks'");
+  has(build("{preprocess: ranks}"), "model.preprocess must be standard, quantile, pca or quantile-pca, or several of them "
+                                    "joined by + (mixed: standard+quantile), got 'ranks'");
+  has(build("{preprocess: standard+}"), "got 'standard+'");
+  has(build("{pca_variance: 0}"), "model.pca_variance must be in (0, 1], got 0");
   has(build("{size: huge}"), "model.size must be one of small | large, got 'huge'");
   const std::string narrow = build("{d_model: 8, n_heads: 2}");  // (core prints the bound 10 as "1e1" today)
   has(narrow, "model.d_model must be >= ");

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -275,9 +276,8 @@ Table select_features(const Table& t, const std::vector<int64_t>& cols) {
     for (int64_t j = 0; j < G; ++j) out.x[i * G + j] = t.x[i * F + cols[j]];
   return out;
 }
-// Each feature through the context's empirical CDF onto a standard normal (a quantile
-// transform, TabPFN's "quantile" preprocessing): rank r of n -> Phi^-1((r + 0.5) / n), ties
-// share their mean rank, query values interpolated between the context's.
+}  // namespace
+
 std::pair<Table, Table> quantile_normal(const Table& ctx, const Table& qs) {
   Table c = ctx, q = qs;
   const int64_t F = ctx.features(), n = ctx.rows;
@@ -320,9 +320,41 @@ std::pair<Table, Table> quantile_normal(const Table& ctx, const Table& qs) {
   }
   return {c, q};
 }
-}  // namespace
 
-std::vector<Member> plan_members(const Table& t, int64_t ensemble, int64_t per_member, bool mixed, int64_t max_members) {
+std::pair<Table, Table> principal_components(const Table& ctx, const Table& qs, double variance, int64_t most) {
+  Table c = ctx, q = qs;
+  const int64_t F = ctx.features(), n = ctx.rows;
+  if (n < 2 || F == 0) return {c, q};
+  auto as_tensor = [F](const Table& t) {
+    return torch::from_blob(const_cast<float*>(t.x.data()), {t.rows, F}, torch::kFloat).to(torch::kDouble);
+  };
+  const at::Tensor xc = as_tensor(ctx);
+  const at::Tensor mean = xc.mean(0), sd = xc.std(0, /*unbiased=*/false);
+  const at::Tensor scale = torch::where(sd > 1e-12 * (mean.abs() + 1), sd.reciprocal(), torch::zeros_like(sd));
+  const at::Tensor zc = (xc - mean) * scale;
+  const auto usv = at::linalg_svd(zc, /*full_matrices=*/false);
+  const at::Tensor sv = std::get<1>(usv), vh = std::get<2>(usv);  // [k], [k, F]
+  const at::Tensor var = sv.square(), share = var.cumsum(0) / var.sum().clamp_min(1e-300);
+  int64_t k = 1;
+  while (k < sv.size(0) && share[k - 1].item<double>() < variance) ++k;
+  k = std::min(k, most);
+  const at::Tensor top = vh.slice(0, 0, k);
+  const at::Tensor biggest = top.abs().argmax(1, /*keepdim=*/true);
+  const at::Tensor v = (top * top.gather(1, biggest).ge(0).to(torch::kDouble).mul(2).sub(1)).t();  // [F, k]
+  auto project = [&](const at::Tensor& z, Table& out) {
+    const at::Tensor f = z.mm(v).to(torch::kFloat).contiguous();
+    out.x.assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+    out.feature_names.clear();
+    for (int64_t j = 0; j < k; ++j) out.feature_names.push_back(detail::cat("pc", j + 1));
+  };
+  project(zc, c);
+  project((as_tensor(qs) - mean) * scale, q);
+  return {c, q};
+}
+
+std::vector<Member> plan_members(const Table& t, int64_t ensemble, int64_t per_member,
+                                 const TabularIcl::Preprocess& views, int64_t max_members) {
+  TT_CHECK(!views.empty(), "internal: plan_members without a view");
   const int64_t F = t.features(), C = t.classes();
   const int64_t covers = (F + per_member - 1) / per_member;  // members that see every feature once
   const int64_t wanted = std::max(ensemble, covers);
@@ -382,7 +414,7 @@ std::vector<Member> plan_members(const Table& t, int64_t ensemble, int64_t per_m
       members.push_back(std::move(m));
     }
   }
-  for (size_t e = 0; e < members.size(); ++e) members[e].quantile = mixed && e % 2 == 1;
+  for (size_t e = 0; e < members.size(); ++e) members[e].view = views[e % views.size()];
   return members;
 }
 
@@ -397,24 +429,37 @@ at::Tensor TabularIcl::predict_table(const Table& context, const Table& queries)
   const bool was_training = is_training();
   eval();
   const int64_t C = context.classes();
-  // preprocess: mixed alternates the raw values (standardized inside the model) with their
-  // quantile transform (odd members), as TabPFN mixes preprocessings.
-  auto members = plan_members(context, ensemble_, member_features_, preprocess_ == Preprocess::Mixed, max_members_);
-  for (auto& m : members) m.quantile = m.quantile || preprocess_ == Preprocess::Quantile;
-  std::optional<std::pair<Table, Table>> quantile;
-  if (preprocess_ != Preprocess::Standard) quantile = quantile_normal(context, queries);
-  // a member that sees every feature takes the whole table: converted once
-  const at::Tensor whole[2][2] = {{rows_tensor(context), rows_tensor(queries)},
-                                  {quantile ? rows_tensor(quantile->first) : at::Tensor(),
-                                   quantile ? rows_tensor(quantile->second) : at::Tensor()}};
+  // preprocess: the members take the views in turn, as TabPFN mixes preprocessings
+  const auto members = plan_members(context, ensemble_, member_features_, preprocess_, max_members_);
+  // each view made once: its context and queries, whole and as tensors
+  std::map<View, std::pair<Table, Table>> views;
+  std::map<View, std::pair<at::Tensor, at::Tensor>> whole;
+  auto view_of = [&](View v) -> std::pair<Table, Table> {
+    switch (v) {
+      case View::Quantile: return quantile_normal(context, queries);
+      case View::Pca: return principal_components(context, queries, pca_variance_, member_features_);
+      case View::QuantilePca: {
+        const auto q = quantile_normal(context, queries);
+        return principal_components(q.first, q.second, pca_variance_, member_features_);
+      }
+      case View::Standard: break;
+    }
+    return {context, queries};
+  };
+  for (View v : preprocess_) {
+    if (views.count(v)) continue;
+    const auto& tables = views[v] = view_of(v);
+    whole[v] = {rows_tensor(tables.first), rows_tensor(tables.second)};
+  }
   at::Tensor sum;  // C <= 10: the members' probabilities summed; else their log-probabilities
   for (size_t e = 0; e < members.size(); ++e) {
     const Member& m = members[e];
-    const Table& ctx = m.quantile ? quantile->first : context;
-    const Table& qs = m.quantile ? quantile->second : queries;
-    const bool all = static_cast<int64_t>(m.features.size()) == context.features();
-    const at::Tensor xc = all ? whole[m.quantile][0] : rows_tensor(select_features(ctx, m.features));
-    const at::Tensor xq = all ? whole[m.quantile][1] : rows_tensor(select_features(qs, m.features));
+    const auto& [ctx, qs] = views.at(m.view);
+    // a pca member sees the leading components (as many as member_features), whatever its subset
+    const bool all = m.view == View::Pca || m.view == View::QuantilePca ||
+                     static_cast<int64_t>(m.features.size()) == context.features();
+    const at::Tensor xc = all ? whole.at(m.view).first : rows_tensor(select_features(ctx, m.features));
+    const at::Tensor xq = all ? whole.at(m.view).second : rows_tensor(select_features(qs, m.features));
     std::vector<int64_t> told_as(context.y.size());
     for (size_t i = 0; i < told_as.size(); ++i) told_as[i] = m.group[static_cast<size_t>(context.y[i])];
     const at::Tensor y = torch::tensor(told_as, torch::kLong);
@@ -484,6 +529,23 @@ std::string TabularIcl::describe() const {
   return d;
 }
 
+std::optional<TabularIcl::Preprocess> parse_preprocess(const std::string& value) {
+  using V = TabularIcl::View;
+  const std::map<std::string, V> names = {
+      {"standard", V::Standard}, {"quantile", V::Quantile}, {"pca", V::Pca}, {"quantile-pca", V::QuantilePca}};
+  TabularIcl::Preprocess views;
+  const std::string spelled = value == "mixed" ? "standard+quantile" : value;
+  size_t begin = 0;
+  while (begin <= spelled.size()) {
+    const size_t end = std::min(spelled.find('+', begin), spelled.size());
+    const auto it = names.find(spelled.substr(begin, end - begin));
+    if (it == names.end()) return std::nullopt;
+    views.push_back(it->second);
+    begin = end + 1;
+  }
+  return views;
+}
+
 Schema model_schema() {
   using M = ModelOptions;
   return Schema()
@@ -496,11 +558,11 @@ Schema model_schema() {
       .field("n_heads", &M::n_heads, std::nullopt, "attention heads (d_model must be a multiple)").range(ge(1))
       .field("d_ff", &M::d_ff, std::nullopt, "MLP width").range(ge(1))
       .field("eval_chunk", &M::eval_chunk, 1024, "query rows per forward pass at evaluation and prediction").range(ge(1))
-      .field("ensemble", &M::ensemble, 8, "evaluation and prediction: average over at least this many members (each its own feature identities; preprocessings alternate when mixed)").range(ge(1))
+      .field("ensemble", &M::ensemble, 8, "evaluation and prediction: average over at least this many members (each its own feature identities; taking the views of preprocess in turn)").range(ge(1))
       .field("member_features", &M::member_features, 100, "evaluation and prediction: a wider table gives each member a random subset of this many features, the subsets covering them all").range(ge(1))
       .field("max_members", &M::max_members, 64, "evaluation and prediction: the most members a table may need (its features / member_features; more than 10 classes add members until every pair of classes is told apart twice)").range(ge(1))
-      .field("preprocess", &M::preprocess, "standard", "evaluation and prediction: standard (values standardized by the support rows), quantile (each feature through the context's empirical CDF onto a normal) or mixed (members alternate)")
-      .choices({"standard", "quantile", "mixed"});
+      .field("preprocess", &M::preprocess, "standard+quantile-pca", "evaluation and prediction: the members' views of the values, taken in turn: standard (standardized by the support rows), quantile (each feature through the support's empirical CDF onto a normal), pca (the support's principal components of the standardized values), quantile-pca (those of the quantile transform); several joined by + (mixed: standard+quantile)")
+      .field("pca_variance", &M::pca_variance, 0.99, "evaluation and prediction: the pca views keep the leading components that hold this share of the support's variance (at most member_features)").range(gt(0), le(1));
 }
 
 std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
@@ -519,12 +581,13 @@ std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
   std::shared_ptr<const Table> context;
   if (auto* ev = dynamic_cast<EvalSet*>(data.validation.get())) context = ev->shared_context();
   // a table the ensemble cannot take is refused before any work
-  if (context) plan_members(*context, mo.ensemble, mo.member_features, false, mo.max_members);
+  const auto views = parse_preprocess(mo.preprocess);
+  if (!views)
+    o.fail("preprocess", detail::cat("must be standard, quantile, pca or quantile-pca, or several of them joined by + "
+                                     "(mixed: standard+quantile), got '", mo.preprocess, "'"));
+  if (context) plan_members(*context, mo.ensemble, mo.member_features, *views, mo.max_members);
   auto m = std::make_shared<TabularIcl>(s, context, mo.eval_chunk);
-  m->set_ensemble(mo.ensemble, mo.preprocess == "standard"   ? TabularIcl::Preprocess::Standard
-                               : mo.preprocess == "quantile" ? TabularIcl::Preprocess::Quantile
-                                                             : TabularIcl::Preprocess::Mixed,
-                 mo.member_features, mo.max_members);
+  m->set_ensemble(mo.ensemble, *views, mo.member_features, mo.max_members, mo.pca_variance);
   return m;
 }
 

@@ -40,12 +40,18 @@
 //   - a table with more than 10 classes gives each member a random balanced grouping of the
 //     classes into 10 (error-correcting output codes: every pair of classes is told apart by at
 //     least two members); a class's probability is the normalized geometric mean over members of
-//     its group's probability.
+//     its group's probability;
+//   - the members take model.preprocess's views of the values in turn: by default the values
+//     (standardized in step 1) and the principal components of their quantile transform (a
+//     rotation that decorrelates the features, so a boundary along a mix of them lies along one
+//     column), the components that hold model.pca_variance (0.99) of the variance; a pca member
+//     sees the leading components, not a feature subset.
 #include <torch/torch.h>
 
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "table.h"
@@ -69,6 +75,7 @@ struct ModelOptions {
   std::optional<int64_t> d_cell, d_id, d_model, n_layers, n_heads, d_ff;
   int64_t eval_chunk, ensemble, member_features, max_members;
   std::string preprocess;
+  double pca_variance;
 };
 
 // What every block's attention masks with: true for the support rows of the current forward.
@@ -127,11 +134,18 @@ class TabularIcl : public Model {
   // The ensemble at evaluation and prediction: model.ensemble members at least (more where the
   // table's width or classes need them, up to max_members), each seeing at most member_features
   // features.
-  enum class Preprocess { Standard, Quantile, Mixed };
-  void set_ensemble(int64_t n, Preprocess p = Preprocess::Standard, int64_t member_features = 100,
-                    int64_t max_members = 64) {
+  // A member's view of the table: the values (standardized inside the model), their quantile
+  // transform, the principal components of the values or of their quantile transform (the
+  // leading components that hold pca_variance of the variance, at most member_features).
+  enum class View { Standard, Quantile, Pca, QuantilePca };
+  // The views the members take in turn (model.preprocess: "standard", "mixed" = standard and
+  // quantile, "pca+quantile-pca", ...).
+  using Preprocess = std::vector<View>;
+  void set_ensemble(int64_t n, Preprocess p = {View::Standard}, int64_t member_features = 100,
+                    int64_t max_members = 64, double pca_variance = 0.99) {
     ensemble_ = n;
-    preprocess_ = p;
+    preprocess_ = std::move(p);
+    pca_variance_ = pca_variance;
     member_features_ = member_features;
     max_members_ = max_members;
   }
@@ -146,7 +160,8 @@ class TabularIcl : public Model {
   std::shared_ptr<const Table> context_;
   int64_t eval_chunk_;
   int64_t ensemble_ = 1;
-  Preprocess preprocess_ = Preprocess::Standard;
+  Preprocess preprocess_ = {View::Standard};
+  double pca_variance_ = 0.99;
   int64_t member_features_ = 100, max_members_ = 64;
   // Step 2: the row representations [B, N, d_model] of standardized values z [B, N, F], the
   // features' identities ids [B, F, d_id] and their mask fw [B, F] (1: a feature); the rows in
@@ -158,13 +173,29 @@ class TabularIcl : public Model {
 struct Member {
   std::vector<int64_t> features;  // the columns it sees
   std::vector<int64_t> group;     // class -> the class it is told as (< kMaxClasses)
-  bool quantile = false;          // the quantile-transformed values (preprocess: mixed, quantile)
+  TabularIcl::View view = TabularIcl::View::Standard;  // which view of the values it sees
 };
 // The members for table t (F features, C classes), from a fixed seed: at least `ensemble`; enough
 // for the random feature subsets of `per_member` to cover every feature; with more than kMaxClasses
 // classes, random balanced groupings until every pair of classes is told apart by two members.
 // ConfigError naming the table when that takes more than max_members.
-std::vector<Member> plan_members(const Table& t, int64_t ensemble, int64_t per_member, bool mixed, int64_t max_members);
+// The preprocessing views, each fitted on the context rows and applied to both tables:
+// quantile_normal: each feature through the context's empirical CDF onto a standard normal (a
+// quantile transform, TabPFN's "quantile" preprocessing): rank r of n -> Phi^-1((r + 0.5) / n),
+// ties sharing their mean rank, query values interpolated between the context's.
+std::pair<Table, Table> quantile_normal(const Table& ctx, const Table& qs);
+// principal_components: the features standardized by the context (a constant one left at 0),
+// projected on the leading right singular vectors of the context's standardized matrix (TabPFN v2
+// adds such a global SVD view): as many as hold `variance` of its variance (at least one), at most
+// `most`, largest first, each vector's sign set so that its largest loading is positive
+// (scikit-learn's svd_flip), so the view does not depend on the LAPACK at hand. Columns pc1, pc2, ...
+std::pair<Table, Table> principal_components(const Table& ctx, const Table& qs, double variance, int64_t most);
+// Member e takes views[e % views.size()].
+std::vector<Member> plan_members(const Table& t, int64_t ensemble, int64_t per_member,
+                                 const TabularIcl::Preprocess& views, int64_t max_members);
+// model.preprocess's value -> the views ("mixed" is "standard+quantile"); nullopt when it names
+// anything else.
+std::optional<TabularIcl::Preprocess> parse_preprocess(const std::string& value);
 
 Schema model_schema();
 std::shared_ptr<Model> make_model(const Options& o, const Datasets& data);
