@@ -6,14 +6,17 @@
 # is the share of memory any process pays for LibTorch (its code and static tables), OpenMP and
 # the loader, whatever the model. Prints, per run: peak tensors, peak reserved (the allocator's
 # pages), peak RSS, RSS / tensors, and what is left beyond the tensors and that fixed share.
-#   tools/bench-rss.sh [--build DIR] [--steps 6] [--repeats 1]
+# --set KEY=VALUE (repeatable) passes a pipeline override to every run, e.g.
+# --set trainer.release_library_pages=false.
+#   tools/bench-rss.sh [--build DIR] [--steps 6] [--repeats 1] [--set KEY=VALUE]...
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="$ROOT/build"; STEPS=6; REPEATS=1
+BUILD="$ROOT/build"; STEPS=6; REPEATS=1; SETS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) BUILD="$2"; shift 2 ;; --steps) STEPS="$2"; shift 2 ;; --repeats) REPEATS="$2"; shift 2 ;;
-    *) echo "bench-rss: unknown argument $1 (--build DIR, --steps N, --repeats N)" >&2; exit 2 ;;
+    --set) case "${2:-}" in *=*) SETS+=("$2"); shift 2 ;; *) echo "bench-rss: --set takes KEY=VALUE" >&2; exit 2 ;; esac ;;
+    *) echo "bench-rss: unknown argument $1 (--build DIR, --steps N, --repeats N, --set KEY=VALUE)" >&2; exit 2 ;;
   esac
 done
 . "$ROOT/tools/lib/lm-pipeline.sh"
@@ -24,9 +27,9 @@ trap 'rm -rf "$WORK"' EXIT
 lm_pipeline "$WORK/a.yaml" bench-rss 8 512 8 "$STEPS" 2 "$WORK/runs"
 TINY="model.d_model=32 model.n_layers=1 model.n_heads=1 data.seq_len=64 trainer.batch_size=1"
 for r in $(seq 1 "$REPEATS"); do
-  "$BUILD/bin/tt-run" -q "$WORK/a.yaml" $TINY --run-dir "$WORK/tiny-$r"
-  "$BUILD/bin/tt-run" -q "$WORK/a.yaml" --run-dir "$WORK/cache-$r"
-  "$BUILD/bin/tt-run" -q "$WORK/a.yaml" trainer.cache_allocations=false --run-dir "$WORK/malloc-$r"
+  "$BUILD/bin/tt-run" -q "$WORK/a.yaml" $TINY ${SETS[@]+"${SETS[@]}"} --run-dir "$WORK/tiny-$r"
+  "$BUILD/bin/tt-run" -q "$WORK/a.yaml" ${SETS[@]+"${SETS[@]}"} --run-dir "$WORK/cache-$r"
+  "$BUILD/bin/tt-run" -q "$WORK/a.yaml" trainer.cache_allocations=false ${SETS[@]+"${SETS[@]}"} --run-dir "$WORK/malloc-$r"
 done
 python3 - "$WORK" "$REPEATS" <<'PY'
 import json, statistics, sys
@@ -45,4 +48,7 @@ for run, name in (("cache", "cache on (default)"), ("malloc", "cache off (malloc
     res = f"{mib(m['peak_reserved_bytes']):.1f} MiB" if run == "cache" else "(malloc's)"
     print(f"{name:<26} {mib(t):>9.1f} MiB {res:>14} {mib(rss):>6.1f} MiB {rss / t:>11.3f}x {mib(rss - t - fixed):>8.1f} MiB")
 print(f"floor: tensors + fixed share = {(mem('cache')['peak_tensor_bytes'] + fixed) / mem('cache')['peak_tensor_bytes']:.3f}x the tensors")
+released = statistics.median(json.load(open(f"{work}/cache-{r}/summary.json"))["memory"].get("library_pages_released_bytes", 0)
+                             for r in range(1, repeats + 1))
+print(f"library pages given back before training (trainer.release_library_pages): {mib(released):.1f} MiB")
 PY

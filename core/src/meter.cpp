@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -317,6 +318,27 @@ int64_t Meter::available() {
   const int64_t cgroup = cgroup_headroom();
   if (cgroup < 0) return system;
   return system > 0 ? std::min(system, cgroup) : cgroup;
+}
+int64_t Meter::release_library_pages() {
+#ifdef MADV_PAGEOUT
+  const int64_t before = rss();
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    // "begin-end perms offset dev inode path": a shared library's mapping that is not writable
+    unsigned long begin = 0, end = 0;
+    char perms[8] = {0};
+    int path_at = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s %*s %*s %*s %n", &begin, &end, perms, &path_at) < 3 || path_at <= 0)
+      continue;
+    const std::string path = line.substr(static_cast<size_t>(path_at));
+    if (perms[1] == 'w' || path.empty() || path[0] != '/' || path.find(".so") == std::string::npos) continue;
+    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);  // EINVAL before Linux 5.4: kept
+  }
+  return std::max<int64_t>(0, before - rss());
+#else
+  return 0;
+#endif
 }
 void Meter::reset_rss_peak() {
   std::ofstream out("/proc/self/clear_refs");

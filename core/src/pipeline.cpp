@@ -45,6 +45,9 @@ const Schema& trainer_schema() {
                "capped at it with oom-guard")
           .add("cache_allocations", Type::Bool, "true",
                "keep freed CPU blocks >= 64 KiB for reuse instead of returning them to the OS")
+          .add("release_library_pages", Type::Bool, "true",
+               "before training, give back the pages of the shared libraries' code and constants that set-up "
+               "touched (LibTorch's ~290 libraries; madvise MADV_PAGEOUT): any the run needs again are read back")
           .add("log_every", Type::Int, "1", "write a metrics.jsonl line every N steps")
           .range(ge(1))
           .add("checkpoint_every", Type::Int, "~",

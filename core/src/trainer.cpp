@@ -168,6 +168,10 @@ struct Trainer::Impl {
     } cap_guard;
     cap_memory();
     run.meter.release_cache();  // temporaries of data generation and model set-up are not training's
+    if (run.pipeline.trainer.get_bool("release_library_pages")) {
+      rec.library_pages_released = Meter::release_library_pages();
+      log().debug("released {:.1f} MiB of library pages", static_cast<double>(rec.library_pages_released) / (1 << 20));
+    }
     Meter::reset_rss_peak();    // so peak RSS is the training loop's high-water mark
     s.memory.rss_anon_start = Meter::rss_anon();
     run.reset_peak();

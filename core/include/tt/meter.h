@@ -97,6 +97,12 @@ class TT_API Meter {
   static int64_t rss();
   static int64_t rss_peak();
   static int64_t rss_anon();  // RssAnon: resident memory not backed by files (mmap'd data excluded)
+  // Gives back the resident pages of the shared libraries' read-only mappings (their code and
+  // constants; madvise MADV_PAGEOUT, Linux 5.4+): LibTorch loads some 290 libraries and set-up
+  // touches far more of them than a training step does. The kernel reads back any page touched
+  // again; pages another process maps too are left alone, and written (copied) pages are never
+  // dropped. Returns how far RSS fell (0 where the kernel refuses).
+  static int64_t release_library_pages();
   static void reset_rss_peak();  // via /proc/self/clear_refs; no-op where refused
   // What can be allocated without swapping or pushing out working memory: the system's
   // MemAvailable (/proc/meminfo: free memory plus reclaimable page cache), or less where this

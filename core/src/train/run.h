@@ -63,6 +63,7 @@ struct RunRecord {
   std::map<std::string, double> validation;    // the last evaluation's metrics
   std::map<std::string, double> model_metrics; // what the model's write_outputs reported
   std::vector<std::string> replica_hashes;     // every rank's parameter hash after the fit
+  int64_t library_pages_released = 0;          // RSS given back before training (release_library_pages)
 };
 
 struct Run {

@@ -97,6 +97,7 @@ json RunReport::build() const {
         {"peak_rss_bytes", mem.peak_rss},
         {"peak_reserved_bytes", mem.peak_reserved},
         {"rss_anon_start_bytes", mem.rss_anon_start},
+        {"library_pages_released_bytes", rec.library_pages_released},
         {"rss_anon_end_bytes", mem.rss_anon_end},
         {"parameters_bytes", mem.parameters},
         {"gradients_bytes", mem.gradients},
