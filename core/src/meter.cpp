@@ -332,7 +332,11 @@ int64_t Meter::release_library_pages() {
     if (std::sscanf(line.c_str(), "%lx-%lx %7s %*s %*s %*s %n", &begin, &end, perms, &path_at) < 3 || path_at <= 0)
       continue;
     const std::string path = line.substr(static_cast<size_t>(path_at));
-    if (perms[1] == 'w' || path.empty() || path[0] != '/' || path.find(".so") == std::string::npos) continue;
+    const std::string name = path.substr(path.rfind('/') + 1);
+    const size_t so = name.find(".so");  // libx.so, libx.so.1.2 (not rows.sorted.npy)
+    const bool library = !path.empty() && path[0] == '/' && so != std::string::npos &&
+                         (so + 3 == name.size() || name[so + 3] == '.');
+    if (perms[1] == 'w' || !library) continue;
     ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);  // EINVAL before Linux 5.4: kept
   }
   return std::max<int64_t>(0, before - rss());

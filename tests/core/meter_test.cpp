@@ -265,7 +265,8 @@ struct MappedFile {
 // Meter::release_library_pages drops the resident pages of read-only mappings of shared libraries
 // (a file named like one, here 16 MiB of random bytes, read through): the process's RSS falls
 // by about their size and the bytes read back the same. A writable mapping of a library file
-// (whose written pages a drop would lose) and a read-only mapping of another file (a dataset)
+// (whose written pages a drop would lose) and a read-only mapping of another file (a dataset,
+// named with ".so" inside)
 // keep their pages. Where the kernel has no MADV_PAGEOUT (before Linux 5.4) there is nothing to
 // test.
 TEST(Meter, ReleasingLibraryPagesDropsReadOnlyLibraryMappingsAndTheirBytesReadBack) {
@@ -275,7 +276,7 @@ TEST(Meter, ReleasingLibraryPagesDropsReadOnlyLibraryMappingsAndTheirBytesReadBa
     constexpr size_t kBytes = 16 << 20;
     MappedFile lib(dir / "libfake.so.1", kBytes, PROT_READ, 1);
     MappedFile written(dir / "libwritten.so", 1 << 20, PROT_READ | PROT_WRITE, 2);
-    MappedFile data(dir / "rows.npy", 4 << 20, PROT_READ, 3);
+    MappedFile data(dir / "rows.sorted.npy", 4 << 20, PROT_READ, 3);  // ".so" inside, not a library
     ASSERT_NE(lib.at, MAP_FAILED);
     ASSERT_NE(written.at, MAP_FAILED);
     ASSERT_NE(data.at, MAP_FAILED);
