@@ -445,6 +445,31 @@ TEST(TabularModel, PcaViewKeepsTheLeadingUncorrelatedComponentsWhateverTheColumn
   EXPECT_FALSE(torch::allclose(m->predict_table(ctx, qs), m->predict_table(sctx, sqs), 1e-4, 1e-6));
 }
 
+// model.readout_temperature divides infer()'s readout logits: the same as a model at temperature 1
+// whose readout_q is scaled by 1 / t; below 1 the class probabilities are sharper (lower entropy).
+TEST(TabularModel, ReadoutTemperatureDividesTheReadoutLogits) {
+  auto m = tiny();
+  m->eval();
+  const auto t = random_table(40, 5, 3, 9);
+  const at::Tensor xc = tensor_of(t.subset(range(0, 30))), xq = tensor_of(t.subset(range(30, 40)));
+  at::Tensor y = torch::empty({30}, torch::kLong);
+  for (int64_t i = 0; i < 30; ++i) y[i] = t.y[i];
+  const at::Tensor ids = m->feature_ids(5, 0);
+  const at::Tensor p1 = m->infer(xc, y, xq, ids);
+  m->set_readout_temperature(0.5);
+  const at::Tensor p_half = m->infer(xc, y, xq, ids);
+  m->set_readout_temperature(1.0);
+  {
+    torch::NoGradGuard no_grad;
+    m->readout_q->weight.mul_(2);
+    m->readout_q->bias.mul_(2);
+  }
+  EXPECT_TRUE(torch::allclose(m->infer(xc, y, xq, ids), p_half, 1e-5, 1e-6));
+  auto entropy = [](const at::Tensor& p) { return -(p * p.clamp_min(1e-12).log()).sum(1).mean().item<double>(); };
+  EXPECT_LT(entropy(p_half), entropy(p1));
+  EXPECT_FALSE(torch::allclose(p_half, p1, 1e-4, 1e-6));
+}
+
 // The schema refuses a value out of its range or not among its choices, naming the option, what it
 // may be and the value; the check that compares two options stays in make_model. An unset shape
 // option is the preset's.
@@ -464,6 +489,7 @@ TEST(TabularModel, SchemaRefusesBadValuesAndMakeModelTheInconsistentShape) {
                                     "joined by + (mixed: standard+quantile), got 'ranks'");
   has(build("{preprocess: standard+}"), "got 'standard+'");
   has(build("{pca_variance: 0}"), "model.pca_variance must be in (0, 1], got 0");
+  has(build("{readout_temperature: 0}"), "model.readout_temperature must be ");
   has(build("{size: huge}"), "model.size must be one of small | large, got 'huge'");
   const std::string narrow = build("{d_model: 8, n_heads: 2}");  // (core prints the bound 10 as "1e1" today)
   has(narrow, "model.d_model must be >= ");

@@ -224,7 +224,7 @@ at::Tensor TabularIcl::infer(const at::Tensor& context, const at::Tensor& y, con
   in.causal = false;
   auto& kernel = static_cast<IclBlock&>((*blocks)[0]).attn->kernel();
   return in_chunks(hq, [&](const at::Tensor& r) {
-           in.q = readout_q->forward(r).unsqueeze(1);
+           in.q = readout_q->forward(r).unsqueeze(1) / readout_temperature_;
            return kernel.forward(in).squeeze(1);
          })
       .squeeze(0)
@@ -562,6 +562,7 @@ Schema model_schema() {
       .field("member_features", &M::member_features, 100, "evaluation and prediction: a wider table gives each member a random subset of this many features, the subsets covering them all").range(ge(1))
       .field("max_members", &M::max_members, 64, "evaluation and prediction: the most members a table may need (its features / member_features; more than 10 classes add members until every pair of classes is told apart twice)").range(ge(1))
       .field("preprocess", &M::preprocess, "standard+quantile-pca", "evaluation and prediction: the members' views of the values, taken in turn: standard (standardized by the support rows), quantile (each feature through the support's empirical CDF onto a normal), pca (the support's principal components of the standardized values), quantile-pca (those of the quantile transform); several joined by + (mixed: standard+quantile)")
+      .field("readout_temperature", &M::readout_temperature, 0.5, "evaluation and prediction: the readout attention's temperature (its logits divided by it; below 1 sharpens the class probabilities, which training at 1 leaves too soft on real tables)").range(gt(0))
       .field("pca_variance", &M::pca_variance, 0.99, "evaluation and prediction: the pca views keep the leading components that hold this share of the support's variance (at most member_features)").range(gt(0), le(1));
 }
 
@@ -588,6 +589,7 @@ std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
   if (context) plan_members(*context, mo.ensemble, mo.member_features, *views, mo.max_members);
   auto m = std::make_shared<TabularIcl>(s, context, mo.eval_chunk);
   m->set_ensemble(mo.ensemble, *views, mo.member_features, mo.max_members, mo.pca_variance);
+  m->set_readout_temperature(mo.readout_temperature);
   return m;
 }
 

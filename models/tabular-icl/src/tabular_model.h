@@ -75,7 +75,7 @@ struct ModelOptions {
   std::optional<int64_t> d_cell, d_id, d_model, n_layers, n_heads, d_ff;
   int64_t eval_chunk, ensemble, member_features, max_members;
   std::string preprocess;
-  double pca_variance;
+  double pca_variance, readout_temperature;
 };
 
 // What every block's attention masks with: true for the support rows of the current forward.
@@ -112,7 +112,7 @@ class TabularIcl : public Model {
   // One table, no gradient, the support encoded once (the key/value cache): context x [S, F] with
   // labels y [S] (< 10 classes), queries [Q, F], ids [F, d_id] -> probabilities [Q, 10], queries
   // and the support's own attention in chunks of eval_chunk rows. Equal to probabilities() on the
-  // stacked table up to rounding.
+  // stacked table up to rounding at readout temperature 1 (set_readout_temperature).
   at::Tensor infer(const at::Tensor& context, const at::Tensor& y, const at::Tensor& queries, const at::Tensor& ids);
   // Identities [features, d_id] from `seed` (the same seed, the same identities): unit rows,
   // orthonormal when features <= d_id.
@@ -149,6 +149,8 @@ class TabularIcl : public Model {
     member_features_ = member_features;
     max_members_ = max_members;
   }
+  // infer()'s readout logits are divided by t (1: as trained; model.readout_temperature).
+  void set_readout_temperature(double t) { readout_temperature_ = t; }
   tt::nn::Linear cell{nullptr}, row{nullptr}, label{nullptr}, readout_q{nullptr}, readout_k{nullptr};
   tt::nn::BlockStack blocks{nullptr};
   tt::nn::LayerNorm ln_f{nullptr};
@@ -162,6 +164,7 @@ class TabularIcl : public Model {
   int64_t ensemble_ = 1;
   Preprocess preprocess_ = {View::Standard};
   double pca_variance_ = 0.99;
+  double readout_temperature_ = 1.0;
   int64_t member_features_ = 100, max_members_ = 64;
   // Step 2: the row representations [B, N, d_model] of standardized values z [B, N, F], the
   // features' identities ids [B, F, d_id] and their mask fw [B, F] (1: a feature); the rows in
