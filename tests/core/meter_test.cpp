@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "test_support.h"
 #include "tt/meter.h"
 
 using tt::Meter;
@@ -222,20 +223,6 @@ TEST(Meter, ResidentSetSize) {
 }
 
 namespace {
-// The resident bytes of the mapping that starts at `at` (/proc/self/smaps' "Rss:").
-int64_t mapping_rss(const void* at) {
-  std::ifstream smaps("/proc/self/smaps");
-  std::string line;
-  bool in = false;
-  while (std::getline(smaps, line)) {
-    unsigned long begin = 0, end = 0;
-    char perms[8] = {0};
-    if (std::sscanf(line.c_str(), "%lx-%lx %7s", &begin, &end, perms) == 3)  // a mapping's first line
-      in = begin == reinterpret_cast<unsigned long>(at);
-    if (in && line.rfind("Rss:", 0) == 0) return std::stoll(line.substr(4)) * 1024;
-  }
-  return -1;
-}
 // A file of `bytes` random bytes, written and synced (its pages clean), mapped private.
 struct MappedFile {
   void* at = MAP_FAILED;
@@ -284,15 +271,16 @@ TEST(Meter, ReleasingLibraryPagesDropsReadOnlyLibraryMappingsAndTheirBytesReadBa
       GTEST_SKIP() << "this kernel has no MADV_PAGEOUT (Linux 5.4+)";
     const uint64_t lib_sum = lib.sum(), data_sum = data.sum();
     std::memset(written.at, 0x5a, written.bytes);
-    ASSERT_GE(mapping_rss(lib.at), static_cast<int64_t>(kBytes) - (1 << 20));
-    const int64_t data_rss = mapping_rss(data.at), written_rss = mapping_rss(written.at);
+    auto rss = [&](const char* name) { return tt::test::mapped_rss_kb(dir / name) * 1024; };
+    ASSERT_GE(rss("libfake.so.1"), static_cast<int64_t>(kBytes) - (1 << 20));
+    const int64_t data_rss = rss("rows.sorted.npy"), written_rss = rss("libwritten.so");
     ASSERT_EQ(written_rss, static_cast<int64_t>(written.bytes));
 
     const int64_t released = Meter::release_library_pages();
-    EXPECT_LT(mapping_rss(lib.at), 1 << 20);
+    EXPECT_LT(rss("libfake.so.1"), 1 << 20);
     EXPECT_GE(released, static_cast<int64_t>(kBytes) - (2 << 20));
-    EXPECT_EQ(mapping_rss(data.at), data_rss);
-    EXPECT_EQ(mapping_rss(written.at), written_rss);
+    EXPECT_EQ(rss("rows.sorted.npy"), data_rss);
+    EXPECT_EQ(rss("libwritten.so"), written_rss);
     EXPECT_EQ(lib.sum(), lib_sum);  // read back from the file
     EXPECT_EQ(data.sum(), data_sum);
     const auto* w = static_cast<const unsigned char*>(written.at);

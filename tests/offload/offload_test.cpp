@@ -74,23 +74,6 @@ void train(torch::optim::Optimizer& opt, std::vector<torch::Tensor>& params, int
   train_range(opt, params, 0, steps, seed);
 }
 
-// Resident kB of this process's mappings of `file` (/proc/self/smaps).
-int64_t mapped_rss_kb(const fs::path& file) {
-  std::ifstream in("/proc/self/smaps");
-  std::string line;
-  bool inside = false;
-  int64_t kb = 0;
-  while (std::getline(in, line)) {
-    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') < 16) {
-      inside = line.size() >= file.string().size() &&
-               line.compare(line.size() - file.string().size(), std::string::npos, file.string()) == 0;
-    } else if (inside && line.rfind("Rss:", 0) == 0) {
-      kb += std::stoll(line.substr(4));
-    }
-  }
-  return kb;
-}
-
 double max_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   double d = 0;
   for (size_t i = 0; i < a.size(); ++i) d = std::max(d, (a[i] - b[i]).abs().max().item<double>());
@@ -128,7 +111,7 @@ TEST(OffloadDisk, ParametersEqualTheWrappedOptimizersWithTheStateInTheFile) {
     // Between steps the state file is not resident in this process: it was paged in parameter
     // by parameter and dropped after each. (The kernel maps up to 64 KiB of already cached
     // neighbouring pages on a fault, "fault-around": that much may stay mapped.)
-    EXPECT_LE(mapped_rss_kb(dir / "state.bin"), 96) << name << ": " << d.state_bytes() / 1024 << " KiB of state";
+    EXPECT_LE(tt::test::mapped_rss_kb(dir / "state.bin"), 96) << name << ": " << d.state_bytes() / 1024 << " KiB of state";
     EXPECT_GT(d.state_bytes(), 250 * 1024) << name;
     EXPECT_GT(max_diff(plain, make_params()), 1e-3) << name << ": training moved the parameters";
   }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -59,6 +60,22 @@ std::string read_file(const fs::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+int64_t mapped_rss_kb(const fs::path& file) {
+  std::ifstream in("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  int64_t kb = 0;
+  while (std::getline(in, line)) {
+    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') < 16) {
+      inside = line.size() >= file.string().size() &&
+               line.compare(line.size() - file.string().size(), std::string::npos, file.string()) == 0;
+    } else if (inside && line.rfind("Rss:", 0) == 0) {
+      kb += std::stoll(line.substr(4));
+    }
+  }
+  return kb;
 }
 
 std::string python_with(const std::string& module) {

@@ -48,6 +48,9 @@ class OnEvent : public Plugin {
 
 std::string read_file(const std::filesystem::path& p);
 
+// Resident kB of this process's mappings of `file` (/proc/self/smaps).
+int64_t mapped_rss_kb(const std::filesystem::path& file);
+
 // A Python interpreter that imports `module` (python3-torch / python3-numpy), or "": the first
 // python3 on PATH may be another Python than Debian's, so /usr/bin/python3 is tried too.
 std::string python_with(const std::string& module);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -276,6 +277,9 @@ Table select_features(const Table& t, const std::vector<int64_t>& cols) {
     for (int64_t j = 0; j < G; ++j) out.x[i * G + j] = t.x[i * F + cols[j]];
   return out;
 }
+at::Tensor rows_tensor(const Table& t) {  // [rows, features], a copy
+  return torch::from_blob(const_cast<float*>(t.x.data()), {t.rows, t.features()}, torch::kFloat).clone();
+}
 }  // namespace
 
 std::pair<Table, Table> quantile_normal(const Table& ctx, const Table& qs) {
@@ -325,10 +329,7 @@ std::pair<Table, Table> principal_components(const Table& ctx, const Table& qs, 
   Table c = ctx, q = qs;
   const int64_t F = ctx.features(), n = ctx.rows;
   if (n < 2 || F == 0) return {c, q};
-  auto as_tensor = [F](const Table& t) {
-    return torch::from_blob(const_cast<float*>(t.x.data()), {t.rows, F}, torch::kFloat).to(torch::kDouble);
-  };
-  const at::Tensor xc = as_tensor(ctx);
+  const at::Tensor xc = rows_tensor(ctx).to(torch::kDouble);
   const at::Tensor mean = xc.mean(0), sd = xc.std(0, /*unbiased=*/false);
   const at::Tensor scale = torch::where(sd > 1e-12 * (mean.abs() + 1), sd.reciprocal(), torch::zeros_like(sd));
   const at::Tensor zc = (xc - mean) * scale;
@@ -348,7 +349,7 @@ std::pair<Table, Table> principal_components(const Table& ctx, const Table& qs, 
     for (int64_t j = 0; j < k; ++j) out.feature_names.push_back(detail::cat("pc", j + 1));
   };
   project(zc, c);
-  project((as_tensor(qs) - mean) * scale, q);
+  project((rows_tensor(qs).to(torch::kDouble) - mean) * scale, q);
   return {c, q};
 }
 
@@ -418,11 +419,6 @@ std::vector<Member> plan_members(const Table& t, int64_t ensemble, int64_t per_m
   return members;
 }
 
-namespace {
-at::Tensor rows_tensor(const Table& t) {  // [rows, features], a copy
-  return torch::from_blob(const_cast<float*>(t.x.data()), {t.rows, t.features()}, torch::kFloat).clone();
-}
-}  // namespace
 
 at::Tensor TabularIcl::predict_table(const Table& context, const Table& queries) {
   torch::NoGradGuard no_grad;
@@ -431,26 +427,23 @@ at::Tensor TabularIcl::predict_table(const Table& context, const Table& queries)
   const int64_t C = context.classes();
   // preprocess: the members take the views in turn, as TabPFN mixes preprocessings
   const auto members = plan_members(context, ensemble_, member_features_, preprocess_, max_members_);
-  // each view made once: its context and queries, whole and as tensors
+  // each view made once (quantile-pca from the quantile view): its context and queries, whole and
+  // as tensors
   std::map<View, std::pair<Table, Table>> views;
   std::map<View, std::pair<at::Tensor, at::Tensor>> whole;
-  auto view_of = [&](View v) -> std::pair<Table, Table> {
-    switch (v) {
-      case View::Quantile: return quantile_normal(context, queries);
-      case View::Pca: return principal_components(context, queries, pca_variance_, member_features_);
-      case View::QuantilePca: {
-        const auto q = quantile_normal(context, queries);
-        return principal_components(q.first, q.second, pca_variance_, member_features_);
-      }
-      case View::Standard: break;
+  std::function<const std::pair<Table, Table>&(View)> view = [&](View v) -> const std::pair<Table, Table>& {
+    if (auto it = views.find(v); it != views.end()) return it->second;
+    std::pair<Table, Table> made{context, queries};
+    if (v == View::Quantile) made = quantile_normal(context, queries);
+    if (v == View::Pca) made = principal_components(context, queries, pca_variance_, member_features_);
+    if (v == View::QuantilePca) {
+      const auto& q = view(View::Quantile);
+      made = principal_components(q.first, q.second, pca_variance_, member_features_);
     }
-    return {context, queries};
+    return views[v] = std::move(made);
   };
-  for (View v : preprocess_) {
-    if (views.count(v)) continue;
-    const auto& tables = views[v] = view_of(v);
-    whole[v] = {rows_tensor(tables.first), rows_tensor(tables.second)};
-  }
+  for (View v : preprocess_)
+    if (!whole.count(v)) whole[v] = {rows_tensor(view(v).first), rows_tensor(view(v).second)};
   at::Tensor sum;  // C <= 10: the members' probabilities summed; else their log-probabilities
   for (size_t e = 0; e < members.size(); ++e) {
     const Member& m = members[e];
