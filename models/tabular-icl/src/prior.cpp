@@ -48,67 +48,102 @@ Batch sample_prior_table(const PriorOptions& o, uint64_t seed) {
   const int64_t width = pick(min_width, std::max(min_width, o.max_width));
   auto f32 = torch::TensorOptions().dtype(torch::kFloat);
 
-  at::Tensor h = uni(0, 1) < 0.7 ? at::normal(0, 1, {N, width}, gen, f32) : (at::rand({N, width}, gen, f32) * 2 - 1) * 1.7;
-  std::vector<at::Tensor> nodes{h};
-  for (int64_t l = 0; l < L; ++l) {
-    const double keep = uni(0.4, 1.0);
-    at::Tensor w = at::normal(0, 1, {width, width}, gen, f32) * (at::rand({width, width}, gen, f32) < keep) /
-                   std::sqrt(keep * static_cast<double>(width));
-    at::Tensor b = at::normal(0, 1, {width}, gen, f32) * uni(0, 0.5);
-    const int act = linear ? 0 : static_cast<int>(pick(0, 7));
-    const double noise = std::exp(uni(std::log(0.01), std::log(0.5)));
-    h = activate(torch::addmm(b, h, w), act) + at::normal(0, 1, {N, width}, gen, f32) * noise;
-    h = (h - h.mean(0)) / (h.std(0) + 1e-6);  // keep the scale sane through depth
-    nodes.push_back(h);
-  }
-  // Candidate nodes: the root causes and every layer's nodes.
-  at::Tensor all = torch::cat(nodes, 1);  // [N, (L+1)*width]
-  std::vector<int64_t> cols(static_cast<size_t>(all.size(1)));
-  std::iota(cols.begin(), cols.end(), 0);
-  std::shuffle(cols.begin(), cols.end(), rng);
-  at::Tensor feats = all.index_select(1, torch::tensor(std::vector<int64_t>(cols.begin() + 1, cols.begin() + 1 + F)));
-  feats = feats.contiguous();
+  at::Tensor feats;     // [N, F]
   at::Tensor target;   // a scalar cut into classes at quantiles, or
-  at::Tensor y_direct;  // classes given directly (the argmax of C functions)
-  if (uni(0, 1) < o.node_target_share) {
-    // TabPFN's way: the target is one more node of the causal graph. Often weakly related to the
-    // chosen features (its causes may be unobserved): these tables teach the model to fall back
-    // on the class frequencies.
-    target = all.select(1, cols[0]).clone();
-  } else {
-    // The target is a random function of some of the features (a small random MLP, its own noise):
-    // the tables where the features tell the class, as in most real ones. Either one output cut
-    // into ordered bands, or (argmax_share of these tables, when C > 2) one output per class and
-    // the class is the largest, as in multinomial logistic regression: classes that differ along
-    // several directions, none of them in between two others.
-    const int64_t informative = pick(1, std::min<int64_t>(F, o.max_informative));
-    std::vector<int64_t> fi(static_cast<size_t>(F));
-    std::iota(fi.begin(), fi.end(), 0);
-    std::shuffle(fi.begin(), fi.end(), rng);
-    at::Tensor t = feats.index_select(1, torch::tensor(std::vector<int64_t>(fi.begin(), fi.begin() + informative)));
-    const bool argmax = C > 2 && uni(0, 1) < o.argmax_share;
-    const int64_t outputs = argmax ? C : 1;
-    const int64_t depth = linear ? 1 : pick(1, 3);
-    for (int64_t l = 0; l < depth; ++l) {
-      const int64_t out = l + 1 == depth ? outputs : pick(4, 32);
-      at::Tensor w = at::normal(0, 1, {t.size(1), out}, gen, f32) / std::sqrt(static_cast<double>(t.size(1)));
-      t = torch::addmm(at::normal(0, 1, {out}, gen, f32) * uni(0, 0.5), t, w);
-      if (l + 1 < depth) t = activate(t, static_cast<int>(pick(1, 7)));
-      t = (t - t.mean(0)) / (t.std(0) + 1e-6);
+  at::Tensor y_direct;  // classes given directly (the argmax of C functions, or the causing class)
+  // Drawn only when the share is set, so that a prior without it draws the tables it always did.
+  if (o.class_cause_share > 0 && uni(0, 1) < o.class_cause_share) {
+    // The class causes the features: class c has a mean m_c in k latent factors, a row of class c
+    // has factors m_c + N(0, 1) and nuisance factors N(0, 1), each feature a random mixture of them
+    // plus its own noise; some features load on the nuisance factors only.
+    const int64_t least = std::max<int64_t>(2, N / (4 * C));
+    std::vector<double> share(static_cast<size_t>(C));
+    double total = 0;
+    for (auto& s : share) total += (s = uni(0.3, 1.0));
+    std::vector<int64_t> labels;
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t n = c + 1 == C ? N - static_cast<int64_t>(labels.size())
+                                   : std::max(least, static_cast<int64_t>(share[c] / total * static_cast<double>(N)));
+      labels.insert(labels.end(), static_cast<size_t>(std::max<int64_t>(0, n)), c);
     }
-    const double noise = std::exp(uni(std::log(0.01), std::log(0.5)));
-    if (!argmax) {
-      target = t.select(1, 0) + at::normal(0, 1, {N}, gen, f32) * noise;
+    labels.resize(static_cast<size_t>(N), C - 1);
+    std::shuffle(labels.begin(), labels.end(), rng);
+    y_direct = torch::tensor(labels, torch::kLong);
+    const int64_t k = pick(1, std::min<int64_t>(8, C + 2)), nuisance = pick(0, 4);
+    const at::Tensor means = at::normal(0, 1, {C, k}, gen, f32) * uni(0.5, 2.0);
+    at::Tensor factors = torch::cat({means.index_select(0, y_direct) + at::normal(0, 1, {N, k}, gen, f32),
+                                     at::normal(0, 1, {N, nuisance}, gen, f32)}, 1);
+    at::Tensor load = at::normal(0, 1, {k + nuisance, F}, gen, f32);
+    const int64_t informative = pick(1, F);  // features that load on the class's factors
+    std::vector<int64_t> order(static_cast<size_t>(F));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int64_t j = informative; j < F; ++j) load.select(1, order[j]).slice(0, 0, k).zero_();
+    const at::Tensor noise = torch::exp(at::rand({F}, gen, f32) * (std::log(1.0) - std::log(0.1)) + std::log(0.1));
+    feats = factors.mm(load) + at::normal(0, 1, {N, F}, gen, f32) * noise;
+    feats = ((feats - feats.mean(0)) / (feats.std(0) + 1e-6)).contiguous();
+  } else {
+    at::Tensor h = uni(0, 1) < 0.7 ? at::normal(0, 1, {N, width}, gen, f32)
+                                   : (at::rand({N, width}, gen, f32) * 2 - 1) * 1.7;
+    std::vector<at::Tensor> nodes{h};
+    for (int64_t l = 0; l < L; ++l) {
+      const double keep = uni(0.4, 1.0);
+      at::Tensor w = at::normal(0, 1, {width, width}, gen, f32) * (at::rand({width, width}, gen, f32) < keep) /
+                     std::sqrt(keep * static_cast<double>(width));
+      at::Tensor b = at::normal(0, 1, {width}, gen, f32) * uni(0, 0.5);
+      const int act = linear ? 0 : static_cast<int>(pick(0, 7));
+      const double noise = std::exp(uni(std::log(0.01), std::log(0.5)));
+      h = activate(torch::addmm(b, h, w), act) + at::normal(0, 1, {N, width}, gen, f32) * noise;
+      h = (h - h.mean(0)) / (h.std(0) + 1e-6);  // keep the scale sane through depth
+      nodes.push_back(h);
+    }
+    // Candidate nodes: the root causes and every layer's nodes.
+    at::Tensor all = torch::cat(nodes, 1);  // [N, (L+1)*width]
+    std::vector<int64_t> cols(static_cast<size_t>(all.size(1)));
+    std::iota(cols.begin(), cols.end(), 0);
+    std::shuffle(cols.begin(), cols.end(), rng);
+    feats = all.index_select(1, torch::tensor(std::vector<int64_t>(cols.begin() + 1, cols.begin() + 1 + F)));
+    feats = feats.contiguous();
+    if (uni(0, 1) < o.node_target_share) {
+      // TabPFN's way: the target is one more node of the causal graph. Often weakly related to the
+      // chosen features (its causes may be unobserved): these tables teach the model to fall back
+      // on the class frequencies.
+      target = all.select(1, cols[0]).clone();
     } else {
-      // Every class keeps at least a few rows: the rarest class's score is raised until it has them.
-      at::Tensor logits = t + at::normal(0, 1, {N, C}, gen, f32) * noise;
-      const int64_t least = std::max<int64_t>(2, N / (4 * C));
-      for (int it = 0; it < 200; ++it) {
-        y_direct = logits.argmax(1);
-        const at::Tensor counts = torch::bincount(y_direct, {}, C);
-        const int64_t rarest = counts.argmin().item<int64_t>();
-        if (counts[rarest].item<int64_t>() >= least) break;
-        logits.select(1, rarest).add_(0.1);
+      // The target is a random function of some of the features (a small random MLP, its own noise):
+      // the tables where the features tell the class, as in most real ones. Either one output cut
+      // into ordered bands, or (argmax_share of these tables, when C > 2) one output per class and
+      // the class is the largest, as in multinomial logistic regression: classes that differ along
+      // several directions, none of them in between two others.
+      const int64_t informative = pick(1, std::min<int64_t>(F, o.max_informative));
+      std::vector<int64_t> fi(static_cast<size_t>(F));
+      std::iota(fi.begin(), fi.end(), 0);
+      std::shuffle(fi.begin(), fi.end(), rng);
+      at::Tensor t = feats.index_select(1, torch::tensor(std::vector<int64_t>(fi.begin(), fi.begin() + informative)));
+      const bool argmax = C > 2 && uni(0, 1) < o.argmax_share;
+      const int64_t outputs = argmax ? C : 1;
+      const int64_t depth = linear ? 1 : pick(1, 3);
+      for (int64_t l = 0; l < depth; ++l) {
+        const int64_t out = l + 1 == depth ? outputs : pick(4, 32);
+        at::Tensor w = at::normal(0, 1, {t.size(1), out}, gen, f32) / std::sqrt(static_cast<double>(t.size(1)));
+        t = torch::addmm(at::normal(0, 1, {out}, gen, f32) * uni(0, 0.5), t, w);
+        if (l + 1 < depth) t = activate(t, static_cast<int>(pick(1, 7)));
+        t = (t - t.mean(0)) / (t.std(0) + 1e-6);
+      }
+      const double noise = std::exp(uni(std::log(0.01), std::log(0.5)));
+      if (!argmax) {
+        target = t.select(1, 0) + at::normal(0, 1, {N}, gen, f32) * noise;
+      } else {
+        // Every class keeps at least a few rows: the rarest class's score is raised until it has them.
+        at::Tensor logits = t + at::normal(0, 1, {N, C}, gen, f32) * noise;
+        const int64_t least = std::max<int64_t>(2, N / (4 * C));
+        for (int it = 0; it < 200; ++it) {
+          y_direct = logits.argmax(1);
+          const at::Tensor counts = torch::bincount(y_direct, {}, C);
+          const int64_t rarest = counts.argmin().item<int64_t>();
+          if (counts[rarest].item<int64_t>() >= least) break;
+          logits.select(1, rarest).add_(0.1);
+        }
       }
     }
   }
@@ -222,6 +257,7 @@ Schema prior_schema() {
       .field("node_target_share", &P::node_target_share, 0.3, "share of tables whose target is a node of the causal graph (else a random function of some features)").range(ge(0), le(1))
       .field("argmax_share", &P::argmax_share, 0.3, "share of the feature-function tables (3+ classes) whose class is the argmax of one random function per class (else ordered bands of one)").range(ge(0), le(1))
       .field("warp_share", &P::warp_share, 0.3, "share of features observed through a random monotone warp (exp skew, power, quantile steps)").range(ge(0), le(1))
+      .field("class_cause_share", &P::class_cause_share, 0.0, "share of tables whose class causes the features (class means in a few latent factors, features noisy mixtures of them: correlated features carrying the same evidence)").range(ge(0), le(1))
       .field("max_informative", &P::max_informative, 8, "most features a feature-function target depends on (drawn uniformly from 1 to this, at most the table's)").range(ge(1))
       .field("max_layers", &P::max_layers, 4, "deepest random MLP").range(ge(1))
       .field("max_width", &P::max_width, 48, "widest random MLP layer").range(ge(4));

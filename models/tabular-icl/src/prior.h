@@ -10,7 +10,11 @@
 //   them one output per class and the largest wins); a share of the tables are linear
 //   (identity activations throughout). After the target is drawn, a warp_share of the features
 //   are observed through a random monotone warp (exp skew, a power, or steps at quantiles), as
-//   real columns are skewed or ordinal. The target is cut into 2..max_classes classes at random quantiles (every class
+//   real columns are skewed or ordinal. For class_cause_share of the tables the class comes first
+//   and causes the features instead: each class a mean in a space of a few latent factors, the
+//   features noisy linear mixtures of the factors (others of nuisance factors only), so that
+//   several correlated features carry the same evidence and the Bayes rule is the linear
+//   discriminant's, which weighs them once, where a vote by distance counts each. The target is cut into 2..max_classes classes at random quantiles (every class
 //   at least a few rows) and the class ids permuted. Feature count uniform in
 //   [min_features, max_features]; the support share of the rows uniform in [support_min, support_max].
 // Batch tensors (B tables): x [B, rows, max_features] float (columns past the table's count are 0),
@@ -36,6 +40,7 @@ struct PriorOptions {
   double node_target_share;  // tables whose target is a graph node (else a function of features)
   double argmax_share;       // feature-function tables with 3+ classes: class = argmax of C functions
   double warp_share;         // features observed through a random monotone warp
+  double class_cause_share;  // tables whose class causes the features (a latent-factor mixture)
   int64_t max_informative;   // most features a feature-function target depends on
   int64_t max_layers, max_width;
 };
