@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Pretrains the shipped tabular in-context learner (models/tabular-icl/pretrained/small.safetensors)
-# from scratch, in the four stages that made it, and exports it as safetensors:
+# from scratch, in the five stages that made it, and exports it as safetensors:
 #   1. configs/tabular-pretrain.yaml as committed (seed 0, 6000-step cosine schedule from lr 2e-3);
 #      its checkpoint at step 5000 goes on;
 #   2. 3000 steps from it (seed 2) on a prior whose feature-function targets depend on up to 32
@@ -8,14 +8,16 @@
 #   3. 4000 steps more (seed 3), the same prior, lr 5e-4 cosine to 3e-5;
 #   4. 4000 steps more (seed 21) on a prior where 30% of the tables have classes that cause their
 #      features (data.class_cause_share=0.3: correlated features carrying the same evidence),
-#      lr 3e-4 (50 warm-up steps) cosine to 2e-5.
-# About 3 hours on 2 cores (1.4 to 2.4 steps a second); nothing else should run beside it, as every
+#      lr 3e-4 (50 warm-up steps) cosine to 2e-5;
+#   5. from it (seed 22), half the tables so drawn (data.class_cause_share=0.5), lr 2e-4 (50 warm-up
+#      steps) in a 2500-step cosine to 2e-5; its checkpoint at step 1000 is the model.
+# About 3.3 hours on 2 cores (1.4 to 2.4 steps a second); nothing else should run beside it, as every
 # stage uses both cores. Each stage is an ordinary tt-run run directory under OUT (stage1 ...
-# stage4): a stage that finished is not run again, so an interrupted pretraining goes on where it
+# stage5): a stage that finished is not run again, so an interrupted pretraining goes on where it
 # stopped (an unfinished stage restarts from its beginning).
 #   tools/pretrain-tabular.sh [--out DIR] [--build DIR] [--quick]
 # --out: where the runs and OUT/small.safetensors go (default runs/tabular-pretrain-stages).
-# --quick: 40 / 20 / 20 / 20 steps, to try the mechanics in a minute (the model is useless).
+# --quick: 40 / 20 / 20 / 20 / 40 steps, to try the mechanics in a minute (the model is useless).
 # To ship the result: copy OUT/small.safetensors to models/tabular-icl/pretrained/ and write its
 # checksum (cd models/tabular-icl/pretrained && sha256sum small.safetensors > small.safetensors.sha256).
 set -euo pipefail
@@ -36,8 +38,8 @@ mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 cd "$ROOT"
 
-if [ "$QUICK" = 1 ]; then S1=40; KEEP1=20; S2=20; S3=20; S4=20; EVERY="trainer.eval_every=20 trainer.checkpoint_every=20"
-else S1=6000; KEEP1=5000; S2=3000; S3=4000; S4=4000; EVERY=""; fi
+if [ "$QUICK" = 1 ]; then S1=40; KEEP1=20; S2=20; S3=20; S4=20; S5=40; KEEP5=20; EVERY="trainer.eval_every=20 trainer.checkpoint_every=20"
+else S1=6000; KEEP1=5000; S2=3000; S3=4000; S4=4000; S5=2500; KEEP5=1000; EVERY=""; fi
 ckpt() { printf '%s/checkpoints/step-%08d.pt' "$1" "$2"; }
 
 stage() {  # stage NAME FINAL_STEP ARGS...: runs tt-run unless NAME's final checkpoint exists
@@ -60,5 +62,8 @@ stage stage3 "$S3" seed=3 "model.init_from=$(ckpt "$OUT/stage2" "$S2")" data.max
   optimizer.lr=5e-4 schedule.warmup_steps=50 schedule.min_lr=3e-5 trainer.max_steps=$S3
 stage stage4 "$S4" seed=21 "model.init_from=$(ckpt "$OUT/stage3" "$S3")" data.max_informative=32 \
   data.class_cause_share=0.3 optimizer.lr=3e-4 schedule.warmup_steps=50 schedule.min_lr=2e-5 trainer.max_steps=$S4
-"$TT" --export safetensors "$(ckpt "$OUT/stage4" "$S4")" --out "$OUT/small.safetensors"
+stage stage5 "$KEEP5" seed=22 "model.init_from=$(ckpt "$OUT/stage4" "$S4")" data.max_informative=32 \
+  data.class_cause_share=0.5 optimizer.lr=2e-4 schedule.warmup_steps=50 schedule.min_lr=2e-5 trainer.max_steps=$S5 \
+  trainer.keep_checkpoints=0
+"$TT" --export safetensors "$(ckpt "$OUT/stage5" "$KEEP5")" --out "$OUT/small.safetensors"
 echo "pretrain-tabular: $OUT/small.safetensors ($(sha256sum "$OUT/small.safetensors" | cut -d' ' -f1))"
