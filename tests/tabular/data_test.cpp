@@ -145,14 +145,14 @@ TEST(TabularPrior, ClassCauseShareGivesTablesWhereTheLinearDiscriminantBeatsNeig
   on.max_features = 24;
   on.max_classes = 4;
   on.warp_share = 0;
-  int64_t all_classes = 0, tables = 0;
+  const int64_t tables = 80;
+  int64_t all_classes = 0;
   double lda = 0, queries = 0, corr = 0;
   Votes v;
-  for (int64_t t = 0; t < 80; ++t) {
+  for (int64_t t = 0; t < tables; ++t) {
     const tt::Batch c = sample_prior_table(on, 6000 + t);
     const int64_t C = c.at("n_classes").item<int64_t>(), F = c.at("feature_mask").sum().item<int64_t>();
     const at::Tensor x = c.at("x")[0].slice(1, 0, F).to(torch::kDouble), y = c.at("y")[0], s = c.at("support")[0];
-    ++tables;
     all_classes += torch::bincount(y, {}, C).min().item<int64_t>() >= std::max<int64_t>(2, 256 / (4 * C));
     v.add(c, C);
     const at::Tensor xs = x.index({s}), ys = y.index({s}), xq = x.index({s.logical_not()}), yq = y.index({s.logical_not()});

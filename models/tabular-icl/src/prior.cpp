@@ -3,7 +3,10 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <numeric>
 #include <random>
+#include <tuple>
+#include <utility>
 
 #include "table.h"  // kMaxClasses
 #include "tt/error.h"
@@ -31,6 +34,45 @@ at::Tensor activate(const at::Tensor& x, int kind) {
   }
 }
 
+// A table whose class causes its features (class_cause_share): features [N, F] standardized,
+// classes [N].
+std::pair<at::Tensor, at::Tensor> class_caused_table(int64_t N, int64_t F, int64_t C, std::mt19937_64& rng,
+                                                     at::Generator& gen) {
+  auto uni = [&](double a, double b) { return std::uniform_real_distribution<double>(a, b)(rng); };
+  auto pick = [&](int64_t a, int64_t b) { return std::uniform_int_distribution<int64_t>(a, b)(rng); };
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat);
+  // The class causes the features: class c has a mean m_c in k latent factors, a row of class c
+  // has factors m_c + N(0, 1) and nuisance factors N(0, 1), each feature a random mixture of them
+  // plus its own noise; some features load on the nuisance factors only.
+  const int64_t least = std::max<int64_t>(2, N / (4 * C));
+  std::vector<double> share(static_cast<size_t>(C));
+  double total = 0;
+  for (auto& s : share) total += (s = uni(0.3, 1.0));
+  std::vector<int64_t> labels;
+  for (int64_t c = 0; c < C; ++c) {
+    const int64_t n = c + 1 == C ? N - static_cast<int64_t>(labels.size())
+                                 : std::max(least, static_cast<int64_t>(share[c] / total * static_cast<double>(N)));
+    labels.insert(labels.end(), static_cast<size_t>(std::max<int64_t>(0, n)), c);
+  }
+  labels.resize(static_cast<size_t>(N), C - 1);
+  std::shuffle(labels.begin(), labels.end(), rng);
+  const at::Tensor y = torch::tensor(labels, torch::kLong);
+  const int64_t k = pick(1, std::min<int64_t>(8, C + 2)), nuisance = pick(0, 4);
+  const at::Tensor means = at::normal(0, 1, {C, k}, gen, f32) * uni(0.5, 2.0);
+  at::Tensor factors = torch::cat({means.index_select(0, y) + at::normal(0, 1, {N, k}, gen, f32),
+                                   at::normal(0, 1, {N, nuisance}, gen, f32)}, 1);
+  at::Tensor load = at::normal(0, 1, {k + nuisance, F}, gen, f32);
+  const int64_t informative = pick(1, F);  // features that load on the class's factors
+  std::vector<int64_t> order(static_cast<size_t>(F));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (int64_t j = informative; j < F; ++j) load.select(1, order[j]).slice(0, 0, k).zero_();
+  const at::Tensor noise = torch::exp(at::rand({F}, gen, f32) * -std::log(0.1) + std::log(0.1));
+  at::Tensor feats = factors.mm(load) + at::normal(0, 1, {N, F}, gen, f32) * noise;
+  feats = ((feats - feats.mean(0)) / (feats.std(0) + 1e-6)).contiguous();
+  return {feats, y};
+}
+
 }  // namespace
 
 Batch sample_prior_table(const PriorOptions& o, uint64_t seed) {
@@ -53,35 +95,7 @@ Batch sample_prior_table(const PriorOptions& o, uint64_t seed) {
   at::Tensor y_direct;  // classes given directly (the argmax of C functions, or the causing class)
   // Drawn only when the share is set, so that a prior without it draws the tables it always did.
   if (o.class_cause_share > 0 && uni(0, 1) < o.class_cause_share) {
-    // The class causes the features: class c has a mean m_c in k latent factors, a row of class c
-    // has factors m_c + N(0, 1) and nuisance factors N(0, 1), each feature a random mixture of them
-    // plus its own noise; some features load on the nuisance factors only.
-    const int64_t least = std::max<int64_t>(2, N / (4 * C));
-    std::vector<double> share(static_cast<size_t>(C));
-    double total = 0;
-    for (auto& s : share) total += (s = uni(0.3, 1.0));
-    std::vector<int64_t> labels;
-    for (int64_t c = 0; c < C; ++c) {
-      const int64_t n = c + 1 == C ? N - static_cast<int64_t>(labels.size())
-                                   : std::max(least, static_cast<int64_t>(share[c] / total * static_cast<double>(N)));
-      labels.insert(labels.end(), static_cast<size_t>(std::max<int64_t>(0, n)), c);
-    }
-    labels.resize(static_cast<size_t>(N), C - 1);
-    std::shuffle(labels.begin(), labels.end(), rng);
-    y_direct = torch::tensor(labels, torch::kLong);
-    const int64_t k = pick(1, std::min<int64_t>(8, C + 2)), nuisance = pick(0, 4);
-    const at::Tensor means = at::normal(0, 1, {C, k}, gen, f32) * uni(0.5, 2.0);
-    at::Tensor factors = torch::cat({means.index_select(0, y_direct) + at::normal(0, 1, {N, k}, gen, f32),
-                                     at::normal(0, 1, {N, nuisance}, gen, f32)}, 1);
-    at::Tensor load = at::normal(0, 1, {k + nuisance, F}, gen, f32);
-    const int64_t informative = pick(1, F);  // features that load on the class's factors
-    std::vector<int64_t> order(static_cast<size_t>(F));
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), rng);
-    for (int64_t j = informative; j < F; ++j) load.select(1, order[j]).slice(0, 0, k).zero_();
-    const at::Tensor noise = torch::exp(at::rand({F}, gen, f32) * (std::log(1.0) - std::log(0.1)) + std::log(0.1));
-    feats = factors.mm(load) + at::normal(0, 1, {N, F}, gen, f32) * noise;
-    feats = ((feats - feats.mean(0)) / (feats.std(0) + 1e-6)).contiguous();
+    std::tie(feats, y_direct) = class_caused_table(N, F, C, rng, gen);
   } else {
     at::Tensor h = uni(0, 1) < 0.7 ? at::normal(0, 1, {N, width}, gen, f32)
                                    : (at::rand({N, width}, gen, f32) * 2 - 1) * 1.7;
