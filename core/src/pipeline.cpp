@@ -34,7 +34,7 @@ const Schema& trainer_schema() {
           .range(ge(0))
           .add("eval_batch_size", Type::Int, "~", "batch size for validation (default: batch_size)")
           .range(ge(1))
-          .add("threads", Type::Int, "0", "intra-op CPU threads; 0 = all cores (LibTorch's default here is 1)")
+          .add("threads", Type::Int, "0", "intra-op CPU threads; 0 = OMP_NUM_THREADS when set (tt-run --nproc N sets it to the cores / N), else all cores")
           .range(ge(0), le(1024))
           .add("flush_denormal", Type::Bool, "true", "flush denormal floats to zero (much faster on CPU)")
           .add("device", Type::String, "cpu", "cpu, or cuda / cuda:N on a CUDA build")

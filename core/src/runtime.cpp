@@ -1,5 +1,7 @@
 #include "tt/runtime.h"
 
+#include "tt/error.h"
+
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <torch/utils.h>
@@ -14,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -32,8 +35,32 @@ int usable_cores() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+int threads_from_environment() {
+  const char* v = std::getenv("OMP_NUM_THREADS");
+  if (v == nullptr || *v == '\0') return 0;
+  // OpenMP's syntax: a positive integer, or a list of them for nested levels (the first is ours);
+  // spaces around it are allowed.
+  const char* p = v;
+  while (*p == ' ' || *p == '\t') ++p;
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(p, &end, 10);
+  const char* rest = end;
+  while (*rest == ' ' || *rest == '\t') ++rest;
+  TT_CHECK_AS(ConfigError, errno == 0 && end != p && n >= 1 && n <= (1 << 20) && (*rest == '\0' || *rest == ','),
+              "OMP_NUM_THREADS='", v, "' is not a positive number of threads: set it to one (e.g. 4) or unset it ",
+              "(trainer.threads, when above 0, takes precedence over it)");
+  return static_cast<int>(n);
+}
+
+int resolve_threads(int threads) {
+  if (threads > 0) return threads;
+  if (const int n = threads_from_environment(); n > 0) return n;
+  return usable_cores();
+}
+
 int configure_threads(int threads) {
-  if (threads <= 0) threads = usable_cores();
+  threads = std::min(resolve_threads(threads), usable_cores());
   at::set_num_threads(threads);
   return threads;
 }

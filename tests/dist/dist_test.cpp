@@ -19,6 +19,7 @@
 #include "checkpoint_reader.h"
 #include "test_support.h"
 #include "tt/npy.h"
+#include "tt/runtime.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -69,11 +70,13 @@ TEST(Dist, TwoRanksStayBitwiseEqualOnTheLm) {
 
 TEST(Dist, TwoRanksOfBatchBFollowOneRankOfBatch2B) {
   const fs::path dir = tt::test::temp_dir("dist_traj");
-  auto one = run(env_clean() + tt_run_bin() + " " + topic_pipeline(dir, "one").string() + " trainer.batch_size=16 -q --run-dir " +
+  // trainer.threads 0 (the test pipeline asks for 1): the threads each process takes by default
+  auto one = run(env_clean() + tt_run_bin() + " " + topic_pipeline(dir, "one").string() +
+                 " trainer.threads=0 trainer.batch_size=16 -q --run-dir " +
                  (dir / "one").string());
   ASSERT_EQ(one.rc, 0) << one.output;
   auto two = run(env_clean() + tt_run_bin() + " --nproc 2 " + topic_pipeline(dir, "two").string() +
-                 " trainer.batch_size=8 -q --run-dir " + (dir / "two").string());
+                 " trainer.threads=0 trainer.batch_size=8 -q --run-dir " + (dir / "two").string());
   ASSERT_EQ(two.rc, 0) << two.output;
   auto a = losses(dir / "one"), b = losses(dir / "two");
   ASSERT_EQ(a.size(), 12u);
@@ -83,6 +86,11 @@ TEST(Dist, TwoRanksOfBatchBFollowOneRankOfBatch2B) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * std::abs(a[i])) << "step " << i + 1;
   json s = summary(dir / "two");
   EXPECT_EQ(s["replica_parameter_hashes"][0], s["replica_parameter_hashes"][1]);
+  // The launcher shares the cores among its workers (OMP_NUM_THREADS = cores / 2 unless set),
+  // where the process alone takes them all.
+  const int cores = tt::usable_cores(), env = tt::threads_from_environment();
+  EXPECT_EQ(summary(dir / "one")["threads"], std::min(cores, env > 0 ? env : cores));
+  EXPECT_EQ(s["threads"], std::min(cores, env > 0 ? env : std::max(1, cores / 2)));
   // rank 0 alone wrote the run directory
   EXPECT_TRUE(fs::exists(dir / "two" / "metrics.jsonl"));
   EXPECT_TRUE(fs::exists(dir / "two" / "checkpoints"));

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "test_support.h"
@@ -391,6 +392,40 @@ TEST(Reliability, MoreThreadsThanCoresAreCappedWithAWarning) {
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("| " + std::to_string(cores) + " threads |"), std::string::npos) << r.output;
+}
+
+// trainer.threads 0 takes OMP_NUM_THREADS when it is set, as PyTorch does (capped at the cores,
+// with a warning naming it); trainer.threads above 0 takes precedence; a malformed value is a
+// configuration error naming the variable.
+TEST(Reliability, OmpNumThreadsSetsTheDefaultThreadsAndAMalformedOneIsRefused) {
+  const fs::path dir = temp_dir("omp_threads");
+  std::ofstream(dir / "p.yaml") << topic_yaml(dir, "  max_steps: 2\n");
+  const int cores = tt::usable_cores();
+  const auto threads_of = [&](const std::string& env, const std::string& extra, const std::string& tag) {
+    const auto r = run("env " + env + " " + tt_run_bin() + " " + (dir / "p.yaml").string() + " --run-dir " +
+                       (dir / tag).string() + extra);
+    EXPECT_EQ(r.rc, 0) << r.output;
+    const auto summary = nlohmann::json::parse(read_file(dir / tag / "summary.json"), nullptr, false);
+    return std::make_pair(summary.is_object() ? summary.value("threads", -1) : -1, r.output);
+  };
+  const std::string dflt = " trainer.threads=0";  // the test pipeline asks for 1
+  EXPECT_EQ(threads_of("OMP_NUM_THREADS=1", dflt, "one").first, 1);
+  EXPECT_EQ(threads_of("OMP_NUM_THREADS=' 1,1'", dflt, "nested").first, 1);  // OpenMP's list: the first level
+  EXPECT_EQ(threads_of("-u OMP_NUM_THREADS", dflt, "unset").first, cores);
+  EXPECT_EQ(threads_of("OMP_NUM_THREADS=1", " trainer.threads=" + std::to_string(cores), "explicit").first, cores);
+  const auto [capped, out] = threads_of("OMP_NUM_THREADS=" + std::to_string(cores + 3), dflt, "capped");
+  EXPECT_EQ(capped, cores);
+  EXPECT_NE(out.find("OMP_NUM_THREADS is " + std::to_string(cores + 3) + ", more than the " + std::to_string(cores) +
+                     " cores this process may use"),
+            std::string::npos)
+      << out;
+  for (const std::string bad : {"two", "0", "-3", "4x"}) {
+    const auto r = run("env OMP_NUM_THREADS=" + bad + " " + tt_run_bin() + " " + (dir / "p.yaml").string() +
+                       " --run-dir " + (dir / ("bad" + bad)).string() + dflt);
+    EXPECT_EQ(r.rc, 2) << bad << ": " << r.output;
+    EXPECT_NE(r.output.find("OMP_NUM_THREADS='" + bad + "' is not a positive number of threads"), std::string::npos)
+        << r.output;
+  }
 }
 
 // A topic run of `steps` steps with a checkpoint every `every` steps in DIR/r: its checkpoints,

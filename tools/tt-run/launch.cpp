@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include "tt/error.h"
+#include "tt/runtime.h"
 
 namespace tt::launch {
 
@@ -86,6 +88,12 @@ int run(const Options& o) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 
+  // The workers share this machine's cores, as torchrun's do: each takes cores / N threads
+  // (trainer.threads 0 reads OMP_NUM_THREADS) unless the user has set OMP_NUM_THREADS.
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const std::string worker_threads =
+      omp && *omp ? std::string(omp) : std::to_string(std::max(1, usable_cores() / o.nproc));
+
   std::vector<pid_t> pids(o.nproc, -1);
   std::vector<bool> alive(o.nproc, false);
   const pid_t parent = getpid();
@@ -106,6 +114,7 @@ int run(const Options& o) {
       setenv("LOCAL_WORLD_SIZE", std::to_string(o.nproc).c_str(), 1);
       setenv("MASTER_ADDR", addr.c_str(), 1);
       setenv("MASTER_PORT", port.c_str(), 1);
+      setenv("OMP_NUM_THREADS", worker_threads.c_str(), 1);
       std::vector<char*> argv;
       argv.push_back(const_cast<char*>(o.tt_run.c_str()));
       for (const auto& a : o.args) argv.push_back(const_cast<char*>(a.c_str()));

@@ -6,7 +6,15 @@
 #include "tt/export.h"
 
 namespace tt {
-// threads <= 0 means every core. LibTorch's default here is 1, so tt always sets it.
+// The intra-op threads a request stands for: `threads` when > 0; otherwise OMP_NUM_THREADS when
+// it is set, as PyTorch reads it (torchrun sets it for its workers, and so does tt-run --nproc N:
+// the cores shared among the N); otherwise every usable core. Throws ConfigError for an
+// OMP_NUM_THREADS that is not a positive integer (a nesting list such as "4,2" gives its first).
+TT_API int resolve_threads(int threads);
+// OMP_NUM_THREADS as a positive integer, or 0 when it is unset or empty (ConfigError if malformed).
+TT_API int threads_from_environment();
+// Sets LibTorch's intra-op threads to resolve_threads(threads), at most usable_cores(), and
+// returns that count. LibTorch's default here is 1, so tt always sets it.
 TT_API int configure_threads(int threads);
 // The cores this process may run on (its CPU affinity, which containers and taskset narrow).
 TT_API int usable_cores();

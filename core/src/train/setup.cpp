@@ -125,12 +125,11 @@ void setup_process(Run& run) {
   }
   run.meter.install();
   // More threads than cores only slow LibTorch down (and 100000 of them never start).
-  int threads = static_cast<int>(T.get_int("threads"));
-  if (const int cores = usable_cores(); threads > cores) {
-    log().warn("trainer.threads is {}, more than the {} cores this process may use; using {}", threads, cores, cores);
-    threads = cores;
-  }
-  run.threads = configure_threads(threads);
+  const int asked = static_cast<int>(T.get_int("threads"));
+  if (const int threads = resolve_threads(asked), cores = usable_cores(); threads > cores)
+    log().warn("{} is {}, more than the {} cores this process may use; using {}",
+               asked > 0 ? "trainer.threads" : "OMP_NUM_THREADS", threads, cores, cores);
+  run.threads = configure_threads(asked);
   set_flush_denormal(T.get_bool("flush_denormal"));
   seed_everything(run.pipeline.seed);
   run.meter.set_caching(T.get_bool("cache_allocations"));

@@ -142,7 +142,7 @@ int synth_topics_tool(const std::vector<std::string>& args) {
   app.add_option("--seed", a.seed, "generator seed (same seed, same files, whatever --threads)")
       ->capture_default_str();
   app.add_option("--out", a.out, "output directory (created if missing)")->required();
-  app.add_option("--threads", a.threads, "threads (0: all cores)")->capture_default_str();
+  app.add_option("--threads", a.threads, "threads (0: OMP_NUM_THREADS when set, else all cores)")->capture_default_str();
   app.add_option("--chunk-rows", a.chunk_rows, "documents generated and written at a time (0: up to 1024, ~64 MiB)")
       ->capture_default_str();
   app.add_flag("--quiet,-q", a.quiet, "no progress on stderr");

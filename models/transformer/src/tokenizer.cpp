@@ -27,11 +27,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <new>
-#include <thread>
 #include <type_traits>
 #include <unordered_map>
 
 #include "tt/error.h"
+#include "tt/runtime.h"
 
 namespace fs = std::filesystem;
 namespace sp = sentencepiece;
@@ -317,7 +317,7 @@ void train_sentencepiece(const TokenizerTraining& t) {
               "--character-coverage must be in (0, 1], got ", t.character_coverage);
   TT_CHECK_AS(ConfigError, t.max_sentences >= 0, "--max-sentences must be 0 (all lines) or positive, got ",
               t.max_sentences);
-  TT_CHECK_AS(ConfigError, t.threads >= 0, "--threads must be 0 (all cores) or positive, got ", t.threads);
+  TT_CHECK_AS(ConfigError, t.threads >= 0, "--threads must be 0 (OMP_NUM_THREADS when set, else all cores) or positive, got ", t.threads);
 
   const std::vector<std::string> files = text_files(t.inputs);
   uintmax_t bytes = 0;
@@ -337,7 +337,7 @@ void train_sentencepiece(const TokenizerTraining& t) {
   TT_CHECK_AS(ConfigError, fs::is_directory(dir) && ::access(dir.c_str(), W_OK) == 0, "cannot write '", t.out,
               "': the directory '", dir.string(), "' is not writable", ec ? " (" + ec.message() + ")" : "");
 
-  const int threads = t.threads > 0 ? t.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = std::min(resolve_threads(t.threads), usable_cores());
   const TrainArgs args = {
       {"input", input},
       {"model_prefix", t.out.substr(0, t.out.size() - ext.size())},

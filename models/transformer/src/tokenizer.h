@@ -47,7 +47,7 @@ struct TokenizerTraining {
   bool byte_fallback = true;
   double character_coverage = 1.0;
   int64_t max_sentences = 2000000;  // input_sentence_size: lines sampled for training (0: all)
-  int threads = 0;                  // 0: all cores
+  int threads = 0;                  // 0: OMP_NUM_THREADS when set, else all cores
   std::string out;                  // the .model path; a .vocab is written beside it
 };
 // The files of `inputs` in the order given: a file itself, a directory's regular files
