@@ -16,7 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -37,20 +37,33 @@ int usable_cores() {
 
 int threads_from_environment() {
   const char* v = std::getenv("OMP_NUM_THREADS");
-  if (v == nullptr || *v == '\0') return 0;
-  // OpenMP's syntax: a positive integer, or a list of them for nested levels (the first is ours);
-  // spaces around it are allowed.
+  if (v == nullptr) return 0;
+  const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
   const char* p = v;
-  while (*p == ' ' || *p == '\t') ++p;
-  char* end = nullptr;
-  errno = 0;
-  const long n = std::strtol(p, &end, 10);
-  const char* rest = end;
-  while (*rest == ' ' || *rest == '\t') ++rest;
-  TT_CHECK_AS(ConfigError, errno == 0 && end != p && n >= 1 && n <= (1 << 20) && (*rest == '\0' || *rest == ','),
-              "OMP_NUM_THREADS='", v, "' is not a positive number of threads: set it to one (e.g. 4) or unset it ",
-              "(trainer.threads, when above 0, takes precedence over it)");
-  return static_cast<int>(n);
+  while (space(*p)) ++p;
+  if (*p == '\0') return 0;  // empty or blank: unset, as libgomp takes it
+  // OpenMP's syntax: a positive integer, or a comma-separated list of them for nested levels
+  // (the first is the outer level, tt's); whitespace around each is allowed. A value above the
+  // cores is kept (the caller caps it, with a warning naming it).
+  int first = 0;
+  bool ok = true;
+  for (bool more = true; more && ok;) {
+    while (space(*p)) ++p;
+    const char* digits = p;
+    long long n = 0;
+    while (*p >= '0' && *p <= '9') {
+      n = std::min<long long>(n * 10 + (*p - '0'), 1 << 20);
+      ++p;
+    }
+    while (space(*p)) ++p;
+    ok = p != digits && n >= 1 && (*p == '\0' || *p == ',');
+    if (first == 0) first = static_cast<int>(n);
+    more = *p == ',';
+    if (more) ++p;
+  }
+  TT_CHECK_AS(ConfigError, ok, "OMP_NUM_THREADS='", v, "' is not a positive number of threads (or a comma-separated ",
+              "list of them): set it to one (e.g. 4) or unset it (trainer.threads, when above 0, takes precedence)");
+  return first;
 }
 
 int resolve_threads(int threads) {

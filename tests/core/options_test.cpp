@@ -276,6 +276,6 @@ TEST(Options, TrainerSchemaRefusesValuesOutsideTheirRanges) {
             std::string::npos);
   EXPECT_NE(error("progress: quiet").find("trainer.progress must be one of auto | bar | lines | off"),
             std::string::npos);
-  // what 0 means stays allowed: all cores, only the final checkpoint, keep all, no training
+  // what 0 means stays allowed: default threads, only the final checkpoint, keep all, no training
   EXPECT_EQ(error("threads: 0\ncheckpoint_every: 0\nkeep_checkpoints: 0\nmax_steps: 0\neval_every: 0"), "");
 }

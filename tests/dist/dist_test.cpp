@@ -91,6 +91,13 @@ TEST(Dist, TwoRanksOfBatchBFollowOneRankOfBatch2B) {
   const int cores = tt::usable_cores(), env = tt::threads_from_environment();
   EXPECT_EQ(summary(dir / "one")["threads"], std::min(cores, env > 0 ? env : cores));
   EXPECT_EQ(s["threads"], std::min(cores, env > 0 ? env : std::max(1, cores / 2)));
+  if (cores >= 2) {  // an OMP_NUM_THREADS of the user's reaches the workers as it is
+    auto all = run(env_clean() + "OMP_NUM_THREADS=" + std::to_string(cores) + " " + tt_run_bin() + " --nproc 2 " +
+                   topic_pipeline(dir, "all").string() + " trainer.threads=0 trainer.max_steps=1 -q --run-dir " +
+                   (dir / "all").string());
+    ASSERT_EQ(all.rc, 0) << all.output;
+    EXPECT_EQ(summary(dir / "all")["threads"], cores);
+  }
   // rank 0 alone wrote the run directory
   EXPECT_TRUE(fs::exists(dir / "two" / "metrics.jsonl"));
   EXPECT_TRUE(fs::exists(dir / "two" / "checkpoints"));

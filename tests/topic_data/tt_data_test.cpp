@@ -10,6 +10,7 @@
 #include "source_synthetic.h"
 #include "topic_data.h"
 #include "tt/npy.h"
+#include "tt/runtime.h"
 
 namespace fs = std::filesystem;
 using tt::test::quote;
@@ -119,6 +120,27 @@ TEST(TtData, SameFilesForOneAndTwoThreads) {
   auto r3 = synth(dir / "t3", "--threads 2", 8);  // another seed, another corpus
   ASSERT_EQ(r3.rc, 0) << r3.output;
   EXPECT_FALSE(tt::test::read_file(dir / "t1" / "X.npy") == tt::test::read_file(dir / "t3" / "X.npy"));
+}
+
+// --threads 0 takes OMP_NUM_THREADS (capped at the usable cores); a malformed one is refused
+// before the output directory is made.
+TEST(TtData, SynthTopicsThreadsFollowOmpNumThreadsAndAMalformedOneWritesNothing) {
+  auto dir = tt::test::temp_dir("ttdata");
+  const auto with_env = [&](const std::string& env, const std::string& name) {
+    return run("env " + env + " " + tt_data() + " synth-topics --n 300 --m 50 --k 4 --avg-doc-length 30 --seed 7 --out " +
+               quote(dir / name));
+  };
+  auto r = with_env("OMP_NUM_THREADS=1", "one");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find(", 1 thread\n"), std::string::npos) << r.output;
+  const int cores = tt::usable_cores();
+  r = with_env("OMP_NUM_THREADS=" + std::to_string(cores + 5), "many");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find(", " + std::to_string(cores) + " thread"), std::string::npos) << r.output;
+  r = with_env("OMP_NUM_THREADS=1,x", "bad");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("OMP_NUM_THREADS='1,x' is not a positive number of threads"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "bad"));
 }
 
 TEST(TtData, ProgressAndUsage) {

@@ -50,8 +50,10 @@ void check_args(const SynthArgs& a) {
               a.n, " x ", a.m, ") is too large");
   TT_CHECK_AS(ConfigError, std::isfinite(a.avg_doc_length) && a.avg_doc_length > 0,
               "synth-topics: --avg-doc-length must be positive, got ", a.avg_doc_length);
-  TT_CHECK_AS(ConfigError, a.threads >= 0, "synth-topics: --threads must be 0 (all cores) or positive, got ",
+  TT_CHECK_AS(ConfigError, a.threads >= 0,
+              "synth-topics: --threads must be 0 (OMP_NUM_THREADS when set, else all cores) or positive, got ",
               a.threads);
+  resolve_threads(a.threads);  // a malformed OMP_NUM_THREADS is refused before anything is written
   TT_CHECK_AS(ConfigError, a.chunk_rows >= 0, "synth-topics: --chunk-rows must be 0 (automatic) or positive");
   TT_CHECK_AS(ConfigError, !a.out.empty(), "synth-topics: name the output directory with --out DIR");
 }
@@ -142,7 +144,7 @@ int synth_topics_tool(const std::vector<std::string>& args) {
   app.add_option("--seed", a.seed, "generator seed (same seed, same files, whatever --threads)")
       ->capture_default_str();
   app.add_option("--out", a.out, "output directory (created if missing)")->required();
-  app.add_option("--threads", a.threads, "threads (0: OMP_NUM_THREADS when set, else all cores)")->capture_default_str();
+  app.add_option("--threads", a.threads, "threads, at most the usable cores (0: OMP_NUM_THREADS when set, else all cores)")->capture_default_str();
   app.add_option("--chunk-rows", a.chunk_rows, "documents generated and written at a time (0: up to 1024, ~64 MiB)")
       ->capture_default_str();
   app.add_flag("--quiet,-q", a.quiet, "no progress on stderr");

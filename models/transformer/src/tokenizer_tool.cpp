@@ -83,7 +83,7 @@ int tokenizer_tool(const std::vector<std::string>& args) {
                  "share of the characters the vocabulary must hold (the rarest others become bytes)")
       ->capture_default_str();
   app.add_option("--max-sentences", t.max_sentences, "lines sampled for training (0: all)")->capture_default_str();
-  app.add_option("--threads", t.threads, "threads (0: OMP_NUM_THREADS when set, else all cores)")->capture_default_str();
+  app.add_option("--threads", t.threads, "threads, at most the usable cores (0: OMP_NUM_THREADS when set, else all cores)")->capture_default_str();
   app.add_flag("--no-byte-fallback", a.no_byte_fallback,
                "unseen characters become <unk> instead of their UTF-8 bytes (decoding is then lossy)");
   try {
