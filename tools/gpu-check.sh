@@ -85,6 +85,7 @@ if [ "$DRY" -eq 1 ]; then DEVICE=cpu; fi
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
   echo "cpu flags: $(grep -o -w -E 'avx2|avx512f|avx512_bf16|amx_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
   echo "memory: $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
+  echo "OMP_NUM_THREADS: ${OMP_NUM_THREADS:-unset} (tt's default threads when set)"
   if command -v nvidia-smi >/dev/null; then
     echo "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
   else
