@@ -90,9 +90,10 @@ int run(const Options& o) {
 
   // The workers share this machine's cores, as torchrun's do: each takes cores / N threads
   // (trainer.threads 0 reads OMP_NUM_THREADS) unless the user has set OMP_NUM_THREADS.
-  const char* omp = std::getenv("OMP_NUM_THREADS");
-  const std::string worker_threads =
-      omp && *omp ? std::string(omp) : std::to_string(std::max(1, usable_cores() / o.nproc));
+  // A malformed value is refused here, once, rather than by every worker; a blank one is unset.
+  const std::string worker_threads = threads_from_environment() > 0
+                                         ? std::string(std::getenv("OMP_NUM_THREADS"))
+                                         : std::to_string(std::max(1, usable_cores() / o.nproc));
 
   std::vector<pid_t> pids(o.nproc, -1);
   std::vector<bool> alive(o.nproc, false);
