@@ -6,15 +6,52 @@
 # libstdc++ is named ahead of LibTorch, whose pip wheels export copies of some of its symbols
 # (std::filesystem) that crash when tt's calls are bound to them (see tt's CMakeLists.txt, which
 # also puts this flag in its link rules; empty under its sanitizers).
+#
+# And it is always the shared libstdc++. LibTorch's libraries need libstdc++.so.6, so it is in
+# every tt process; a binary that also carries a static copy (a compiler shipped with only
+# libstdc++.a links one) exports that copy's symbols to the shared libraries, and two copies of
+# libstdc++ in one process crash (seen: SentencePiece's trainer writing to std::cout, under a
+# GCC 13 with only libstdc++.a). So a folder of the build tree holds a libstdc++.so naming the
+# compiler's shared libstdc++, or, where it has none, the libstdc++.so.6 the system loads, and is
+# searched first (-L); the compiler's own -lstdc++ then finds it too.
+function(_tt_shared_stdcxx_dir out)
+  set(_dir "${CMAKE_BINARY_DIR}/stdcxx")
+  set(_how "the compiler's")
+  execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libstdc++.so
+    OUTPUT_VARIABLE _so OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(NOT IS_ABSOLUTE "${_so}" OR NOT EXISTS "${_so}")
+    execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libstdc++.a
+      OUTPUT_VARIABLE _static OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libstdc++.so.6
+      OUTPUT_VARIABLE _so OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    if(NOT IS_ABSOLUTE "${_so}" OR NOT EXISTS "${_so}")
+      find_library(_tt_stdcxx6 NAMES libstdc++.so.6 NO_CACHE)
+      set(_so "${_tt_stdcxx6}")
+    endif()
+    if(NOT _so)
+      message(FATAL_ERROR "tt: ${CMAKE_CXX_COMPILER} has no shared libstdc++ (only '${_static}') "
+        "and no libstdc++.so.6 was found: install the C++ runtime (Debian: libstdc++6), or set "
+        "TT_STDCXX_FIRST to the link flags that name it")
+    endif()
+    set(_how "the system's (${CMAKE_CXX_COMPILER} has only ${_static})")
+  endif()
+  get_filename_component(_so "${_so}" REALPATH)
+  file(MAKE_DIRECTORY "${_dir}")
+  file(CREATE_LINK "${_so}" "${_dir}/libstdc++.so" SYMBOLIC)
+  message(STATUS "tt: libstdc++ linked shared: ${_so}, ${_how}")
+  set(${out} "${_dir}" PARENT_SCOPE)
+endfunction()
 if(NOT DEFINED TT_STDCXX_FIRST)
-  set(TT_STDCXX_FIRST "-Wl,--push-state,--no-as-needed,-lstdc++,--pop-state")
+  _tt_shared_stdcxx_dir(_tt_stdcxx_dir)
+  set(TT_STDCXX_FIRST "-L${_tt_stdcxx_dir} -Wl,--push-state,--no-as-needed,-lstdc++,--pop-state")
 endif()
 
 function(_tt_add_module kind name)
   cmake_parse_arguments(ARG "NO_INSTALL" "" "SOURCES;LIBRARIES" ${ARGN})
   set(target tt_${kind}_${name})
   add_library(${target} MODULE ${ARG_SOURCES})
-  target_link_libraries(${target} PRIVATE ${TT_STDCXX_FIRST} tt::core ${ARG_LIBRARIES})
+  separate_arguments(_stdcxx_first UNIX_COMMAND "${TT_STDCXX_FIRST}")
+  target_link_libraries(${target} PRIVATE ${_stdcxx_first} tt::core ${ARG_LIBRARIES})
   set_target_properties(${target} PROPERTIES
     PREFIX ""
     OUTPUT_NAME tt_${kind}_${name}

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# No tt binary has a libstdc++ symbol bound to a copy outside libstdc++. A pip wheel of PyTorch
-# exports copies of some of libstdc++'s symbols (std::filesystem, pytorch/pytorch#133437) that
-# crash when tt's calls land on them; tt names libstdc++ right after each binary's objects
-# (see CMakeLists.txt) so that neither the static linker nor the loader picks LibTorch's.
+# No tt binary has a libstdc++ symbol bound to a copy outside libstdc++.so.6. A pip wheel of
+# PyTorch exports copies of some of libstdc++'s symbols (std::filesystem, pytorch/pytorch#133437)
+# that crash when tt's calls land on them, and a binary with its own static copy of libstdc++
+# (a compiler with only libstdc++.a) exports it to the shared libraries, which crash too (two
+# copies in one process). tt links the shared libstdc++ right after each binary's objects (see
+# CMakeLists.txt and cmake/TTModule.cmake) so that neither the linker nor the loader picks a copy.
 #   tests/link_order_test.sh BUILD_DIR CXX STDCXX_FIRST_FLAG
 # First the mechanism, on a library that exports its own std::filesystem::remove_all (as the
-# wheel does): linked plainly, the program is flagged here and calls the copy; with tt's flag,
-# against a shared and against a static-only libstdc++, it passes and calls the real one.
+# wheel does): linked plainly, the program is flagged here and calls the copy; with tt's flag it
+# passes and calls the real one, also where the compiler's own folders hold only libstdc++.a
+# (emulated by a folder with libstdc++.a searched after tt's); the flag without tt's folder
+# there links the static copy and is flagged.
 # Then every ELF file in BUILD_DIR/bin and BUILD_DIR/lib:
 #  - an undefined symbol that libstdc++.so.6 defines must carry libstdc++'s version (GLIBCXX_*,
 #    CXXABI_*): an unversioned one was bound at link time to another library's copy;
+#  - with a flag: libstdc++.so.6 is a needed library (else the binary carries a static copy);
 #  - where libstdc++.so.6 is a needed library, it comes before LibTorch's (the loader's order).
 set -uo pipefail
 BUILD="${1:?usage: link_order_test.sh BUILD_DIR CXX STDCXX_FIRST_FLAG}"
@@ -38,6 +43,10 @@ check() {
   fi
   needed=$(readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
   first_cxx=$(grep -nE '^libstdc\+\+\.so' <<< "$needed" | head -1 | cut -d: -f1)
+  if [ -n "$FLAG" ] && [ -z "$first_cxx" ]; then
+    echo "link_order: $f does not need libstdc++.so.6: it carries a static copy of libstdc++ (needs: $(tr '\n' ' ' <<< "$needed"))"
+    bad=1
+  fi
   first_torch=$(grep -nE '^lib(torch|c10|fakefs)' <<< "$needed" | head -1 | cut -d: -f1)
   if [ -n "$first_cxx" ] && [ -n "$first_torch" ] && [ "$first_cxx" -gt "$first_torch" ]; then
     echo "link_order: $f loads $(sed -n "${first_torch}p" <<< "$needed") before libstdc++: $(tr '\n' ' ' <<< "$needed")"
@@ -62,27 +71,31 @@ mkdir -p "$WORK/static"
 ln -s "$("$CXX" -print-file-name=libstdc++.a)" "$WORK/static/libstdc++.a"
 "$CXX" -std=c++17 -shared -fPIC "$WORK/fakefs.cpp" -o "$WORK/libfakefs.so" &&
   "$CXX" -std=c++17 -c "$WORK/prog.cpp" -o "$WORK/prog.o" || { echo "link_order: cannot build the mechanism's check" >&2; exit 1; }
-# run NAME EXPECT_FLAGGED LINK_ARGS...: links, checks, runs
+# run NAME EXPECT_FLAGGED EXPECT_EXIT LINK_ARGS...: links, checks, runs (exit 42: the library's
+# remove_all was called, 0: libstdc++'s)
 mech_bad=0
 run_case() {
-  local name="$1" expect="$2" rc flagged=0
-  shift 2
+  local name="$1" expect="$2" expect_rc="$3" rc flagged=0
+  shift 3
   "$CXX" "$WORK/prog.o" -o "$WORK/$name" "$@" -L"$WORK" -lfakefs -Wl,-rpath,"$WORK" ||
     { echo "link_order: cannot link $name" >&2; mech_bad=1; return; }
   check "$WORK/$name" > /dev/null || flagged=1
   mkdir -p "$WORK/d" && : > "$WORK/d/f"
   "$WORK/$name" "$WORK/d"
   rc=$?
-  echo "link_order: mechanism, $name: flagged $flagged (expected $expect), exit $rc ($([ $rc -eq 42 ] && echo "called the library's copy" || echo "called libstdc++'s"))"
-  if [ "$flagged" -ne "$expect" ] || { [ "$expect" -eq 1 ] && [ $rc -ne 42 ]; } || { [ "$expect" -eq 0 ] && [ $rc -ne 0 ]; }; then
+  echo "link_order: mechanism, $name: flagged $flagged (expected $expect), exit $rc, expected $expect_rc ($([ $rc -eq 42 ] && echo "called the library's copy" || echo "called libstdc++'s"))"
+  if [ "$flagged" -ne "$expect" ] || [ "$rc" -ne "$expect_rc" ]; then
     mech_bad=1
   fi
 }
-run_case plain 1
-run_case plain-static 1 -L"$WORK/static"
+run_case plain 1 42
+run_case plain-static 1 42 -L"$WORK/static"
 if [ -n "$FLAG" ]; then
-  run_case stdcxx-first 0 $FLAG
-  run_case stdcxx-first-static 0 -L"$WORK/static" $FLAG
+  run_case stdcxx-first 0 0 $FLAG
+  # the flag's folder first, then a compiler's folder with only libstdc++.a
+  run_case stdcxx-first-static-compiler 0 0 $FLAG -L"$WORK/static"
+  # libstdc++ named first but the static one found: right function, a static copy (flagged)
+  run_case stdcxx-first-without-its-folder 1 0 -L"$WORK/static" $FLAG
 else
   echo "link_order: no flag given (a sanitizer build): tt's binaries are checked, the flag is not"
 fi

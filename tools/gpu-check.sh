@@ -135,6 +135,7 @@ fi
   echo "compiler: ${cxx:-?} ($("${cxx:-c++}" --version 2>/dev/null | head -1))"
   stdcxx=$("${cxx:-c++}" -print-file-name=libstdc++.so 2>/dev/null)
   echo "compiler's libstdc++: $([ -e "$stdcxx" ] && echo "shared ($stdcxx)" || echo "static only ($("${cxx:-c++}" -print-file-name=libstdc++.a 2>/dev/null))")"
+  echo "libstdc++ tt links (cmake/TTModule.cmake): $(readlink "$BUILD/stdcxx/libstdc++.so" 2>/dev/null || echo '? (no build/stdcxx)')"
   [ -x "$BUILD/bin/tt-run" ] && ldd "$BUILD/bin/tt-run" | grep -E 'stdc\+\+|gcc_s|gomp|fmt|spdlog|torch_cuda' | sed 's/^\s*/  /'
 } > "$OUT/runtime.txt" 2>&1
 md "" "Compiler and runtime libraries of tt-run:"
