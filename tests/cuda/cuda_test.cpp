@@ -1,10 +1,13 @@
 // On a CUDA device, through tt-run as users run it: the meter's figures from the caching
 // allocator, training that matches the CPU, fp16 with the GradScaler, host offload, sdpa
-// against the naive kernel, adam8bit's kernels in a real run against its CPU kernels, and oom-guard on a real CUDA
-// out-of-memory error. Each test is skipped, with the reason, where LibTorch has no CUDA or
+// against the naive kernel, adam8bit's kernels in a real run against its CPU kernels,
+// oom-guard on a real CUDA out-of-memory error, and the topic model's loss over the non-zeros
+// against the CPU kernels. Each test is skipped, with the reason, where LibTorch has no CUDA or
 // the machine no GPU.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -196,4 +199,41 @@ TEST(Cuda, OomGuardSurvivesARealCudaOutOfMemory) {
   const auto sc = r.summary("guarded");
   EXPECT_LT(sc["micro_batch_size"].get<int>(), 16) << sc.dump(2);
   EXPECT_EQ(steps(r.dir / "guarded").size(), 2u);
+}
+
+// The topic model on the GPU, where tt's loss kernels (CPU code) do not run: its loss over the
+// non-zeros through autograd follows the CPU kernels step for step, from sparse and from dense
+// batches, and holds far less than tinytopics' dense formula (model.fused: false), whose batch x
+// terms reconstructions (128 x 20,000 floats, 9.8 MiB each) dominate at this shape.
+TEST(Cuda, TopicModelTrainsOverTheNonzerosLikeTheCpuKernelsAndUnderTheDenseFormula) {
+  TT_REQUIRE_CUDA();
+  const auto dir = tt::test::temp_dir("cuda-topic");
+  auto run = [&](const std::string& tag, const std::string& device, const std::string& data_extra,
+                 const std::string& model_extra) {
+    std::ofstream(dir / (tag + ".yaml")) << "name: topic-cuda\nseed: 3\n"
+        << "data: {name: topic-synthetic, n_docs: 512, n_terms: 20000, k: 8, avg_doc_length: 100" << data_extra << "}\n"
+        << "model: {name: topic, k: 8" << model_extra << "}\n"
+        << "optimizer: {name: adamw, lr: 0.05}\n"
+        << "trainer: {batch_size: 128, threads: 2, progress: off, max_steps: 8, device: " << device << "}\n"
+        << "output: {dir: " << dir.string() << ", plots: false}\n";
+    auto r = tt::test::run(tt::test::tt_run_bin() + " " + (dir / (tag + ".yaml")).string() + " -q --run-dir " +
+                           (dir / tag).string());
+    EXPECT_EQ(r.rc, 0) << tag << ": " << r.output;
+    return r.rc;
+  };
+  ASSERT_EQ(run("cpu", "cpu", "", ""), 0);
+  ASSERT_EQ(run("gpu", "cuda", "", ""), 0);
+  ASSERT_EQ(run("gpu-dense-batches", "cuda", ", batch_format: dense", ""), 0);
+  ASSERT_EQ(run("gpu-dense-formula", "cuda", "", ", fused: false"), 0);
+  const auto cpu = steps(dir / "cpu");
+  ASSERT_EQ(cpu.size(), 8u);
+  expect_losses_near(steps(dir / "gpu"), cpu, 1e-4);
+  expect_losses_near(steps(dir / "gpu-dense-batches"), cpu, 1e-4);
+  auto peak = [&](const std::string& tag) {
+    const auto s = nlohmann::json::parse(tt::test::read_file(dir / tag / "summary.json"));
+    EXPECT_EQ(s["memory"]["measured_on"], "cuda caching allocator") << tag;
+    return s["memory"]["peak_tensor_bytes"].get<double>();
+  };
+  const double nonzeros = peak("gpu"), dense = peak("gpu-dense-formula");
+  EXPECT_LT(2 * nonzeros, dense) << "over the non-zeros " << nonzeros << " bytes, the dense formula " << dense;
 }

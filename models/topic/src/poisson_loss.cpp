@@ -184,6 +184,31 @@ torch::Tensor poisson_nmf_loss(const torch::Tensor& L_raw, const torch::Tensor& 
                                sparse_grad);
 }
 
+BatchCounts nonzeros_on_device(const torch::Tensor& x) {
+  const auto nz = x.nonzero();  // [nnz, 2], row-major order
+  BatchCounts b;
+  b.rows = nz.select(1, 0).contiguous();
+  b.cols = nz.select(1, 1).contiguous();
+  b.vals = x.index({b.rows, b.cols}).to(torch::kFloat);
+  return b;
+}
+
+torch::Tensor poisson_nmf_loss_nonzeros(const torch::Tensor& L_raw, const torch::Tensor& F_raw,
+                                        const torch::Tensor& index, const BatchCounts& counts) {
+  // In double: L's gradient comes out of P's softmax backward, which subtracts nearly equal
+  // numbers, so float rounding in P or Q is amplified there (the kernels sum in double too). P is
+  // B x k and Q k x m, small beside a B x m reconstruction; the nnz x k products follow them.
+  const auto P = torch::softmax(L_raw.index_select(0, index).to(torch::kDouble), 1);  // B x k
+  const auto Q = torch::softmax(F_raw.to(torch::kDouble), 1);                        // k x m
+  // xhat at each non-zero: P[r] . Q[:, c]
+  const auto xhat = (P.index_select(0, counts.rows) * Q.index_select(1, counts.cols).t()).sum(1);
+  // sum_ij Xhat_ij = sum_t (sum_i P[i][t]) (sum_j Q[t][j]), as the kernels compute it; rows of
+  // P and Q sum to 1, so its gradient is exactly zero and it is left out of the graph (through
+  // autograd it would only add the softmax backward's rounding)
+  const auto mass = (P.detach().sum(0) * Q.detach().sum(1)).sum();
+  return (mass - (counts.vals * torch::log(torch::clamp_min(xhat, kFloor))).sum()).to(L_raw.scalar_type());
+}
+
 torch::Tensor poisson_nmf_loss_reference(const torch::Tensor& L_raw, const torch::Tensor& F_raw,
                                          const torch::Tensor& index, const torch::Tensor& x) {
   auto xhat = torch::softmax(L_raw.index_select(0, index), 1).mm(torch::softmax(F_raw, 1));

@@ -44,6 +44,15 @@ struct RowGradients {
 };
 RowGradients row_gradients(const int64_t* id, const float* gL, int64_t B, int64_t k);
 
+// The same loss over the non-zeros in LibTorch operations through autograd, on any device (the
+// model's loss off the CPU, where the kernels above do not run): P's rows gathered at the
+// non-zeros' rows times Q's columns at their columns, O(nnz k + k m) memory like the kernels,
+// not the b x m reconstruction of the dense formula below. The non-zeros of a dense batch come
+// from nonzeros_on_device.
+torch::Tensor poisson_nmf_loss_nonzeros(const torch::Tensor& L_raw, const torch::Tensor& F_raw,
+                                        const torch::Tensor& index, const BatchCounts& counts);
+BatchCounts nonzeros_on_device(const torch::Tensor& x);  // from dense [B, m] on any device
+
 // The same loss by tinytopics' dense formula through autograd (reference).
 torch::Tensor poisson_nmf_loss_reference(const torch::Tensor& L_raw, const torch::Tensor& F_raw,
                                          const torch::Tensor& index, const torch::Tensor& x);

@@ -51,6 +51,17 @@ ModelOutput TopicModel::forward_loss(const Batch& batch) {
     const BatchCounts counts = counts_of(batch);
     if (deferring_ && is_training()) deferring_->catch_up_rows(L_raw_, idx);  // rows current before reading
     loss = poisson_nmf_loss(L_raw_, F_raw_, idx, counts, (config_.lazy || rows_gradient_) && is_training());
+  } else if (config_.fused) {  // off the CPU: the same loss over the non-zeros, through autograd
+    TT_CHECK(!config_.lazy, "model (topic): lazy: true needs the fused loss, which runs on the CPU only");
+    BatchCounts counts;
+    if (batch.has("x")) {
+      counts = nonzeros_on_device(batch.at("x"));
+    } else {
+      counts.rows = batch.at("rows");
+      counts.cols = batch.at("cols");
+      counts.vals = batch.at("vals").to(torch::kFloat);
+    }
+    loss = poisson_nmf_loss_nonzeros(L_raw_, F_raw_, idx, counts);
   } else {
     TT_CHECK(!config_.lazy, "model (topic): lazy: true needs the fused loss, which runs on the CPU only");
     loss = poisson_nmf_loss_reference(L_raw_, F_raw_, idx, dense_rows(batch, m_));
@@ -185,7 +196,7 @@ void TopicModel::write_outputs(const std::filesystem::path& run_dir, State& stat
 
 std::string TopicModel::describe() const {
   return "topic model: " + std::to_string(n_) + " docs x " + std::to_string(m_) + " terms, k=" + std::to_string(k_) +
-         " (" + std::to_string(n_ * k_ + k_ * m_) + " parameters" + (fused() ? "" : ", reference loss") +
+         " (" + std::to_string(n_ * k_ + k_ * m_) + " parameters" + (fused() ? "" : config_.fused ? ", loss over the non-zeros through autograd" : ", reference loss") +
          (config_.lazy ? ", lazy L updates" : "") + ")";
 }
 
@@ -196,8 +207,8 @@ Schema model_schema() {
       .field("init_scale", &C::init_scale, 0.1, "L_raw and F_raw start U(0, init_scale) as in tinytopics")
       .range(gt(0))
       .field("fused", &C::fused, true,
-             "compute the loss and its gradient directly over the non-zeros, on the CPU (false, and on a GPU: "
-             "tinytopics' dense autograd)")
+             "compute the loss and its gradient over the non-zeros: tt's kernels on the CPU, LibTorch's operations "
+             "through autograd on a GPU (false: tinytopics' dense autograd, a batch x terms reconstruction)")
       .field("fused_step", &C::fused_step, true,
              "with fused and adamw: the loss, the gradients and AdamW's update in one step of the model's own, "
              "without autograd or gradient tensors (the same arithmetic; false: the fused loss through autograd, "
