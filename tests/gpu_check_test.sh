@@ -31,13 +31,25 @@ grep -qE '^epoch 1 seconds [0-9.]+' "$R" || fail "no epoch time of the topic ben
 grep -q 'NCCL across ranks needs two GPUs' "$R" || fail "the report does not say what was not run"
 # a check split over calls: only the named stages run, the others are named as not run
 TT_BUILD_DIR="$BUILD" TT_JOBS=2 "$SRC/tools/gpu-check.sh" --dry-run --deps "$DEPS" --out "$WORK/out2" \
-  --stages suite --tests '^tools\.link_order$' > "$WORK/log2" 2>&1 || { cat "$WORK/log2"; echo "FAIL: --stages suite failed"; exit 1; }
+  --stages suite --tests '^(tools\.link_order|Trainer\.NanLossIsAClearErrorOrSkipped)$' > "$WORK/log2" 2>&1 ||
+  { cat "$WORK/log2"; echo "FAIL: --stages suite failed"; exit 1; }
 R="$WORK/out2/report.md"
-grep -q '100% tests passed, 0 tests failed out of 1' "$R" || fail "--stages suite did not run the one test asked for"
+grep -q '100% tests passed, 0 tests failed out of 2' "$R" || fail "--stages suite did not run the two tests asked for"
+# a test that passed is not listed as skipped because "Skipped" is in its name
+! awk '/^Skipped:/ {on=1} /^## / {on=0} on' "$R" | grep -q 'NanLossIsAClearErrorOrSkipped' ||
+  fail "a passed test listed under Skipped"
 grep -q 'the compare stage (not in --stages suite)' "$R" || fail "the compare stage is not named as not run"
 grep -q 'the topic stage (not in --stages suite)' "$R" || fail "the topic stage is not named as not run"
 grep -q '(no tt binary binds a libstdc++ symbol to such a copy): Passed' "$R" || fail "no link_order result"
 [ ! -s "$WORK/out2/compare-lm.txt" ] || fail "compare-lm ran though not asked for"
+# the CUDA tests alone (the first call of a split check): reported with their results
+TT_BUILD_DIR="$BUILD" TT_JOBS=2 "$SRC/tools/gpu-check.sh" --dry-run --deps "$DEPS" --out "$WORK/out4" \
+  --stages cuda > "$WORK/log4" 2>&1 || { cat "$WORK/log4"; echo "FAIL: --stages cuda failed"; exit 1; }
+R="$WORK/out4/report.md"
+grep -q '^The CUDA tests: rc 0 (the rest of the suite not in --stages cuda' "$R" || fail "no CUDA tests' result"
+n=$(grep -cE '^Test +#[0-9]+: (Cuda|Adam8bitCuda)\.[A-Za-z0-9]+ .*Skipped' "$R" || true)
+[ "$n" -ge 8 ] || fail "expected the 8 CUDA tests reported (skipped here), found $n"
+grep -q 'the suite stage (not in --stages cuda)' "$R" || fail "the suite stage is not named as not run"
 rc=0
 "$SRC/tools/gpu-check.sh" --stages suite,bench --out "$WORK/out3" > "$WORK/log3" 2>&1 || rc=$?
 [ $rc -eq 2 ] && grep -q "unknown stage 'bench'" "$WORK/log3" || { cat "$WORK/log3"; echo "FAIL: a bad --stages gave rc $rc"; exit 1; }

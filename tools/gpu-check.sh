@@ -146,12 +146,25 @@ say "build: rc $BUILD_RC in ${BUILD_S} s, $WARN warnings, $ERR errors"
 
 # --- tests: the CUDA ones first, alone on the device (their memory figures are not shared) ---
 TESTS_RC=-1
-CUDA_RC=0
+CUDA_RC=""   # empty: the CUDA tests did not run in this call
 run_cuda_tests() {
   [ -z "$TESTS" ] || return 0
   say "the CUDA tests"
   bounded ctest --test-dir "$BUILD" -R '^(Cuda\.|Adam8bitCuda\.)' --output-on-failure --timeout 900 > "$OUT/tests.log" 2>&1
   CUDA_RC=$?
+}
+cuda_state() {
+  if [ -n "$CUDA_RC" ]; then echo "rc $CUDA_RC"
+  elif [ -n "$TESTS" ]; then echo "among --tests"
+  else echo "not run in this call (--stages $STAGES)"; fi
+}
+cuda_block() {
+  if [ -z "$CUDA_RC" ] && [ -z "$TESTS" ]; then
+    md "" "The CUDA tests: not run in this call (--stages $STAGES)."
+    return
+  fi
+  md "" "The CUDA tests:"
+  grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: (Cuda|Adam8bitCuda)\.' "$OUT/tests.log" | sed -E 's/^ *[0-9]+\/[0-9]+ //' | fence
 }
 run_suite() {
   say "test suite ($JOBS jobs)"
@@ -169,9 +182,9 @@ run_suite() {
       --output-junit "$OUT/tests.xml" >> "$OUT/tests.log" 2>&1
   fi
   rc=$?
-  TESTS_RC=$(( rc != 0 || CUDA_RC != 0 ))
+  TESTS_RC=$(( rc != 0 || ${CUDA_RC:-0} != 0 ))
   TESTS_S=$(( $(date +%s) - t0 ))
-  md "" "## Tests" "" "ctest: rc $TESTS_RC (the CUDA tests: rc $CUDA_RC; the rest in ${TESTS_S} s; tests.log, tests.xml)."
+  md "" "## Tests" "" "ctest: rc $TESTS_RC (the CUDA tests: $(cuda_state); the rest in ${TESTS_S} s; tests.log, tests.xml)."
   grep -E 'tests passed|tests failed out of' "$OUT/tests.log" | fence
   if [ $rc -eq 124 ]; then
     NOT_RUN+=("the rest of the test suite (stopped at the --budget deadline)")
@@ -179,14 +192,13 @@ run_suite() {
        "$(grep -cE '^ *[0-9]+/[0-9]+ Test +#.* Passed' "$OUT/tests.log") passed," \
        "$(grep -cE '^ *[0-9]+/[0-9]+ Test +#.*\*\*\*(Failed|Exception|Timeout)' "$OUT/tests.log") failed."
   fi
-  md "" "The CUDA tests:"
-  grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: (Cuda|Adam8bitCuda)\.' "$OUT/tests.log" | sed -E 's/^ *[0-9]+\/[0-9]+ //' | fence
+  cuda_block
   if grep -qE '^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Not Run)' "$OUT/tests.log"; then
     md "" "Failed:"
     grep -E '^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Not Run)' "$OUT/tests.log" | fence
   fi
   md "" "Skipped:"
-  grep -E 'Skipped' "$OUT/tests.log" | grep -E 'Test +#' | sed -E 's/^ *[0-9]+\/[0-9]+ //' | sort -u | fence
+  grep -E 'Test +#.*\*\*\*Skipped' "$OUT/tests.log" | sed -E 's/^ *[0-9]+\/[0-9]+ //' | sort -u | fence
   crash_stacks
   say "tests: rc $TESTS_RC in ${TESTS_S} s"
 }
@@ -271,7 +283,12 @@ else
 fi
 
 if ! want suite; then
-  :
+  if [ -n "$CUDA_RC" ]; then
+    md "" "## Tests" "" "The CUDA tests: rc $CUDA_RC (the rest of the suite not in --stages $STAGES; tests.log)."
+    grep -E 'tests passed|tests failed out of' "$OUT/tests.log" | fence
+    cuda_block
+    crash_stacks
+  fi
 elif [ $HAVE_TESTS -eq 1 ] && time_left; then
   run_suite
   rerun_dist
@@ -357,5 +374,5 @@ for n in "${NOT_RUN[@]}"; do md "- $n"; done
 md "" "Total: $(elapsed) s."
 say "report: $REPORT"
 # without the suite, the CUDA tests' result stands for the tests
-want suite || TESTS_RC=$CUDA_RC
+want suite || TESTS_RC=${CUDA_RC:-0}
 [ $BUILD_RC -eq 0 ] && [ $TESTS_RC -eq 0 ]
