@@ -33,9 +33,13 @@ static torch::Tensor dense_rows(const Batch& batch, int64_t m) {
   return x;
 }
 
-// A batch's non-zeros: those it carries, or those of its dense rows.
+// A batch's non-zeros: those it carries, or those of its dense rows (scanned by tt's kernels on
+// the CPU, by LibTorch elsewhere).
 static BatchCounts counts_of(const Batch& batch) {
-  if (batch.has("x")) return nonzeros_of(batch.at("x"));
+  if (batch.has("x")) {
+    const auto& x = batch.at("x");
+    return x.is_cpu() ? nonzeros_of(x) : nonzeros_on_device(x);
+  }
   BatchCounts counts;
   counts.rows = batch.at("rows");
   counts.cols = batch.at("cols");
@@ -51,20 +55,11 @@ ModelOutput TopicModel::forward_loss(const Batch& batch) {
     const BatchCounts counts = counts_of(batch);
     if (deferring_ && is_training()) deferring_->catch_up_rows(L_raw_, idx);  // rows current before reading
     loss = poisson_nmf_loss(L_raw_, F_raw_, idx, counts, (config_.lazy || rows_gradient_) && is_training());
-  } else if (config_.fused) {  // off the CPU: the same loss over the non-zeros, through autograd
-    TT_CHECK(!config_.lazy, "model (topic): lazy: true needs the fused loss, which runs on the CPU only");
-    BatchCounts counts;
-    if (batch.has("x")) {
-      counts = nonzeros_on_device(batch.at("x"));
-    } else {
-      counts.rows = batch.at("rows");
-      counts.cols = batch.at("cols");
-      counts.vals = batch.at("vals").to(torch::kFloat);
-    }
-    loss = poisson_nmf_loss_nonzeros(L_raw_, F_raw_, idx, counts);
   } else {
     TT_CHECK(!config_.lazy, "model (topic): lazy: true needs the fused loss, which runs on the CPU only");
-    loss = poisson_nmf_loss_reference(L_raw_, F_raw_, idx, dense_rows(batch, m_));
+    // off the CPU the same loss over the non-zeros through autograd; fused: false, tinytopics' formula
+    loss = config_.fused ? poisson_nmf_loss_nonzeros(L_raw_, F_raw_, idx, counts_of(batch))
+                         : poisson_nmf_loss_reference(L_raw_, F_raw_, idx, dense_rows(batch, m_));
   }
   ModelOutput out;
   out.loss = loss;
@@ -195,8 +190,9 @@ void TopicModel::write_outputs(const std::filesystem::path& run_dir, State& stat
 }
 
 std::string TopicModel::describe() const {
+  const char* loss = fused() ? "" : config_.fused ? ", loss over the non-zeros through autograd" : ", reference loss";
   return "topic model: " + std::to_string(n_) + " docs x " + std::to_string(m_) + " terms, k=" + std::to_string(k_) +
-         " (" + std::to_string(n_ * k_ + k_ * m_) + " parameters" + (fused() ? "" : config_.fused ? ", loss over the non-zeros through autograd" : ", reference loss") +
+         " (" + std::to_string(n_ * k_ + k_ * m_) + " parameters" + loss +
          (config_.lazy ? ", lazy L updates" : "") + ")";
 }
 
