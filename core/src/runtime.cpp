@@ -72,8 +72,10 @@ int resolve_threads(int threads) {
   return usable_cores();
 }
 
+int usable_threads(int threads) { return std::min(resolve_threads(threads), usable_cores()); }
+
 int configure_threads(int threads) {
-  threads = std::min(resolve_threads(threads), usable_cores());
+  threads = usable_threads(threads);
   at::set_num_threads(threads);
   return threads;
 }

@@ -13,8 +13,11 @@ namespace tt {
 TT_API int resolve_threads(int threads);
 // OMP_NUM_THREADS as a positive integer, or 0 when it is unset or empty (ConfigError if malformed).
 TT_API int threads_from_environment();
-// Sets LibTorch's intra-op threads to resolve_threads(threads), at most usable_cores(), and
-// returns that count. LibTorch's default here is 1, so tt always sets it.
+// resolve_threads(threads) at most usable_cores(): the threads a run actually uses (more than
+// the cores only slow it down). Callers that want to warn about the cap compare the two.
+TT_API int usable_threads(int threads);
+// Sets LibTorch's intra-op threads to usable_threads(threads) and returns that count.
+// LibTorch's default here is 1, so tt always sets it.
 TT_API int configure_threads(int threads);
 // The cores this process may run on (its CPU affinity, which containers and taskset narrow).
 TT_API int usable_cores();

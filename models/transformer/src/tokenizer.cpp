@@ -337,7 +337,7 @@ void train_sentencepiece(const TokenizerTraining& t) {
   TT_CHECK_AS(ConfigError, fs::is_directory(dir) && ::access(dir.c_str(), W_OK) == 0, "cannot write '", t.out,
               "': the directory '", dir.string(), "' is not writable", ec ? " (" + ec.message() + ")" : "");
 
-  const int threads = std::min(resolve_threads(t.threads), usable_cores());
+  const int threads = usable_threads(t.threads);
   const TrainArgs args = {
       {"input", input},
       {"model_prefix", t.out.substr(0, t.out.size() - ext.size())},
