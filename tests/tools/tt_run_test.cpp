@@ -187,7 +187,7 @@ TEST(TtRun, CrashDuringCheckpointWriteKeepsThePreviousOne) {
   EXPECT_EQ(a["final_loss"].get<double>(), b["final_loss"].get<double>());  // bitwise
 }
 
-TEST(TtRun, CtrlCWritesACheckpointAndResumesToTheEnd) {
+TEST(TtRun, CtrlCWritesACheckpointAndTheResumedRunEndsAndReportsAsTheUninterruptedOne) {
   auto dir = tt::test::temp_dir("cli");
   // Long enough that Ctrl-C lands mid-run. The topic model's deferred row updates resume to
   // float rounding only (TopicTraining.DeferredRowUpdatesResumeToRounding): off here, so the
@@ -231,4 +231,20 @@ TEST(TtRun, CtrlCWritesACheckpointAndResumesToTheEnd) {
   auto s2 = nlohmann::json::parse(tt::test::read_file(dir / "run" / "summary.json"));
   EXPECT_EQ(s2["steps"], kSteps);
   EXPECT_EQ(s2["final_loss"].get<double>(), s1["final_loss"].get<double>());
+  // The summary speaks of the whole run: its epoch losses from epoch 1 (the checkpoint carries
+  // those before it), and the memory breakdown the uninterrupted run measured: the optimizer
+  // state came from the checkpoint; the model's workspace is measured at the first step run
+  // here, whose batch is another than the uninterrupted run's first (its non-zeros, and so the
+  // workspace, differ by a few percent).
+  EXPECT_EQ(s2["first_epoch"], 1);
+  EXPECT_EQ(s2["first_epoch_loss"].get<double>(), s1["first_epoch_loss"].get<double>());
+  EXPECT_EQ(s2["final_epoch_loss"].get<double>(), s1["final_epoch_loss"].get<double>());
+  const auto &m1 = s1["memory"], &m2 = s2["memory"];
+  for (const char* part : {"parameters_bytes", "gradients_bytes", "optimizer_state_bytes"})
+    EXPECT_EQ(m2[part], m1[part]) << part << "\n" << m1.dump(2) << "\n" << m2.dump(2);
+  EXPECT_GT(m2["optimizer_state_bytes"].get<int64_t>(), 0);
+  EXPECT_GT(m2["activations_bytes"].get<int64_t>(), 0) << m2.dump(2);
+  EXPECT_NEAR(m2["activations_bytes"].get<double>(), m1["activations_bytes"].get<double>(),
+              0.1 * m1["activations_bytes"].get<double>())
+      << m1.dump(2) << m2.dump(2);
 }

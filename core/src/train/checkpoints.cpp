@@ -8,6 +8,7 @@
 
 #include "train/grad_sync.h"
 #include "train/run.h"
+#include "train/step.h"
 #include "tt/checkpoint.h"
 #include "tt/data_loader.h"
 #include "tt/error.h"
@@ -57,7 +58,9 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
   const int64_t before = run.live_foreground();
   ar.read("optimizer", opt_ar);
   s.optimizer->load(opt_ar);
-  s.memory.optimizer_state = std::max<int64_t>(0, run.live_foreground() - before);
+  // An AdamW's moments are counted from the state itself, as a new run's first step counts them.
+  const int64_t state_bytes = adamw_state_bytes(*s.optimizer);
+  s.memory.optimizer_state = state_bytes >= 0 ? state_bytes : std::max<int64_t>(0, run.live_foreground() - before);
   run.optimizer_measured = true;
   const auto& plugins = run.host.plugins();
   for (size_t i = 0; i < plugins.size(); ++i) {
@@ -75,6 +78,14 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
   s.skipped_steps = read_int(ar, "trainer/skipped");
   run.epoch_loss_sum = read_double(ar, "trainer/epoch_loss_sum");
   run.epoch_batches = read_int(ar, "trainer/epoch_batches");
+  // The losses of the epochs before it (absent from checkpoints older than this key), so the
+  // summary of a resumed run starts at epoch 1.
+  if (at::Tensor losses; ar.try_read("trainer/epoch_losses", losses)) {
+    TT_CHECK(losses.dim() == 1 && losses.scalar_type() == at::kDouble && losses.numel() <= run.next_epoch + 1,
+             file.string(), ": trainer/epoch_losses is not the run's list of epoch losses");
+    const double* p = losses.contiguous().data_ptr<double>();
+    run.record.epoch_losses.assign(p, p + losses.numel());
+  }
   s.micro_batch_size = read_int(ar, "trainer/micro_batch_size");
   run.set_lr(read_double(ar, "trainer/lr"));
   if (run.loader->streaming()) {
@@ -119,6 +130,7 @@ void save_checkpoint(Run& run) {
   ar.write("trainer/lr", c10::IValue(s.lr));
   ar.write("trainer/epoch_loss_sum", c10::IValue(run.epoch_loss_sum));
   ar.write("trainer/epoch_batches", c10::IValue(run.epoch_batches));
+  ar.write("trainer/epoch_losses", torch::tensor(run.record.epoch_losses, torch::kDouble));
   ar.write("trainer/micro_batch_size", c10::IValue(s.micro_batch_size));
   ar.write("trainer/world_size", c10::IValue(static_cast<int64_t>(s.world_size)));
   if (run.loader->streaming()) {  // where the text stream stands, so a resume continues it exactly

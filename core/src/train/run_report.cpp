@@ -116,6 +116,9 @@ json RunReport::build() const {
   const auto& et = rec.epoch_times;
   if (!et.empty()) sum["median_epoch_seconds"] = median(et.size() > 1 ? std::vector<double>(et.begin() + 1, et.end()) : et);
   if (!rec.epoch_losses.empty()) {
+    // Each epoch ended pushes one loss, up to the last one (s.epoch): a resumed run's list starts
+    // at epoch 1 unless its checkpoint predates the saved list, then at the first epoch ended here.
+    sum["first_epoch"] = s.epoch - static_cast<int64_t>(rec.epoch_losses.size()) + 1;
     sum["first_epoch_loss"] = rec.epoch_losses.front();
     sum["final_epoch_loss"] = rec.epoch_losses.back();
   }
@@ -175,8 +178,8 @@ void RunReport::print() const {
                      s.step, s.batches_per_epoch, s.batch_size, s.epoch, summary_["steps_per_second"].get<double>(),
                      1e3 * summary_["median_step_seconds"].get<double>());
   if (run_.record.epoch_losses.size() > 1)
-    out += fmt::format("  loss       epoch 1: {:.6g}  ->  epoch {}: {:.6g}\n", summary_["first_epoch_loss"].get<double>(),
-                       s.epoch, summary_["final_epoch_loss"].get<double>());
+    out += fmt::format("  loss       epoch {}: {:.6g}  ->  epoch {}: {:.6g}\n", summary_["first_epoch"].get<int64_t>(),
+                       summary_["first_epoch_loss"].get<double>(), s.epoch, summary_["final_epoch_loss"].get<double>());
   else
     out += fmt::format("  loss       last step: {:.6g}\n", summary_["final_loss"].get<double>());
   for (const char* section : {"validation", "model_metrics"})

@@ -170,18 +170,6 @@ void optimizer_step(Run& run) {
   next_step(run);
 }
 
-// The bytes of the optimizer's state tensors when it is an AdamW (its moments), else -1.
-int64_t adamw_state_bytes(torch::optim::Optimizer& optimizer) {
-  int64_t n = 0;
-  for (const auto& entry : optimizer.state()) {
-    const auto* a = dynamic_cast<const torch::optim::AdamWParamState*>(entry.second.get());
-    if (!a) return -1;
-    for (const at::Tensor* t : {&a->exp_avg(), &a->exp_avg_sq(), &a->max_exp_avg_sq()})
-      if (t->defined()) n += static_cast<int64_t>(t->nbytes());
-  }
-  return n;
-}
-
 // The model's own fused step (Model::fused_step), where nothing else is to see the step in
 // between: no plugins, no gradient clipping, one micro-batch, one process. False: the model
 // left the step to the usual path. The step's figures are measured as the usual path's are:
@@ -193,6 +181,7 @@ bool fused_step(Run& run) {
       s.micro_batch_size < s.batch.size)
     return false;
   const int64_t before = run.live_foreground();
+  const int64_t state_before = run.gradients_measured ? -1 : adamw_state_bytes(*s.optimizer);
   const auto t0 = Clock::now();
   FusedStep f = with_context(detail::cat("model (", run.pipeline.model.name, ") fused step at step ", s.step + 1),
                              [&] { return s.model->fused_step(s.batch, *s.optimizer); });
@@ -202,11 +191,17 @@ bool fused_step(Run& run) {
   const double loss = f.output.loss.item<double>();
   s.skip_step = !finite_or_dropped(run, loss);  // the model left its parameters as they were
   s.batch_loss = s.skip_step ? 0.0 : loss;
-  if (!run.optimizer_measured && !s.skip_step) {
+  // The first step of this process: what it left live is the optimizer state it created (all
+  // of it in a new run; none after a resume, whose checkpoint brought the state) and the model's
+  // workspace for that step's batch (the activations figure).
+  if (!run.gradients_measured && !s.skip_step) {
     const int64_t grown = std::max<int64_t>(0, run.live_foreground() - before);
-    const int64_t state_bytes = adamw_state_bytes(*s.optimizer);
-    s.memory.optimizer_state = state_bytes >= 0 ? state_bytes : grown;
-    s.memory.activations = std::max(s.memory.activations, std::max<int64_t>(0, grown - s.memory.optimizer_state));
+    const int64_t state_after = adamw_state_bytes(*s.optimizer);
+    const int64_t state_grown = state_before >= 0 && state_after >= 0 ? state_after - state_before
+                                : run.optimizer_measured                ? 0
+                                                                        : grown;
+    if (!run.optimizer_measured) s.memory.optimizer_state = state_after >= 0 ? state_after : grown;
+    s.memory.activations = std::max(s.memory.activations, std::max<int64_t>(0, grown - state_grown));
     run.optimizer_measured = run.gradients_measured = true;
   }
   const double seconds = seconds_since(t0);
@@ -238,6 +233,17 @@ void usual_step(Run& run) {
 }
 
 }  // namespace
+
+int64_t adamw_state_bytes(torch::optim::Optimizer& optimizer) {
+  int64_t n = 0;
+  for (const auto& entry : optimizer.state()) {
+    const auto* a = dynamic_cast<const torch::optim::AdamWParamState*>(entry.second.get());
+    if (!a) return -1;
+    for (const at::Tensor* t : {&a->exp_avg(), &a->exp_avg_sq(), &a->max_exp_avg_sq()})
+      if (t->defined()) n += static_cast<int64_t>(t->nbytes());
+  }
+  return n;
+}
 
 void train_step(Run& run, Batch batch, Clock::time_point started) {
   State& s = run.state;

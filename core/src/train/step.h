@@ -8,7 +8,14 @@
 #include "train/run.h"
 #include "tt/batch.h"
 
+namespace torch::optim {
+class Optimizer;
+}
+
 namespace tt {
+
+// The bytes of the optimizer's state tensors when it is an AdamW (its moments), else -1.
+int64_t adamw_state_bytes(torch::optim::Optimizer& optimizer);
 
 // `started`: when loading the batch began (the step's time counts from there).
 void train_step(Run& run, Batch batch, Clock::time_point started);
