@@ -144,6 +144,13 @@ TEST(TtRun, ExitCodesAndMessages) {
   EXPECT_EQ(r.rc, 2);
   r = run(tt_run() + " --no-such-flag");
   EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.output.find("tt-run: error: The following argument was not expected: --no-such-flag (tt-run --help "
+                          "lists the options)"),
+            std::string::npos)
+      << r.output;
+  r = run(tt_run() + " --help");
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("6 a file could not be written"), std::string::npos) << r.output;
   auto refused = write_pipeline(dir, "model: topic\ndata: topic-synthetic\nplugins: [test-wrong-api]\n");
   r = run("TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR " " + tt_run() + " " + quote(refused));
   EXPECT_EQ(r.rc, 3) << r.output;

@@ -157,7 +157,7 @@ TEST(TtData, ProgressAndUsage) {
   EXPECT_EQ(r.rc, 2);
   r = run(tt_data() + " synth-topics --n 10");
   EXPECT_EQ(r.rc, 2);
-  EXPECT_HAS(r.output, "--out is required");
+  EXPECT_HAS(r.output, "tt-data synth-topics: error: --out is required (tt-data synth-topics --help lists the options)");
 }
 
 TEST(TtData, RefusesBadArguments) {

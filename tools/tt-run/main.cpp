@@ -15,7 +15,8 @@
 //   tt-run --version
 //
 // Exit codes: 0 done, 1 error, 2 bad pipeline or command line, 3 plugin/model library
-// refused, 4 out of memory, 5 NaN/inf loss, 130 interrupted (checkpoint written).
+// refused, 4 out of memory, 5 NaN/inf loss, 6 a file could not be written (disk full),
+// 130 interrupted (checkpoint written).
 #include <cstring>
 #include <malloc.h>
 #include <CLI/CLI.hpp>
@@ -41,6 +42,7 @@
 #include "tt/registry.h"
 #include "tt/runtime.h"
 #include "tt/trainer.h"
+#include "tt/cli.h"
 
 #ifndef TT_VERSION
 #define TT_VERSION "0.1.0"
@@ -178,12 +180,12 @@ int main(int argc, char** argv) {
   app.add_option("--seed", gen.seed, "random seed of the sampling")->capture_default_str();
   app.footer(
       "Exit codes: 0 done, 1 error, 2 bad pipeline or command line, 3 plugin/model library refused, "
-      "4 out of memory, 5 NaN/inf loss, 130 interrupted (checkpoint written; resume with --resume).");
+      "4 out of memory, 5 NaN/inf loss, 6 a file could not be written (disk full), 130 interrupted (checkpoint "
+      "written; resume with --resume).");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    return tt::cli_exit(app, e, "tt-run");
   }
   if (overwrite && !resume_dir.empty()) {
     std::fprintf(stderr, "tt-run: --overwrite starts the run again and --resume continues it: give one of them\n");

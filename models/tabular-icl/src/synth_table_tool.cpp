@@ -13,6 +13,7 @@
 #include "prior.h"
 #include "table.h"
 #include "tt/error.h"
+#include "tt/cli.h"
 
 namespace tt::tab {
 
@@ -37,7 +38,7 @@ int synth_table_tool(const std::vector<std::string>& args) {
   try {
     app.parse(std::vector<std::string>(args.rbegin(), args.rend()));  // CLI11 takes them last first
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    return cli_exit(app, e, app.get_name());
   }
   TT_CHECK_AS(ConfigError, rows >= 2 * classes, "tt-data synth-table: --rows ", rows, " is fewer than 2 per class (",
               classes, " classes)");
@@ -91,7 +92,7 @@ int split_table_tool(const std::vector<std::string>& args) {
   try {
     app.parse(std::vector<std::string>(args.rbegin(), args.rend()));  // CLI11 takes them last first
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    return cli_exit(app, e, app.get_name());
   }
   TT_CHECK_AS(ConfigError, test_fraction > 0 && test_fraction < 1, "tt-data split-table: --test-fraction ", test_fraction,
               " must be between 0 and 1 (exclusive)");

@@ -18,6 +18,7 @@
 #include "tt/npy.h"
 #include "tt/options.h"
 #include "tt/runtime.h"
+#include "tt/cli.h"
 
 namespace fs = std::filesystem;
 
@@ -151,7 +152,7 @@ int synth_topics_tool(const std::vector<std::string>& args) {
   try {
     app.parse(std::vector<std::string>(args.rbegin(), args.rend()));  // CLI11 takes them last first
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // --help, or the usage error printed
+    return cli_exit(app, e, app.get_name());
   }
   run_synth_topics(a);
   return 0;

@@ -22,6 +22,7 @@
 #include "tokenizer.h"
 #include "tt/error.h"
 #include "tt/temp_dir.h"
+#include "tt/cli.h"
 
 extern char** environ;
 
@@ -244,7 +245,7 @@ int fetch_tool(const std::vector<std::string>& args) {
   try {
     app.parse(std::vector<std::string>(args.rbegin(), args.rend()));  // CLI11 takes them last first
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // --help, or the usage error printed
+    return cli_exit(app, e, app.get_name());
   }
   TT_CHECK_AS(ConfigError, a.corpus == "brown", "fetch: unknown corpus '", a.corpus, "': only 'brown' is known");
   fetch_brown(a.out);

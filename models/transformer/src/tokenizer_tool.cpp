@@ -10,6 +10,7 @@
 #include "data_tools.h"
 #include "tokenizer.h"
 #include "tt/error.h"
+#include "tt/cli.h"
 
 namespace tt::lm {
 
@@ -89,7 +90,7 @@ int tokenizer_tool(const std::vector<std::string>& args) {
   try {
     app.parse(std::vector<std::string>(args.rbegin(), args.rend()));  // CLI11 takes them last first
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // --help, or the usage error printed
+    return cli_exit(app, e, app.get_name());
   }
   run_tokenizer(std::move(a));
   return 0;
