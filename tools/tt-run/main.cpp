@@ -31,6 +31,7 @@
 #include "launch.h"
 #include "plan.h"
 #include "profile.h"
+#include "tt/cli.h"
 #include "tt/compat.h"
 #include "tt/error.h"
 #include "tt/log.h"
@@ -42,7 +43,6 @@
 #include "tt/registry.h"
 #include "tt/runtime.h"
 #include "tt/trainer.h"
-#include "tt/cli.h"
 
 #ifndef TT_VERSION
 #define TT_VERSION "0.1.0"

@@ -83,7 +83,8 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
   if (at::Tensor losses; ar.try_read("trainer/epoch_losses", losses)) {
     TT_CHECK(losses.dim() == 1 && losses.scalar_type() == at::kDouble && losses.numel() <= run.next_epoch + 1,
              file.string(), ": trainer/epoch_losses is not the run's list of epoch losses");
-    const double* p = losses.contiguous().data_ptr<double>();
+    losses = losses.contiguous();  // a strided tensor from the file is copied first; p points into it
+    const double* p = losses.data_ptr<double>();
     run.record.epoch_losses.assign(p, p + losses.numel());
   }
   s.micro_batch_size = read_int(ar, "trainer/micro_batch_size");

@@ -12,8 +12,8 @@
 
 #include "prior.h"
 #include "table.h"
-#include "tt/error.h"
 #include "tt/cli.h"
+#include "tt/error.h"
 
 namespace tt::tab {
 

@@ -14,11 +14,11 @@
 #include <filesystem>
 
 #include "source_synthetic.h"
+#include "tt/cli.h"
 #include "tt/error.h"
 #include "tt/npy.h"
 #include "tt/options.h"
 #include "tt/runtime.h"
-#include "tt/cli.h"
 
 namespace fs = std::filesystem;
 

@@ -20,9 +20,9 @@
 
 #include "data_tools.h"
 #include "tokenizer.h"
+#include "tt/cli.h"
 #include "tt/error.h"
 #include "tt/temp_dir.h"
-#include "tt/cli.h"
 
 extern char** environ;
 

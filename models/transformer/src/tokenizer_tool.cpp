@@ -9,8 +9,8 @@
 
 #include "data_tools.h"
 #include "tokenizer.h"
-#include "tt/error.h"
 #include "tt/cli.h"
+#include "tt/error.h"
 
 namespace tt::lm {
 
