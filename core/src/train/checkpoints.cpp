@@ -82,7 +82,8 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
   // summary of a resumed run starts at epoch 1.
   if (at::Tensor losses; ar.try_read("trainer/epoch_losses", losses)) {
     TT_CHECK(losses.dim() == 1 && losses.scalar_type() == at::kDouble && losses.numel() <= run.next_epoch + 1,
-             file.string(), ": trainer/epoch_losses is not the run's list of epoch losses");
+             file.string(), ": trainer/epoch_losses is not the run's list of epoch losses (the file is damaged: ",
+             "move it out of checkpoints/ to resume from the one before)");
     losses = losses.contiguous();  // a strided tensor from the file is copied first; p points into it
     const double* p = losses.data_ptr<double>();
     run.record.epoch_losses.assign(p, p + losses.numel());
