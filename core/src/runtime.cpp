@@ -89,6 +89,8 @@ static const char* g_interrupt_message = "";
 static const char* g_interrupt_program = "tt";
 static std::atomic<const char*> g_phase{"in setup"};
 static sem_t g_signalled;  // posted by the first signal: wakes the watchdog
+static std::atomic<int> g_grace_holds{0};
+static std::atomic<int> g_grace{15};
 
 static void on_signal(int sig) {
   if (g_interrupt.load()) {  // second signal: stop now
@@ -105,8 +107,16 @@ static void on_signal(int sig) {
 static void watchdog(int grace) {
   while (sem_wait(&g_signalled) != 0) {
   }
-  std::this_thread::sleep_for(std::chrono::seconds(grace));
-  if (!g_interrupt.load()) return;  // cleared: the interrupt was handled and work goes on
+  using clock = std::chrono::steady_clock;
+  auto deadline = clock::now() + std::chrono::seconds(grace);
+  for (;;) {
+    if (!g_interrupt.load()) return;  // cleared: the interrupt was handled and work goes on
+    if (g_grace_holds.load() > 0)
+      deadline = clock::now() + std::chrono::seconds(grace);  // held: the grace starts again after
+    else if (clock::now() >= deadline)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   char line[512];
   const int n = std::snprintf(line, sizeof line,
                               "%s: still %s %d s after the interrupt; stopping now (the last complete checkpoint "
@@ -123,6 +133,7 @@ void install_interrupt_handlers(const char* message, const char* program) {
   std::call_once(once, [] {
     int grace = 15;
     if (const char* env = std::getenv("TT_INTERRUPT_GRACE"); env && std::atoi(env) > 0) grace = std::atoi(env);
+    g_grace.store(grace);
     sem_init(&g_signalled, 0, 0);
     std::thread(watchdog, grace).detach();
   });
@@ -137,6 +148,9 @@ PhaseScope::~PhaseScope() { g_phase.store(previous_); }
 void request_interrupt() { g_interrupt.store(true); }
 bool interrupt_requested() { return g_interrupt.load(); }
 void clear_interrupt() { g_interrupt.store(false); }
+int interrupt_grace_seconds() { return g_grace.load(); }
+InterruptGraceHold::InterruptGraceHold() { g_grace_holds.fetch_add(1); }
+InterruptGraceHold::~InterruptGraceHold() { g_grace_holds.fetch_sub(1); }
 
 namespace {
 const char* g_crash_program = "tt";

@@ -88,7 +88,12 @@ TEST(Compare, ACrashingVariantIsReportedWhileTheOthersComplete) {
     capped: {set: {trainer.memory_cap: 64KiB}}
     checkpoint: {plugins: [checkpoint]}
 )");
-  ASSERT_EQ(r.rc, 0) << r.output;
+  // the others ran and the table is written, and the exit says that not every variant ran
+  ASSERT_EQ(r.rc, 7) << r.output;
+  EXPECT_NE(r.output.find("2 of 4 variants did not run: crashes (crashed (signal 11)), capped (out of memory); their "
+                          "rows say why (exit 7)"),
+            std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("crashes ... crashed (signal 11)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("capped ... out of memory"), std::string::npos) << r.output;
 
@@ -159,6 +164,14 @@ TEST(Compare, PipelineFilesNamedOnTheCommandLineKeepTheirOwnPlugins) {
   EXPECT_NE(tt::test::read_file(c.dir / "files" / "ckpt.yaml").find("checkpoint"), std::string::npos);
   EXPECT_LT(v["ckpt"]["activations_bytes"].get<int64_t>(), v["plain"]["activations_bytes"].get<int64_t>());
   EXPECT_LT(v["ckpt"]["peak_vs_baseline"].get<double>(), 1.0);
+
+  // A file that is not there is a bad command line, before anything runs.
+  auto missing = tt::test::run(tt::test::tt_run_bin() + " --compare " + (c.dir / "plain.yaml").string() + " " +
+                               (c.dir / "plian.yaml").string() + " --run-dir " + (c.dir / "missing").string());
+  EXPECT_EQ(missing.rc, 2) << missing.output;
+  EXPECT_NE(missing.output.find("--compare: " + (c.dir / "plian.yaml").string() + ": no such file"), std::string::npos)
+      << missing.output;
+  EXPECT_FALSE(fs::exists(c.dir / "missing" / "plain")) << "nothing runs";
 }
 
 TEST(Compare, AVariantWithoutPluginsKeepsThePipelinesAndAnEmptyListRemovesThem) {
@@ -253,7 +266,7 @@ TEST(Compare, ARefusedVariantIsNamedInItsRowAndTheOthersRun) {
     bad-index: {set: {plugins.x.every: 2}, plugins: [checkpoint]}
     checkpoint: {plugins: [checkpoint]}
 )");
-  ASSERT_EQ(r.rc, 0) << r.output;
+  ASSERT_EQ(r.rc, 7) << r.output;
   EXPECT_NE(r.output.find("typo ... refused: "), std::string::npos) << r.output;
   auto v = by_name(json::parse(tt::test::read_file(c.dir / "refused" / "compare.json")));
   ASSERT_EQ(v.size(), 5u);
@@ -267,6 +280,9 @@ TEST(Compare, ARefusedVariantIsNamedInItsRowAndTheOthersRun) {
     EXPECT_EQ(v[k.name]["status"], "refused") << k.name;
     EXPECT_FALSE(v[k.name]["ok"].get<bool>()) << k.name;
     EXPECT_NE(v[k.name]["reason"].get<std::string>().find(k.reason), std::string::npos) << v[k.name]["reason"];
+    // said of the user's file and the variant, not of the pipeline written out for it
+    const std::string said = (c.dir / "refused.yaml").string() + ": compare.variants." + k.name;
+    EXPECT_EQ(v[k.name]["reason"].get<std::string>().rfind(said, 0), 0u) << v[k.name]["reason"];
     // the table's row names the variant and its reason
     const std::string row = std::string(k.name) + " ";
     size_t at = r.output.rfind("\n" + row);
@@ -299,7 +315,8 @@ TEST(Compare, BadSectionsAreClearErrors) {
            {"compare: {variants: {a: {plugin: [checkpoint]}}}\n", "unknown key 'plugin'"},
            {"compare: {steps: 0, variants: {a: {}}}\n", "steps must be at least 1"},
            {"compare: {baseline: z, variants: {a: {}}}\n", "baseline 'z' is not a variant"},
-           {"compare: {variants: {a: {set: {trainer.batch_size: abc}}}}\n", "batch_size"},
+           {"compare: {variants: {a: {set: {trainer.batch_size: abc}}}}\n",
+            "bad.yaml: compare.variants.a: trainer.batch_size must be an integer, got 'abc' (at "},
            {"compare: {varients: {a: {}}}\n", "unknown key 'varients'"},
            {"compare: [a, b]\n", "compare must be a map"},
        }) {

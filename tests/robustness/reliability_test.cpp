@@ -351,7 +351,8 @@ TEST(Reliability, SigtermWhileACheckpointIsWrittenKeepsTheLastOneAndTheRunResume
 }
 
 // tt-run --compare passes an interrupt on to the variant it is running (in its own process
-// group, so a Ctrl-C at the terminal reaches only the parent), and both end.
+// group, so a Ctrl-C at the terminal reaches only the parent), and both end, the table of the
+// variants that finished written.
 TEST(Reliability, SigtermToCompareEndsTheVariantItRunsAndTheComparison) {
   const fs::path dir = temp_dir("sigterm-compare");
   const fs::path marker = dir / "stalled";
@@ -359,12 +360,27 @@ TEST(Reliability, SigtermToCompareEndsTheVariantItRunsAndTheComparison) {
                                               "compare:\n  steps: 2\n  warmup_steps: 1\n  variants:\n"
                                               "    plain: {}\n    stalled: {plugins: [{name: test-stall, event: "
                                               "init, seconds: 120, marker: " +
-                                                  marker.string() + "}]}\n");
+                                                  marker.string() + "}]}\n    after: {}\n");
   [[maybe_unused]] const auto [status, out, waited] =
       sigterm_at_marker((dir / "c.yaml").string() + " --run-dir " + (dir / "cmp").string(), dir, marker, 180);
   ASSERT_NE(status, -1) << "still running 30 s after SIGTERM, or never stalled:\n" << out;
   ASSERT_TRUE(WIFEXITED(status)) << out;
   EXPECT_EQ(WEXITSTATUS(status), 130) << out;
+  // The table holds the variant that finished; the interrupted one's row says so.
+  ASSERT_TRUE(fs::exists(dir / "cmp" / "compare.json")) << out;
+  const auto j = nlohmann::json::parse(read_file(dir / "cmp" / "compare.json"));
+  ASSERT_EQ(j["variants"].size(), 3u) << j.dump(1);
+  EXPECT_EQ(j["variants"][0]["name"], "plain");
+  EXPECT_EQ(j["variants"][0]["status"], "ok");
+  EXPECT_GT(j["variants"][0]["peak_tensor_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(j["variants"][1]["name"], "stalled");
+  EXPECT_EQ(j["variants"][1]["status"], "interrupted");
+  EXPECT_EQ(j["variants"][2]["name"], "after");
+  EXPECT_EQ(j["variants"][2]["status"], "not run");
+  EXPECT_EQ(j["variants"][2]["reason"], "the comparison was interrupted before this variant");
+  EXPECT_FALSE(fs::exists(dir / "cmp" / "after")) << "the variant after the interrupt did not start";
+  EXPECT_NE(out.find("the comparison was interrupted; the table holds the variants that finished"), std::string::npos)
+      << out;
   // No tt-run of this comparison is left.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   std::string left;  // processes whose command line names this comparison's directory (/proc, not pgrep)

@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "tt/error.h"
@@ -76,16 +78,23 @@ int run(const std::string& tt_run, const fs::path& yaml, const fs::path& run_dir
     _exit(127);
   }
   // An interrupt of this process (compare, the planner) is passed on to the child, once: it
-  // stops as a run does (checkpoint, summary "interrupted", exit 130) and this one reports it.
+  // stops as a run does (checkpoint, summary "interrupted", exit 130, or at the end of its own
+  // grace) and this one reports it. This process's grace waits for the child's; a child still
+  // there 10 s after its grace (stopped, stuck in the kernel) is killed.
+  InterruptGraceHold hold;
   int status = 0;
-  bool passed_on = false;
+  std::optional<std::chrono::steady_clock::time_point> kill_at;
   for (;;) {
     const pid_t r = waitpid(pid, &status, WNOHANG);
     if (r == pid) return status;
     if (r < 0 && errno != EINTR) TT_FAIL("waiting for the tt-run process of ", yaml.string(), ": ", std::strerror(errno));
-    if (!passed_on && interrupt_requested()) {
+    if (!kill_at && interrupt_requested()) {
       ::kill(pid, SIGTERM);
-      passed_on = true;
+      kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(interrupt_grace_seconds() + 10);
+    }
+    if (kill_at && std::chrono::steady_clock::now() >= *kill_at) {
+      ::kill(pid, SIGKILL);
+      kill_at = std::chrono::steady_clock::time_point::max();
     }
     ::usleep(20000);
   }

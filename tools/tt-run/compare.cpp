@@ -154,172 +154,12 @@ void pareto_plot(const fs::path& out, const std::vector<Variant>& vs, const std:
              (out / "gnuplot.log").string());
 }
 
-}  // namespace
-
-int run(const Options& o) {
-  TT_CHECK_AS(ConfigError, !o.files.empty(), "compare: name a pipeline with a compare: section, or two or more pipelines");
-  // compare.* overrides (compare.steps=10) change the comparison itself; the others each variant.
-  std::vector<std::string> compare_overrides, overrides;
-  for (const auto& ov : o.overrides) (ov.rfind("compare.", 0) == 0 ? compare_overrides : overrides).push_back(ov);
-  Spec spec;
-  std::string name;
-  if (o.files.size() == 1) {
-    YAML::Node root = child::load_yaml(o.files[0]);
-    for (const auto& ov : compare_overrides) apply_override(root, ov);
-    TT_CHECK_AS(ConfigError, root.IsMap() && root["compare"] && root["compare"].IsMap(), o.files[0],
-                ": has no compare: section; add one (compare: {variants: {baseline: {}, checkpoint: {plugins: "
-                "[checkpoint]}}}) or name two or more pipelines with --compare");
-    spec = parse_section(root["compare"], o.files[0]);
-    name = root["name"] && root["name"].IsScalar() ? root["name"].Scalar() : fs::path(o.files[0]).stem().string();
-  } else {
-    std::set<std::string> seen;
-    for (const auto& f : o.files) {
-      Variant v;
-      v.file = f;
-      v.name = fs::path(f).stem().string();
-      TT_CHECK_AS(ConfigError, seen.insert(v.name).second, "compare: two pipelines are named '", v.name,
-                  "' (", f, "): variants are named by file name; rename one");
-      spec.variants.push_back(v);
-    }
-    name = "compare";
-    TT_CHECK_AS(ConfigError, compare_overrides.empty(), "compare: '", compare_overrides.empty() ? "" : compare_overrides[0],
-                "' changes a compare: section, and pipelines named on the command line have none; use --steps, "
-                "--warmup or --repeats");
-  }
-  if (o.steps >= 0) spec.steps = o.steps;
-  if (o.warmup >= 0) spec.warmup = o.warmup;
-  if (o.repeats >= 0) spec.repeats = o.repeats;
-  TT_CHECK_AS(ConfigError, spec.steps >= 1, "compare: steps must be at least 1");
-  TT_CHECK_AS(ConfigError, spec.warmup >= 0, "compare: warmup_steps must be 0 or more");
-  TT_CHECK_AS(ConfigError, spec.repeats >= 1, "compare: repeats must be at least 1");
-  if (spec.baseline.empty()) spec.baseline = spec.variants.front().name;
-  size_t base = spec.variants.size();
-  for (size_t i = 0; i < spec.variants.size(); ++i)
-    if (spec.variants[i].name == spec.baseline) base = i;
-  TT_CHECK_AS(ConfigError, base < spec.variants.size(), "compare: baseline '", spec.baseline, "' is not a variant");
-
-  // Where the comparison goes (a dry run's variant pipelines: a temporary folder).
-  fs::path out = o.out_dir;
-  std::optional<TempDir> dry_dir;
-  if (o.dry_run) {
-    dry_dir.emplace("tt-compare-check", "compare");
-    out = dry_dir->path();
-  } else if (out.empty()) {
-    const Pipeline first = load_pipeline(spec.variants.front().file, overrides);
-    out = timestamped_dir(first.output.get_string("dir"), name + "-compare");
-  }
-  fs::create_directories(out);
-
-  // Each variant's pipeline, written out and validated before anything runs. A variant whose
-  // pipeline is refused is reported in its row; the others still run.
+// The table (stdout), compare.csv, compare.json and the Pareto plot of the variants' results: at
+// the end of a comparison, or of an interrupted one (the variants not run say so in their rows).
+void write_report(const fs::path& out, const Options& o, const Spec& spec, const std::vector<Result>& results,
+                  size_t base) {
   const size_t n = spec.variants.size();
-  std::vector<fs::path> yamls;
-  std::vector<Result> results(n);
-  auto refuse = [](Result& r, const Error& e) {
-    r.status = "refused";
-    r.reason = e.what();
-  };
-  for (size_t i = 0; i < n; ++i) {
-    const Variant& v = spec.variants[i];
-    const fs::path y = out / (v.name + ".yaml");
-    yamls.push_back(y);
-    try {
-      YAML::Node root = child::load_yaml(v.file);
-      TT_CHECK_AS(ConfigError, root.IsMap(), v.file, ": a pipeline is a YAML map");
-      root.remove("compare");
-      const std::string where = v.file + ": compare.variants." + v.name;
-      if (v.replaces_plugins) root["plugins"] = YAML::Clone(v.plugins);
-      for (const auto& ov : overrides) apply_override(root, ov);
-      for (const auto& [k, val] : v.set) set_dotted(root, k, val, where + ".set '" + k + "'");
-      set_dotted(root, "trainer.max_steps", YAML::Node(spec.warmup + spec.steps), where);
-      if (root["trainer"]["epochs"]) root["trainer"].remove("epochs");
-      set_dotted(root, "trainer.progress", YAML::Node("off"), where);
-      set_dotted(root, "output.plots", YAML::Node(false), where);
-      std::ofstream(y) << "# variant '" << v.name << "' of a tt-run comparison, from " << v.file << "\n"
-                       << YAML::Dump(root) << "\n";
-      load_pipeline(y.string());
-    } catch (const ConfigError& e) {
-      refuse(results[i], e);
-    } catch (const ModuleError& e) {  // a plugin that does not load
-      refuse(results[i], e);
-    }
-  }
-  if (o.dry_run) {
-    size_t refused = 0;
-    for (size_t i = 0; i < n; ++i) {
-      if (results[i].status == "refused") ++refused;
-      std::fprintf(stderr, "compare: variant '%s': %s\n", spec.variants[i].name.c_str(),
-                   results[i].status == "refused" ? ("refused: " + results[i].reason).c_str() : "valid");
-    }
-    std::fprintf(stderr, "compare: %zu of %zu variants valid (%d steps each after %d warm-up steps, %d run%s each)\n",
-                 n - refused, n, spec.steps, spec.warmup, spec.repeats, spec.repeats > 1 ? "s" : "");
-    return refused == 0 ? 0 : 2;
-  }
-  if (std::all_of(results.begin(), results.end(), [](const Result& r) { return r.status == "refused"; })) {
-    std::string msg = "compare: no variant can run:";
-    for (size_t i = 0; i < n; ++i)
-      msg += "\n  variant '" + spec.variants[i].name + "': " + results[i].reason;
-    throw ConfigError(msg);
-  }
-
-  if (!o.quiet)
-    std::printf("comparing %zu variants, %d steps each after %d warm-up steps, %d run%s each, in %s\n", n, spec.steps,
-                spec.warmup, spec.repeats, spec.repeats > 1 ? "s" : "", out.c_str());
-  // With repeats, the variants run round-robin (every variant once, then again): a slow spell of
-  // a shared machine then falls on all of them alike instead of on one variant's runs.
-  for (int k = 0; k < spec.repeats; ++k) {
-    for (size_t i = 0; i < n; ++i) {
-      Result& r = results[i];
-      if (k > 0 && !r.ok) continue;  // failed in an earlier round: reported once
-      if (r.status == "refused") {
-        if (!o.quiet) std::printf("[%zu/%zu] %s ... refused: %s\n", i + 1, n, spec.variants[i].name.c_str(),
-                                  first_line(r.reason).c_str());
-        continue;
-      }
-      const auto t0 = std::chrono::steady_clock::now();
-      const fs::path dir = out / (k == 0 ? spec.variants[i].name : spec.variants[i].name + "-r" + std::to_string(k + 1));
-      if (interrupt_requested()) {  // between two variants
-        if (!o.quiet) std::printf("interrupted before %s\n", spec.variants[i].name.c_str());
-        return 130;
-      }
-      fs::remove_all(dir);
-      if (!o.quiet) {
-        std::printf("[%zu/%zu] %s%s ... ", i + 1, n, spec.variants[i].name.c_str(),
-                    spec.repeats > 1 ? (" (run " + std::to_string(k + 1) + " of " + std::to_string(spec.repeats) + ")").c_str() : "");
-        std::fflush(stdout);
-      }
-      const fs::path log_file = out / (spec.variants[i].name + (k == 0 ? "" : "-r" + std::to_string(k + 1)) + ".log");
-      r.status = child::status_of(child::run(o.tt_run, yamls[i], dir, log_file));
-      if (r.status == "interrupted") {
-        if (!o.quiet) std::printf("interrupted\n");
-        return 130;
-      }
-      if (r.status != "ok") {
-        r.ok = false;
-        r.reason = child::last_error_line(log_file);
-        if (!o.quiet) std::printf("%s: %s\n", r.status.c_str(), r.reason.c_str());
-        continue;
-      }
-      try {
-        static_cast<child::Measured&>(r) = child::collect(dir, spec.warmup);
-        r.repeat_step_ms.push_back(r.step_ms);
-        r.ok = true;
-        fs::remove_all(dir / "checkpoints");  // measurements only: the weights are not kept
-      } catch (const std::exception& e) {
-        r.ok = false;
-        r.status = "error (no summary)";
-        r.reason = e.what();
-        continue;
-      }
-      if (!o.quiet)
-        std::printf("%.1f ms/step, peak %s MiB (%.0f s)\n", r.repeat_step_ms.back(), mib(r.peak).c_str(),
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-  }
-  for (auto& r : results)
-    if (r.ok) r.step_ms = median(r.repeat_step_ms);
-
-  // The table, compare.csv, compare.json. A pipeline that evaluates gets a validation column
+  // A pipeline that evaluates gets a validation column
   // (val_loss when the model reports it, else the first of its metrics by name): a variant
   // that changes what is trained (EMA weights, LoRA) is judged there, not by the training loss.
   const Result& b = results[base];
@@ -416,12 +256,223 @@ int run(const Options& o) {
   }
   std::ofstream(out / "compare.json") << doc.dump(2) << "\n";
   pareto_plot(out, spec.variants, results);
+}
+
+}  // namespace
+
+int run(const Options& o) {
+  TT_CHECK_AS(ConfigError, !o.files.empty(), "compare: name a pipeline with a compare: section, or two or more pipelines");
+  // compare.* overrides (compare.steps=10) change the comparison itself; the others each variant.
+  std::vector<std::string> compare_overrides, overrides;
+  for (const auto& ov : o.overrides) (ov.rfind("compare.", 0) == 0 ? compare_overrides : overrides).push_back(ov);
+  Spec spec;
+  std::string name;
+  if (o.files.size() == 1) {
+    YAML::Node root = child::load_yaml(o.files[0]);
+    for (const auto& ov : compare_overrides) apply_override(root, ov);
+    TT_CHECK_AS(ConfigError, root.IsMap() && root["compare"] && root["compare"].IsMap(), o.files[0],
+                ": has no compare: section; add one (compare: {variants: {baseline: {}, checkpoint: {plugins: "
+                "[checkpoint]}}}) or name two or more pipelines with --compare");
+    spec = parse_section(root["compare"], o.files[0]);
+    name = root["name"] && root["name"].IsScalar() ? root["name"].Scalar() : fs::path(o.files[0]).stem().string();
+  } else {
+    std::set<std::string> seen;
+    for (const auto& f : o.files) {
+      TT_CHECK_AS(ConfigError, fs::is_regular_file(f), "--compare: ", f,
+                  fs::exists(f) ? " is not a file" : ": no such file", " (each pipeline compared is a YAML file)");
+      Variant v;
+      v.file = f;
+      v.name = fs::path(f).stem().string();
+      TT_CHECK_AS(ConfigError, seen.insert(v.name).second, "compare: two pipelines are named '", v.name,
+                  "' (", f, "): variants are named by file name; rename one");
+      spec.variants.push_back(v);
+    }
+    name = "compare";
+    TT_CHECK_AS(ConfigError, compare_overrides.empty(), "compare: '", compare_overrides.empty() ? "" : compare_overrides[0],
+                "' changes a compare: section, and pipelines named on the command line have none; use --steps, "
+                "--warmup or --repeats");
+  }
+  if (o.steps >= 0) spec.steps = o.steps;
+  if (o.warmup >= 0) spec.warmup = o.warmup;
+  if (o.repeats >= 0) spec.repeats = o.repeats;
+  TT_CHECK_AS(ConfigError, spec.steps >= 1, "compare: steps must be at least 1");
+  TT_CHECK_AS(ConfigError, spec.warmup >= 0, "compare: warmup_steps must be 0 or more");
+  TT_CHECK_AS(ConfigError, spec.repeats >= 1, "compare: repeats must be at least 1");
+  if (spec.baseline.empty()) spec.baseline = spec.variants.front().name;
+  size_t base = spec.variants.size();
+  for (size_t i = 0; i < spec.variants.size(); ++i)
+    if (spec.variants[i].name == spec.baseline) base = i;
+  TT_CHECK_AS(ConfigError, base < spec.variants.size(), "compare: baseline '", spec.baseline, "' is not a variant");
+
+  // Where the comparison goes (a dry run's variant pipelines: a temporary folder).
+  fs::path out = o.out_dir;
+  std::optional<TempDir> dry_dir;
+  if (o.dry_run) {
+    dry_dir.emplace("tt-compare-check", "compare");
+    out = dry_dir->path();
+  } else if (out.empty()) {
+    const Pipeline first = load_pipeline(spec.variants.front().file, overrides);
+    out = timestamped_dir(first.output.get_string("dir"), name + "-compare");
+  }
+  fs::create_directories(out);
+
+  // Each variant's pipeline, written out and validated before anything runs. A variant whose
+  // pipeline is refused is reported in its row; the others still run.
+  const size_t n = spec.variants.size();
+  std::vector<fs::path> yamls;
+  std::vector<Result> results(n);
+  auto refuse = [](Result& r, const Error& e) {
+    r.status = "refused";
+    r.reason = e.what();
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const Variant& v = spec.variants[i];
+    const fs::path y = out / (v.name + ".yaml");
+    yamls.push_back(y);
+    try {
+      YAML::Node root = child::load_yaml(v.file);
+      TT_CHECK_AS(ConfigError, root.IsMap(), v.file, ": a pipeline is a YAML map");
+      root.remove("compare");
+      const std::string where = v.file + (o.files.size() == 1 ? ": compare.variants." + v.name : std::string());
+      if (v.replaces_plugins) root["plugins"] = YAML::Clone(v.plugins);
+      for (const auto& ov : overrides) apply_override(root, ov);
+      for (const auto& [k, val] : v.set) set_dotted(root, k, val, where + ".set '" + k + "'");
+      set_dotted(root, "trainer.max_steps", YAML::Node(spec.warmup + spec.steps), where);
+      if (root["trainer"]["epochs"]) root["trainer"].remove("epochs");
+      set_dotted(root, "trainer.progress", YAML::Node("off"), where);
+      set_dotted(root, "output.plots", YAML::Node(false), where);
+      std::ofstream(y) << "# variant '" << v.name << "' of a tt-run comparison, from " << v.file << "\n"
+                       << YAML::Dump(root) << "\n";
+      try {
+        load_pipeline(y.string());
+      } catch (const Error& e) {
+        // Said of the user's file: the pipeline's own error where it has one (its line numbers),
+        // else the variant's changes, named (the written-out pipeline's lines are its own).
+        load_pipeline(v.file, overrides);
+        std::string what = e.what(), at = y.string();
+        if (what.rfind(at + ":", 0) == 0) {  // "Y:LINE:COL: message"
+          const size_t colon = what.find(": ", at.size());
+          if (colon != std::string::npos) {
+            at = what.substr(0, colon);
+            what = what.substr(colon + 2);
+          }
+        }
+        const std::string says = where + ": " + what + (o.dry_run ? "" : " (at " + at + ", the variant's pipeline)");
+        if (dynamic_cast<const ModuleError*>(&e)) throw ModuleError(says);
+        throw ConfigError(says);
+      }
+    } catch (const ConfigError& e) {
+      refuse(results[i], e);
+    } catch (const ModuleError& e) {  // a plugin that does not load
+      refuse(results[i], e);
+    }
+  }
+  if (o.dry_run) {
+    size_t refused = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (results[i].status == "refused") ++refused;
+      std::fprintf(stderr, "compare: variant '%s': %s\n", spec.variants[i].name.c_str(),
+                   results[i].status == "refused" ? ("refused: " + results[i].reason).c_str() : "valid");
+    }
+    std::fprintf(stderr, "compare: %zu of %zu variants valid (%d steps each after %d warm-up steps, %d run%s each)\n",
+                 n - refused, n, spec.steps, spec.warmup, spec.repeats, spec.repeats > 1 ? "s" : "");
+    return refused == 0 ? 0 : 2;
+  }
+  if (std::all_of(results.begin(), results.end(), [](const Result& r) { return r.status == "refused"; })) {
+    std::string msg = "compare: no variant can run:";
+    for (size_t i = 0; i < n; ++i)
+      msg += "\n  variant '" + spec.variants[i].name + "': " + results[i].reason;
+    throw ConfigError(msg);
+  }
+
+  if (!o.quiet)
+    std::printf("comparing %zu variants, %d steps each after %d warm-up steps, %d run%s each, in %s\n", n, spec.steps,
+                spec.warmup, spec.repeats, spec.repeats > 1 ? "s" : "", out.c_str());
+  // With repeats, the variants run round-robin (every variant once, then again): a slow spell of
+  // a shared machine then falls on all of them alike instead of on one variant's runs.
+  bool interrupted = false;
+  for (int k = 0; k < spec.repeats && !interrupted; ++k) {
+    for (size_t i = 0; i < n && !interrupted; ++i) {
+      Result& r = results[i];
+      if (k > 0 && !r.ok) continue;  // failed in an earlier round: reported once
+      if (r.status == "refused") {
+        if (!o.quiet) std::printf("[%zu/%zu] %s ... refused: %s\n", i + 1, n, spec.variants[i].name.c_str(),
+                                  first_line(r.reason).c_str());
+        continue;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      const fs::path dir = out / (k == 0 ? spec.variants[i].name : spec.variants[i].name + "-r" + std::to_string(k + 1));
+      if (interrupt_requested()) {  // between two variants
+        if (!o.quiet) std::printf("interrupted before %s\n", spec.variants[i].name.c_str());
+        interrupted = true;
+        break;
+      }
+      fs::remove_all(dir);
+      if (!o.quiet) {
+        std::printf("[%zu/%zu] %s%s ... ", i + 1, n, spec.variants[i].name.c_str(),
+                    spec.repeats > 1 ? (" (run " + std::to_string(k + 1) + " of " + std::to_string(spec.repeats) + ")").c_str() : "");
+        std::fflush(stdout);
+      }
+      const fs::path log_file = out / (spec.variants[i].name + (k == 0 ? "" : "-r" + std::to_string(k + 1)) + ".log");
+      r.status = child::status_of(child::run(o.tt_run, yamls[i], dir, log_file));
+      if (r.status == "interrupted") {
+        if (!o.quiet) std::printf("interrupted\n");
+        interrupted = true;
+        if (!r.repeat_step_ms.empty()) {  // measured in an earlier round: those runs stand
+          r.status = "ok";
+          break;
+        }
+        r.reason = "the comparison was interrupted while this variant ran";
+        break;
+      }
+      if (r.status != "ok") {
+        r.ok = false;
+        r.reason = child::last_error_line(log_file);
+        if (!o.quiet) std::printf("%s: %s\n", r.status.c_str(), r.reason.c_str());
+        continue;
+      }
+      try {
+        static_cast<child::Measured&>(r) = child::collect(dir, spec.warmup);
+        r.repeat_step_ms.push_back(r.step_ms);
+        r.ok = true;
+        fs::remove_all(dir / "checkpoints");  // measurements only: the weights are not kept
+      } catch (const std::exception& e) {
+        r.ok = false;
+        r.status = "error (no summary)";
+        r.reason = e.what();
+        continue;
+      }
+      if (!o.quiet)
+        std::printf("%.1f ms/step, peak %s MiB (%.0f s)\n", r.repeat_step_ms.back(), mib(r.peak).c_str(),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  for (auto& r : results) {
+    if (r.ok) r.step_ms = median(r.repeat_step_ms);
+    if (interrupted && r.status == "not run") r.reason = "the comparison was interrupted before this variant";
+  }
+
+  write_report(out, o, spec, results, base);
   std::printf("\n%s: compare.csv, compare.json%s, one folder and log per variant\n", out.c_str(),
               fs::exists(out / "compare.png") ? ", compare.png (Pareto plot)" : "");
-  if (!b.ok) {
+  if (interrupted) {
+    std::fprintf(stderr, "tt-run: the comparison was interrupted; the table holds the variants that finished\n");
+    return 130;
+  }
+  std::string failed;
+  size_t n_failed = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (!results[i].ok) {
+      failed += (failed.empty() ? "" : ", ") + spec.variants[i].name + " (" + results[i].status + ")";
+      ++n_failed;
+    }
+  if (!results[base].ok)
     std::fprintf(stderr, "tt-run: the baseline variant '%s' did not run (%s): no ratios\n", spec.baseline.c_str(),
-                 b.status.c_str());
-    return 1;
+                 results[base].status.c_str());
+  if (n_failed > 0) {
+    std::fprintf(stderr, "tt-run: %zu of %zu variants did not run: %s; their rows say why (exit %d)\n", n_failed, n,
+                 failed.c_str(), kSomeVariantsFailed);
+    return kSomeVariantsFailed;
   }
   return 0;
 }

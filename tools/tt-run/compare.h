@@ -38,9 +38,15 @@ struct Options {
   bool dry_run = false;                // validate every variant's pipeline, run none
 };
 
-// Runs the comparison; returns tt-run's exit code (0 when the baseline ran; failed and refused
-// variants are reported in the table). Throws tt::ConfigError on a bad compare section, or when
-// every variant is refused. With dry_run: each variant's pipeline is built and validated (in a
+// A comparison that ran to its end with a variant that did not run (refused, out of memory,
+// crashed, failed): the table is written, that variant's row says why.
+constexpr int kSomeVariantsFailed = 7;
+
+// Runs the comparison; returns tt-run's exit code: 0 when every variant ran, kSomeVariantsFailed
+// when one did not (the others still ran, and the table says which and why; without the baseline
+// there are no ratios), 130 when interrupted (the table holds the variants that finished, the
+// others' rows say they did not run). Throws tt::ConfigError on a bad compare section, a pipeline
+// file that does not exist, or when every variant is refused. With dry_run: each variant's pipeline is built and validated (in a
 // temporary folder, removed after), a line per variant goes to stderr, and the exit code is 0
 // when every variant is valid, 2 (a configuration error) when any is refused.
 int run(const Options& o);

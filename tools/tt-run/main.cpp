@@ -16,7 +16,7 @@
 //
 // Exit codes: 0 done, 1 error, 2 bad pipeline or command line, 3 plugin/model library
 // refused, 4 out of memory, 5 NaN/inf loss, 6 a file could not be written (disk full),
-// 130 interrupted (checkpoint written).
+// 7 a comparison's variant did not run (its row says why), 130 interrupted (checkpoint written).
 #include <cstring>
 #include <malloc.h>
 #include <CLI/CLI.hpp>
@@ -180,8 +180,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", gen.seed, "random seed of the sampling")->capture_default_str();
   app.footer(
       "Exit codes: 0 done, 1 error, 2 bad pipeline or command line, 3 plugin/model library refused, "
-      "4 out of memory, 5 NaN/inf loss, 6 a file could not be written (disk full), 130 interrupted (checkpoint "
-      "written; resume with --resume).");
+      "4 out of memory, 5 NaN/inf loss, 6 a file could not be written (disk full), 7 a comparison ran but one of "
+      "its variants did not (its row says why), 130 interrupted (checkpoint written; resume with --resume).");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -34,6 +34,18 @@ TT_API void request_interrupt();  // async-signal-safe
 TT_API void install_interrupt_handlers(const char* message, const char* program = "tt");
 TT_API bool interrupt_requested();
 TT_API void clear_interrupt();
+TT_API int interrupt_grace_seconds();
+
+// While one is alive the grace does not run out: a process that waits on a child process, to
+// which it passed the interrupt on and which has its own grace, holds one while it waits (and
+// bounds that wait itself); the grace starts again when the last hold ends.
+class TT_API InterruptGraceHold {
+ public:
+  InterruptGraceHold();
+  ~InterruptGraceHold();
+  InterruptGraceHold(const InterruptGraceHold&) = delete;
+  InterruptGraceHold& operator=(const InterruptGraceHold&) = delete;
+};
 
 // What the process is doing, for that message, as it reads after "still": "in setup",
 // "training", "evaluating", "writing a checkpoint", "writing outputs"; a string literal.
