@@ -136,6 +136,15 @@ void set_dotted(YAML::Node root, const std::string& key, const YAML::Node& value
         cur[parts[i]] = value;
         return;
       }
+      const bool absent = !cur[parts[i]].IsDefined() || cur[parts[i]].IsNull();
+      if (absent && parts[i + 1].find_first_not_of("0123456789") == std::string::npos) {
+        std::string path = parts[0];
+        for (size_t j = 1; j <= i; ++j) path += "." + parts[j];
+        YAML::Emitter flow;
+        flow << YAML::Flow << value;
+        TT_FAIL_AS(ConfigError, where, ": the pipeline has no '", path, "' list for '", parts[i + 1],
+                   "' to index; give the whole list", i + 2 == parts.size() ? ", e.g. " + path + "=[" + flow.c_str() + "]" : std::string());
+      }
       if (!cur[parts[i]].IsMap() && !cur[parts[i]].IsSequence()) cur[parts[i]] = as_map(cur[parts[i]]);
       YAML::Node next;
       next.reset(cur[parts[i]]);
@@ -228,9 +237,21 @@ ComponentSpec parse_component(const YAML::Node& node, const std::string& section
   } else {
     TT_FAIL_AS(ConfigError, c.where, ": ", section, " must be a name or a map with 'name'");
   }
-  const Schema& schema = schema_of(c.name);
+  // An unknown name is said where the name is (the file's line, or the override).
+  const Schema* schema = nullptr;
+  try {
+    schema = &schema_of(c.name);
+  } catch (const Error& e) {
+    const std::string at = node.IsMap() && node["name"].IsDefined()
+                               ? where_of(file, node["name"], overrides, path + ".name")
+                               : (node.IsDefined() && !node.IsNull() ? c.where : file);
+    const std::string msg = at + ": " + section + ": " + e.what();
+    if (dynamic_cast<const ModuleError*>(&e)) throw ModuleError(msg);
+    if (dynamic_cast<const ConfigError*>(&e)) throw ConfigError(msg);
+    throw;
+  }
   std::string ctx = section + " (" + c.name + ")";
-  c.options = Options::parse(opts, schema, ctx, file, {"name"}, origins_under(overrides, prefix, node));
+  c.options = Options::parse(opts, *schema, ctx, file, {"name"}, origins_under(overrides, prefix, node));
   return c;
 }
 

@@ -46,16 +46,22 @@ TEST(Pipeline, UnknownComponentOptionNamesSection) {
   EXPECT_NE(e.find("p.yaml:1:22: unknown key 'topics' in model (topic)"), std::string::npos) << e;
 }
 
-TEST(Pipeline, UnknownComponentNameListsAvailable) {
+TEST(Pipeline, UnknownComponentNameIsSaidWhereItIsAndListsAvailable) {
   std::string e = error_of("model: topik\ndata: topic-synthetic\n");
-  EXPECT_NE(e.find("unknown model 'topik'; did you mean 'topic'?"), std::string::npos) << e;
+  EXPECT_EQ(e.rfind("p.yaml:1:8: model: unknown model 'topik'; did you mean 'topic'?", 0), 0u) << e;
   // Every installed model is listed (sorted); the topic model is among them.
   const auto avail = e.find("Available models: ");
   ASSERT_NE(avail, std::string::npos) << e;
   const std::string listed = e.substr(avail, e.find('.', avail) - avail);
   EXPECT_NE(listed.find("topic"), std::string::npos) << e;
   e = error_of("model: topic\ndata: topic-synthetic\noptimizer: adamm\n");
+  EXPECT_EQ(e.rfind("p.yaml:3:12: optimizer: unknown optimizer 'adamm'", 0), 0u) << e;
   EXPECT_NE(e.find("Available optimizers: adam, adamw, sgd"), std::string::npos) << e;
+  // the name's own line in a map, the entry's in a list, the override that set it
+  e = error_of("model: topic\ndata: topic-synthetic\nplugins:\n  - checkpoint\n  - {policy: all, name: chekpoint}\n");
+  EXPECT_EQ(e.rfind("p.yaml:5:25: plugins[1]: unknown plugin 'chekpoint'", 0), 0u) << e;
+  e = error_of("model: topic\ndata: topic-synthetic\n", {"schedule.name=cosin"});
+  EXPECT_EQ(e.rfind("command line 'schedule.name=cosin': schedule: unknown schedule 'cosin'", 0), 0u) << e;
 }
 
 TEST(Pipeline, MissingEmptyAndBrokenFiles) {
@@ -179,6 +185,12 @@ TEST(Pipeline, SetDottedOnAYamlTree) {
   EXPECT_NE(dotted_error(root, "plugins.2.dtype", "fp16").find("plan: index 2 is past the end of the list (2 entries)"),
             std::string::npos);
   EXPECT_NE(dotted_error(root, "plugins.2", "amp").find("index 2 is past the end"), std::string::npos);
+  // an index into a list the pipeline does not have: the whole list is the way
+  EXPECT_EQ(dotted_error(YAML::Load("model: topic"), "plugins.0", "{name: amp, dtype: bf16}"),
+            "plan: the pipeline has no 'plugins' list for '0' to index; give the whole list, e.g. "
+            "plugins=[{name: amp, dtype: bf16}]");
+  EXPECT_EQ(dotted_error(YAML::Load("model: topic"), "plugins.0.every", "2"),
+            "plan: the pipeline has no 'plugins' list for '0' to index; give the whole list");
   EXPECT_NE(dotted_error(root, "plugins.-1", "amp").find("'-1' indexes a list"), std::string::npos);
   EXPECT_NE(dotted_error(root, "trainer..batch_size", "1").find("plan: 'trainer..batch_size' has an empty key segment"),
             std::string::npos);

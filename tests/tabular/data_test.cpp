@@ -266,7 +266,7 @@ TEST(TabularCsv, BadInputIsAClearError) {
   EXPECT_HAS(error_of([&] { read_csv(write("empty.csv", ""), o); }), "empty.csv is empty");
   EXPECT_HAS(error_of([&] { read_csv(write("header.csv", "a,b,y\n"), o); }), "has a header but no data rows");
   EXPECT_HAS(error_of([&] { read_csv(write("short.csv", "a,b,y\n1,2,0\n1,2\n"), o); }), "short.csv:3 has 2 fields");
-  EXPECT_HAS(error_of([&] { read_csv("/nonexistent/x.csv", o); }), "cannot open /nonexistent/x.csv");
+  EXPECT_HAS(error_of([&] { read_csv("/nonexistent/x.csv", o); }), "cannot open '/nonexistent/x.csv' (data.path)");
   const auto gap = write("gap.csv", "a,b,y\n1,,0\n3,4,1\n5,8,0\n");
   EXPECT_HAS(error_of([&] { read_csv(gap, o); }), "gap.csv:2 column 'b' has a missing value");
   o.impute = "mean";

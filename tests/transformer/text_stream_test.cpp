@@ -490,6 +490,12 @@ TEST(TextStream, BadInputsAreConfigErrorsNamingThePath) {
   auto msg = config_error_message([&] { TextStream(opts({missing}, 8), bytes(), "data.train"); });
   EXPECT_NE(msg.find(missing), std::string::npos) << msg;
   EXPECT_NE(msg.find("data.train"), std::string::npos) << msg;
+  // a relative path: where it was looked for
+  msg = config_error_message([&] { TextStream(opts({"no-such-dir/t.txt"}, 8), bytes(), "data.train"); });
+  EXPECT_NE(msg.find("data.train: no such file or directory 'no-such-dir/t.txt' (relative to the current directory " +
+                     fs::current_path().string() + ")"),
+            std::string::npos)
+      << msg;
 
   write_file(dir / "empty.txt", "");
   const auto empty = (dir / "empty.txt").string();

@@ -66,6 +66,10 @@ std::string cat(const Args&... args) {
 }
 }  // namespace detail
 
+// A path as the user gave it, quoted, and where that is when it is relative, for messages about a
+// file that is not there: "'t.txt' (relative to the current directory /home/me)".
+TT_API std::string describe_path(const std::string& path);
+
 // Stopped by Ctrl-C / SIGTERM after writing a checkpoint (exit 130).
 class TT_API Interrupted : public Error {
  public:

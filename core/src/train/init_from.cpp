@@ -32,7 +32,7 @@ void init_model_from(Run& run, const std::string& from, int64_t average) {
                    "checkpoint file");
   } else {
     M.check(fs::is_regular_file(src), "init_from",
-            from + " does not exist (give a run directory, a checkpoint, a .safetensors file or a .pt state dict)");
+            describe_path(from) + " does not exist (give a run directory, a checkpoint, a .safetensors file or a .pt state dict)");
     M.check(average == 1, "init_average",
             std::to_string(average) + " needs init_from to be a run directory with that many checkpoints, not the file " +
                 from);

@@ -70,7 +70,7 @@ struct Raw {
 
 Raw read_raw(const std::string& path) {
   std::ifstream in(path);
-  TT_CHECK_AS(ConfigError, in.good(), "tabular: cannot open ", path, " (data.path): check the path");
+  TT_CHECK_AS(ConfigError, in.good(), "tabular: cannot open ", describe_path(path), " (data.path): check the path");
   Raw r;
   std::string line;
   int64_t n = 0;

@@ -169,14 +169,6 @@ void check_count_rows(const torch::Tensor& x, const std::string& file) {
   }
 }
 
-std::string describe_path(const std::string& path) {
-  std::filesystem::path p(path);
-  if (p.is_absolute()) return "'" + path + "'";
-  std::error_code ec;
-  auto cwd = std::filesystem::current_path(ec);
-  return "'" + path + "' (relative to the current directory " + (ec ? std::string("?") : cwd.string()) + ")";
-}
-
 Schema& add_reference_options(Schema& s) {
   return s
       .add("true_F", Type::String, "~",

@@ -67,8 +67,6 @@ std::vector<std::string> read_vocabulary(const std::string& path, int64_t n_term
 void load_reference_options(const Options& o, TopicSource& d);
 // A file source made from its options: reference data, batch_format, as the pipeline's train set.
 Datasets file_source(const Options& o, std::shared_ptr<TopicSource> d);
-// A path as the user gave it, and where that is when relative: for error messages.
-std::string describe_path(const std::string& path);
 
 // The lines of a text file with their numbers (POSIX getline: no length limit).
 class LineReader {

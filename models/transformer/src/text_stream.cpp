@@ -152,7 +152,7 @@ TextStream::TextStream(TextStreamOptions o, std::shared_ptr<Tokenizer> tokenizer
   for (const auto& path : o_.paths) {
     std::error_code ec;
     const auto st = fs::status(path, ec);
-    TT_CHECK_AS(ConfigError, !ec && fs::exists(st), what_, ": no such file or directory: ", path);
+    TT_CHECK_AS(ConfigError, !ec && fs::exists(st), what_, ": no such file or directory ", describe_path(path));
     if (fs::is_directory(st)) {
       std::vector<std::string> found;
       for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {

@@ -183,7 +183,7 @@ class SentencePieceTokenizer : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(const std::string& path) : path_(path) {
     std::error_code ec;
-    TT_CHECK_AS(ConfigError, fs::is_regular_file(path, ec), "tokenizer model '", path, "' not found; ", kMakeOne);
+    TT_CHECK_AS(ConfigError, fs::is_regular_file(path, ec), "tokenizer model ", describe_path(path), " not found; ", kMakeOne);
     const std::string proto = read_file(path);
     TT_CHECK_AS(ConfigError, !proto.empty(), "tokenizer model '", path, "' is empty; ", kMakeOne);
     if (const std::string why = sentencepiece_unavailable(); !why.empty())

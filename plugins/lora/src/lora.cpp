@@ -137,7 +137,7 @@ void Lora::save(const std::filesystem::path& file) const {
 }
 
 void Lora::load(const std::filesystem::path& file) {
-  TT_CHECK_AS(ConfigError, std::filesystem::is_regular_file(file), "lora load: ", file.string(),
+  TT_CHECK_AS(ConfigError, std::filesystem::is_regular_file(file), "lora load: ", describe_path(file.string()),
               " does not exist (the adapters.pt a LoRA run writes into its run directory)");
   if (const std::string damage = tt::archive_damage(file); !damage.empty())
     TT_FAIL_AS(ConfigError, "lora load: ", file.string(), " is damaged (", damage, "); write it again with a LoRA run");
