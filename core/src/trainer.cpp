@@ -56,7 +56,15 @@ struct Trainer::Impl {
     run.flush_optimizer();
     fire(Event::BEFORE_EVAL);
     PhaseScope phase("evaluating");
+    // Its own peaks; the run's so far carried over.
+    const int64_t peak_before = run.peak(), rss_before = run.rss_peak();
+    run.reset_peak();
+    Meter::reset_rss_peak();
     s.metrics = s.model->evaluate(*run.data.validation, batch_size);
+    run.eval_peak_tensor = std::max(run.eval_peak_tensor, run.peak());
+    run.eval_peak_rss = std::max(run.eval_peak_rss, Meter::rss_peak());
+    run.peak_floor = std::max(peak_before, run.peak());
+    run.rss_peak_floor = std::max(rss_before, Meter::rss_peak());
     fire(Event::EVAL);
     fire(Event::AFTER_EVAL);
     run.record.validation = s.metrics;
@@ -173,6 +181,7 @@ struct Trainer::Impl {
       log().debug("released {:.1f} MiB of library pages", static_cast<double>(rec.library_pages_released) / (1 << 20));
     }
     Meter::reset_rss_peak();    // so peak RSS is the training loop's high-water mark
+    run.rss_peak_floor = 0;
     s.memory.rss_anon_start = Meter::rss_anon();
     run.reset_peak();
     rec.train_started = Clock::now();
@@ -192,7 +201,7 @@ struct Trainer::Impl {
     rec.train_seconds = seconds_since(rec.train_started);
     getrusage(RUSAGE_SELF, &rec.usage_end);
     s.memory.peak_tensor = run.peak();  // the training loop's; evaluation and outputs come after
-    s.memory.peak_rss = Meter::rss_peak();
+    s.memory.peak_rss = run.rss_peak();
     s.memory.peak_reserved = run.meter.reserved_peak();
     s.memory.rss_anon_end = Meter::rss_anon();
 
@@ -277,6 +286,33 @@ std::string Trainer::generate(const std::string& prompt, const GenerateOptions& 
       << ", top_k " << options.top_k << ", seed " << options.seed << ")\n"
       << text << "\n";
   return text;
+}
+
+Trainer::Prediction Trainer::predict(const fs::path& input, const fs::path& output) {
+  Run& run = impl_->run;
+  Model& model = *run.state.model;
+  torch::NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  run.reset_peak();
+  Meter::reset_rss_peak();
+  const auto t0 = Clock::now();
+  {
+    PhaseScope phase("predicting");
+    model.predict(input, output);
+  }
+  Prediction p;
+  p.seconds = seconds_since(t0);
+  p.peak_tensor_bytes = run.peak();
+  p.peak_rss_bytes = Meter::rss_peak();
+  model.train(was_training);
+  if (impl_->report)
+    impl_->report->add_to_summary("prediction", {{"input", input.string()},
+                                                 {"output", output.string()},
+                                                 {"seconds", p.seconds},
+                                                 {"peak_tensor_bytes", p.peak_tensor_bytes},
+                                                 {"peak_rss_bytes", p.peak_rss_bytes}});
+  return p;
 }
 
 Pipeline Trainer::pipeline_of_run(const fs::path& run_dir, const std::vector<std::string>& overrides) {

@@ -345,6 +345,14 @@ TEST(ProfileMemory, BreakdownPerBlockTableAndTimelineOfOneStep) {
     blocks += b["activation_bytes"].get<int64_t>();
   }
   const int64_t act = j["memory"]["activations_bytes"].get<int64_t>();
+  // the breakdown adds up to the peak: its rest line is the peak less the four parts
+  const json& m = j["memory"];
+  const int64_t rest = m["peak_tensor_bytes"].get<int64_t>() - m["parameters_bytes"].get<int64_t>() -
+                       m["gradients_bytes"].get<int64_t>() - m["optimizer_state_bytes"].get<int64_t>() - act;
+  char rest_line[64];
+  std::snprintf(rest_line, sizeof rest_line, "  rest %28.2f", static_cast<double>(rest) / 1048576.0);
+  EXPECT_NE(r.output.find(rest_line), std::string::npos) << rest_line << "\n" << r.output;
+  EXPECT_EQ(r.output.find("fused_step"), std::string::npos) << "no fused step in the transformer: no note";
   EXPECT_LE(blocks, act) << "the blocks' activations are part of the step's";
   EXPECT_GT(blocks, act / 2);
   // The timeline: every allocation and free of the step; it rises in forward and falls back.
@@ -409,4 +417,28 @@ TEST(Compare, CompareOverridesChangeTheComparisonAndTheOthersEachVariant) {
                            (c.dir / "b.yaml").string() + " compare.steps=2");
   EXPECT_EQ(bad.rc, 2) << bad.output;
   EXPECT_NE(bad.output.find("'compare.steps=2' changes a compare: section"), std::string::npos) << bad.output;
+}
+
+// The topic model's fused step runs only without plugins, and the profile is a plugin: the
+// profiled step is the usual one, and the output says so (the same pipeline run plainly has no
+// gradient tensors; the profile shows them).
+TEST(ProfileMemory, AModelWithAFusedStepIsProfiledOnTheUsualStepAndSaysSo) {
+  Cmp c;
+  std::ofstream(c.dir / "topic.yaml") << tt::test::topic_yaml(c.dir / "runs");
+  auto r = tt::test::run(tt::test::tt_run_bin() + " --profile-memory " + (c.dir / "topic.yaml").string() +
+                         " --run-dir " + (c.dir / "tprof").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("note: model.fused_step is on"), std::string::npos) << r.output;
+  const json j = json::parse(tt::test::read_file(c.dir / "tprof" / "memory_profile.json"));
+  EXPECT_GT(j["memory"]["gradients_bytes"].get<int64_t>(), 0) << "the usual step: gradient tensors";
+  auto plain = tt::test::run(tt::test::tt_run_bin() + " -q " + (c.dir / "topic.yaml").string() +
+                             " trainer.max_steps=3 --run-dir " + (c.dir / "tplain").string());
+  ASSERT_EQ(plain.rc, 0) << plain.output;
+  const json s = json::parse(tt::test::read_file(c.dir / "tplain" / "summary.json"));
+  EXPECT_EQ(s["memory"]["gradients_bytes"], 0) << "the fused step: no gradient tensors";
+  // with the fused step off, no note
+  auto off = tt::test::run(tt::test::tt_run_bin() + " --profile-memory " + (c.dir / "topic.yaml").string() +
+                           " model.fused_step=false --run-dir " + (c.dir / "tprof-off").string());
+  ASSERT_EQ(off.rc, 0) << off.output;
+  EXPECT_EQ(off.output.find("note: model.fused_step"), std::string::npos) << off.output;
 }

@@ -74,6 +74,15 @@ TEST(TabularPipeline, PretrainsWithPluginsThenInferenceFinetunePeftAndPredict) {
   int rows = 0;
   while (std::getline(pred, line)) ++rows;
   EXPECT_EQ(rows, 150);
+  // the inference and the prediction are metered (there is no training step to meter)
+  const auto inf_summary = t.summary("inference");
+  const int64_t params = inf_summary["memory"]["parameters_bytes"].get<int64_t>();
+  EXPECT_GT(inf_summary["memory"]["evaluation_peak_tensor_bytes"].get<int64_t>(), params) << inf_summary.dump(1);
+  const auto& predicted = inf_summary["prediction"];
+  EXPECT_EQ(predicted["input"], t.csv);
+  EXPECT_EQ(predicted["output"], (t.dir / "pred.csv").string());
+  EXPECT_GT(predicted["peak_tensor_bytes"].get<int64_t>(), params) << predicted.dump();
+  EXPECT_GT(predicted["seconds"].get<double>(), 0);
 
   const std::string episodes = "data: {name: tabular-csv, path: " + t.csv + ", label: kind, support_size: 48, query_size: 16, episodes: 8}\n";
   r = t.run("finetune", episodes + init + "optimizer: {name: adamw, lr: 1.0e-4}\ntrainer: {epochs: 2, batch_size: 4, threads: 2}\n");

@@ -7,6 +7,7 @@
 #include "test_support.h"
 #include "tt/checkpoint.h"
 #include "tt/compat.h"
+#include "tt/options.h"
 
 namespace fs = std::filesystem;
 using tt::test::run;
@@ -254,4 +255,43 @@ TEST(TtRun, CtrlCWritesACheckpointAndTheResumedRunEndsAndReportsAsTheUninterrupt
   EXPECT_NEAR(m2["activations_bytes"].get<double>(), m1["activations_bytes"].get<double>(),
               0.1 * m1["activations_bytes"].get<double>())
       << m1.dump(2) << m2.dump(2);
+}
+
+// An evaluation is metered apart from training: with no training step the run's peak is its
+// parameters, and the evaluation's own peak (parameters and the forward pass's activations) is
+// in summary.json and the printed summary; periodic evaluations during training still count in
+// the run's peak, as they always did.
+TEST(TtRun, EvaluationIsMeteredApartFromTraining) {
+  auto dir = tt::test::temp_dir("cli-eval");
+  {
+    std::ofstream t(dir / "train.txt");
+    for (int i = 0; i < 300; ++i) t << "the quick brown fox jumps over the lazy dog " << i << "\n";
+    std::ofstream v(dir / "val.txt");
+    for (int i = 0; i < 80; ++i) v << "a lazy dog sleeps under the quick brown fox " << i << "\n";
+  }
+  const std::string yaml = "name: evalmeter\nseed: 0\ndata: {name: text, train: " + (dir / "train.txt").string() +
+                           ", validation: [" + (dir / "val.txt").string() +
+                           "], seq_len: 64}\nmodel: {name: transformer, d_model: 64, n_layers: 2, n_heads: 2, "
+                           "sample_tokens: 0}\ntrainer: {batch_size: 8, threads: 1}\n";
+  auto pipe = write_pipeline(dir, yaml);
+  auto none = run(tt_run() + " " + quote(pipe) + " trainer.max_steps=0 --run-dir " + quote(dir / "none"));
+  ASSERT_EQ(none.rc, 0) << none.output;
+  auto m = nlohmann::json::parse(tt::test::read_file(dir / "none" / "summary.json"))["memory"];
+  const int64_t params = m["parameters_bytes"].get<int64_t>();
+  ASSERT_TRUE(m.contains("evaluation_peak_tensor_bytes")) << m.dump(1);
+  // the forward pass of 8 windows of 64 tokens through 2 blocks holds far more than nothing
+  EXPECT_GT(m["evaluation_peak_tensor_bytes"].get<int64_t>(), params + 100 * 1024) << m.dump(1);
+  EXPECT_LT(m["peak_tensor_bytes"].get<int64_t>(), m["evaluation_peak_tensor_bytes"].get<int64_t>()) << m.dump(1);
+  EXPECT_GT(m["evaluation_peak_rss_bytes"].get<int64_t>(), 0);
+  EXPECT_NE(none.output.find("evaluation peak tensors " + tt::format_bytes(m["evaluation_peak_tensor_bytes"])),
+            std::string::npos)
+      << none.output;
+
+  auto trained = run(tt_run() + " -q " + quote(pipe) + " trainer.max_steps=4 trainer.eval_every=2 --run-dir " +
+                     quote(dir / "trained"));
+  ASSERT_EQ(trained.rc, 0) << trained.output;
+  m = nlohmann::json::parse(tt::test::read_file(dir / "trained" / "summary.json"))["memory"];
+  EXPECT_GT(m["evaluation_peak_tensor_bytes"].get<int64_t>(), params) << m.dump(1);
+  EXPECT_GE(m["peak_tensor_bytes"].get<int64_t>(), m["evaluation_peak_tensor_bytes"].get<int64_t>()) << m.dump(1);
+  EXPECT_GE(m["peak_rss_bytes"].get<int64_t>(), m["evaluation_peak_rss_bytes"].get<int64_t>()) << m.dump(1);
 }

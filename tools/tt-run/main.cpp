@@ -317,8 +317,10 @@ int main(int argc, char** argv) {
     }
     if (!predict_input.empty()) {
       const std::filesystem::path out = predict_output.empty() ? trainer.run_dir() / "predictions.csv" : std::filesystem::path(predict_output);
-      trainer.state().model->predict(predict_input, out);
-      if (!quiet) std::printf("predictions: %s\n", out.string().c_str());
+      const auto p = trainer.predict(predict_input, out);
+      if (!quiet)
+        std::printf("predictions: %s (%.2f s; peak tensors %s, peak RSS %s: tt's meter)\n", out.string().c_str(),
+                    p.seconds, tt::format_bytes(p.peak_tensor_bytes).c_str(), tt::format_bytes(p.peak_rss_bytes).c_str());
     }
     return 0;
   } catch (const tt::Interrupted& e) {

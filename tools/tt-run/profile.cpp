@@ -52,6 +52,9 @@ int run(const Options& o) {
   p.plugins.push_back({"profile-memory",
                        tt::Options::parse(step_node, component.schema, "plugins (profile-memory)", "--profile-memory"),
                        "--profile-memory"});
+  // A model's fused step (the topic model's) runs only without plugins: the profile, a plugin,
+  // sees the usual step (gradient tensors, the optimizer's own step) instead.
+  const bool fused = p.model.options.is_set("fused_step") && p.model.options.get_bool("fused_step");
   Trainer trainer(std::move(p), cfg);
   trainer.fit();
   const fs::path dir = trainer.run_dir();
@@ -66,8 +69,16 @@ int run(const Options& o) {
   std::printf("memory profile of %s, step %d (tt's meter; run in %s)\n", trainer.pipeline().name.c_str(), o.step,
               dir.c_str());
   std::printf("\nbreakdown            MiB\n");
-  for (const char* k : {"parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "activations_bytes",
-                        "peak_tensor_bytes", "peak_rss_bytes"})
+  int64_t parts = 0;
+  for (const char* k : {"parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "activations_bytes"}) {
+    std::printf("  %-22s %10s\n", std::string(k).substr(0, std::string(k).size() - 6).c_str(),
+                mib(mem[k].get<int64_t>()).c_str());
+    parts += mem[k].get<int64_t>();
+  }
+  // what the peak holds beyond those four, as compare's table has it
+  std::printf("  %-22s %10s  (the peak less the four above: a plugin's own bytes, the next batch)\n", "rest",
+              mib(mem["peak_tensor_bytes"].get<int64_t>() - parts).c_str());
+  for (const char* k : {"peak_tensor_bytes", "peak_rss_bytes"})
     std::printf("  %-22s %10s\n", std::string(k).substr(0, std::string(k).size() - 6).c_str(),
                 mib(mem[k].get<int64_t>()).c_str());
   std::printf("  %-22s %10s  (live at its start %s MiB; %lld allocations and frees)\n", "profiled step peak",
@@ -89,6 +100,9 @@ int run(const Options& o) {
     }
     std::printf("%-14s %10s MiB\n", "all blocks", mib(total).c_str());
   }
+  if (fused)
+    std::printf("\nnote: model.fused_step is on, and a run of this pipeline takes the model's fused step (no gradient\n"
+                "tensors; its summary.json has those figures). A profiled step cannot: this is the usual step's profile.\n");
   std::printf("\nphases (ms since the step started):");
   for (const auto& m : prof["phases"]) std::printf(" %s %.1f;", m["what"].get<std::string>().c_str(), m["ms"].get<double>());
   std::printf("\n");

@@ -35,6 +35,15 @@ class TT_API Trainer {
   // ConfigError). Also written to RUN_DIR/samples.txt.
   std::string generate(const std::string& prompt, const GenerateOptions& options);
 
+  // After fit(): the model's predictions for the examples in `input`, written to `output`
+  // (Model::predict; tt-run --predict), measured by tt's meter on their own. The figures also go
+  // into summary.json as "prediction".
+  struct Prediction {
+    double seconds = 0;
+    int64_t peak_tensor_bytes = 0, peak_rss_bytes = 0;
+  };
+  Prediction predict(const std::filesystem::path& input, const std::filesystem::path& output);
+
   State& state();
   const Pipeline& pipeline() const;
   const std::filesystem::path& run_dir() const;

@@ -56,6 +56,9 @@ class RunReport final : public Plugin {
   // far; the error also goes to log.txt. Rank 0 only; never throws.
   void write_failure(const std::string& status, const std::string& error, int exit_code) noexcept;
   const nlohmann::json& summary() const { return summary_; }
+  // Adds `key` to the summary written at the end of the fit and writes summary.json again (what
+  // runs after the fit: a prediction). Nothing on a rank other than 0.
+  void add_to_summary(const std::string& key, const nlohmann::json& value);
 
  private:
   nlohmann::json build() const;

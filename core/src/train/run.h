@@ -112,6 +112,13 @@ struct Run {
   int64_t live_foreground() const;
   int64_t peak() const;
   void reset_peak();
+  // The process's RSS high-water mark, an evaluation's reset of it carried over.
+  int64_t rss_peak() const;
+  // Evaluations are measured apart from training (the peaks are reset for each, and the peaks so
+  // far carried over: peak() and rss_peak() stay the run's): their highest peaks in this
+  // process, -1 before any.
+  int64_t eval_peak_tensor = -1, eval_peak_rss = -1;
+  int64_t peak_floor = 0, rss_peak_floor = 0;
   void set_lr(double lr);
   bool done() const { return state.step >= state.total_steps || state.stop; }
   // An optimizer that defers updates (FusedAdamW::defer_rows) brings every parameter up to

@@ -64,6 +64,12 @@ void RunReport::write_failure(const std::string& status, const std::string& erro
   }
 }
 
+void RunReport::add_to_summary(const std::string& key, const json& value) {
+  if (!run_.root || summary_.is_null()) return;
+  summary_[key] = value;
+  write_file_atomic(run_.state.run_dir / "summary.json", summary_.dump(2) + "\n");
+}
+
 json RunReport::build() const {
   const State& s = run_.state;
   const RunRecord& rec = run_.record;
@@ -107,6 +113,10 @@ json RunReport::build() const {
         {"measured_on", s.device.is_cuda() ? "cuda caching allocator" : "cpu tracking allocator"}}},
       {"outputs", json::array()},
   };
+  if (run_.eval_peak_tensor >= 0) {  // measured apart: the figures above are training's
+    sum["memory"]["evaluation_peak_tensor_bytes"] = run_.eval_peak_tensor;
+    sum["memory"]["evaluation_peak_rss_bytes"] = run_.eval_peak_rss;
+  }
   for (const auto& pl : run_.host.plugins()) sum["plugins"].push_back(pl->name());
   if (s.model && s.optimizer) sum["memory_estimate"] = memory_estimate();
   sum["process"] = {{"user_cpu_seconds", seconds_between(rec.usage_start.ru_utime, rec.usage_end.ru_utime)},
@@ -190,6 +200,9 @@ void RunReport::print() const {
                      format_bytes(m["peak_tensor_bytes"]), format_bytes(m["parameters_bytes"]),
                      format_bytes(m["gradients_bytes"]), format_bytes(m["optimizer_state_bytes"]),
                      format_bytes(m["activations_bytes"]), format_bytes(m["peak_rss_bytes"]));
+  if (m.contains("evaluation_peak_tensor_bytes"))
+    out += fmt::format("  evaluation peak tensors {}; peak RSS {}\n", format_bytes(m["evaluation_peak_tensor_bytes"]),
+                       format_bytes(m["evaluation_peak_rss_bytes"]));
   std::string outputs;
   for (const auto& o : summary_["outputs"]) outputs += (outputs.empty() ? "" : ", ") + o.get<std::string>();
   out += fmt::format("  outputs    {}\n", outputs);

@@ -87,8 +87,12 @@ int64_t Run::live() const { return state.device.is_cuda() ? Meter::device_curren
 int64_t Run::live_foreground() const {
   return state.device.is_cuda() ? Meter::device_current() : meter.foreground_current();
 }
-int64_t Run::peak() const { return state.device.is_cuda() ? Meter::device_peak() : meter.peak(); }
+int64_t Run::peak() const {
+  return std::max(peak_floor, state.device.is_cuda() ? Meter::device_peak() : meter.peak());
+}
+int64_t Run::rss_peak() const { return std::max(rss_peak_floor, Meter::rss_peak()); }
 void Run::reset_peak() {
+  peak_floor = 0;
   meter.reset_peak();
   if (state.device.is_cuda()) Meter::reset_device_peak();
 }
