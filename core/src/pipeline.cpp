@@ -337,7 +337,17 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
       p.plugins.push_back(parse_component(plugins[i], section, file, &plugin_schema, "", overrides,
                                           "plugins." + std::to_string(i) + "."));
       const ComponentSpec& entry = p.plugins.back();
-      if (Registry::global().plugin(entry.name).repeats == Repeats::Allowed) continue;
+      // a plugin that acts on a part of the model its model declares it has not
+      const ModelComponent& model = Registry::global().model(p.model.name);
+      const PluginComponent& plugin = Registry::global().plugin(entry.name);
+      if (const std::string part = missing_part(model, plugin); !part.empty()) {
+        std::string has;
+        for (const auto& x : *model.parts) has += (has.empty() ? "" : ", ") + x;
+        TT_FAIL_AS(ConfigError, entry.where, ": ", section, " (", entry.name, ") acts on a model's ", part,
+                   ", and model '", p.model.name, "' has none (its parts: ", has.empty() ? "none" : has,
+                   "); remove it from plugins, or use a model built from tt::nn's blocks (tt-run --list)");
+      }
+      if (plugin.repeats == Repeats::Allowed) continue;
       for (size_t j = 0; j + 1 < p.plugins.size(); ++j)
         TT_CHECK_AS(ConfigError, p.plugins[j].name != entry.name, entry.where, ": ", section, " lists '", entry.name,
                     "' again (it is plugins[", j, "], at ", p.plugins[j].where,

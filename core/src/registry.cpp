@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <set>
 
 #include "tt/error.h"
@@ -64,7 +65,8 @@ static void check_offer(const std::string& plugin, const Schema& schema, const P
   }
 }
 
-void Registry::add_model(std::string n, std::string d, Schema s, ModelFactory f) {
+void Registry::add_model(std::string n, std::string d, Schema s, ModelFactory f,
+                         std::optional<std::vector<std::string>> parts) {
   // Every model can start from another run's weights (the trainer loads them, not the model).
   if (!s.find("init_from"))
     s.add("init_from", Type::String, "~",
@@ -75,16 +77,25 @@ void Registry::add_model(std::string n, std::string d, Schema s, ModelFactory f)
           "with init_from a run directory: the mean of the weights of its newest N checkpoints (checkpoint "
           "averaging, as fairseq's average_checkpoints; 1: the newest alone)")
         .range(ge(1));
-  add_to(models_, Kind::Model, Component<ModelFactory>{std::move(n), std::move(d), std::move(s), std::move(f), origin_});
+  add_to(models_, Kind::Model,
+         ModelComponent{{std::move(n), std::move(d), std::move(s), std::move(f), origin_}, std::move(parts)});
 }
 void Registry::add_dataset(std::string n, std::string d, Schema s, DatasetFactory f) {
   add_to(datasets_, Kind::Dataset, Component<DatasetFactory>{std::move(n), std::move(d), std::move(s), std::move(f), origin_});
 }
 void Registry::add_plugin(std::string n, std::string d, Schema s, PluginFactory f, PlannerOffer planner,
-                          Repeats repeats) {
+                          Repeats repeats, std::vector<std::string> needs) {
   check_offer(n, s, planner, origin_);
   add_to(plugins_, Kind::Plugin,
-         PluginComponent{{std::move(n), std::move(d), std::move(s), std::move(f), origin_}, std::move(planner), repeats});
+         PluginComponent{{std::move(n), std::move(d), std::move(s), std::move(f), origin_}, std::move(planner), repeats,
+                         std::move(needs)});
+}
+
+std::string missing_part(const ModelComponent& model, const PluginComponent& plugin) {
+  if (!model.parts) return "";
+  for (const auto& need : plugin.needs)
+    if (std::find(model.parts->begin(), model.parts->end(), need) == model.parts->end()) return need;
+  return "";
 }
 void Registry::add_optimizer(std::string n, std::string d, Schema s, OptimizerFactory f, OptimizerStateBytes b) {
   add_to(optimizers_, Kind::Optimizer,
@@ -137,7 +148,7 @@ const C& Registry::find(std::map<std::string, C>& table, Kind kind, const std::s
   throw ConfigError(unknown_name(kind_name(kind), name, available, refusals));
 }
 
-const Component<ModelFactory>& Registry::model(const std::string& n) { return find(models_, Kind::Model, n); }
+const ModelComponent& Registry::model(const std::string& n) { return find(models_, Kind::Model, n); }
 const Component<DatasetFactory>& Registry::dataset(const std::string& n) { return find(datasets_, Kind::Dataset, n); }
 const PluginComponent& Registry::plugin(const std::string& n) { return find(plugins_, Kind::Plugin, n); }
 const OptimizerComponent& Registry::optimizer(const std::string& n) {

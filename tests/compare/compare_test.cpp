@@ -442,3 +442,19 @@ TEST(ProfileMemory, AModelWithAFusedStepIsProfiledOnTheUsualStepAndSaysSo) {
   ASSERT_EQ(off.rc, 0) << off.output;
   EXPECT_EQ(off.output.find("note: model.fused_step"), std::string::npos) << off.output;
 }
+
+// A variant whose plugin acts on a part its model does not have (checkpoint on the topic model,
+// two matrices and no blocks) is refused by the dry run, as the run itself would refuse it.
+TEST(Compare, DryRunRefusesAVariantWhosePluginTheModelCannotTake) {
+  Cmp c;
+  std::ofstream(c.dir / "t.yaml") << tt::test::topic_yaml(
+      c.dir / "runs", "", "compare:\n  variants:\n    plain: {}\n    ckpt: {plugins: [checkpoint]}\n");
+  auto r = tt::test::run(tt::test::tt_run_bin() + " --dry-run " + (c.dir / "t.yaml").string());
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("compare: variant 'plain': valid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("compare: variant 'ckpt': refused: " + (c.dir / "t.yaml").string() +
+                          ": compare.variants.ckpt: plugins[0] (checkpoint) acts on a model's block_stack, and model "
+                          "'topic' has none"),
+            std::string::npos)
+      << r.output;
+}

@@ -58,7 +58,7 @@ TEST(Pipeline, UnknownComponentNameIsSaidWhereItIsAndListsAvailable) {
   EXPECT_EQ(e.rfind("p.yaml:3:12: optimizer: unknown optimizer 'adamm'", 0), 0u) << e;
   EXPECT_NE(e.find("Available optimizers: adam, adamw, sgd"), std::string::npos) << e;
   // the name's own line in a map, the entry's in a list, the override that set it
-  e = error_of("model: topic\ndata: topic-synthetic\nplugins:\n  - checkpoint\n  - {policy: all, name: chekpoint}\n");
+  e = error_of("model: topic\ndata: topic-synthetic\nplugins:\n  - amp\n  - {dtype: bf16, name: chekpoint}\n");
   EXPECT_EQ(e.rfind("p.yaml:5:25: plugins[1]: unknown plugin 'chekpoint'", 0), 0u) << e;
   e = error_of("model: topic\ndata: topic-synthetic\n", {"schedule.name=cosin"});
   EXPECT_EQ(e.rfind("command line 'schedule.name=cosin': schedule: unknown schedule 'cosin'", 0), 0u) << e;
@@ -313,4 +313,33 @@ TEST(Pipeline, APluginListLongerThanAnyPipelineNeedsIsRefused) {
   for (int i = 0; i < 65; ++i) list += i ? ", oom-guard" : "oom-guard";
   const std::string e = error_of(topic_yaml(temp_dir("pipe"), "", list + "]\n"));
   EXPECT_NE(e.find("plugins lists 65 entries; a pipeline takes at most 64"), std::string::npos) << e;
+}
+
+// A model declares the parts of tt::nn it is built from, a plugin the part it acts on: a pipeline
+// pairing them wrongly is refused when it is read, at the plugin's entry; a model that declares
+// nothing (the test model) leaves it to the plugin when the run starts.
+TEST(Pipeline, APluginThatActsOnAPartTheModelHasNotIsRefusedWhenRead) {
+  std::string e = error_of("model: {name: topic, k: 4}\ndata: topic-synthetic\nplugins: [checkpoint]\n");
+  EXPECT_EQ(e.rfind("p.yaml:3:11: plugins[0] (checkpoint) acts on a model's block_stack, and model 'topic' has none "
+                    "(its parts: none); remove it from plugins",
+                    0),
+            0u)
+      << e;
+  e = error_of("model: {name: topic, k: 4}\ndata: topic-synthetic\nplugins: [amp, {name: lora, r: 2}]\n");
+  EXPECT_NE(e.find("plugins[1] (lora) acts on a model's linear, and model 'topic' has none"), std::string::npos) << e;
+  // tabular-icl has a block stack, attention and linear layers, and no embedding: the parts it
+  // has are listed for a plugin that needs one
+  EXPECT_EQ(error_of("model: {name: tabular-icl}\ndata: {name: tabular-prior}\nplugins: [checkpoint, attention, lora]\n"), "");
+  tt::Registry::global().add_plugin(
+      "test-needs-embedding", "a plugin acting on a model's embedding", tt::Schema(),
+      [](const tt::Options&) -> std::unique_ptr<tt::Plugin> { return nullptr; }, {}, tt::Repeats::Once, {"embedding"});
+  e = error_of("model: {name: tabular-icl}\ndata: {name: tabular-prior}\nplugins: [test-needs-embedding]\n");
+  EXPECT_NE(e.find("plugins[0] (test-needs-embedding) acts on a model's embedding, and model 'tabular-icl' has none "
+                   "(its parts: block_stack, attention, linear)"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(error_of("model: transformer\ndata: {name: text, train: t.txt}\nplugins: [checkpoint, attention, lora]\n"), "");
+  tt::test::register_test_components();
+  EXPECT_EQ(error_of("model: test-regression\ndata: test-regression-data\nplugins: [checkpoint]\n"), "")
+      << "a model that declares nothing is not refused when read";
 }

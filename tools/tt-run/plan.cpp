@@ -71,9 +71,14 @@ std::vector<Dimension> offered_dimensions(const Pipeline& p, std::vector<std::st
                    [](const PluginComponent* a, const PluginComponent* b) { return a->planner.order < b->planner.order; });
 
   std::vector<Dimension> out;
+  const ModelComponent& model = reg.model(p.model.name);
   for (const PluginComponent* c : offering) {
     if (named.count(c->name)) {
       notes.push_back(c->name + ": kept as the pipeline sets it");
+      continue;
+    }
+    if (const std::string part = missing_part(model, *c); !part.empty()) {
+      notes.push_back(c->name + ": acts on a model's " + part + ", and model '" + p.model.name + "' has none");
       continue;
     }
     Dimension d{c->name, {}};

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,9 +68,21 @@ struct PlannerOffer {
 // metric, say. Each instance gets its own options and its own state in checkpoints (kept by position).
 enum class Repeats { Once, Allowed };
 
+// The parts of core's tt::nn a model is built from, for the plugins that act on one: a model
+// declares its parts when it registers, a plugin the parts it needs. A pipeline that pairs a
+// plugin with a model declaring it has no such part is refused when the pipeline is read
+// (tt-run --dry-run, a comparison's variants, the planner's offers), naming both; with a model
+// that declares nothing, the plugin finds out when it starts, as before. tt's parts (a model and
+// plugin of one's own may agree on others): "block_stack" (tt::nn::BlockStack; checkpoint needs
+// it), "attention" (tt::nn::Attention; attention), "linear" (tt::nn::Linear; lora), "embedding"
+// (tt::nn::Embedding).
+struct ModelComponent : Component<ModelFactory> {
+  std::optional<std::vector<std::string>> parts;  // nullopt: not declared
+};
 struct PluginComponent : Component<PluginFactory> {
   PlannerOffer planner;
   Repeats repeats = Repeats::Once;
+  std::vector<std::string> needs;  // model parts it acts on
 };
 
 // The bytes of state an optimizer keeps for `trainable_bytes` of trainable parameters with these
@@ -96,6 +109,10 @@ struct DataTool {
   std::string origin;  // "built-in" or the .so it came from
 };
 
+// The first part `plugin` needs that `model` declares it has not ("" when none is missing, or
+// when the model declares nothing).
+TT_API std::string missing_part(const ModelComponent& model, const PluginComponent& plugin);
+
 enum class Kind { Model, Dataset, Plugin, Optimizer, Schedule };
 TT_API const char* kind_name(Kind k);  // "model", "dataset", ...
 
@@ -103,12 +120,13 @@ class TT_API Registry {
  public:
   static Registry& global();
 
-  void add_model(std::string name, std::string description, Schema schema, ModelFactory f);
+  void add_model(std::string name, std::string description, Schema schema, ModelFactory f,
+                 std::optional<std::vector<std::string>> parts = std::nullopt);
   void add_dataset(std::string name, std::string description, Schema schema, DatasetFactory f);
   // A planner offer's options are checked against the schema here: a module whose offer names
   // an unknown key or a wrong type is refused at load time.
   void add_plugin(std::string name, std::string description, Schema schema, PluginFactory f,
-                  PlannerOffer planner = {}, Repeats repeats = Repeats::Once);
+                  PlannerOffer planner = {}, Repeats repeats = Repeats::Once, std::vector<std::string> needs = {});
   void add_optimizer(std::string name, std::string description, Schema schema, OptimizerFactory f,
                      OptimizerStateBytes state_bytes = {});
   void add_schedule(std::string name, std::string description, Schema schema, ScheduleFactory f);
@@ -117,7 +135,7 @@ class TT_API Registry {
   void add_data_tool(std::string name, std::string description, DataToolRun run);
 
   // Look-ups load modules on demand; unknown names throw with the list of what exists.
-  const Component<ModelFactory>& model(const std::string& name);
+  const ModelComponent& model(const std::string& name);
   const Component<DatasetFactory>& dataset(const std::string& name);
   const PluginComponent& plugin(const std::string& name);
   const OptimizerComponent& optimizer(const std::string& name);
@@ -142,7 +160,7 @@ class TT_API Registry {
   Registry();
   template <class C>
   const C& find(std::map<std::string, C>& table, Kind kind, const std::string& name);
-  std::map<std::string, Component<ModelFactory>> models_;
+  std::map<std::string, ModelComponent> models_;
   std::map<std::string, Component<DatasetFactory>> datasets_;
   std::map<std::string, PluginComponent> plugins_;
   std::map<std::string, OptimizerComponent> optimizers_;

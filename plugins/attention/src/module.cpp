@@ -75,7 +75,7 @@ void register_attention(tt::Registry& r) {
         const auto a = o.to<AttentionOptions>();
         return std::make_unique<AttentionPlugin>(a.kernel, a.chunk_size, a.key_chunk_size.value_or(a.chunk_size));
       },
-      tt::PlannerOffer{{{"attention(chunked)", "{kernel: chunked}"}}, 30});
+      tt::PlannerOffer{{{"attention(chunked)", "{kernel: chunked}"}}, 30}, tt::Repeats::Once, {"attention"});
 }
 
 }  // namespace

@@ -169,7 +169,8 @@ void register_checkpoint(tt::Registry& r) {
                                                   c.budget.value_or(0), c.recompute_activation);
       },
       tt::PlannerOffer{{{"checkpoint(all)", "{policy: all}"}, {"checkpoint(every 2)", "{policy: every, every: 2}"}},
-                       10});
+                       10},
+      tt::Repeats::Once, {"block_stack"});
 }
 
 }  // namespace

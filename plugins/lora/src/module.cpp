@@ -104,7 +104,8 @@ void register_lora(tt::Registry& r) {
         o.check(c.targets.size() == 1 || std::find(c.targets.begin(), c.targets.end(), "all-linear") == c.targets.end(),
                 "targets", "all-linear stands alone (targets: [all-linear])");
         return std::make_unique<LoraPlugin>(std::move(c), l.load.value_or(""), l.save, l.export_merged);
-      });
+      },
+      tt::PlannerOffer{}, tt::Repeats::Once, {"linear"});
 }
 
 }  // namespace
