@@ -13,6 +13,8 @@
 #include "tt/error.h"
 #include "tt/meter.h"
 #include "tt/nn.h"
+#include "tt/pipeline.h"
+#include "tt/trainer.h"
 
 namespace fs = std::filesystem;
 
@@ -370,6 +372,20 @@ TEST(AttentionPlugin, BadOptionsAndModelsWithoutAttentionAreRefused) {
   std::ofstream(p.dir / "topic.yaml") << tt::test::topic_yaml(p.dir, "  max_steps: 1\n", "plugins: [attention]\n");
   auto r = tt::test::run(tt::test::tt_run_bin() + " " + (p.dir / "topic.yaml").string() + " -q");
   EXPECT_EQ(r.rc, 2) << r.output;
-  EXPECT_NE(r.output.find("plugin 'attention' failed in INIT"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("tt::nn::Attention"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("plugins[0] (attention) acts on a model's attention, and model 'topic' has none"),
+            std::string::npos)
+      << r.output;
+  // a model that declares nothing finds out when the plugin starts
+  tt::test::register_test_components();
+  tt::Trainer flat(tt::parse_pipeline("name: flat\nmodel: test-regression\ndata: test-regression-data\nplugins: "
+                                      "[attention]\ntrainer: {max_steps: 1, threads: 1, progress: off}\n",
+                                      "flat.yaml"),
+                   {p.dir / "flat", false, true});
+  try {
+    flat.fit();
+    ADD_FAILURE() << "attention ran on a model without attention";
+  } catch (const tt::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("plugin 'attention' failed in INIT"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tt::nn::Attention"), std::string::npos) << e.what();
+  }
 }

@@ -12,6 +12,8 @@
 #include "transformer_model.h"
 #include "tt/error.h"
 #include "tt/meter.h"
+#include "tt/pipeline.h"
+#include "tt/trainer.h"
 
 namespace fs = std::filesystem;
 
@@ -128,12 +130,27 @@ TEST(Checkpoint, PluginCutsMeasuredActivationsAndRefusesModelsWithoutBlocks) {
   const double a = base["memory"]["activations_bytes"].get<double>(), b = ckpt["memory"]["activations_bytes"].get<double>();
   EXPECT_LT(b, 0.3 * a) << "activations: " << a << " -> " << b;
   EXPECT_EQ(base["final_loss"], ckpt["final_loss"]);  // same trajectory, bitwise
-  // a model without a block stack is refused, naming the plugin
+  // a model without a block stack is refused, naming the plugin: when the pipeline is read, for a
+  // model that declares its parts (the topic model: none) ...
   std::ofstream(dir / "topic.yaml") << tt::test::topic_yaml(dir, "  max_steps: 1\n", "plugins: [checkpoint]\n");
   auto r = tt::test::run(tt::test::tt_run_bin() + " " + (dir / "topic.yaml").string() + " -q");
   EXPECT_EQ(r.rc, 2) << r.output;
-  EXPECT_NE(r.output.find("plugin 'checkpoint' failed in INIT"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("BlockStack"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("plugins[0] (checkpoint) acts on a model's block_stack, and model 'topic' has none"),
+            std::string::npos)
+      << r.output;
+  // ... and when the plugin starts, for a model that declares nothing (the test model)
+  tt::test::register_test_components();
+  tt::Trainer flat(tt::parse_pipeline("name: flat\nmodel: test-regression\ndata: test-regression-data\nplugins: "
+                                      "[checkpoint]\ntrainer: {max_steps: 1, threads: 1, progress: off}\n",
+                                      "flat.yaml"),
+                   {dir / "flat", false, true});
+  try {
+    flat.fit();
+    ADD_FAILURE() << "checkpoint ran on a model without a block stack";
+  } catch (const tt::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("plugin 'checkpoint' failed in INIT"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("BlockStack"), std::string::npos) << e.what();
+  }
   r = tt::test::run(tt::test::tt_run_bin() + " " + (dir / "base.yaml").string() +
                     " -q 'plugins=[{name: checkpoint, policy: sometimes}]'");
   EXPECT_EQ(r.rc, 2) << r.output;
