@@ -56,15 +56,8 @@ struct Trainer::Impl {
     run.flush_optimizer();
     fire(Event::BEFORE_EVAL);
     PhaseScope phase("evaluating");
-    // Its own peaks; the run's so far carried over.
-    const int64_t peak_before = run.peak(), rss_before = run.rss_peak();
-    run.reset_peak();
-    Meter::reset_rss_peak();
-    s.metrics = s.model->evaluate(*run.data.validation, batch_size);
-    run.eval_peak_tensor = std::max(run.eval_peak_tensor, run.peak());
-    run.eval_peak_rss = std::max(run.eval_peak_rss, Meter::rss_peak());
-    run.peak_floor = std::max(peak_before, run.peak());
-    run.rss_peak_floor = std::max(rss_before, Meter::rss_peak());
+    const Run::Peaks own = run.measure_apart([&] { s.metrics = s.model->evaluate(*run.data.validation, batch_size); });
+    run.eval_peaks = {std::max(run.eval_peaks.tensor, own.tensor), std::max(run.eval_peaks.rss, own.rss)};
     fire(Event::EVAL);
     fire(Event::AFTER_EVAL);
     run.record.validation = s.metrics;
@@ -294,17 +287,15 @@ Trainer::Prediction Trainer::predict(const fs::path& input, const fs::path& outp
   torch::NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
-  run.reset_peak();
-  Meter::reset_rss_peak();
   const auto t0 = Clock::now();
-  {
+  const Run::Peaks own = run.measure_apart([&] {
     PhaseScope phase("predicting");
     model.predict(input, output);
-  }
+  });
   Prediction p;
   p.seconds = seconds_since(t0);
-  p.peak_tensor_bytes = run.peak();
-  p.peak_rss_bytes = Meter::rss_peak();
+  p.peak_tensor_bytes = own.tensor;
+  p.peak_rss_bytes = own.rss;
   model.train(was_training);
   if (impl_->report)
     impl_->report->add_to_summary("prediction", {{"input", input.string()},

@@ -321,9 +321,9 @@ int run(const Options& o) {
   const size_t n = spec.variants.size();
   std::vector<fs::path> yamls;
   std::vector<Result> results(n);
-  auto refuse = [](Result& r, const Error& e) {
+  auto refuse = [](Result& r, const std::string& why) {
     r.status = "refused";
-    r.reason = e.what();
+    r.reason = why;
   };
   for (size_t i = 0; i < n; ++i) {
     const Variant& v = spec.variants[i];
@@ -343,11 +343,9 @@ int run(const Options& o) {
       set_dotted(root, "output.plots", YAML::Node(false), where);
       std::ofstream(y) << "# variant '" << v.name << "' of a tt-run comparison, from " << v.file << "\n"
                        << YAML::Dump(root) << "\n";
-      try {
-        load_pipeline(y.string());
-      } catch (const Error& e) {
-        // Said of the user's file: the pipeline's own error where it has one (its line numbers),
-        // else the variant's changes, named (the written-out pipeline's lines are its own).
+      // A refusal is said of the user's file: the pipeline's own error where it has one (its line
+      // numbers), else the variant named (the written-out pipeline's lines are its own).
+      auto said_of_the_variant = [&](const Error& e) {
         load_pipeline(v.file, overrides);
         std::string what = e.what(), at = y.string();
         if (what.rfind(at + ":", 0) == 0) {  // "Y:LINE:COL: message"
@@ -357,14 +355,19 @@ int run(const Options& o) {
             what = what.substr(colon + 2);
           }
         }
-        const std::string says = where + ": " + what + (o.dry_run ? "" : " (at " + at + ", the variant's pipeline)");
-        if (dynamic_cast<const ModuleError*>(&e)) throw ModuleError(says);
-        throw ConfigError(says);
+        return where + ": " + what + (o.dry_run ? "" : " (at " + at + ", the variant's pipeline)");
+      };
+      try {
+        load_pipeline(y.string());
+      } catch (const ConfigError& e) {
+        refuse(results[i], said_of_the_variant(e));
+      } catch (const ModuleError& e) {  // a plugin that does not load
+        refuse(results[i], said_of_the_variant(e));
       }
     } catch (const ConfigError& e) {
-      refuse(results[i], e);
-    } catch (const ModuleError& e) {  // a plugin that does not load
-      refuse(results[i], e);
+      refuse(results[i], e.what());
+    } catch (const ModuleError& e) {
+      refuse(results[i], e.what());
     }
   }
   if (o.dry_run) {

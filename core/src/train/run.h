@@ -5,6 +5,7 @@
 #include <torch/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -112,12 +113,16 @@ struct Run {
   int64_t live_foreground() const;
   int64_t peak() const;
   void reset_peak();
-  // The process's RSS high-water mark, an evaluation's reset of it carried over.
+  // The process's RSS high-water mark, the resets of measure_apart carried over.
   int64_t rss_peak() const;
-  // Evaluations are measured apart from training (the peaks are reset for each, and the peaks so
-  // far carried over: peak() and rss_peak() stay the run's): their highest peaks in this
-  // process, -1 before any.
-  int64_t eval_peak_tensor = -1, eval_peak_rss = -1;
+  // Runs `f` with the tensor and RSS peaks reset for it and returns its own; the run's peaks so
+  // far are carried over it (peak() and rss_peak() stay the run's). Evaluation, prediction.
+  struct Peaks {
+    int64_t tensor = 0, rss = 0;
+  };
+  Peaks measure_apart(const std::function<void()>& f);
+  // The evaluations' highest peaks in this process (-1 before any).
+  Peaks eval_peaks{-1, -1};
   int64_t peak_floor = 0, rss_peak_floor = 0;
   void set_lr(double lr);
   bool done() const { return state.step >= state.total_steps || state.stop; }

@@ -113,9 +113,9 @@ json RunReport::build() const {
         {"measured_on", s.device.is_cuda() ? "cuda caching allocator" : "cpu tracking allocator"}}},
       {"outputs", json::array()},
   };
-  if (run_.eval_peak_tensor >= 0) {  // measured apart: the figures above are training's
-    sum["memory"]["evaluation_peak_tensor_bytes"] = run_.eval_peak_tensor;
-    sum["memory"]["evaluation_peak_rss_bytes"] = run_.eval_peak_rss;
+  if (run_.eval_peaks.tensor >= 0) {  // measured apart: the figures above are training's
+    sum["memory"]["evaluation_peak_tensor_bytes"] = run_.eval_peaks.tensor;
+    sum["memory"]["evaluation_peak_rss_bytes"] = run_.eval_peaks.rss;
   }
   for (const auto& pl : run_.host.plugins()) sum["plugins"].push_back(pl->name());
   if (s.model && s.optimizer) sum["memory_estimate"] = memory_estimate();

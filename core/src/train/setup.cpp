@@ -91,6 +91,16 @@ int64_t Run::peak() const {
   return std::max(peak_floor, state.device.is_cuda() ? Meter::device_peak() : meter.peak());
 }
 int64_t Run::rss_peak() const { return std::max(rss_peak_floor, Meter::rss_peak()); }
+Run::Peaks Run::measure_apart(const std::function<void()>& f) {
+  const int64_t peak_before = peak(), rss_before = rss_peak();
+  reset_peak();
+  Meter::reset_rss_peak();
+  f();
+  const Peaks own{peak(), Meter::rss_peak()};
+  peak_floor = std::max(peak_before, own.tensor);
+  rss_peak_floor = std::max(rss_before, own.rss);
+  return own;
+}
 void Run::reset_peak() {
   peak_floor = 0;
   meter.reset_peak();
