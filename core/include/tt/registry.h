@@ -46,8 +46,9 @@ struct Component {
 // What a plugin offers tt-run's budget planner (--budget, --recommend, trainer.memory_budget):
 // the settings worth trying to fit a memory budget. A configuration the planner weighs takes at
 // most one alternative per plugin (its entry appended to the pipeline's plugins list), and none
-// of a plugin the pipeline already names. An alternative that fails on the pipeline's model
-// (checkpointing a model without blocks) is measured alone once and excluded with the reason.
+// of a plugin the pipeline already names, nor of one acting on a part the model declares it has not
+// (ModelComponent::parts below). An alternative that fails on the pipeline's model otherwise (a
+// model that declares nothing) is measured alone once and excluded with the reason.
 struct PlannerAlternative {
   enum class Device { Any, Cpu, Cuda };  // Cuda: trainer.device is cuda or cuda:N; Cpu: otherwise
   std::string label;    // in the plan's table and plan.json, e.g. "checkpoint(every 2)"
