@@ -1,18 +1,10 @@
 # tt_add_test_executable(<name> SOURCES ... [LIBRARIES ...] [LABELS ...])
-# A GoogleTest executable linked to tt::core with the shared test support and main;
-# every TEST becomes a ctest entry (discovered when the tests run).
+# A GoogleTest executable linked to tt::core and tt_test_support (the tests' main and helpers,
+# tests/CMakeLists.txt); every TEST becomes a ctest entry (discovered when the tests run).
 function(tt_add_test_executable name)
   cmake_parse_arguments(ARG "" "" "SOURCES;LIBRARIES;LABELS" ${ARGN})
-  add_executable(${name} ${ARG_SOURCES}
-    ${PROJECT_SOURCE_DIR}/tests/support/test_main.cpp
-    ${PROJECT_SOURCE_DIR}/tests/support/test_support.cpp)
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
-  target_link_libraries(${name} PRIVATE tt::core GTest::gtest nlohmann_json::nlohmann_json ${ARG_LIBRARIES})
-  target_compile_definitions(${name} PRIVATE
-    TT_TEST_MODULE_DIR="${TT_TEST_MODULE_DIR}"
-    TT_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
-    TT_SHARED_DIR="${PROJECT_SOURCE_DIR}/../shared"
-    TT_RUN_BIN="$<TARGET_FILE:tt-run>")
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE tt_test_support ${ARG_LIBRARIES})
   if(COMMAND tt_use_pch)
     tt_use_pch(${name})
   endif()

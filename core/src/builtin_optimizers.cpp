@@ -4,9 +4,17 @@
 #include <torch/optim/sgd.h>
 
 #include "tt/fused_adamw.h"
+#include "tt/optimizer_state.h"
 #include "tt/registry.h"
 
 namespace tt {
+
+std::vector<torch::optim::OptimizerParamGroup> param_groups_of(torch::optim::Optimizer& opt) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  for (auto& g : opt.param_groups()) groups.emplace_back(g.params(), g.options().clone());
+  return groups;
+}
+
 namespace {
 
 // The options of each optimizer; their defaults, ranges and docs are in the schemas below.

@@ -13,4 +13,10 @@ std::string describe_path(const std::string& path) {
   return "'" + path + "' (relative to the current directory " + (ec ? std::string("?") : cwd.string()) + ")";
 }
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 }  // namespace tt

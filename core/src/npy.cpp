@@ -25,14 +25,14 @@ struct DtypeInfo {
   int64_t size;
 };
 
-constexpr DtypeInfo kDtypes[] = {
+constexpr DtypeInfo kNpyDtypes[] = {
     {"<f4", at::kFloat, 4}, {"<f8", at::kDouble, 8}, {"<i8", at::kLong, 8},
     {"<i4", at::kInt, 4},   {"<i2", at::kShort, 2},  {"|u1", at::kByte, 1},
     {"|i1", at::kChar, 1},  {"|b1", at::kBool, 1},   {"<f2", at::kHalf, 2},
 };
 
 const DtypeInfo* dtype_of(at::ScalarType t) {
-  for (const auto& d : kDtypes)
+  for (const auto& d : kNpyDtypes)
     if (d.type == t) return &d;
   return nullptr;
 }
@@ -40,7 +40,7 @@ const DtypeInfo* dtype_of(at::ScalarType t) {
 const DtypeInfo* dtype_of(std::string descr) {
   // '=' (native, little-endian here) and '<' are the same; one-byte types may carry either.
   if (descr.size() >= 2 && (descr[0] == '=' || descr[0] == '<' || descr[0] == '|')) {
-    for (const auto& d : kDtypes)
+    for (const auto& d : kNpyDtypes)
       if (descr.substr(1) == d.descr + 1) return &d;
   }
   return nullptr;
@@ -48,7 +48,7 @@ const DtypeInfo* dtype_of(std::string descr) {
 
 std::string supported_dtypes() {
   std::string s;
-  for (const auto& d : kDtypes) s += (s.empty() ? "" : ", ") + std::string(d.descr);
+  for (const auto& d : kNpyDtypes) s += (s.empty() ? "" : ", ") + std::string(d.descr);
   return s;
 }
 

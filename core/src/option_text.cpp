@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <iomanip>
 #include <sstream>
@@ -98,6 +99,12 @@ std::string format_bytes(int64_t bytes) {
   if (u == 0) out << bytes << " B";
   else out << std::fixed << std::setprecision(2) << v << ' ' << units[u];
   return out.str();
+}
+
+std::string format_mib(double bytes, int decimals) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, bytes / 1048576.0);
+  return buf;
 }
 
 }  // namespace tt

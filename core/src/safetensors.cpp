@@ -31,20 +31,14 @@ struct Dtype {
   const char* name;
   at::ScalarType type;
 };
-constexpr Dtype kDtypes[] = {{"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf},  {"BF16", at::kBFloat16},
+constexpr Dtype kSafetensorsDtypes[] = {{"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf},  {"BF16", at::kBFloat16},
                              {"I64", at::kLong},   {"I32", at::kInt},   {"I16", at::kShort}, {"I8", at::kChar},
                              {"U8", at::kByte},    {"BOOL", at::kBool}};
 
 std::string dtype_list() {
   std::string s;
-  for (const auto& d : kDtypes) s += (s.empty() ? "" : ", ") + std::string(d.name);
+  for (const auto& d : kSafetensorsDtypes) s += (s.empty() ? "" : ", ") + std::string(d.name);
   return s;
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
 }
 
 
@@ -65,9 +59,9 @@ void write_safetensors(const fs::path& file, const NamedTensors& tensors,
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     const at::Tensor c = t.detach().to(at::kCPU).contiguous();
-    const auto* d = std::find_if(std::begin(kDtypes), std::end(kDtypes),
+    const auto* d = std::find_if(std::begin(kSafetensorsDtypes), std::end(kSafetensorsDtypes),
                                  [&](const Dtype& x) { return x.type == c.scalar_type(); });
-    TT_CHECK(d != std::end(kDtypes), "cannot write ", name, " to ", file.string(), ": safetensors has no ",
+    TT_CHECK(d != std::end(kSafetensorsDtypes), "cannot write ", name, " to ", file.string(), ": safetensors has no ",
              c.scalar_type(), " (tt writes ", dtype_list(), ")");
     const uint64_t bytes = static_cast<uint64_t>(c.numel()) * c.element_size();
     header[name] = {{"dtype", d->name}, {"shape", c.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
@@ -130,9 +124,9 @@ NamedTensors read_safetensors(const fs::path& file) {
                 where, " needs dtype, shape and data_offsets", fix);
     const auto& dt = v["dtype"];
     TT_CHECK_AS(ConfigError, dt.is_string(), where, ": dtype must be a string such as \"F32\"", fix);
-    const auto* d = std::find_if(std::begin(kDtypes), std::end(kDtypes),
+    const auto* d = std::find_if(std::begin(kSafetensorsDtypes), std::end(kSafetensorsDtypes),
                                  [&](const Dtype& x) { return dt.get<std::string>() == x.name; });
-    TT_CHECK_AS(ConfigError, d != std::end(kDtypes), where, " has dtype '", dt.get<std::string>(),
+    TT_CHECK_AS(ConfigError, d != std::end(kSafetensorsDtypes), where, " has dtype '", dt.get<std::string>(),
                 "', which tt does not read (", dtype_list(), "); convert it to one of those");
     Entry e{name, d->type, {}, 0, 0};
     const auto& shape = v["shape"];

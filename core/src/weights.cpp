@@ -40,12 +40,6 @@ void collect(torch::serialize::InputArchive& ar, const std::string& prefix, Name
   }
 }
 
-std::string shape_text(c10::IntArrayRef s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
-
 // Up to 8 names, then how many more.
 std::string some(const std::vector<std::string>& names) {
   std::string s;
@@ -206,7 +200,7 @@ void load_weights(torch::nn::Module& module, const NamedTensors& tensors, const 
     if (it == given.end()) {
       missing.push_back(name);
     } else if (!it->second.sizes().equals(t.sizes())) {
-      misfit.push_back(name + " is " + shape_text(it->second.sizes()) + " there but " + shape_text(t.sizes()) + " here");
+      misfit.push_back(name + " is " + shape_text(it->second.sizes().vec()) + " there but " + shape_text(t.sizes().vec()) + " here");
     } else if (it->second.scalar_type() != t.scalar_type()) {
       misfit.push_back(name + " is " + std::string(c10::toString(it->second.scalar_type())) + " there but " +
                        c10::toString(t.scalar_type()) + " here");

@@ -41,12 +41,6 @@ tt::Pipeline tiny(const std::filesystem::path& out, const std::string& trainer_e
   return tt::parse_pipeline(tt::test::topic_yaml(out, trainer_extra), "p.yaml", overrides);
 }
 
-std::vector<torch::Tensor> params_of(tt::Trainer& t) {
-  std::vector<torch::Tensor> out;
-  for (const auto& p : t.state().model->parameters()) out.push_back(p.detach().clone());
-  return out;
-}
-
 }  // namespace
 
 TEST(Events, OrderIsYamlOrderAndAfterEventsReverse) {
@@ -91,7 +85,7 @@ TEST(Events, VetoedStepsLeaveParametersUnchanged) {
   }));
   t.add_plugin(std::make_unique<OnEvent>(Event::BEFORE_STEP, [](tt::State& s) { s.skip_step = true; }));
   t.fit();
-  auto after = params_of(t);
+  auto after = tt::test::params_of(t);
   ASSERT_EQ(before.size(), after.size());
   for (size_t i = 0; i < after.size(); ++i) EXPECT_TRUE(torch::equal(before[i], after[i]));
   EXPECT_NE(tt::test::read_file(out / "run" / "summary.json").find("\"skipped_steps\": 3"), std::string::npos);
@@ -128,7 +122,7 @@ TEST(Events, PluginCanReplaceTheOptimizer) {
         s.optimizer = std::make_shared<torch::optim::SGD>(params, torch::optim::SGDOptions(0.1));
       }));
     t.fit();
-    return params_of(t);
+    return tt::test::params_of(t);
   };
   auto a = run(true), b = run(false);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i]));

@@ -26,7 +26,7 @@ Schema schema() {
       .add("targets", Type::List, "[qkv, proj]", "");
 }
 
-std::string error_of(const std::string& yaml) {
+std::string options_error(const std::string& yaml) {
   try {
     Options::parse(YAML::Load(yaml), schema(), "trainer", "x.yaml");
   } catch (const tt::ConfigError& e) {
@@ -69,24 +69,24 @@ TEST(Options, AListGivenOneValueResolvesToAListOfExactlyThatValue) {
 }
 
 TEST(Options, UnknownKeyNamesLineColumnAndNearestKey) {
-  std::string e = error_of("lr: 0.1\n  \nbatchsize: 4\n");
+  std::string e = options_error("lr: 0.1\n  \nbatchsize: 4\n");
   EXPECT_NE(e.find("x.yaml:3:1"), std::string::npos) << e;
   EXPECT_NE(e.find("unknown key 'batchsize' in trainer"), std::string::npos) << e;
   EXPECT_NE(e.find("did you mean 'batch_size'?"), std::string::npos) << e;
 }
 
 TEST(Options, WrongTypeNamesExpectedType) {
-  std::string e = error_of("batch_size: sixteen\n");
+  std::string e = options_error("batch_size: sixteen\n");
   EXPECT_NE(e.find("x.yaml:1:13"), std::string::npos) << e;
   EXPECT_NE(e.find("trainer.batch_size must be an integer, got 'sixteen'"), std::string::npos) << e;
-  EXPECT_NE(error_of("shuffle: maybe").find("must be a boolean"), std::string::npos);
-  EXPECT_NE(error_of("lr: [1, 2]").find("must be a number, got a list"), std::string::npos);
-  EXPECT_NE(error_of("cap: 3 parsecs").find("unknown unit"), std::string::npos);
-  EXPECT_NE(error_of("batch_size: 2.5").find("must be an integer"), std::string::npos);
+  EXPECT_NE(options_error("shuffle: maybe").find("must be a boolean"), std::string::npos);
+  EXPECT_NE(options_error("lr: [1, 2]").find("must be a number, got a list"), std::string::npos);
+  EXPECT_NE(options_error("cap: 3 parsecs").find("unknown unit"), std::string::npos);
+  EXPECT_NE(options_error("batch_size: 2.5").find("must be an integer"), std::string::npos);
 }
 
 TEST(Options, NotAMap) {
-  EXPECT_NE(error_of("[1, 2]").find("must be a map of options"), std::string::npos);
+  EXPECT_NE(options_error("[1, 2]").find("must be a map of options"), std::string::npos);
 }
 
 TEST(Options, RangeChecksCarryLocation) {
@@ -138,7 +138,7 @@ Schema fit_schema() {
       .bytes_field("cap", &Fit::cap, "~", "memory cap").range(ge(1024));
 }
 
-std::string fit_error(const std::string& yaml, const std::map<std::string, std::string>& origins = {}) {
+std::string fit_options_error(const std::string& yaml, const std::map<std::string, std::string>& origins = {}) {
   try {
     Options::parse(YAML::Load(yaml), fit_schema(), "trainer", "x.yaml", {}, origins);
   } catch (const tt::ConfigError& e) {
@@ -160,28 +160,28 @@ std::string declaration_error(const std::function<void()>& declare) {
 }  // namespace
 
 TEST(Options, RangeErrorNamesLocationKeyRangeAndValue) {
-  EXPECT_EQ(fit_error("steps: -3"), "x.yaml:1:8: trainer.steps must be >= 0, got -3");
-  EXPECT_EQ(fit_error("mode: fast\nlr: 1.5"), "x.yaml:2:5: trainer.lr must be in (0, 1], got 1.5");
-  EXPECT_EQ(fit_error("clip: -1"), "x.yaml:1:7: trainer.clip must be > 0, got -1");
-  EXPECT_EQ(fit_error("cap: 1000"), "x.yaml:1:6: trainer.cap must be >= 1024, got 1000");
-  EXPECT_EQ(fit_error("steps: -3", {{"steps", "command line 'trainer.steps=-3'"}}),
+  EXPECT_EQ(fit_options_error("steps: -3"), "x.yaml:1:8: trainer.steps must be >= 0, got -3");
+  EXPECT_EQ(fit_options_error("mode: fast\nlr: 1.5"), "x.yaml:2:5: trainer.lr must be in (0, 1], got 1.5");
+  EXPECT_EQ(fit_options_error("clip: -1"), "x.yaml:1:7: trainer.clip must be > 0, got -1");
+  EXPECT_EQ(fit_options_error("cap: 1000"), "x.yaml:1:6: trainer.cap must be >= 1024, got 1000");
+  EXPECT_EQ(fit_options_error("steps: -3", {{"steps", "command line 'trainer.steps=-3'"}}),
             "command line 'trainer.steps=-3': trainer.steps must be >= 0, got -3");
 }
 
 TEST(Options, RangeBoundsAreInclusiveOrExclusiveAsDeclared) {
-  EXPECT_EQ(fit_error("steps: 0\nlr: 1\ncap: 1KiB"), "");   // >= 0, <= 1, >= 1024: the bounds themselves
-  EXPECT_NE(fit_error("lr: 0"), "");                        // > 0
-  EXPECT_NE(fit_error("clip: 0"), "");                      // > 0
-  EXPECT_NE(fit_error("lr: .nan").find("must be in (0, 1], got .nan"), std::string::npos);
-  EXPECT_EQ(fit_error("clip: 1e-9"), "");
+  EXPECT_EQ(fit_options_error("steps: 0\nlr: 1\ncap: 1KiB"), "");   // >= 0, <= 1, >= 1024: the bounds themselves
+  EXPECT_NE(fit_options_error("lr: 0"), "");                        // > 0
+  EXPECT_NE(fit_options_error("clip: 0"), "");                      // > 0
+  EXPECT_NE(fit_options_error("lr: .nan").find("must be in (0, 1], got .nan"), std::string::npos);
+  EXPECT_EQ(fit_options_error("clip: 1e-9"), "");
 }
 
 TEST(Options, ChoiceErrorNamesChoicesValueAndNearest) {
-  EXPECT_EQ(fit_error("mode: exat"), "x.yaml:1:7: trainer.mode must be one of fast | exact, got 'exat'; did you mean 'exact'?");
-  EXPECT_EQ(fit_error("mode: zzzzzz"), "x.yaml:1:7: trainer.mode must be one of fast | exact, got 'zzzzzz'");
-  EXPECT_EQ(fit_error("targets: [qkv, fc3]"),
+  EXPECT_EQ(fit_options_error("mode: exat"), "x.yaml:1:7: trainer.mode must be one of fast | exact, got 'exat'; did you mean 'exact'?");
+  EXPECT_EQ(fit_options_error("mode: zzzzzz"), "x.yaml:1:7: trainer.mode must be one of fast | exact, got 'zzzzzz'");
+  EXPECT_EQ(fit_options_error("targets: [qkv, fc3]"),
             "x.yaml:1:10: trainer.targets items must be one of qkv | proj | fc1 | fc2, got 'fc3'; did you mean 'fc1'?");
-  EXPECT_EQ(fit_error("targets: fc2"), "");
+  EXPECT_EQ(fit_options_error("targets: fc2"), "");
 }
 
 TEST(Options, AllowedTextForList) {

@@ -60,12 +60,6 @@ double max_rel_diff(const std::vector<torch::Tensor>& a, const std::vector<torch
   return worst;
 }
 
-std::vector<torch::Tensor> params_of(tt::Trainer& t) {
-  std::vector<torch::Tensor> out;
-  for (const auto& p : t.state().model->parameters()) out.push_back(p.detach().clone());
-  return out;
-}
-
 }  // namespace
 
 TEST(Trainer, AccumulatedGradientEqualsFullBatchGradient_SumLoss) {
@@ -113,7 +107,7 @@ TEST(Trainer, ResumeIsBitwiseIdentical) {
   joined.insert(joined.end(), resumed.step_losses().begin(), resumed.step_losses().end());
   ASSERT_EQ(joined.size(), straight.step_losses().size());
   for (size_t i = 0; i < joined.size(); ++i) EXPECT_EQ(joined[i], straight.step_losses()[i]) << "step " << i + 1;
-  auto a = params_of(straight), b = params_of(resumed);
+  auto a = tt::test::params_of(straight), b = tt::test::params_of(resumed);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i]));
   EXPECT_EQ(resumed.state().lr, straight.state().lr);
   // metrics.jsonl has each step once

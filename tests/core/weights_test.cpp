@@ -38,18 +38,6 @@ void expect_same(const tt::NamedTensors& a, const tt::NamedTensors& b) {
   }
 }
 
-template <class F>
-std::string config_error(F&& f) {
-  try {
-    f();
-  } catch (const tt::ConfigError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("not a ConfigError: ") + e.what();
-  }
-  return "nothing thrown";
-}
-
 struct Net : torch::nn::Module {
   Net() {
     fc = register_module("fc", torch::nn::Linear(3, 2));
@@ -124,7 +112,7 @@ TEST(Weights, FilesAreToldApartByContentNotByName) {
   EXPECT_EQ(kind, tt::WeightsFileKind::Safetensors);
   expect_same(tt::read_weights(d / "looks_like.safetensors", &kind), tensors);
   EXPECT_EQ(kind, tt::WeightsFileKind::StateDict);
-  const std::string e = config_error([&] { tt::read_weights(d / "garbage.pt"); });
+  const std::string e = tt::test::config_error([&] { tt::read_weights(d / "garbage.pt"); });
   EXPECT_NE(e.find("garbage.pt: neither a tt checkpoint"), std::string::npos) << e;
 }
 
@@ -158,7 +146,7 @@ TEST(Weights, LoadChecksEveryNameShapeAndDtypeAndChangesNothingOnAMismatch) {
   bad.emplace_back("fc.weihgt", torch::zeros({2, 3}));                 // unexpected
   bad[1].second = torch::zeros({3, 2});                                // fc.weight mis-shaped
   bad[2].second = torch::zeros({2}, torch::kDouble);                   // fc.bias of another dtype
-  const std::string e = config_error([&] { tt::load_weights(c, bad, "x.safetensors"); });
+  const std::string e = tt::test::config_error([&] { tt::load_weights(c, bad, "x.safetensors"); });
   for (const char* w : {"x.safetensors does not fit this model", "missing (1): inner.w", "unexpected (1): fc.weihgt",
                         "fc.weight is [3, 2] there but [2, 3] here", "fc.bias is Double there but Float here"})
     EXPECT_NE(e.find(w), std::string::npos) << "missing '" << w << "' in: " << e;
@@ -175,17 +163,17 @@ TEST(Weights, StateDictsThatAreNotDictsOfTensorsAreRefused) {
   };
   c10::List<at::Tensor> list;
   list.push_back(torch::ones({2}));
-  EXPECT_NE(config_error([&] { tt::read_state_dict(save("list.pt", list)); }).find("list.pt: holds a GenericList, not a dict"),
+  EXPECT_NE(tt::test::config_error([&] { tt::read_state_dict(save("list.pt", list)); }).find("list.pt: holds a GenericList, not a dict"),
             std::string::npos);
   c10::impl::GenericDict mixed(c10::StringType::get(), c10::AnyType::get());
   mixed.insert("w", torch::ones({2}));
   mixed.insert("n", int64_t{3});
-  EXPECT_NE(config_error([&] { tt::read_state_dict(save("mixed.pt", mixed)); }).find("mixed.pt: 'n' holds a Int, not a tensor"),
+  EXPECT_NE(tt::test::config_error([&] { tt::read_state_dict(save("mixed.pt", mixed)); }).find("mixed.pt: 'n' holds a Int, not a tensor"),
             std::string::npos);
-  EXPECT_NE(config_error([&] { tt::read_state_dict(save("tensor.pt", torch::ones({2}))); }).find("tensor.pt: holds a Tensor"),
+  EXPECT_NE(tt::test::config_error([&] { tt::read_state_dict(save("tensor.pt", torch::ones({2}))); }).find("tensor.pt: holds a Tensor"),
             std::string::npos);
   std::ofstream(d / "legacy.pt", std::ios::binary) << std::string("\x80\x02\x8a\x0a", 4) << std::string(40, 'x');
-  EXPECT_NE(config_error([&] { tt::read_state_dict(d / "legacy.pt"); }).find("legacy.pt: this is the legacy (non-zip) torch.save format"),
+  EXPECT_NE(tt::test::config_error([&] { tt::read_state_dict(d / "legacy.pt"); }).find("legacy.pt: this is the legacy (non-zip) torch.save format"),
             std::string::npos);
 }
 

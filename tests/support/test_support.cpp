@@ -12,6 +12,7 @@
 
 #include "tt/model.h"
 #include "tt/registry.h"
+#include "tt/trainer.h"
 
 namespace fs = std::filesystem;
 
@@ -28,6 +29,20 @@ fs::path temp_dir(const std::string& tag) {
 
 std::string source_dir() { return TT_SOURCE_DIR; }
 std::string tt_run_bin() { return TT_RUN_BIN; }
+std::string tt_data_bin() { return TT_DATA_BIN; }
+
+std::string quote(const fs::path& p) { return "'" + p.string() + "'"; }
+
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+std::vector<at::Tensor> params_of(Trainer& t) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : t.state().model->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
 
 std::string topic_yaml(const fs::path& out_dir, const std::string& trainer_extra, const std::string& top_extra) {
   std::ostringstream y;

@@ -1,19 +1,51 @@
 #pragma once
 // Helpers shared by the tests: temp dirs, small pipelines, subprocesses, a tiny
 // mean-reduced regression model registered in-process.
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "tt/error.h"
 #include "tt/pipeline.h"
 #include "tt/plugin.h"
+
+namespace tt {
+class Trainer;
+}
 
 namespace tt::test {
 
 std::filesystem::path temp_dir(const std::string& tag);
 std::string source_dir();
 std::string tt_run_bin();
+std::string tt_data_bin();
+
+// A path in single quotes, for a shell command.
+std::string quote(const std::filesystem::path& p);
+
+// Writes `text` to `p` as it is.
+void write_text(const std::filesystem::path& p, const std::string& text);
+
+// The message of the ConfigError `f` throws; a test failure if it throws nothing or another type.
+template <class F>
+std::string config_error(F&& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected a ConfigError, got: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "expected a ConfigError, nothing was thrown";
+  return "";
+}
+
+// Copies of the parameters of a trainer's model, in order.
+std::vector<at::Tensor> params_of(Trainer& t);
 
 // A small topic-model pipeline (64 docs x 50 terms, batch 16 => 4 batches per epoch).
 std::string topic_yaml(const std::filesystem::path& out_dir, const std::string& trainer_extra = "",

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "checkpoint_reader.h"
+#include "tabular_test_util.h"
 #include "test_support.h"
 #include "tt/checkpoint.h"
 #include "tt/npy.h"
@@ -19,8 +20,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-const char* kTinyModel = "{name: tabular-icl, d_cell: 4, d_id: 8, d_model: 32, n_layers: 2, n_heads: 4, d_ff: 64";
 
 struct Exported {
   fs::path dir = tt::test::temp_dir("tabular_export");

@@ -7,13 +7,12 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "tabular_test_util.h"
 #include "test_support.h"
 
 using json = nlohmann::json;
 
 namespace {
-const char* kTinyModel = "{name: tabular-icl, d_cell: 4, d_id: 8, d_model: 32, n_layers: 2, n_heads: 4, d_ff: 64";
-
 struct Tab {
   std::filesystem::path dir = tt::test::temp_dir("tabular_pipeline");
   std::string csv = (dir / "blobs.csv").string();

@@ -10,11 +10,11 @@
 #include "tt/options.h"
 
 namespace fs = std::filesystem;
+using tt::test::quote;
 using tt::test::run;
 
 namespace {
 std::string tt_run() { return tt::test::tt_run_bin(); }
-std::string quote(const fs::path& p) { return "'" + p.string() + "'"; }
 
 fs::path write_pipeline(const fs::path& dir, const std::string& yaml) {
   fs::path f = dir / "pipeline.yaml";

@@ -15,10 +15,10 @@
 namespace fs = std::filesystem;
 using tt::test::quote;
 using tt::test::run;
+using tt::test::tt_data_bin;
 
 namespace {
 
-std::string tt_data() { return TT_DATA_BIN; }
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
@@ -95,7 +95,7 @@ TEST(DataTools, TheTopicModuleBringsSynthTopics) {
 }
 
 TEST(TtData, NoArgumentsListsTheToolsWithTheirModules) {
-  const auto r = run(tt_data());
+  const auto r = run(tt_data_bin());
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_HAS(r.output, "tt-data: name a tool");
   EXPECT_HAS(origin_line(r.output, "synth-topics"), "from model 'topic'");
@@ -104,35 +104,35 @@ TEST(TtData, NoArgumentsListsTheToolsWithTheirModules) {
   EXPECT_HAS(origin_line(r.output, "fetch"), "from model 'transformer'");
   EXPECT_HAS(r.output, "module search path: ");
 
-  const auto help = run(tt_data() + " --help");
+  const auto help = run(tt_data_bin() + " --help");
   EXPECT_EQ(help.rc, 0) << help.output;
   EXPECT_HAS(origin_line(help.output, "synth-topics"), "from model 'topic'");
   EXPECT_HAS(help.output, "Exit codes: 0 done, 1 error, 2 bad command line or arguments, 130 interrupted.");
 }
 
 TEST(TtData, AToolRunsByNameWithItsOwnOptions) {
-  auto r = run(tt_data() + " synth-topics --help");
+  auto r = run(tt_data_bin() + " synth-topics --help");
   EXPECT_EQ(r.rc, 0) << r.output;
   EXPECT_HAS(r.output, "tt-data synth-topics");
   EXPECT_HAS(r.output, "--avg-doc-length");
   const auto dir = tt::test::temp_dir("datatools");
-  r = run(tt_data() + " synth-topics --n 12 --m 6 --k 2 --avg-doc-length 5 --seed 4 --quiet --out " + quote(dir));
+  r = run(tt_data_bin() + " synth-topics --n 12 --m 6 --k 2 --avg-doc-length 5 --seed 4 --quiet --out " + quote(dir));
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_EQ(tt::read_npy(dir / "X.npy").sizes(), (std::vector<int64_t>{12, 6}));
-  r = run(tt_data() + " tokenizer --help");
+  r = run(tt_data_bin() + " tokenizer --help");
   EXPECT_EQ(r.rc, 0) << r.output;
   EXPECT_HAS(r.output, "--vocab-size");
 }
 
 TEST(TtData, AnUnknownToolIsABadCommandLineListingTheTools) {
-  auto r = run(tt_data() + " synth-topic --n 5");
+  auto r = run(tt_data_bin() + " synth-topic --n 5");
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_HAS(r.output, "unknown data tool 'synth-topic'; did you mean 'synth-topics'?");
   const auto from = r.output.find("Available data tools: ");
   ASSERT_NE(from, std::string::npos) << r.output;
   const std::string available = r.output.substr(from, r.output.find(". Searched", from) - from);
   for (const char* tool : {"fetch", "synth-topics", "tokenizer"}) EXPECT_HAS(available, tool);
-  r = run(tt_data() + " --n 5 synth-topics");
+  r = run(tt_data_bin() + " --n 5 synth-topics");
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_HAS(r.output, "'--n' is not a tool: name the tool first");
 }

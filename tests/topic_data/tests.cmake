@@ -7,5 +7,4 @@ tt_add_test_executable(tt_topic_data_tests SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/sparse_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/tt_data_test.cpp
   LIBRARIES tt_topic_impl)
-target_compile_definitions(tt_topic_data_tests PRIVATE TT_DATA_BIN="$<TARGET_FILE:tt-data>")
 add_dependencies(tt_topic_data_tests tt-data tt_model_topic tt_model_transformer)

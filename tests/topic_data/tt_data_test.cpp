@@ -15,14 +15,14 @@
 namespace fs = std::filesystem;
 using tt::test::quote;
 using tt::test::run;
+using tt::test::tt_data_bin;
 using tt::test::write_text;
 
 namespace {
 
-std::string tt_data() { return TT_DATA_BIN; }
 
 tt::test::RunResult synth(const fs::path& out, const std::string& extra, int seed = 7) {
-  return run(tt_data() + " synth-topics --n 300 --m 50 --k 4 --avg-doc-length 30 --quiet --seed " +
+  return run(tt_data_bin() + " synth-topics --n 300 --m 50 --k 4 --avg-doc-length 30 --quiet --seed " +
              std::to_string(seed) + " --out " + quote(out) + " " + extra);
 }
 
@@ -127,7 +127,7 @@ TEST(TtData, SameFilesForOneAndTwoThreads) {
 TEST(TtData, SynthTopicsThreadsFollowOmpNumThreadsAndAMalformedOneWritesNothing) {
   auto dir = tt::test::temp_dir("ttdata");
   const auto with_env = [&](const std::string& env, const std::string& name) {
-    return run("env " + env + " " + tt_data() + " synth-topics --n 300 --m 50 --k 4 --avg-doc-length 30 --seed 7 --out " +
+    return run("env " + env + " " + tt_data_bin() + " synth-topics --n 300 --m 50 --k 4 --avg-doc-length 30 --seed 7 --out " +
                quote(dir / name));
   };
   auto r = with_env("OMP_NUM_THREADS=1", "one");
@@ -145,17 +145,17 @@ TEST(TtData, SynthTopicsThreadsFollowOmpNumThreadsAndAMalformedOneWritesNothing)
 
 TEST(TtData, ProgressAndUsage) {
   auto dir = tt::test::temp_dir("ttdata");
-  auto r = run(tt_data() + " synth-topics --n 100 --m 20 --k 3 --out " + quote(dir));
+  auto r = run(tt_data_bin() + " synth-topics --n 100 --m 20 --k 3 --out " + quote(dir));
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_HAS(r.output, "synth-topics: wrote");
   EXPECT_HAS(r.output, "MB/s");
   EXPECT_HAS(r.output, "name: topic-npy");
-  r = run(tt_data() + " --help");
+  r = run(tt_data_bin() + " --help");
   EXPECT_EQ(r.rc, 0);
   EXPECT_HAS(r.output, "synth-topics");
-  r = run(tt_data());
+  r = run(tt_data_bin());
   EXPECT_EQ(r.rc, 2);
-  r = run(tt_data() + " synth-topics --n 10");
+  r = run(tt_data_bin() + " synth-topics --n 10");
   EXPECT_EQ(r.rc, 2);
   EXPECT_HAS(r.output, "tt-data synth-topics: error: --out is required (tt-data synth-topics --help lists the options)");
 }
@@ -163,7 +163,7 @@ TEST(TtData, ProgressAndUsage) {
 TEST(TtData, RefusesBadArguments) {
   auto dir = tt::test::temp_dir("ttdata");
   const auto bad = [&](const std::string& args, const std::string& message) {
-    auto r = run(tt_data() + " synth-topics --quiet " + args);
+    auto r = run(tt_data_bin() + " synth-topics --quiet " + args);
     EXPECT_EQ(r.rc, 2) << args << "\n" << r.output;
     EXPECT_HAS(r.output, message);
   };

@@ -52,7 +52,7 @@ int64_t numel_of(torch::nn::Module& m) {
 }
 
 // Text with structure a small LM learns quickly (a short vocabulary of repeated phrases).
-fs::path write_text(const fs::path& dir, const std::string& name, int lines, uint32_t seed) {
+fs::path write_corpus(const fs::path& dir, const std::string& name, int lines, uint32_t seed) {
   static const char* words[] = {"the cat", "sat on", "a mat", "and the", "dog ran", "to the", "park", "today"};
   std::mt19937 rng(seed);
   fs::create_directories(dir);
@@ -144,8 +144,8 @@ TEST(TransformerLM, TargetParamsPicksAShapeOfThatSize) {
   // through the pipeline, the model reports the exact count it built
   register_lm();
   auto dir = tt::test::temp_dir("lm-target");
-  write_text(dir, "train.txt", 200, 1);
-  write_text(dir, "val.txt", 20, 2);
+  write_corpus(dir, "train.txt", 200, 1);
+  write_corpus(dir, "val.txt", 20, 2);
   auto p = tt::parse_pipeline(lm_yaml(dir, "  max_steps: 1\n", "target_params: 300000"),
                               "p.yaml");
   tt::Trainer t(p, {dir / "run", false, true});
@@ -158,8 +158,8 @@ TEST(TransformerLM, TargetParamsPicksAShapeOfThatSize) {
 TEST(TransformerLM, LearnsAndSamples) {
   register_lm();
   auto dir = tt::test::temp_dir("lm-learn");
-  write_text(dir, "train.txt", 600, 1);
-  write_text(dir, "val.txt", 60, 2);
+  write_corpus(dir, "train.txt", 600, 1);
+  write_corpus(dir, "val.txt", 60, 2);
   auto p = tt::parse_pipeline(lm_yaml(dir, "  max_steps: 150\n"), "p.yaml");
   tt::Trainer t(p, {dir / "run", false, true});
   t.fit();
@@ -188,8 +188,8 @@ TEST(TransformerLM, LearnsAndSamples) {
 TEST(TransformerLM, ResumeContinuesTheStreamBitwise) {
   register_lm();
   auto dir = tt::test::temp_dir("lm-resume");
-  write_text(dir, "train.txt", 120, 3);  // several 4 KiB chunks; ~ 3 epochs in 40 steps of 8 windows
-  write_text(dir, "val.txt", 20, 4);
+  write_corpus(dir, "train.txt", 120, 3);  // several 4 KiB chunks; ~ 3 epochs in 40 steps of 8 windows
+  write_corpus(dir, "val.txt", 20, 4);
   const std::string yaml = lm_yaml(dir, "  max_steps: 40\n");
   tt::Trainer straight(tt::parse_pipeline(yaml, "p.yaml"), {dir / "straight", false, true});
   straight.fit();
@@ -211,8 +211,8 @@ TEST(TransformerLM, ResumeContinuesTheStreamBitwise) {
 TEST(TransformerLM, MemoryEstimateMatchesTheMeter) {
   register_lm();
   auto dir = tt::test::temp_dir("lm-memory");
-  write_text(dir, "train.txt", 400, 5);
-  write_text(dir, "val.txt", 20, 6);
+  write_corpus(dir, "train.txt", 400, 5);
+  write_corpus(dir, "val.txt", 20, 6);
   // A shape where activations dominate, as on real runs: seq 128, d 64, 2 layers, batch 8.
   auto p = tt::parse_pipeline(lm_yaml(dir, "  max_steps: 2\n", "d_model: 64, n_layers: 2, n_heads: 4", ", seq_len: 128"), "p.yaml");
   tt::Trainer t(p, {dir / "run", false, true});
@@ -240,8 +240,8 @@ TEST(TransformerLM, MemoryEstimateMatchesTheMeter) {
 TEST(TransformerLM, ClearErrorsForMismatchedSettings) {
   register_lm();
   auto dir = tt::test::temp_dir("lm-errors");
-  write_text(dir, "train.txt", 100, 7);
-  write_text(dir, "val.txt", 10, 8);
+  write_corpus(dir, "train.txt", 100, 7);
+  write_corpus(dir, "val.txt", 10, 8);
   auto fails_with_model = [&](const std::string& model, const std::string& data_extra, const std::string& needle) {
     try {  // a value out of its range or choices is refused as the pipeline is parsed
       auto p = tt::parse_pipeline(lm_yaml(dir, "  max_steps: 1\n", model, data_extra), "p.yaml");
@@ -278,8 +278,8 @@ TEST(TransformerLM, NonLanguageModelsRefuseToSample) {
 
 TEST(TransformerLM, TtRunSamplesFromAFinishedRunWithoutTouchingIt) {
   auto dir = tt::test::temp_dir("lm-ttrun-sample");
-  write_text(dir, "train.txt", 200, 9);
-  write_text(dir, "val.txt", 20, 10);
+  write_corpus(dir, "train.txt", 200, 9);
+  write_corpus(dir, "val.txt", 20, 10);
   {
     std::ofstream(dir / "p.yaml") << lm_yaml(dir, "  max_steps: 5\n");
   }

@@ -125,20 +125,6 @@ std::vector<Window> sorted(std::vector<Window> v) {
 }
 
 template <class F>
-std::string config_error_message(F&& f) {
-  try {
-    f();
-  } catch (const tt::ConfigError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected tt::ConfigError, got: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected tt::ConfigError, nothing was thrown";
-  return "";
-}
-
-template <class F>
 std::string error_message(F&& f) {
   try {
     f();
@@ -487,11 +473,11 @@ TEST(TextStream, RestoreRejectsBadOrMismatchedPositions) {
 TEST(TextStream, BadInputsAreConfigErrorsNamingThePath) {
   const auto dir = tt::test::temp_dir("text-bad");
   const auto missing = (dir / "missing.txt").string();
-  auto msg = config_error_message([&] { TextStream(opts({missing}, 8), bytes(), "data.train"); });
+  auto msg = tt::test::config_error([&] { TextStream(opts({missing}, 8), bytes(), "data.train"); });
   EXPECT_NE(msg.find(missing), std::string::npos) << msg;
   EXPECT_NE(msg.find("data.train"), std::string::npos) << msg;
   // a relative path: where it was looked for
-  msg = config_error_message([&] { TextStream(opts({"no-such-dir/t.txt"}, 8), bytes(), "data.train"); });
+  msg = tt::test::config_error([&] { TextStream(opts({"no-such-dir/t.txt"}, 8), bytes(), "data.train"); });
   EXPECT_NE(msg.find("data.train: no such file or directory 'no-such-dir/t.txt' (relative to the current directory " +
                      fs::current_path().string() + ")"),
             std::string::npos)
@@ -499,27 +485,27 @@ TEST(TextStream, BadInputsAreConfigErrorsNamingThePath) {
 
   write_file(dir / "empty.txt", "");
   const auto empty = (dir / "empty.txt").string();
-  msg = config_error_message([&] { TextStream(opts({empty}, 8), bytes(), "data.validation"); });
+  msg = tt::test::config_error([&] { TextStream(opts({empty}, 8), bytes(), "data.validation"); });
   EXPECT_NE(msg.find(empty), std::string::npos) << msg;
   EXPECT_NE(msg.find("data.validation"), std::string::npos) << msg;
   EXPECT_NE(msg.find("empty"), std::string::npos) << msg;
 
   fs::create_directories(dir / "nothing" / "sub");
   const auto nothing = (dir / "nothing").string();
-  msg = config_error_message([&] { TextStream(opts({nothing}, 8), bytes(), "data.train"); });
+  msg = tt::test::config_error([&] { TextStream(opts({nothing}, 8), bytes(), "data.train"); });
   EXPECT_NE(msg.find(nothing), std::string::npos) << msg;
   EXPECT_NE(msg.find("no files"), std::string::npos) << msg;
 
   write_file(dir / "zeros" / "a.txt", "");
   write_file(dir / "zeros" / "b.txt", "");
   const auto zeros = (dir / "zeros").string();
-  msg = config_error_message([&] { TextStream(opts({zeros}, 8), bytes(), "data.train"); });
+  msg = tt::test::config_error([&] { TextStream(opts({zeros}, 8), bytes(), "data.train"); });
   EXPECT_NE(msg.find(zeros), std::string::npos) << msg;
   EXPECT_NE(msg.find("empty"), std::string::npos) << msg;
 
   write_file(dir / "short.txt", "hello");  // 6 tokens with the separator
   const auto short_file = (dir / "short.txt").string();
-  msg = config_error_message([&] { TextStream(opts({short_file}, 8), bytes(), "data.train"); });
+  msg = tt::test::config_error([&] { TextStream(opts({short_file}, 8), bytes(), "data.train"); });
   EXPECT_NE(msg.find(short_file), std::string::npos) << msg;
   EXPECT_NE(msg.find("6 tokens"), std::string::npos) << msg;
   EXPECT_NE(msg.find("seq_len 8"), std::string::npos) << msg;
@@ -539,20 +525,20 @@ TEST(TextStream, ABinaryOrNonUtf8FileIsRefusedNamingItAndWhy) {
   for (int i = 0; i < 4000; ++i) png += static_cast<char>((i * 73 + 11) % 256);
   write_file(dir / "image.png", png);
   const auto image = (dir / "image.png").string();
-  auto msg = config_error_message([&] { TextStream(opts({image}, 8), bytes(), "data.train"); });
+  auto msg = tt::test::config_error([&] { TextStream(opts({image}, 8), bytes(), "data.train"); });
   EXPECT_NE(msg.find("data.train: " + image + " is not a text file (a NUL byte at offset 8); give UTF-8 text files"),
             std::string::npos) << msg;
   // Latin-1 text without a NUL: most bytes valid, but far more than a stray letter invalid
   std::string latin1;
   for (int i = 0; i < 200; ++i) latin1 += "Gr\xfc\xdf" "e aus K\xf6ln, sch\xf6ne Gr\xfc\xdf" "e.\n";
   write_file(dir / "latin1.txt", latin1);
-  msg = config_error_message([&] { TextStream(opts({(dir / "latin1.txt").string()}, 8), bytes(), "data.train"); });
+  msg = tt::test::config_error([&] { TextStream(opts({(dir / "latin1.txt").string()}, 8), bytes(), "data.train"); });
   EXPECT_NE(msg.find("latin1.txt is not a text file ("), std::string::npos) << msg;
   EXPECT_NE(msg.find("bytes are not valid UTF-8"), std::string::npos) << msg;
   // in a directory, the message says every file is read
   write_file(dir / "corpus" / "a.txt", "some honest text\n");
   write_file(dir / "corpus" / "b.bin", png);
-  msg = config_error_message([&] { TextStream(opts({(dir / "corpus").string()}, 8), bytes(), "data.train"); });
+  msg = tt::test::config_error([&] { TextStream(opts({(dir / "corpus").string()}, 8), bytes(), "data.train"); });
   EXPECT_NE(msg.find("b.bin is not a text file"), std::string::npos) << msg;
   EXPECT_NE(msg.find("move the others out"), std::string::npos) << msg;
   // UTF-8 text with a stray invalid byte still reads
@@ -595,17 +581,17 @@ TEST(TextStream, MakeTextFromOptions) {
     return tt::Options::parse(YAML::Load(yaml), tt::lm::text_schema(), "data", "test.yaml", {"name"});
   };
   // train is required.
-  auto msg = config_error_message([&] { tt::lm::make_text(parse("seq_len: 8"), 1); });
+  auto msg = tt::test::config_error([&] { tt::lm::make_text(parse("seq_len: 8"), 1); });
   EXPECT_NE(msg.find("data.train is not set: give the text files or directories to train on"), std::string::npos)
       << msg;
   // Range checks: the schema refuses the value, naming the option, the range and the value.
-  msg = config_error_message([&] { parse("train: [" + (dir / "train").string() + "]\nseq_len: 0"); });
+  msg = tt::test::config_error([&] { parse("train: [" + (dir / "train").string() + "]\nseq_len: 0"); });
   EXPECT_NE(msg.find("data.seq_len must be >= 1, got 0"), std::string::npos) << msg;
-  msg = config_error_message([&] { parse("train: [" + (dir / "train").string() + "]\nstride: -1"); });
+  msg = tt::test::config_error([&] { parse("train: [" + (dir / "train").string() + "]\nstride: -1"); });
   EXPECT_NE(msg.find("data.stride must be >= 0, got -1"), std::string::npos) << msg;
-  msg = config_error_message([&] { parse("train: [" + (dir / "train").string() + "]\nshuffle_buffer: -2"); });
+  msg = tt::test::config_error([&] { parse("train: [" + (dir / "train").string() + "]\nshuffle_buffer: -2"); });
   EXPECT_NE(msg.find("data.shuffle_buffer must be >= 0, got -2"), std::string::npos) << msg;
-  msg = config_error_message([&] { parse("train: [" + (dir / "train").string() + "]\nchunk_bytes: 0"); });
+  msg = tt::test::config_error([&] { parse("train: [" + (dir / "train").string() + "]\nchunk_bytes: 0"); });
   EXPECT_NE(msg.find("data.chunk_bytes must be >= 1, got 0"), std::string::npos) << msg;
   // Defaults come from the schema alone (shuffle_buffer 2048 is what pipelines have always got).
   const auto d0 = tt::Options::defaults(tt::lm::text_schema(), "data").to<TextStreamOptions>();
@@ -640,7 +626,7 @@ TEST(TextStream, MakeTextFromOptions) {
   // Without validation: none; a missing validation path names it.
   EXPECT_EQ(tt::lm::make_text(parse("train: [" + (dir / "train").string() + "]\nseq_len: 8"), 1).validation,
             nullptr);
-  msg = config_error_message([&] {
+  msg = tt::test::config_error([&] {
     tt::lm::make_text(parse("train: [" + (dir / "train").string() + "]\nvalidation: [" + (dir / "nope").string() +
                             "]\nseq_len: 8"),
                       1);

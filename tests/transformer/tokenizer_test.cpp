@@ -13,7 +13,10 @@
 
 namespace fs = std::filesystem;
 using tt::lm::load_tokenizer;
+using tt::test::quote;
 using tt::test::run;
+using tt::test::tt_data_bin;
+using tt::test::write_text;
 
 // A build with AddressSanitizer cannot open SentencePiece (tokenizer.h says why): its tests skip.
 #define TT_SKIP_WITHOUT_SENTENCEPIECE()                                          \
@@ -22,13 +25,6 @@ using tt::test::run;
 
 namespace {
 
-std::string tt_data() { return TT_DATA_BIN; }
-std::string quote(const fs::path& p) { return "'" + p.string() + "'"; }
-
-void write_text(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary);
-  out << text;
-}
 
 // Deterministic English-like sentences, one a line (~65 bytes each).
 std::string english_like(int sentences, unsigned seed) {
@@ -252,7 +248,7 @@ TEST(TtDataTokenizer, TrainsAModelAndReportsIt) {
   write_text(dir / "text" / "a.txt", english_like(1500, 5));
   write_text(dir / "text" / "b.txt", english_like(1500, 6));
   const fs::path model = dir / "out" / "tok.model";
-  const auto r = run(tt_data() + " tokenizer --input " + quote(dir / "text") + " --vocab-size 350 --threads 1 --out " +
+  const auto r = run(tt_data_bin() + " tokenizer --input " + quote(dir / "text") + " --vocab-size 350 --threads 1 --out " +
                      quote(model));
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_NE(r.output.find("characters per token"), std::string::npos) << r.output;
@@ -265,25 +261,25 @@ TEST(TtDataTokenizer, TrainsAModelAndReportsIt) {
 TEST(TtDataTokenizer, BadArgumentsExitTwoWithAMessage) {
   const fs::path dir = tt::test::temp_dir("tok-cli-bad");
   write_text(dir / "a.txt", english_like(100, 7));
-  auto r = run(tt_data() + " tokenizer --input " + quote(dir / "a.txt") + " --vocab-size 300 --out " +
+  auto r = run(tt_data_bin() + " tokenizer --input " + quote(dir / "a.txt") + " --vocab-size 300 --out " +
                quote(dir / "tok.bin"));
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find("--out must end in .model"), std::string::npos) << r.output;
-  r = run(tt_data() + " tokenizer --input " + quote(dir / "missing.txt") + " --vocab-size 300 --out " +
+  r = run(tt_data_bin() + " tokenizer --input " + quote(dir / "missing.txt") + " --vocab-size 300 --out " +
           quote(dir / "tok.model"));
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find("missing.txt"), std::string::npos) << r.output;
-  r = run(tt_data() + " tokenizer --input " + quote(dir / "a.txt") + " --out " + quote(dir / "tok.model"));
+  r = run(tt_data_bin() + " tokenizer --input " + quote(dir / "a.txt") + " --out " + quote(dir / "tok.model"));
   EXPECT_EQ(r.rc, 2) << r.output;  // no --vocab-size
   fs::remove_all(dir);
 }
 
 TEST(TtDataFetch, UnknownCorpusFailsClearly) {
   const fs::path dir = tt::test::temp_dir("fetch-bad");
-  auto r = run(tt_data() + " fetch nonsense --out " + quote(dir));
+  auto r = run(tt_data_bin() + " fetch nonsense --out " + quote(dir));
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find("unknown corpus 'nonsense': only 'brown' is known"), std::string::npos) << r.output;
-  r = run(tt_data() + " fetch");
+  r = run(tt_data_bin() + " fetch");
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find("corpus"), std::string::npos) << r.output;
   fs::remove_all(dir);
@@ -292,11 +288,11 @@ TEST(TtDataFetch, UnknownCorpusFailsClearly) {
 // Both fail before anything is downloaded.
 TEST(TtDataFetch, NoNpmOrABadOutDirFailsClearly) {
   const fs::path dir = tt::test::temp_dir("fetch-env");
-  auto r = run("env PATH=" + quote(dir) + " " + tt_data() + " fetch brown --out " + quote(dir / "brown"));
+  auto r = run("env PATH=" + quote(dir) + " " + tt_data_bin() + " fetch brown --out " + quote(dir / "brown"));
   EXPECT_EQ(r.rc, 1) << r.output;
   EXPECT_NE(r.output.find("npm not found: apt-get install npm"), std::string::npos) << r.output;
   write_text(dir / "file", "");
-  r = run(tt_data() + " fetch brown --out " + quote(dir / "file"));
+  r = run(tt_data_bin() + " fetch brown --out " + quote(dir / "file"));
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find((dir / "file").string() + "' exists and is not a directory"), std::string::npos) << r.output;
   fs::remove_all(dir);

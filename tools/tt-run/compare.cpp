@@ -19,6 +19,7 @@
 #include "child.h"
 #include "tt/error.h"
 #include "tt/log.h"
+#include "tt/options.h"
 #include "tt/pipeline.h"
 #include "tt/report.h"
 #include "tt/runtime.h"
@@ -109,11 +110,6 @@ Spec parse_section(const YAML::Node& c, const std::string& file) {
   return spec;
 }
 
-std::string mib(int64_t b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(b) / (1 << 20));
-  return buf;
-}
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 std::string fixed(double x, int digits) {
   char buf[48];
@@ -219,9 +215,9 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
       const bool with_base = b.ok;
       const int64_t rest = r.peak - r.params - r.grads - r.optimizer - r.activations;
       std::printf("%-*s %-14s %11s %8s %9s %9s %9s %9s %11s %9s %9.1f %8s %10.2f %9.4f", w, v.name.c_str(), "ok",
-                  mib(r.peak).c_str(), with_base ? ratio(r.peak, b.peak).c_str() : "-", mib(r.rss).c_str(),
-                  mib(r.params).c_str(), mib(r.grads).c_str(), mib(r.optimizer).c_str(), mib(r.activations).c_str(),
-                  mib(rest).c_str(), r.step_ms, with_base ? ratio(r.step_ms, b.step_ms).c_str() : "-", r.samples_per_s,
+                  format_mib(r.peak).c_str(), with_base ? ratio(r.peak, b.peak).c_str() : "-", format_mib(r.rss).c_str(),
+                  format_mib(r.params).c_str(), format_mib(r.grads).c_str(), format_mib(r.optimizer).c_str(), format_mib(r.activations).c_str(),
+                  format_mib(rest).c_str(), r.step_ms, with_base ? ratio(r.step_ms, b.step_ms).c_str() : "-", r.samples_per_s,
                   r.loss);
       const json* val = val_of(r);
       if (!val_key.empty())
@@ -446,7 +442,7 @@ int run(const Options& o) {
         continue;
       }
       if (!o.quiet)
-        std::printf("%.1f ms/step, peak %s MiB (%.0f s)\n", r.repeat_step_ms.back(), mib(r.peak).c_str(),
+        std::printf("%.1f ms/step, peak %s MiB (%.0f s)\n", r.repeat_step_ms.back(), format_mib(r.peak).c_str(),
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
   }

@@ -108,12 +108,6 @@ std::string ms(double x) {
   return buf;
 }
 
-std::string mib(double b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", b / 1048576.0);
-  return buf;
-}
-
 class Runner {
  public:
   Runner(const RunOptions& o, YAML::Node base, fs::path dir, std::vector<Dimension> dims)
@@ -176,7 +170,7 @@ class Runner {
     if (!o_.quiet) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (cost.ok())
-        std::printf("%8.1f ms/step  peak %8s MiB  (%.0f s)\n", cost.step_ms, mib(cost.peak).c_str(), s);
+        std::printf("%8.1f ms/step  peak %8s MiB  (%.0f s)\n", cost.step_ms, format_mib(cost.peak).c_str(), s);
       else
         std::printf("%s\n", status.c_str());
       std::fflush(stdout);
@@ -241,8 +235,8 @@ void print_plan(const Plan& p) {
       if (r.verdict.rfind("pruned", 0) == 0) ++pruned;
       continue;
     }
-    std::printf("  %-58s %11s %11s %10.1f %16s %6d  %s\n", r.label.c_str(), mib(r.est_peak).c_str(),
-                r.cost.ok() ? mib(r.cost.peak).c_str() : "-", r.est_ms,
+    std::printf("  %-58s %11s %11s %10.1f %16s %6d  %s\n", r.label.c_str(), format_mib(r.est_peak).c_str(),
+                r.cost.ok() ? format_mib(r.cost.peak).c_str() : "-", r.est_ms,
                 r.cost.ok() ? (ms(r.cost.step_ms) + " +- " + ms(r.cost.noise_ms)).c_str() : "-", r.cost.probes,
                 r.verdict.c_str());
   }
@@ -321,7 +315,7 @@ Outcome run(const RunOptions& o) {
     const Cost& ref = plans.front().reference;
     std::printf("\nrecommended settings for %s (measured; as written: peak %s MiB, %.1f +- %.1f ms/step at micro-batch "
                 "%lld, %d probe%s)\n",
-                o.file.c_str(), mib(ref.peak).c_str(), ref.step_ms, ref.noise_ms,
+                o.file.c_str(), format_mib(ref.peak).c_str(), ref.step_ms, ref.noise_ms,
                 static_cast<long long>(settings.micro_sizes[0]), ref.probes, ref.probes == 1 ? "" : "s");
     std::printf("  %-8s %-58s %11s %16s %8s  %s\n", "budget", "configuration", "peak MiB", "step ms", "vs as", "note");
     for (size_t i = 0; i < plans.size(); ++i) {
@@ -334,12 +328,12 @@ Outcome run(const RunOptions& o) {
           note = Planner::within_noise(pl.chosen_cost, pl.fastest_cost)
                      ? "within noise of " + pl.fastest_label + " (" + ms(pl.fastest_cost.step_ms) + " ms): fewer techniques"
                      : "kept from the smaller budget";
-        std::printf("  %-8s %-58s %11s %16s %7.2fx  %s\n", b, pl.chosen_label.c_str(), mib(pl.chosen_cost.peak).c_str(),
+        std::printf("  %-8s %-58s %11s %16s %7.2fx  %s\n", b, pl.chosen_label.c_str(), format_mib(pl.chosen_cost.peak).c_str(),
                     (ms(pl.chosen_cost.step_ms) + " +- " + ms(pl.chosen_cost.noise_ms)).c_str(),
                     pl.chosen_cost.step_ms / ref.step_ms, note.c_str());
       } else {
         std::printf("  %-8s nothing fits: the smallest measured peak is %s MiB (%s)\n", b,
-                    mib(pl.smallest_peak).c_str(), pl.smallest_label.c_str());
+                    format_mib(pl.smallest_peak).c_str(), pl.smallest_label.c_str());
       }
     }
     std::printf("\n%d probe runs; %s\n", planner.total_probes(), (dir / "recommend.json").c_str());

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tt/error.h"
+#include "tt/options.h"
 #include "tt/pipeline.h"
 #include "tt/registry.h"
 #include "tt/report.h"
@@ -17,16 +18,6 @@ namespace tt::profile {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-namespace {
-
-std::string mib(int64_t b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", static_cast<double>(b) / (1 << 20));
-  return buf;
-}
-
-}  // namespace
 
 // The profile-memory plugin measures (plugins/profile-memory); this trains the pipeline with it
 // for the profiled step and prints what it wrote.
@@ -72,17 +63,17 @@ int run(const Options& o) {
   int64_t parts = 0;
   for (const char* k : {"parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "activations_bytes"}) {
     std::printf("  %-22s %10s\n", std::string(k).substr(0, std::string(k).size() - 6).c_str(),
-                mib(mem[k].get<int64_t>()).c_str());
+                format_mib(mem[k].get<int64_t>(), 2).c_str());
     parts += mem[k].get<int64_t>();
   }
   // what the peak holds beyond those four, as compare's table has it
   std::printf("  %-22s %10s  (the peak less the four above: a plugin's own bytes, the next batch)\n", "rest",
-              mib(mem["peak_tensor_bytes"].get<int64_t>() - parts).c_str());
+              format_mib(mem["peak_tensor_bytes"].get<int64_t>() - parts, 2).c_str());
   for (const char* k : {"peak_tensor_bytes", "peak_rss_bytes"})
     std::printf("  %-22s %10s\n", std::string(k).substr(0, std::string(k).size() - 6).c_str(),
-                mib(mem[k].get<int64_t>()).c_str());
+                format_mib(mem[k].get<int64_t>(), 2).c_str());
   std::printf("  %-22s %10s  (live at its start %s MiB; %lld allocations and frees)\n", "profiled step peak",
-              mib(step_peak).c_str(), mib(start_bytes).c_str(), prof["trace_events"].get<long long>() - 1);
+              format_mib(step_peak, 2).c_str(), format_mib(start_bytes, 2).c_str(), prof["trace_events"].get<long long>() - 1);
   const json& blocks = prof["blocks"];
   if (blocks.empty()) {
     std::printf("\nno per-block table: the model has no tt::nn::BlockStack\n");
@@ -94,11 +85,11 @@ int run(const Options& o) {
       const int64_t bytes = b["activation_bytes"].get<int64_t>();
       char backward[32] = "-";
       if (!b["backward_ms"].is_null()) std::snprintf(backward, sizeof backward, "%.2f", b["backward_ms"].get<double>());
-      std::printf("%-14s %10s MiB %7.1f%% %12.2f %12s\n", b["block"].get<std::string>().c_str(), mib(bytes).c_str(),
+      std::printf("%-14s %10s MiB %7.1f%% %12.2f %12s\n", b["block"].get<std::string>().c_str(), format_mib(bytes, 2).c_str(),
                   total > 0 ? 100.0 * static_cast<double>(bytes) / static_cast<double>(total) : 0.0,
                   b["forward_ms"].get<double>(), backward);
     }
-    std::printf("%-14s %10s MiB\n", "all blocks", mib(total).c_str());
+    std::printf("%-14s %10s MiB\n", "all blocks", format_mib(total, 2).c_str());
   }
   if (fused)
     std::printf("\nnote: model.fused_step is on, and a run of this pipeline takes the model's fused step (no gradient\n"

@@ -1,8 +1,10 @@
 #pragma once
 // One error type for everything tt reports to a user, and TT_CHECK to raise it with context.
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "tt/export.h"
 
@@ -69,6 +71,9 @@ std::string cat(const Args&... args) {
 // A path as the user gave it, quoted, and where that is when it is relative, for messages about a
 // file that is not there: "'t.txt' (relative to the current directory /home/me)".
 TT_API std::string describe_path(const std::string& path);
+
+// A tensor's shape for messages: "[2, 3]".
+TT_API std::string shape_text(const std::vector<int64_t>& shape);
 
 // Stopped by Ctrl-C / SIGTERM after writing a checkpoint (exit 130).
 class TT_API Interrupted : public Error {

@@ -4,6 +4,7 @@
 // the tensor it is given. torch's Adam/AdamW (and tt's FusedAdamW) need not implement this:
 // their states are known types (exp_avg, exp_avg_sq, max_exp_avg_sq).
 #include <ATen/core/Tensor.h>
+#include <torch/optim/optimizer.h>
 
 #include <vector>
 
@@ -18,5 +19,9 @@ class TT_API StateTensors {
   // pointer) by a tensor of the same shape, dtype and contents.
   virtual std::vector<at::Tensor*> state_tensors(const at::Tensor& p) = 0;
 };
+
+// The parameter groups of `opt`: the same parameters, copies of its options. What an optimizer
+// that wraps another (offload's, zero1's, adam8bit's) is constructed with.
+TT_API std::vector<torch::optim::OptimizerParamGroup> param_groups_of(torch::optim::Optimizer& opt);
 
 }  // namespace tt

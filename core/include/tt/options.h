@@ -180,6 +180,8 @@ TT_API int64_t parse_bytes(const std::string& text);
 // and "abc" are refused with the forms that work.
 TT_API int64_t parse_budget(const std::string& text);
 TT_API std::string format_bytes(int64_t bytes);  // "1.50 GiB"
+// Bytes in MiB as a bare number for tables: format_mib(1572864) == "1.5", format_mib(b, 2) == "1.50".
+TT_API std::string format_mib(double bytes, int decimals = 1);
 // Levenshtein-nearest candidate, or "" if nothing is reasonably close.
 TT_API std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
 

@@ -76,10 +76,9 @@ class Adam8bitPlugin final : public tt::Plugin {
       options_.check(n_emb > 0 || embeddings_32bit_ < 0, "embeddings_32bit",
                      "is true but the model has no Embedding layer");
     }
-    std::vector<torch::optim::OptimizerParamGroup> groups;
+    auto groups = tt::param_groups_of(old);
     int64_t n8 = 0, n32 = 0;
-    for (auto& g : old.param_groups()) {
-      groups.emplace_back(g.params(), g.options().clone());
+    for (auto& g : groups) {
       for (const auto& p : g.params()) {
         if (p.numel() >= min_size_ && !keep.count(p.unsafeGetTensorImpl())) n8 += p.numel();
         else n32 += p.numel();

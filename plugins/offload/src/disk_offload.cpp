@@ -108,12 +108,6 @@ bool supported(torch::optim::Optimizer& opt) {
          dynamic_cast<torch::optim::Adam*>(&opt);
 }
 
-std::vector<torch::optim::OptimizerParamGroup> clone_groups(torch::optim::Optimizer& opt) {
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  for (auto& g : opt.param_groups()) groups.emplace_back(g.params(), g.options().clone());
-  return groups;
-}
-
 int64_t capacity_for(torch::optim::Optimizer& opt) {
   // At most three float32 tensors per parameter (Adam with amsgrad), page-aligned each.
   int64_t n = 0;
@@ -126,7 +120,7 @@ int64_t capacity_for(torch::optim::Optimizer& opt) {
 
 DiskOffload::DiskOffload(std::shared_ptr<torch::optim::Optimizer> inner, const std::filesystem::path& file,
                          bool keep_file)
-    : torch::optim::Optimizer(clone_groups(*inner), inner->defaults().clone()), inner_(std::move(inner)) {
+    : torch::optim::Optimizer(param_groups_of(*inner), inner->defaults().clone()), inner_(std::move(inner)) {
   TT_CHECK_AS(ConfigError, supported(*inner_),
               "offload target disk moves the state of adam, adamw or adam8bit; this pipeline's optimizer "
               "is another (set optimizer: adamw, or drop the offload plugin)");

@@ -4,6 +4,7 @@
 
 #include "tt/compat.h"
 #include "tt/error.h"
+#include "tt/optimizer_state.h"
 
 #if TT_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -23,12 +24,6 @@ struct HostOffload::Slot {
 };
 
 namespace {
-std::vector<torch::optim::OptimizerParamGroup> clone_groups(torch::optim::Optimizer& opt) {
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  for (auto& g : opt.param_groups()) groups.emplace_back(g.params(), g.options().clone());
-  return groups;
-}
-
 torch::Tensor host_like(const torch::Tensor& t) {
   auto o = torch::TensorOptions().dtype(torch::kFloat).device(torch::kCPU);
 #if TT_WITH_CUDA
@@ -39,7 +34,7 @@ torch::Tensor host_like(const torch::Tensor& t) {
 }  // namespace
 
 HostOffload::HostOffload(std::shared_ptr<torch::optim::Optimizer> inner)
-    : torch::optim::Optimizer(clone_groups(*inner), inner->defaults().clone()), inner_(std::move(inner)) {
+    : torch::optim::Optimizer(param_groups_of(*inner), inner->defaults().clone()), inner_(std::move(inner)) {
   TT_CHECK_AS(ConfigError, inner_->state().empty(),
               "offload target host must take the optimizer before its first step");
   torch::NoGradGuard no_grad;

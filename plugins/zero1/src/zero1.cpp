@@ -5,19 +5,12 @@
 #include "tt/checkpoint.h"
 #include "tt/dist.h"
 #include "tt/error.h"
+#include "tt/optimizer_state.h"
 
 namespace tt::zero1 {
 
-namespace {
-std::vector<torch::optim::OptimizerParamGroup> clone_groups(torch::optim::Optimizer& opt) {
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  for (auto& g : opt.param_groups()) groups.emplace_back(g.params(), g.options().clone());
-  return groups;
-}
-}  // namespace
-
 Zero1::Zero1(std::shared_ptr<torch::optim::Optimizer> inner, tt::dist::Context& ctx)
-    : torch::optim::Optimizer(clone_groups(*inner), inner->defaults().clone()), inner_(std::move(inner)), ctx_(ctx) {
+    : torch::optim::Optimizer(param_groups_of(*inner), inner->defaults().clone()), inner_(std::move(inner)), ctx_(ctx) {
   const int w = ctx_.world_size();
   for (auto& g : param_groups())
     for (const auto& p : g.params()) params_.push_back(p);
