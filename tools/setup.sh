@@ -15,7 +15,8 @@
 # LibTorch: Torch_DIR (a folder holding TorchConfig.cmake) when set; else Debian's (libtorch-dev,
 # installed when missing); with --deps, Debian's when installed, else the one inside python3's
 # PyTorch (torch.utils.cmake_prefix_path).
-# Environment: TT_BUILD_DIR (default build), TT_JOBS (default: all cores), Torch_DIR.
+# Environment: TT_BUILD_DIR (default build), TT_JOBS (default: all cores), Torch_DIR,
+# TT_UNITY (default 1; 0 compiles file by file, see configure()).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -86,6 +87,11 @@ portable() {
 }
 
 configure() {
+  # A unity build: each target's sources compiled 8 to a translation unit, so that LibTorch's
+  # headers (precompiled, yet seconds to load) are read once a batch instead of once a file.
+  # It shortens a cold build (docs/benchmarks.md); TT_UNITY=0 compiles file by file, the
+  # quicker way to rebuild one edited file.
+  [ "${TT_UNITY:-1}" = 0 ] || CMAKE_ARGS+=(-DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8)
   if [ ! -f "$BUILD/build.ninja" ]; then
     say "configuring $BUILD"
     cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTT_BUILD_TESTS=ON "${CMAKE_ARGS[@]}"
