@@ -1,6 +1,7 @@
 #pragma once
-// Helpers shared by the tests: temp dirs, small pipelines, subprocesses, a tiny
-// mean-reduced regression model registered in-process.
+// Helpers shared by the tests (the static library tt_test_support, with their main): temp dirs,
+// small pipelines, subprocesses, a tiny mean-reduced regression model registered in-process,
+// files, shell quoting and ConfigError messages.
 #include <gtest/gtest.h>
 
 #include <filesystem>
