@@ -12,10 +12,6 @@
 #include "tt/error.h"
 #include "tt/yaml_util.h"
 
-// Everything wrong here is the user's configuration.
-#undef TT_FAIL
-#define TT_FAIL(...) TT_FAIL_AS(ConfigError, __VA_ARGS__)
-
 namespace tt {
 
 const char* type_name(Type t) {
@@ -199,7 +195,7 @@ static bool parse_bool(const std::string& s, bool& out) {
 // Checks one YAML value against a type; returns canonical YAML text or throws.
 static std::string check_value(const YAML::Node& n, Type type, const std::string& where, const std::string& what) {
   auto bad = [&](const std::string& got) -> std::string {
-    TT_FAIL(where, ": ", what, " must be ", type_name(type), ", got ", got);
+    TT_FAIL_AS(ConfigError, where, ": ", what, " must be ", type_name(type), ", got ", got);
   };
   auto shown = [&]() { return n.IsScalar() ? "'" + n.Scalar() + "'" : (n.IsSequence() ? "a list" : "a map"); };
   switch (type) {
@@ -226,7 +222,7 @@ static std::string check_value(const YAML::Node& n, Type type, const std::string
       try {
         parse_bytes(n.Scalar());
       } catch (const ConfigError& e) {
-        TT_FAIL(where, ": ", what, ": ", e.what());
+        TT_FAIL_AS(ConfigError, where, ": ", what, ": ", e.what());
       }
       return n.Scalar();
     case Type::List:
@@ -237,7 +233,7 @@ static std::string check_value(const YAML::Node& n, Type type, const std::string
       }
       if (!n.IsSequence()) bad(shown());
       for (const auto& item : n)
-        if (!item.IsScalar()) TT_FAIL(where, ": ", what, " must be a list of plain values");
+        if (!item.IsScalar()) TT_FAIL_AS(ConfigError, where, ": ", what, " must be a list of plain values");
       return emit_yaml_flow(n);
     case Type::Map:
       if (!n.IsMap()) bad(shown());
@@ -253,7 +249,7 @@ static void check_allowed(const OptionSpec& spec, const std::string& yaml, const
     double v = 0;
     if (spec.type == Type::Bytes) v = static_cast<double>(parse_bytes(yaml));
     else parse_float(yaml, v);
-    if (!spec.range.contains(v)) TT_FAIL(where, ": ", what, " must be ", spec.range.text(), ", got ", yaml);
+    if (!spec.range.contains(v)) TT_FAIL_AS(ConfigError, where, ": ", what, " must be ", spec.range.text(), ", got ", yaml);
   }
   if (spec.choices.empty()) return;
   YAML::Node n = YAML::Load(yaml);
@@ -288,7 +284,7 @@ Options Options::parse(const YAML::Node& node, const Schema& schema, const std::
   const std::string prefix = context.empty() ? "" : context + ".";
   if (node.IsDefined() && !node.IsNull()) {
     if (!node.IsMap())
-      TT_FAIL(location(file, node), ": ", context, " must be a map of options (key: value), got ",
+      TT_FAIL_AS(ConfigError, location(file, node), ": ", context, " must be a map of options (key: value), got ",
               node.IsSequence() ? "a list" : "'" + node.Scalar() + "'");
     for (auto it = node.begin(); it != node.end(); ++it) {
       const std::string key = it->first.Scalar();
@@ -385,7 +381,7 @@ void Options::fill(void* object, const std::type_info& type) const {
 void Options::fail(const std::string& key, const std::string& message) const {
   auto it = values_.find(key);
   std::string where = it == values_.end() ? context_ : it->second.where;
-  TT_FAIL(where, ": ", context_.empty() ? "" : context_ + ".", key, " ", message);
+  TT_FAIL_AS(ConfigError, where, ": ", context_.empty() ? "" : context_ + ".", key, " ", message);
 }
 
 std::vector<std::pair<std::string, std::string>> Options::resolved() const {

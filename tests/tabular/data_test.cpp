@@ -17,7 +17,22 @@
 #include "tt/error.h"
 #include "tt/options.h"
 
-using namespace tt::tab;
+using tt::tab::CsvOptions;
+using tt::tab::EpisodeDataset;
+using tt::tab::PriorOptions;
+using tt::tab::Split;
+using tt::tab::Table;
+using tt::tab::classification_metrics;
+using tt::tab::csv_schema;
+using tt::tab::make_csv;
+using tt::tab::make_prior;
+using tt::tab::prior_schema;
+using tt::tab::read_csv;
+using tt::tab::roc_auc;
+using tt::tab::sample_prior_table;
+using tt::tab::split_table_tool;
+using tt::tab::stratified_split;
+using tt::tab::synth_table_tool;
 
 namespace {
 // The prior's options as a pipeline that sets none of them gets them.

@@ -5,7 +5,12 @@
 #include "poisson_loss.h"
 #include "tt/meter.h"
 
-using namespace tt::topic;
+using tt::topic::BatchCounts;
+using tt::topic::nonzeros_of;
+using tt::topic::nonzeros_on_device;
+using tt::topic::poisson_nmf_loss;
+using tt::topic::poisson_nmf_loss_nonzeros;
+using tt::topic::poisson_nmf_loss_reference;
 
 namespace {
 struct Problem {
