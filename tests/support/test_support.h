@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tt/error.h"
@@ -30,19 +31,26 @@ std::string quote(const std::filesystem::path& p);
 // Writes `text` to `p` as it is.
 void write_text(const std::filesystem::path& p, const std::string& text);
 
-// The message of the ConfigError `f` throws; a test failure if it throws nothing or another type.
-template <class F>
-std::string config_error(F&& f) {
+// The message of the `E` that `f` throws (`expected` names it); a test failure if it throws
+// nothing or another type.
+template <class E, class F>
+std::string message_of(F&& f, const char* expected) {
   try {
     f();
-  } catch (const ConfigError& e) {
+  } catch (const E& e) {
     return e.what();
   } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected a ConfigError, got: " << e.what();
+    ADD_FAILURE() << "expected " << expected << ", got: " << e.what();
     return "";
   }
-  ADD_FAILURE() << "expected a ConfigError, nothing was thrown";
+  ADD_FAILURE() << "expected " << expected << ", nothing was thrown";
   return "";
+}
+
+// The message of the ConfigError `f` throws, as message_of.
+template <class F>
+std::string config_error(F&& f) {
+  return message_of<ConfigError>(std::forward<F>(f), "a ConfigError");
 }
 
 // Copies of the parameters of a trainer's model, in order.

@@ -124,20 +124,6 @@ std::vector<Window> sorted(std::vector<Window> v) {
   return v;
 }
 
-template <class F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const tt::Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected tt::Error, got: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected tt::Error, nothing was thrown";
-  return "";
-}
-
 }  // namespace
 
 TEST(TextStream, WindowsAndStridesMatchTheBytes) {
@@ -442,7 +428,7 @@ TEST(TextStream, RestoreRejectsBadOrMismatchedPositions) {
   TextStream s(opts(paths, 8, 0, 4, 0, 64), bytes(), "data.train");
   for (const std::string& bad : {std::string(), std::string("garbage"), pos.substr(0, pos.size() / 2),
                                  pos.substr(0, pos.size() - 1), pos + "x", std::string(pos.size(), '\0')}) {
-    const auto msg = error_message([&] { s.restore(bad); });
+    const auto msg = tt::test::message_of<tt::Error>([&] { s.restore(bad); }, "a tt::Error");
     EXPECT_NE(msg.find("data.train"), std::string::npos) << msg;
     EXPECT_NE(msg.find("does not match this dataset"), std::string::npos) << msg;
   }
@@ -454,13 +440,13 @@ TEST(TextStream, RestoreRejectsBadOrMismatchedPositions) {
 
   // Another seq_len: refused, naming both.
   TextStream other(opts(paths, 9, 0, 4, 0, 64), bytes(), "data.train");
-  auto msg = error_message([&] { other.restore(pos); });
+  auto msg = tt::test::message_of<tt::Error>([&] { other.restore(pos); }, "a tt::Error");
   EXPECT_NE(msg.find("does not match this dataset"), std::string::npos) << msg;
   EXPECT_NE(msg.find("seq_len 8"), std::string::npos) << msg;
   EXPECT_NE(msg.find("seq_len 9"), std::string::npos) << msg;
   // Another number of files: refused, naming both counts.
   TextStream one(opts({(dir / "d" / "a.txt").string()}, 8, 0, 4, 0, 64), bytes(), "data.train");
-  msg = error_message([&] { one.restore(pos); });
+  msg = tt::test::message_of<tt::Error>([&] { one.restore(pos); }, "a tt::Error");
   EXPECT_NE(msg.find("2 files"), std::string::npos) << msg;
   EXPECT_NE(msg.find("has 1"), std::string::npos) << msg;
 
