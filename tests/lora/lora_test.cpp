@@ -14,6 +14,7 @@ namespace {
 using tt::lora::Config;
 using tt::lora::Lora;
 using nlohmann::json;
+using tt::test::config_error;
 
 // Two blocks of an attention-and-MLP shape, plus a head: a stand-in for a model of core's blocks.
 struct BlockImpl : torch::nn::Module {
@@ -66,15 +67,6 @@ void randomize(Lora& lora, uint64_t seed) {
   torch::NoGradGuard g;
   for (auto& l : lora.layers()) l.adapter->B.normal_(0, 0.1);
 }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const tt::ConfigError& e) {
-    return e.what();
-  }
-  return "(no ConfigError)";
-}
 }  // namespace
 
 TEST(Lora, TrainsROfInPlusOutPerAdaptedLayerAndNothingElse) {
@@ -118,12 +110,12 @@ TEST(Lora, AllLinearTrainPatternsAndBadTargets) {
   EXPECT_EQ(trainable(*net), lora.adapter_parameters() + 2 * 16);
 
   Net other;
-  const std::string e = error_of([&] { Lora bad(*other, config({"qkv", "attn_out"})); });
+  const std::string e = config_error([&] { Lora bad(*other, config({"qkv", "attn_out"})); });
   EXPECT_NE(e.find("'attn_out' matches no Linear layer"), std::string::npos) << e;
   EXPECT_NE(e.find("b0.qkv"), std::string::npos) << e;
-  EXPECT_NE(error_of([&] { Lora bad(*other, config({"fc1"}, 32)); }).find("exceeds the smaller side"), std::string::npos);
+  EXPECT_NE(config_error([&] { Lora bad(*other, config({"fc1"}, 32)); }).find("exceeds the smaller side"), std::string::npos);
   torch::nn::Sequential plain(torch::nn::Linear(4, 4));
-  EXPECT_NE(error_of([&] { Lora bad(*plain, config({"all-linear"})); }).find("no tt::nn::Linear"), std::string::npos);
+  EXPECT_NE(config_error([&] { Lora bad(*plain, config({"all-linear"})); }).find("no tt::nn::Linear"), std::string::npos);
 }
 
 TEST(Lora, MergedOutputsEqualUnmergedAndUnmergeRestores) {
@@ -188,11 +180,11 @@ TEST(Lora, AdaptersFileAndMergedExportApplyToTheBaseModel) {
 
   // Mismatches are clear errors.
   Net n1, n2, n3;
-  EXPECT_NE(error_of([&] { Lora(*n1, config({"qkv", "proj"}, 4, 4)).load(dir / "adapters.pt"); }).find("r = 2"),
+  EXPECT_NE(config_error([&] { Lora(*n1, config({"qkv", "proj"}, 4, 4)).load(dir / "adapters.pt"); }).find("r = 2"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { Lora(*n2, config({"qkv"}, 2, 4)).load(dir / "adapters.pt"); }).find("which the targets here"),
+  EXPECT_NE(config_error([&] { Lora(*n2, config({"qkv"}, 2, 4)).load(dir / "adapters.pt"); }).find("which the targets here"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { Lora(*n3, config({"qkv", "proj"}, 2, 4)).load(dir / "base.pt"); }).find("not a LoRA adapter file"),
+  EXPECT_NE(config_error([&] { Lora(*n3, config({"qkv", "proj"}, 2, 4)).load(dir / "base.pt"); }).find("not a LoRA adapter file"),
             std::string::npos);
 }
 

@@ -18,6 +18,9 @@ namespace tt {
 class Trainer;
 }
 
+// Expects `part` in `text` (a std::string or a C string), showing the text where it is missing.
+#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
+
 namespace tt::test {
 
 std::filesystem::path temp_dir(const std::string& tag);

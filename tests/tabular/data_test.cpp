@@ -33,6 +33,7 @@ using tt::tab::sample_prior_table;
 using tt::tab::split_table_tool;
 using tt::tab::stratified_split;
 using tt::tab::synth_table_tool;
+using tt::test::config_error;
 
 namespace {
 // The prior's options as a pipeline that sets none of them gets them.
@@ -241,15 +242,6 @@ std::string write(const std::string& name, const std::string& text) {
   std::ofstream(p) << text;
   return p.string();
 }
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const tt::ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 }  // namespace
 
 TEST(TabularCsv, ReadsFeaturesAndLabelsByNameOrLast) {
@@ -269,21 +261,21 @@ TEST(TabularCsv, ReadsFeaturesAndLabelsByNameOrLast) {
 
 TEST(TabularCsv, BadInputIsAClearError) {
   CsvOptions o;
-  EXPECT_HAS(error_of([&] { read_csv(write("text.csv", "a,b,y\n1,2,0\n3,red,1\n"), o); }),
+  EXPECT_HAS(config_error([&] { read_csv(write("text.csv", "a,b,y\n1,2,0\n3,red,1\n"), o); }),
              "text.csv:3 column 'b' is not numeric ('red')");
   std::string many = "a,y\n";
   for (int i = 0; i < 1001; ++i) many += std::to_string(i) + "," + std::to_string(i) + "\n";
-  EXPECT_HAS(error_of([&] { read_csv(write("many.csv", many), o); }), "has 1001 classes; tabular-icl takes at most 1000");
+  EXPECT_HAS(config_error([&] { read_csv(write("many.csv", many), o); }), "has 1001 classes; tabular-icl takes at most 1000");
   o.label = "species";
-  EXPECT_HAS(error_of([&] { read_csv(write("nolabel.csv", "a,b,y\n1,2,0\n"), o); }),
+  EXPECT_HAS(config_error([&] { read_csv(write("nolabel.csv", "a,b,y\n1,2,0\n"), o); }),
              "has no column 'species' (data.label); its columns are: a, b, y");
   o.label.reset();
-  EXPECT_HAS(error_of([&] { read_csv(write("empty.csv", ""), o); }), "empty.csv is empty");
-  EXPECT_HAS(error_of([&] { read_csv(write("header.csv", "a,b,y\n"), o); }), "has a header but no data rows");
-  EXPECT_HAS(error_of([&] { read_csv(write("short.csv", "a,b,y\n1,2,0\n1,2\n"), o); }), "short.csv:3 has 2 fields");
-  EXPECT_HAS(error_of([&] { read_csv("/nonexistent/x.csv", o); }), "cannot open '/nonexistent/x.csv' (data.path)");
+  EXPECT_HAS(config_error([&] { read_csv(write("empty.csv", ""), o); }), "empty.csv is empty");
+  EXPECT_HAS(config_error([&] { read_csv(write("header.csv", "a,b,y\n"), o); }), "has a header but no data rows");
+  EXPECT_HAS(config_error([&] { read_csv(write("short.csv", "a,b,y\n1,2,0\n1,2\n"), o); }), "short.csv:3 has 2 fields");
+  EXPECT_HAS(config_error([&] { read_csv("/nonexistent/x.csv", o); }), "cannot open '/nonexistent/x.csv' (data.path)");
   const auto gap = write("gap.csv", "a,b,y\n1,,0\n3,4,1\n5,8,0\n");
-  EXPECT_HAS(error_of([&] { read_csv(gap, o); }), "gap.csv:2 column 'b' has a missing value");
+  EXPECT_HAS(config_error([&] { read_csv(gap, o); }), "gap.csv:2 column 'b' has a missing value");
   o.impute = "mean";
   EXPECT_EQ(read_csv(gap, o).x[1], 6.f);  // the mean of 4 and 8
   // Any width is read; a table wider than the ensemble can cover (features / member_features
@@ -317,7 +309,7 @@ TEST(TabularCsv, NumbersAtTheEdgesOfFloat) {
   EXPECT_EQ(t.class_names, (std::vector<std::string>{"0", "1e-310"}));
   EXPECT_EQ(t.y, (std::vector<int64_t>{1, 0, 1}));
   // A feature float32 cannot hold is refused, not read as infinity.
-  EXPECT_HAS(error_of([&] { read_csv(write("huge.csv", "a,y\n1,0\n6e60,1\n"), {}); }),
+  EXPECT_HAS(config_error([&] { read_csv(write("huge.csv", "a,y\n1,0\n6e60,1\n"), {}); }),
              "huge.csv:3 column 'a' has 6e60, beyond float32's range");
   EXPECT_EQ(read_csv(write("max.csv", "a,y\n1,0\n3.4e38,1\n-1e-40,0\n"), {}).x[1], 3.4e38f);
 }
@@ -447,12 +439,7 @@ TEST(TabularCsv, StratifiedSplitIsScikitLearnsTrainTestSplit) {
 
 TEST(TabularCsv, StratifiedSplitRejectsWhatScikitLearnRejects) {
   auto message = [](const Table& t, double frac, uint64_t seed) {
-    try {
-      stratified_split(t, frac, seed);
-    } catch (const tt::ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
+    return config_error([&] { stratified_split(t, frac, seed); });
   };
   EXPECT_HAS(message(dealt({10, 1, 10}), 0.3, 0), "dealt.csv: class '1' has 1 row; a stratified split needs at least 2");
   EXPECT_HAS(message(dealt({10, 10, 10}), 0.05, 0), "gives 28 training and 2 test rows for 3 classes");

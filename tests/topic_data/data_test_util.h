@@ -16,5 +16,3 @@ inline Options options(const Schema& schema, const std::string& yaml) {
 }
 
 }  // namespace tt::test
-
-#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
