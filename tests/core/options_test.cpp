@@ -3,6 +3,7 @@
 
 #include <functional>
 
+#include "test_support.h"
 #include "tt/error.h"
 #include "tt/options.h"
 #include "tt/pipeline.h"
@@ -27,12 +28,7 @@ Schema schema() {
 }
 
 std::string options_error(const std::string& yaml) {
-  try {
-    Options::parse(YAML::Load(yaml), schema(), "trainer", "x.yaml");
-  } catch (const tt::ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  return tt::test::refusal_of([&] { Options::parse(YAML::Load(yaml), schema(), "trainer", "x.yaml"); });
 }
 }  // namespace
 
@@ -139,12 +135,7 @@ Schema fit_schema() {
 }
 
 std::string fit_options_error(const std::string& yaml, const std::map<std::string, std::string>& origins = {}) {
-  try {
-    Options::parse(YAML::Load(yaml), fit_schema(), "trainer", "x.yaml", {}, origins);
-  } catch (const tt::ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  return tt::test::refusal_of([&] { Options::parse(YAML::Load(yaml), fit_schema(), "trainer", "x.yaml", {}, origins); });
 }
 
 std::string declaration_error(const std::function<void()>& declare) {
@@ -259,12 +250,7 @@ TEST(Options, ToRefusesAStructTheSchemaDoesNotBind) {
 
 TEST(Options, TrainerSchemaRefusesValuesOutsideTheirRanges) {
   auto error = [](const std::string& yaml) {
-    try {
-      Options::parse(YAML::Load(yaml), tt::trainer_schema(), "trainer", "p.yaml");
-    } catch (const tt::ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string();
+    return tt::test::refusal_of([&] { Options::parse(YAML::Load(yaml), tt::trainer_schema(), "trainer", "p.yaml"); });
   };
   EXPECT_EQ(error("threads: -3"), "p.yaml:1:10: trainer.threads must be in [0, 1024], got -3");
   EXPECT_EQ(error("grad_clip: -1"), "p.yaml:1:12: trainer.grad_clip must be > 0, got -1");

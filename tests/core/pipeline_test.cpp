@@ -13,12 +13,7 @@ using tt::test::topic_yaml;
 
 namespace {
 std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
-  try {
-    tt::parse_pipeline(yaml, "p.yaml", overrides);
-  } catch (const tt::ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  return tt::test::refusal_of([&] { tt::parse_pipeline(yaml, "p.yaml", overrides); });
 }
 }  // namespace
 
@@ -126,12 +121,7 @@ void register_dtype_plugin() {
 }
 
 std::string dotted_error(YAML::Node root, const std::string& key, const std::string& value) {
-  try {
-    tt::set_dotted(root, key, YAML::Load(value), "plan");
-  } catch (const tt::ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  return tt::test::refusal_of([&] { tt::set_dotted(root, key, YAML::Load(value), "plan"); });
 }
 }  // namespace
 

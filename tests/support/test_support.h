@@ -56,6 +56,17 @@ std::string config_error(F&& f) {
   return message_of<ConfigError>(std::forward<F>(f), "a ConfigError");
 }
 
+// The message of the ConfigError `f` throws, or "" when it throws none (the input was accepted).
+template <class F>
+std::string refusal_of(F&& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // Copies of the parameters of a trainer's model, in order.
 std::vector<at::Tensor> params_of(Trainer& t);
 
