@@ -381,7 +381,7 @@ TEST(AttentionPlugin, BadOptionsAndModelsWithoutAttentionAreRefused) {
                                       "[attention]\ntrainer: {max_steps: 1, threads: 1, progress: off}\n",
                                       "flat.yaml"),
                    {p.dir / "flat", false, true});
-  const std::string refused = tt::test::config_error([&] { flat.fit(); });
-  EXPECT_HAS(refused, "plugin 'attention' failed in INIT");
-  EXPECT_HAS(refused, "tt::nn::Attention");
+  const std::string at_init = tt::test::config_error([&] { flat.fit(); });
+  EXPECT_HAS(at_init, "plugin 'attention' failed in INIT");
+  EXPECT_HAS(at_init, "tt::nn::Attention");
 }

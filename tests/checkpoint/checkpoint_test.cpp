@@ -144,9 +144,9 @@ TEST(Checkpoint, PluginCutsMeasuredActivationsAndRefusesModelsWithoutBlocks) {
                                       "[checkpoint]\ntrainer: {max_steps: 1, threads: 1, progress: off}\n",
                                       "flat.yaml"),
                    {dir / "flat", false, true});
-  const std::string refused = tt::test::config_error([&] { flat.fit(); });
-  EXPECT_HAS(refused, "plugin 'checkpoint' failed in INIT");
-  EXPECT_HAS(refused, "BlockStack");
+  const std::string at_init = tt::test::config_error([&] { flat.fit(); });
+  EXPECT_HAS(at_init, "plugin 'checkpoint' failed in INIT");
+  EXPECT_HAS(at_init, "BlockStack");
   r = tt::test::run(tt::test::tt_run_bin() + " " + (dir / "base.yaml").string() +
                     " -q 'plugins=[{name: checkpoint, policy: sometimes}]'");
   EXPECT_EQ(r.rc, 2) << r.output;
