@@ -124,7 +124,10 @@ json RunReport::build() const {
                     {"minor_page_faults", rec.usage_end.ru_minflt - rec.usage_start.ru_minflt},
                     {"major_page_faults", rec.usage_end.ru_majflt - rec.usage_start.ru_majflt}};
   const auto& et = rec.epoch_times;
-  if (!et.empty()) sum["median_epoch_seconds"] = median(et.size() > 1 ? std::vector<double>(et.begin() + 1, et.end()) : et);
+  if (!et.empty()) {  // the first epoch's time holds the warm-up: left out where there are others
+    const auto from = et.begin() + (et.size() > 1 ? 1 : 0);
+    sum["median_epoch_seconds"] = median(std::vector<double>(from, et.end()));
+  }
   if (!rec.epoch_losses.empty()) {
     // Each epoch ended pushes one loss, up to the last one (s.epoch): a resumed run's list starts
     // at epoch 1 unless its checkpoint predates the saved list, then at the first epoch ended here.
