@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "test_support.h"
@@ -54,6 +56,29 @@ TEST(TopicTraining, EpochLossIsTheMeanOfBatchSums) {
   double mean2 = (losses[4] + losses[5] + losses[6] + losses[7]) / 4;
   auto s = nlohmann::json::parse(tt::test::read_file(out / "run" / "summary.json"));
   EXPECT_DOUBLE_EQ(s["final_epoch_loss"].get<double>(), mean2);
+}
+
+// summary.json's median_epoch_seconds is the median of metrics.jsonl's epoch_seconds after the
+// first epoch (its time holds the warm-up), or the one epoch's time in a run of one epoch.
+TEST(TopicTraining, MedianEpochTimeLeavesOutTheFirstEpochWhereThereAreOthers) {
+  for (const int epochs : {1, 2, 4, 5}) {  // medians of 1, 1, 3 and 4 epochs
+    const auto out = tt::test::temp_dir("topic_epoch_time");
+    tt::Trainer t(pipe(out, {"trainer.epochs=" + std::to_string(epochs)}), {out / "run", false, true});
+    t.fit();
+    std::vector<double> seconds;
+    std::istringstream lines(tt::test::read_file(out / "run" / "metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("epoch_end")) seconds.push_back(j["epoch_seconds"].get<double>());
+    }
+    ASSERT_EQ(seconds.size(), static_cast<size_t>(epochs));
+    if (epochs > 1) seconds.erase(seconds.begin());
+    std::sort(seconds.begin(), seconds.end());
+    const size_t n = seconds.size();
+    const double want = n % 2 ? seconds[n / 2] : (seconds[n / 2 - 1] + seconds[n / 2]) / 2;
+    const auto s = nlohmann::json::parse(tt::test::read_file(out / "run" / "summary.json"));
+    EXPECT_DOUBLE_EQ(s["median_epoch_seconds"].get<double>(), want) << epochs << " epochs";
+  }
 }
 
 TEST(TopicTraining, FusedAndReferencePathsTrainAlike) {
