@@ -33,13 +33,22 @@ fi
 cp /etc/resolv.conf "$ROOTFS/etc/resolv.conf"
 mountpoint -q "$ROOTFS/proc" || mount -t proc proc "$ROOTFS/proc"
 mountpoint -q "$ROOTFS/dev" || mount --bind /dev "$ROOTFS/dev"
+# /sys with its cgroup file systems (the meter's test of a cgroup memory limit makes one there);
+# a slave, so that unmounting it later cannot unmount the host's own /sys mounts
+if ! mountpoint -q "$ROOTFS/sys"; then
+  mount --rbind /sys "$ROOTFS/sys"
+  mount --make-rslave "$ROOTFS/sys"
+fi
 mkdir -p "$ROOTFS/src/tt"
 mountpoint -q "$ROOTFS/src/tt" || mount --bind -o ro "$REPO" "$ROOTFS/src/tt"
 if [ -d "$REPO/../shared" ]; then
   mkdir -p "$ROOTFS/root/shared"
   mountpoint -q "$ROOTFS/root/shared" || mount --bind -o ro "$REPO/../shared" "$ROOTFS/root/shared"
 fi
-cleanup() { umount "$ROOTFS/src/tt" "$ROOTFS/root/shared" "$ROOTFS/dev" "$ROOTFS/proc" 2>/dev/null || true; }
+cleanup() {
+  umount -R "$ROOTFS/sys" 2>/dev/null || true
+  umount "$ROOTFS/src/tt" "$ROOTFS/root/shared" "$ROOTFS/dev" "$ROOTFS/proc" 2>/dev/null || true
+}
 trap cleanup EXIT
 
 if [ $PORTABLE -eq 1 ]; then
