@@ -276,13 +276,18 @@ TEST(Adam8bitPlugin, LearnsLikeAdamWWithAQuarterOfTheOptimizerState) {
   EXPECT_LT(od, 0.5 * oa);
 }
 
-TEST(Adam8bitPlugin, ResumeContinuesTheQuantizedState) {
+// The resumed run also reports the state's size as the uninterrupted one does (counted from the
+// quantized state the checkpoint brought).
+TEST(Adam8bitPlugin, ResumeContinuesTheQuantizedStateAndReportsItsSize) {
   LmRun r;
   auto a = r.run("straight", "[adam8bit]", "max_steps: 6, checkpoint_every: 3, keep_checkpoints: 5");
   ASSERT_EQ(a.rc, 0) << a.output;
   auto res = r.resume_copy("straight", "resumed", 3);
   ASSERT_EQ(res.rc, 0) << res.output;
   EXPECT_EQ(r.summary("resumed")["final_loss"], r.summary("straight")["final_loss"]);
+  const int64_t state = r.summary("straight")["memory"]["optimizer_state_bytes"].get<int64_t>();
+  EXPECT_GT(state, 0);
+  EXPECT_EQ(r.summary("resumed")["memory"]["optimizer_state_bytes"].get<int64_t>(), state);
 }
 
 TEST(Adam8bitPlugin, BadOptionsAreConfigErrors) {

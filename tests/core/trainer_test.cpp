@@ -115,6 +115,36 @@ TEST(Trainer, ResumeIsBitwiseIdentical) {
   EXPECT_EQ(metrics.find("\"step\":7,"), metrics.rfind("\"step\":7,"));
 }
 
+// A resumed run's summary gives the optimizer state the uninterrupted run's does: counted from
+// the state the checkpoint brought (torch's SGD with momentum, Adam and AdamW here; adam8bit's
+// test covers an optimizer implementing tt::StateTensors), not from what its first step added.
+TEST(Trainer, AResumedRunReportsTheOptimizerStateOfTheUninterruptedOne) {
+  tt::test::register_test_components();
+  for (const auto& [optimizer, bytes] : std::vector<std::pair<std::string, int64_t>>{
+           {"{name: sgd, lr: 0.05, momentum: 0.9}", 9 * 4},  // the momentum buffers
+           {"{name: adam, lr: 0.01}", 2 * 9 * 4},             // exp_avg and exp_avg_sq
+           {"{name: adamw, lr: 0.01}", 2 * 9 * 4}}) {
+    const auto out = tt::test::temp_dir("resume_state");
+    const std::string yaml = "name: reg\nmodel: test-regression\ndata: test-regression-data\noptimizer: " + optimizer +
+                             "\ntrainer: {batch_size: 16, max_steps: 6, threads: 1, progress: off}\noutput: {plots: false}\n";
+    tt::Trainer straight(tt::parse_pipeline(yaml, "p.yaml"), {out / "straight", false, true});
+    straight.fit();
+    tt::Trainer first(tt::parse_pipeline(yaml, "p.yaml"), {out / "split", false, true});
+    first.add_plugin(std::make_unique<StopAt>(3));
+    EXPECT_THROW(first.fit(), tt::Interrupted) << optimizer;
+    tt::clear_interrupt();
+    tt::Trainer resumed(tt::Trainer::pipeline_of_run(out / "split", {}), {out / "split", true, true});
+    resumed.add_plugin(std::make_unique<StopAt>(-1));
+    resumed.fit();
+    const auto memory = [](const fs::path& dir) {
+      return nlohmann::json::parse(tt::test::read_file(dir / "summary.json"))["memory"];
+    };
+    EXPECT_EQ(memory(out / "straight")["optimizer_state_bytes"].get<int64_t>(), bytes) << optimizer;
+    EXPECT_EQ(memory(out / "split")["optimizer_state_bytes"].get<int64_t>(), bytes) << optimizer;
+    EXPECT_EQ(resumed.step_losses().size(), 3u) << optimizer;
+  }
+}
+
 TEST(Trainer, KeepsTheNewestCheckpoints) {
   auto out = tt::test::temp_dir("ckpt");
   auto p = tt::parse_pipeline(tt::test::topic_yaml(out, "  max_steps: 12\n  checkpoint_every: 2\n  keep_checkpoints: 2\n"),

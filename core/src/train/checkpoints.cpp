@@ -55,13 +55,8 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
   const std::string mismatch = load_model_checked(run, model_ar);
   TT_CHECK(mismatch.empty(), file.string(), " does not fit the model of this pipeline (", mismatch,
            "): resume with the pipeline the run was made with");
-  const int64_t before = run.live_foreground();
   ar.read("optimizer", opt_ar);
   s.optimizer->load(opt_ar);
-  // An AdamW's moments are counted from the state itself, as a new run's first step counts them.
-  const int64_t state_bytes = adamw_state_bytes(*s.optimizer);
-  s.memory.optimizer_state = state_bytes >= 0 ? state_bytes : std::max<int64_t>(0, run.live_foreground() - before);
-  run.optimizer_measured = true;
   const auto& plugins = run.host.plugins();
   for (size_t i = 0; i < plugins.size(); ++i) {
     torch::serialize::InputArchive pa;
@@ -149,10 +144,18 @@ void load_checkpoint(Run& run) {
   auto all = list_checkpoints(dir);
   TT_CHECK(!all.empty(), run.state.run_dir.string(), ": no checkpoint to resume from (checkpoints/step-*.pt)");
   std::string failures;
+  // The optimizer's state is counted from the state itself, as a new run's first step counts it;
+  // where tt does not know its tensors (a wrapping optimizer's), it is what the load left live:
+  // the archive's tensors are read with the file, so only its end tells what stays.
+  const int64_t before = run.live_foreground();
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {
       load_checkpoint_file(run, *it);
       run.resumed_from = it->string();
+      const int64_t counted = optimizer_state_bytes(*run.state.optimizer);
+      run.state.memory.optimizer_state =
+          counted >= 0 ? counted : std::max<int64_t>(0, run.live_foreground() - before);
+      run.optimizer_measured = true;
       return;
     } catch (const Error&) {
       throw;

@@ -10,6 +10,7 @@
 #include "tt/checkpoint.h"
 #include "tt/error.h"
 #include "tt/log.h"
+#include "tt/optimizer_state.h"
 #include "tt/schedule.h"
 
 namespace tt {
@@ -162,8 +163,9 @@ void optimizer_step(Run& run) {
     const double seconds = seconds_since(t0);
     run.record.optimizer_times.push_back(seconds);
     s.last_step.optimizer_seconds = seconds;
-    if (!run.optimizer_measured) {
-      s.memory.optimizer_state = std::max<int64_t>(0, run.live_foreground() - before);
+    if (!run.optimizer_measured) {  // counted from the state where tt knows its tensors, else what the step left
+      const int64_t counted = optimizer_state_bytes(*s.optimizer);
+      s.memory.optimizer_state = counted >= 0 ? counted : std::max<int64_t>(0, run.live_foreground() - before);
       run.optimizer_measured = true;
     }
   }
@@ -181,7 +183,7 @@ bool fused_step(Run& run) {
       s.micro_batch_size < s.batch.size)
     return false;
   const int64_t before = run.live_foreground();
-  const int64_t state_before = run.gradients_measured ? -1 : adamw_state_bytes(*s.optimizer);
+  const int64_t state_before = run.gradients_measured ? -1 : optimizer_state_bytes(*s.optimizer);
   const auto t0 = Clock::now();
   FusedStep f = with_context(detail::cat("model (", run.pipeline.model.name, ") fused step at step ", s.step + 1),
                              [&] { return s.model->fused_step(s.batch, *s.optimizer); });
@@ -196,7 +198,7 @@ bool fused_step(Run& run) {
   // workspace for that step's batch (the activations figure).
   if (!run.gradients_measured && !s.skip_step) {
     const int64_t grown = std::max<int64_t>(0, run.live_foreground() - before);
-    const int64_t state_after = adamw_state_bytes(*s.optimizer);
+    const int64_t state_after = optimizer_state_bytes(*s.optimizer);
     const int64_t state_grown = state_before >= 0 && state_after >= 0 ? state_after - state_before
                                 : run.optimizer_measured                ? 0
                                                                         : grown;
@@ -234,14 +236,33 @@ void usual_step(Run& run) {
 
 }  // namespace
 
-int64_t adamw_state_bytes(torch::optim::Optimizer& optimizer) {
+int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer) {
+  const auto add = [](int64_t& n, const at::Tensor& t) {
+    if (t.defined()) n += static_cast<int64_t>(t.nbytes());
+  };
   int64_t n = 0;
-  for (const auto& entry : optimizer.state()) {
-    const auto* a = dynamic_cast<const torch::optim::AdamWParamState*>(entry.second.get());
-    if (!a) return -1;
-    for (const at::Tensor* t : {&a->exp_avg(), &a->exp_avg_sq(), &a->max_exp_avg_sq()})
-      if (t->defined()) n += static_cast<int64_t>(t->nbytes());
+  if (auto* st = dynamic_cast<StateTensors*>(&optimizer)) {
+    for (const auto& group : optimizer.param_groups())
+      for (const auto& p : group.params())
+        for (const at::Tensor* t : st->state_tensors(p)) add(n, *t);
+    return n;
   }
+  for (const auto& entry : optimizer.state()) {
+    const auto* state = entry.second.get();
+    if (const auto* a = dynamic_cast<const torch::optim::AdamWParamState*>(state)) {
+      for (const at::Tensor* t : {&a->exp_avg(), &a->exp_avg_sq(), &a->max_exp_avg_sq()}) add(n, *t);
+    } else if (const auto* b = dynamic_cast<const torch::optim::AdamParamState*>(state)) {
+      for (const at::Tensor* t : {&b->exp_avg(), &b->exp_avg_sq(), &b->max_exp_avg_sq()}) add(n, *t);
+    } else if (const auto* m = dynamic_cast<const torch::optim::SGDParamState*>(state)) {
+      add(n, m->momentum_buffer());
+    } else {
+      return -1;
+    }
+  }
+  // No state yet: known only for the optimizers above (a wrapper's state lives elsewhere).
+  if (optimizer.state().empty() && !dynamic_cast<torch::optim::AdamW*>(&optimizer) &&
+      !dynamic_cast<torch::optim::Adam*>(&optimizer) && !dynamic_cast<torch::optim::SGD*>(&optimizer))
+    return -1;
   return n;
 }
 

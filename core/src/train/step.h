@@ -14,8 +14,11 @@ class Optimizer;
 
 namespace tt {
 
-// The bytes of the optimizer's state tensors when it is an AdamW (its moments), else -1.
-int64_t adamw_state_bytes(torch::optim::Optimizer& optimizer);
+// The bytes of the optimizer's state, counted from the state itself where tt knows its tensors:
+// torch's Adam and AdamW (and FusedAdamW: the moments), SGD (the momentum buffers) and an
+// optimizer implementing tt::StateTensors (adam8bit); else -1, and the trainer measures what the
+// optimizer's first step (or a checkpoint's load) leaves live instead.
+int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer);
 
 // `started`: when loading the batch began (the step's time counts from there).
 void train_step(Run& run, Batch batch, Clock::time_point started);
