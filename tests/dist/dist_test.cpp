@@ -274,7 +274,7 @@ fs::path last_checkpoint(const fs::path& run) {
 }
 }  // namespace
 
-TEST(Dist, Zero1ShardsTheOptimizerStateAndMatchesDdp) {
+TEST(Dist, Zero1ShardsTheOptimizerStateAndMatchesDdpAndResumesIt) {
   tt::test::TinyLm lm("dist_zero1");
   lm.run("lm", "[]", "batch_size: 4, max_steps: 1");
   const std::string base = env_clean() + tt_run_bin() + " --nproc 2 " + (lm.dir / "lm.yaml").string() +
@@ -302,6 +302,8 @@ TEST(Dist, Zero1ShardsTheOptimizerStateAndMatchesDdp) {
   auto res = run(env_clean() + tt_run_bin() + " --nproc 2 --resume " + (lm.dir / "zr").string() + " -q");
   ASSERT_EQ(res.rc, 0) << res.output;
   EXPECT_EQ(summary(lm.dir / "zr")["replica_parameter_hashes"][0], sz["replica_parameter_hashes"][0]);
+  // ... and the same size of state: what the checkpoint's load left live on rank 0 (zero1's shard)
+  EXPECT_EQ(summary(lm.dir / "zr")["memory"]["optimizer_state_bytes"], sz["memory"]["optimizer_state_bytes"]);
 }
 
 // trainer.dist_rows: owned keeps L's rows on the rank that owns the documents (i % 2) and
