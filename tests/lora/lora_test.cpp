@@ -111,11 +111,11 @@ TEST(Lora, AllLinearTrainPatternsAndBadTargets) {
 
   Net other;
   const std::string e = config_error([&] { Lora bad(*other, config({"qkv", "attn_out"})); });
-  EXPECT_NE(e.find("'attn_out' matches no Linear layer"), std::string::npos) << e;
-  EXPECT_NE(e.find("b0.qkv"), std::string::npos) << e;
-  EXPECT_NE(config_error([&] { Lora bad(*other, config({"fc1"}, 32)); }).find("exceeds the smaller side"), std::string::npos);
+  EXPECT_HAS(e, "'attn_out' matches no Linear layer");
+  EXPECT_HAS(e, "b0.qkv");
+  EXPECT_HAS(config_error([&] { Lora bad(*other, config({"fc1"}, 32)); }), "exceeds the smaller side");
   torch::nn::Sequential plain(torch::nn::Linear(4, 4));
-  EXPECT_NE(config_error([&] { Lora bad(*plain, config({"all-linear"})); }).find("no tt::nn::Linear"), std::string::npos);
+  EXPECT_HAS(config_error([&] { Lora bad(*plain, config({"all-linear"})); }), "no tt::nn::Linear");
 }
 
 TEST(Lora, MergedOutputsEqualUnmergedAndUnmergeRestores) {
@@ -180,12 +180,9 @@ TEST(Lora, AdaptersFileAndMergedExportApplyToTheBaseModel) {
 
   // Mismatches are clear errors.
   Net n1, n2, n3;
-  EXPECT_NE(config_error([&] { Lora(*n1, config({"qkv", "proj"}, 4, 4)).load(dir / "adapters.pt"); }).find("r = 2"),
-            std::string::npos);
-  EXPECT_NE(config_error([&] { Lora(*n2, config({"qkv"}, 2, 4)).load(dir / "adapters.pt"); }).find("which the targets here"),
-            std::string::npos);
-  EXPECT_NE(config_error([&] { Lora(*n3, config({"qkv", "proj"}, 2, 4)).load(dir / "base.pt"); }).find("not a LoRA adapter file"),
-            std::string::npos);
+  EXPECT_HAS(config_error([&] { Lora(*n1, config({"qkv", "proj"}, 4, 4)).load(dir / "adapters.pt"); }), "r = 2");
+  EXPECT_HAS(config_error([&] { Lora(*n2, config({"qkv"}, 2, 4)).load(dir / "adapters.pt"); }), "which the targets here");
+  EXPECT_HAS(config_error([&] { Lora(*n3, config({"qkv", "proj"}, 2, 4)).load(dir / "base.pt"); }), "not a LoRA adapter file");
 }
 
 // ---------------------------------------------------------------- through tt-run

@@ -18,8 +18,13 @@ namespace tt {
 class Trainer;
 }
 
-// Expects `part` in `text` (a std::string or a C string), showing the text where it is missing.
-#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
+// Expects `part` in `text` (a std::string or a C string), showing the text where it is missing;
+// `text` is evaluated once (it may be a call that runs the code under test).
+#define EXPECT_HAS(text, part)                                                \
+  do {                                                                        \
+    const std::string tt_expect_has_text_(text);                              \
+    EXPECT_NE(tt_expect_has_text_.find(part), std::string::npos) << tt_expect_has_text_; \
+  } while (0)
 
 namespace tt::test {
 

@@ -237,32 +237,29 @@ void usual_step(Run& run) {
 }  // namespace
 
 int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer) {
-  const auto add = [](int64_t& n, const at::Tensor& t) {
+  int64_t n = 0;
+  const auto add = [&n](const at::Tensor& t) {
     if (t.defined()) n += static_cast<int64_t>(t.nbytes());
   };
-  int64_t n = 0;
   if (auto* st = dynamic_cast<StateTensors*>(&optimizer)) {
     for (const auto& group : optimizer.param_groups())
       for (const auto& p : group.params())
-        for (const at::Tensor* t : st->state_tensors(p)) add(n, *t);
+        for (const at::Tensor* t : st->state_tensors(p)) add(*t);
     return n;
   }
+  // torch's own optimizers, whose state types are known (a wrapper's state lives elsewhere)
+  if (!dynamic_cast<torch::optim::AdamW*>(&optimizer) && !dynamic_cast<torch::optim::Adam*>(&optimizer) &&
+      !dynamic_cast<torch::optim::SGD*>(&optimizer))
+    return -1;
+  const auto moments = [&add](const auto& a) {
+    for (const at::Tensor* t : {&a.exp_avg(), &a.exp_avg_sq(), &a.max_exp_avg_sq()}) add(*t);
+  };
   for (const auto& entry : optimizer.state()) {
     const auto* state = entry.second.get();
-    if (const auto* a = dynamic_cast<const torch::optim::AdamWParamState*>(state)) {
-      for (const at::Tensor* t : {&a->exp_avg(), &a->exp_avg_sq(), &a->max_exp_avg_sq()}) add(n, *t);
-    } else if (const auto* b = dynamic_cast<const torch::optim::AdamParamState*>(state)) {
-      for (const at::Tensor* t : {&b->exp_avg(), &b->exp_avg_sq(), &b->max_exp_avg_sq()}) add(n, *t);
-    } else if (const auto* m = dynamic_cast<const torch::optim::SGDParamState*>(state)) {
-      add(n, m->momentum_buffer());
-    } else {
-      return -1;
-    }
+    if (const auto* a = dynamic_cast<const torch::optim::AdamWParamState*>(state)) moments(*a);
+    else if (const auto* b = dynamic_cast<const torch::optim::AdamParamState*>(state)) moments(*b);
+    else if (const auto* m = dynamic_cast<const torch::optim::SGDParamState*>(state)) add(m->momentum_buffer());
   }
-  // No state yet: known only for the optimizers above (a wrapper's state lives elsewhere).
-  if (optimizer.state().empty() && !dynamic_cast<torch::optim::AdamW*>(&optimizer) &&
-      !dynamic_cast<torch::optim::Adam*>(&optimizer) && !dynamic_cast<torch::optim::SGD*>(&optimizer))
-    return -1;
   return n;
 }
 
