@@ -249,7 +249,6 @@ struct LmRun : tt::test::TinyLm {
                           const std::string& optimizer = "{name: adamw, lr: 0.003}") const {
     return TinyLm::run(tag, plugins, "batch_size: 8, threads: 2, " + trainer, "optimizer: " + optimizer + "\n");
   }
-  nlohmann::json summary(const std::string& tag) const { return nlohmann::json::parse(TinyLm::summary(tag)); }
 };
 }  // namespace
 

@@ -124,7 +124,7 @@ TEST(Checkpoint, PluginCutsMeasuredActivationsAndRefusesModelsWithoutBlocks) {
   auto run = [&](const std::string& plugins, const std::string& tag) {
     auto r = lm.run(tag, plugins, "batch_size: 8, max_steps: 2, threads: 1");
     EXPECT_EQ(r.rc, 0) << r.output;
-    return nlohmann::json::parse(lm.summary(tag));
+    return lm.summary(tag);
   };
   auto base = run("[]", "base"), ckpt = run("[checkpoint]", "ckpt");
   const double a = base["memory"]["activations_bytes"].get<double>(), b = ckpt["memory"]["activations_bytes"].get<double>();
@@ -199,7 +199,7 @@ TEST(Checkpoint, BudgetPolicyFitsItsBudgetOnTheMeter) {
     return lm.run(tag, plugins, "batch_size: 8, max_steps: 3, threads: 1");
   };
   auto peak = [&](const std::string& tag) {
-    return nlohmann::json::parse(tt::test::read_file(dir / tag / "summary.json"))["memory"]["peak_tensor_bytes"]
+    return tt::test::summary_of(dir / tag)["memory"]["peak_tensor_bytes"]
         .get<int64_t>();
   };
   ASSERT_EQ(run("[]", "base").rc, 0);

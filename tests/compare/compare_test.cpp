@@ -97,7 +97,7 @@ TEST(Compare, ACrashingVariantIsReportedWhileTheOthersComplete) {
   EXPECT_NE(r.output.find("crashes ... crashed (signal 11)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("capped ... out of memory"), std::string::npos) << r.output;
 
-  const json j = json::parse(tt::test::read_file(c.dir / "crash" / "compare.json"));
+  const json j = tt::test::read_json(c.dir / "crash" / "compare.json");
   EXPECT_EQ(j["baseline"], "baseline");
   EXPECT_EQ(j["steps"], 3);
   ASSERT_EQ(j["variants"].size(), 4u);
@@ -150,7 +150,7 @@ TEST(Compare, PipelineFilesNamedOnTheCommandLineKeepTheirOwnPlugins) {
   auto r = tt::test::run(tt::test::tt_run_bin() + " --compare " + (c.dir / "plain.yaml").string() + " " +
                          (c.dir / "ckpt.yaml").string() + " --steps 2 --warmup 0 --run-dir " + (c.dir / "files").string());
   ASSERT_EQ(r.rc, 0) << r.output;
-  const json j = json::parse(tt::test::read_file(c.dir / "files" / "compare.json"));
+  const json j = tt::test::read_json(c.dir / "files" / "compare.json");
   ASSERT_EQ(j["variants"].size(), 2u);
   EXPECT_EQ(j["variants"][0]["name"], "plain");
   EXPECT_EQ(j["baseline"], "plain");
@@ -179,7 +179,7 @@ TEST(Compare, AVariantWithoutPluginsKeepsThePipelinesAndAnEmptyListRemovesThem) 
   auto r = c.run("keep", "compare:\n  steps: 2\n  warmup_steps: 0\n  variants:\n    kept: {}\n    none: {plugins: []}\n",
                  "", c.base() + "plugins: [checkpoint]\n");
   ASSERT_EQ(r.rc, 0) << r.output;
-  auto v = by_name(json::parse(tt::test::read_file(c.dir / "keep" / "compare.json")));
+  auto v = by_name(tt::test::read_json(c.dir / "keep" / "compare.json"));
   ASSERT_TRUE(v["kept"]["ok"].get<bool>()) << r.output;
   ASSERT_TRUE(v["none"]["ok"].get<bool>()) << r.output;
   EXPECT_EQ(v["kept"]["plugins"], json::array({"checkpoint"}));
@@ -198,7 +198,7 @@ TEST(Compare, ValidationColumnShowsEachVariantsValidationMetric) {
 )",
                  "", c.base(true));
   ASSERT_EQ(r.rc, 0) << r.output;
-  const json j = json::parse(tt::test::read_file(c.dir / "val" / "compare.json"));
+  const json j = tt::test::read_json(c.dir / "val" / "compare.json");
   EXPECT_EQ(j["validation_metric"], "val_loss");
   auto v = by_name(j);
   std::map<std::string, std::string> csv_val;
@@ -206,7 +206,7 @@ TEST(Compare, ValidationColumnShowsEachVariantsValidationMetric) {
   for (const char* name : {"baseline", "fast"}) {
     ASSERT_TRUE(v[name]["ok"].get<bool>()) << r.output;
     // the figures are the variant's own run's: its summary.json's validation object
-    const json summary = json::parse(tt::test::read_file(c.dir / "val" / name / "summary.json"));
+    const json summary = tt::test::summary_of(c.dir / "val" / name);
     ASSERT_TRUE(summary.contains("validation")) << summary.dump();
     EXPECT_EQ(v[name]["validation"], summary["validation"]);
     const double val_loss = summary["validation"]["val_loss"].get<double>();
@@ -232,7 +232,7 @@ TEST(Compare, BytesAPluginHoldsShowInTheRestOfThePeak) {
     holds: {plugins: [{name: test-hold, bytes: 4MiB}]}
 )");
   ASSERT_EQ(r.rc, 0) << r.output;
-  auto v = by_name(json::parse(tt::test::read_file(c.dir / "rest" / "compare.json")));
+  auto v = by_name(tt::test::read_json(c.dir / "rest" / "compare.json"));
   ASSERT_TRUE(v["baseline"]["ok"].get<bool>()) << r.output;
   ASSERT_TRUE(v["holds"]["ok"].get<bool>()) << r.output;
   for (const char* name : {"baseline", "holds"}) {
@@ -268,7 +268,7 @@ TEST(Compare, ARefusedVariantIsNamedInItsRowAndTheOthersRun) {
 )");
   ASSERT_EQ(r.rc, 7) << r.output;
   EXPECT_NE(r.output.find("typo ... refused: "), std::string::npos) << r.output;
-  auto v = by_name(json::parse(tt::test::read_file(c.dir / "refused" / "compare.json")));
+  auto v = by_name(tt::test::read_json(c.dir / "refused" / "compare.json"));
   ASSERT_EQ(v.size(), 5u);
   struct Refusal {
     const char* name;
@@ -334,7 +334,7 @@ TEST(ProfileMemory, BreakdownPerBlockTableAndTimelineOfOneStep) {
                          (c.dir / "prof").string());
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_NE(r.output.find("blocks.1"), std::string::npos) << r.output;
-  const json j = json::parse(tt::test::read_file(c.dir / "prof" / "memory_profile.json"));
+  const json j = tt::test::read_json(c.dir / "prof" / "memory_profile.json");
   ASSERT_EQ(j["blocks"].size(), 2u);
   int64_t blocks = 0;
   for (const auto& b : j["blocks"]) {
@@ -371,7 +371,7 @@ TEST(ProfileMemory, BreakdownPerBlockTableAndTimelineOfOneStep) {
   auto rc = tt::test::run(tt::test::tt_run_bin() + " --profile-memory " + (c.dir / "pc.yaml").string() + " --run-dir " +
                           (c.dir / "profc").string());
   ASSERT_EQ(rc.rc, 0) << rc.output;
-  const json k = json::parse(tt::test::read_file(c.dir / "profc" / "memory_profile.json"));
+  const json k = tt::test::read_json(c.dir / "profc" / "memory_profile.json");
   ASSERT_EQ(k["blocks"].size(), 2u);
   for (size_t i = 0; i < 2; ++i)
     EXPECT_LT(k["blocks"][i]["activation_bytes"].get<int64_t>(), j["blocks"][i]["activation_bytes"].get<int64_t>() / 3);
@@ -381,7 +381,7 @@ TEST(ProfileMemory, BreakdownPerBlockTableAndTimelineOfOneStep) {
   auto rp = tt::test::run(tt::test::tt_run_bin() + " -q " + (c.dir / "pp.yaml").string() + " --run-dir " +
                           (c.dir / "profp").string());
   ASSERT_EQ(rp.rc, 0) << rp.output;
-  const json q = json::parse(tt::test::read_file(c.dir / "profp" / "memory_profile.json"));
+  const json q = tt::test::read_json(c.dir / "profp" / "memory_profile.json");
   EXPECT_EQ(q["step"], 2);
   ASSERT_EQ(q["blocks"].size(), 2u);
   EXPECT_GT(q["blocks"][0]["activation_bytes"].get<int64_t>(), 0);
@@ -407,7 +407,7 @@ TEST(Compare, CompareOverridesChangeTheComparisonAndTheOthersEachVariant) {
   ASSERT_EQ(r.rc, 0) << r.output;
   for (const std::string v : {"baseline", "chunked"}) {
     EXPECT_EQ(tt::test::step_lines(c.dir / "ovr" / v / "metrics.jsonl").size(), 2u) << v;
-    const json s = json::parse(tt::test::read_file(c.dir / "ovr" / v / "summary.json"));
+    const json s = tt::test::summary_of(c.dir / "ovr" / v);
     EXPECT_EQ(s["batch_size"], 2) << v;
   }
   // pipelines named on the command line have no compare: section to change
@@ -429,12 +429,12 @@ TEST(ProfileMemory, AModelWithAFusedStepIsProfiledOnTheUsualStepAndSaysSo) {
                          " --run-dir " + (c.dir / "tprof").string());
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_NE(r.output.find("note: model.fused_step is on"), std::string::npos) << r.output;
-  const json j = json::parse(tt::test::read_file(c.dir / "tprof" / "memory_profile.json"));
+  const json j = tt::test::read_json(c.dir / "tprof" / "memory_profile.json");
   EXPECT_GT(j["memory"]["gradients_bytes"].get<int64_t>(), 0) << "the usual step: gradient tensors";
   auto plain = tt::test::run(tt::test::tt_run_bin() + " -q " + (c.dir / "topic.yaml").string() +
                              " trainer.max_steps=3 --run-dir " + (c.dir / "tplain").string());
   ASSERT_EQ(plain.rc, 0) << plain.output;
-  const json s = json::parse(tt::test::read_file(c.dir / "tplain" / "summary.json"));
+  const json s = tt::test::summary_of(c.dir / "tplain");
   EXPECT_EQ(s["memory"]["gradients_bytes"], 0) << "the fused step: no gradient tensors";
   // with the fused step off, no note
   auto off = tt::test::run(tt::test::tt_run_bin() + " --profile-memory " + (c.dir / "topic.yaml").string() +

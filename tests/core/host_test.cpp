@@ -62,7 +62,7 @@ TEST(Host, EvaluationEventsWrapTheEvaluationAndPluginMetricsReachTheFiles) {
   EXPECT_DOUBLE_EQ(evals[1]["ema_loss"].get<double>(), 1.0);
   EXPECT_TRUE(evals[1].contains("val_loss"));  // the model's validation loss on the same line
   EXPECT_DOUBLE_EQ(evals[1]["val_loss"].get<double>(), model_loss_seen);
-  const json summary = json::parse(tt::test::read_file(out / "run" / "summary.json"));
+  const json summary = tt::test::summary_of(out / "run");
   EXPECT_EQ(summary["status"], "completed");
   EXPECT_DOUBLE_EQ(summary["validation"]["ema_loss"].get<double>(), 1.0);
 }
@@ -120,7 +120,7 @@ TEST(Host, PluginFailureNamesPluginEventAndStepInTheErrorTheLogAndTheSummary) {
     EXPECT_NE(message.find(c.expect_cause), std::string::npos) << message;
     EXPECT_EQ(code, c.exit_code) << message;
     EXPECT_NE(tt::test::read_file(out / "run" / "log.txt").find(c.expect_start), std::string::npos);
-    const json summary = json::parse(tt::test::read_file(out / "run" / "summary.json"));
+    const json summary = tt::test::summary_of(out / "run");
     EXPECT_EQ(summary["status"], "failed");
     EXPECT_EQ(summary["exit_code"], c.exit_code);
     EXPECT_EQ(summary["error"].get<std::string>().rfind(c.expect_start, 0), 0u);

@@ -137,7 +137,7 @@ TEST(Trainer, AResumedRunReportsTheOptimizerStateOfTheUninterruptedOne) {
     resumed.add_plugin(std::make_unique<StopAt>(-1));
     resumed.fit();
     const auto memory = [](const fs::path& dir) {
-      return nlohmann::json::parse(tt::test::read_file(dir / "summary.json"))["memory"];
+      return tt::test::summary_of(dir)["memory"];
     };
     EXPECT_EQ(memory(out / "straight")["optimizer_state_bytes"].get<int64_t>(), bytes) << optimizer;
     EXPECT_EQ(memory(out / "split")["optimizer_state_bytes"].get<int64_t>(), bytes) << optimizer;
@@ -174,7 +174,7 @@ TEST(Trainer, NanLossIsAClearErrorOrSkipped) {
   }
   tt::Trainer s(tt::parse_pipeline(yaml, "p.yaml", {"trainer.on_nan=skip"}), {out / "b", false, true});
   s.fit();
-  auto summary = nlohmann::json::parse(tt::test::read_file(out / "b" / "summary.json"));
+  auto summary = tt::test::summary_of(out / "b");
   EXPECT_EQ(summary["skipped_steps"], 1);
   EXPECT_EQ(summary["steps"], 4);
 }
@@ -192,7 +192,7 @@ TEST(Trainer, WritesRunDirectory) {
   EXPECT_EQ(dir.parent_path(), out);
   EXPECT_EQ(dir.filename().string().rfind("reg-", 0), 0u);
   for (const char* f : {"pipeline.yaml", "metrics.jsonl", "summary.json", "log.txt"}) EXPECT_TRUE(fs::exists(dir / f)) << f;
-  auto summary = nlohmann::json::parse(tt::test::read_file(dir / "summary.json"));
+  auto summary = tt::test::summary_of(dir);
   EXPECT_EQ(summary["steps"], 12);
   EXPECT_GT(summary["memory"]["peak_tensor_bytes"].get<int64_t>(), 0);
   EXPECT_EQ(summary["memory"]["parameters_bytes"], 9 * 4);

@@ -54,7 +54,6 @@ struct GpuLm : tt::test::TinyLm {
                        "device: " + device + ", threads: 2, batch_size: " + std::to_string(batch_size) + ", " + trainer,
                        "optimizer: {name: adamw, lr: 0.003}\n");
   }
-  nlohmann::json summary(const std::string& tag) const { return nlohmann::json::parse(TinyLm::summary(tag)); }
 };
 }  // namespace
 
@@ -230,7 +229,7 @@ TEST(Cuda, TopicModelTrainsOverTheNonzerosLikeTheCpuKernelsAndUnderTheDenseFormu
   expect_losses_near(steps(dir / "gpu"), cpu, 1e-4);
   expect_losses_near(steps(dir / "gpu-dense-batches"), cpu, 1e-4);
   auto peak = [&](const std::string& tag) {
-    const auto s = nlohmann::json::parse(tt::test::read_file(dir / tag / "summary.json"));
+    const auto s = tt::test::summary_of(dir / tag);
     EXPECT_EQ(s["memory"]["measured_on"], "cuda caching allocator") << tag;
     return s["memory"]["peak_tensor_bytes"].get<double>();
   };

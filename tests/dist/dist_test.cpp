@@ -26,11 +26,10 @@ using json = nlohmann::json;
 using tt::test::checkpoint_params;
 using tt::test::read_file;
 using tt::test::run;
+using tt::test::summary_of;
 using tt::test::tt_run_bin;
 
 namespace {
-
-json summary(const fs::path& run_dir) { return json::parse(read_file(run_dir / "summary.json")); }
 
 std::vector<double> losses(const fs::path& run_dir) {
   std::vector<double> out;
@@ -57,7 +56,7 @@ TEST(Dist, TwoRanksStayBitwiseEqualOnTheLm) {
   auto r = run(env_clean() + tt_run_bin() + " --nproc 2 " + yaml.string() +
                " trainer.max_steps=6 trainer.micro_batch_size=2 -q --run-dir " + (lm.dir / "ddp").string());
   ASSERT_EQ(r.rc, 0) << r.output;
-  json s = summary(lm.dir / "ddp");
+  json s = summary_of(lm.dir / "ddp");
   EXPECT_EQ(s["world_size"], 2);
   EXPECT_EQ(s["steps"], 6);
   ASSERT_EQ(s["replica_parameter_hashes"].size(), 2u);
@@ -84,19 +83,19 @@ TEST(Dist, TwoRanksOfBatchBFollowOneRankOfBatch2B) {
   // Float sums run in another order (each rank's partial sum, then the all-reduce): equal to
   // rounding, within 1e-5 relative.
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * std::abs(a[i])) << "step " << i + 1;
-  json s = summary(dir / "two");
+  json s = summary_of(dir / "two");
   EXPECT_EQ(s["replica_parameter_hashes"][0], s["replica_parameter_hashes"][1]);
   // The launcher shares the cores among its workers (OMP_NUM_THREADS = cores / 2 unless set),
   // where the process alone takes them all.
   const int cores = tt::usable_cores(), env = tt::threads_from_environment();
-  EXPECT_EQ(summary(dir / "one")["threads"], std::min(cores, env > 0 ? env : cores));
+  EXPECT_EQ(summary_of(dir / "one")["threads"], std::min(cores, env > 0 ? env : cores));
   EXPECT_EQ(s["threads"], std::min(cores, env > 0 ? env : std::max(1, cores / 2)));
   if (cores >= 2) {  // an OMP_NUM_THREADS of the user's reaches the workers as it is
     auto all = run(env_clean() + "OMP_NUM_THREADS=" + std::to_string(cores) + " " + tt_run_bin() + " --nproc 2 " +
                    topic_pipeline(dir, "all").string() + " trainer.threads=0 trainer.max_steps=1 -q --run-dir " +
                    (dir / "all").string());
     ASSERT_EQ(all.rc, 0) << all.output;
-    EXPECT_EQ(summary(dir / "all")["threads"], cores);
+    EXPECT_EQ(summary_of(dir / "all")["threads"], cores);
   }
   // rank 0 alone wrote the run directory
   EXPECT_TRUE(fs::exists(dir / "two" / "metrics.jsonl"));
@@ -260,7 +259,7 @@ TEST(Dist, AnInfLossOnOneRankIsSkippedByEveryRank) {
                    << "output: {dir: " << dir.string() << ", plots: false}\n";
   auto r = run(env_clean() + tt_run_bin() + " --nproc 2 " + y.string() + " -q --run-dir " + (dir / "n").string());
   ASSERT_EQ(r.rc, 0) << r.output;
-  json s = summary(dir / "n");
+  json s = summary_of(dir / "n");
   EXPECT_EQ(s["skipped_steps"], 2);  // once per epoch
   EXPECT_EQ(s["replica_parameter_hashes"][0], s["replica_parameter_hashes"][1]);
 }
@@ -283,7 +282,7 @@ TEST(Dist, Zero1ShardsTheOptimizerStateAndMatchesDdpAndResumesIt) {
   ASSERT_EQ(ddp.rc, 0) << ddp.output;
   auto z = run(base + (lm.dir / "z").string() + " 'plugins=[zero1]'");
   ASSERT_EQ(z.rc, 0) << z.output;
-  json sd = summary(lm.dir / "ddp"), sz = summary(lm.dir / "z");
+  json sd = summary_of(lm.dir / "ddp"), sz = summary_of(lm.dir / "z");
   EXPECT_EQ(sz["replica_parameter_hashes"][0], sz["replica_parameter_hashes"][1]);
   const double ratio = sz["memory"]["optimizer_state_bytes"].get<double>() / sd["memory"]["optimizer_state_bytes"].get<double>();
   EXPECT_GT(ratio, 0.40) << sz["memory"].dump();
@@ -301,9 +300,9 @@ TEST(Dist, Zero1ShardsTheOptimizerStateAndMatchesDdpAndResumesIt) {
     if (e.path().filename().string() > "step-00000004.pt") fs::remove(e.path());
   auto res = run(env_clean() + tt_run_bin() + " --nproc 2 --resume " + (lm.dir / "zr").string() + " -q");
   ASSERT_EQ(res.rc, 0) << res.output;
-  EXPECT_EQ(summary(lm.dir / "zr")["replica_parameter_hashes"][0], sz["replica_parameter_hashes"][0]);
+  EXPECT_EQ(summary_of(lm.dir / "zr")["replica_parameter_hashes"][0], sz["replica_parameter_hashes"][0]);
   // ... and the same size of state: what the checkpoint's load left live on rank 0 (zero1's shard)
-  EXPECT_EQ(summary(lm.dir / "zr")["memory"]["optimizer_state_bytes"], sz["memory"]["optimizer_state_bytes"]);
+  EXPECT_EQ(summary_of(lm.dir / "zr")["memory"]["optimizer_state_bytes"], sz["memory"]["optimizer_state_bytes"]);
 }
 
 // trainer.dist_rows: owned keeps L's rows on the rank that owns the documents (i % 2) and
@@ -323,7 +322,7 @@ TEST(Dist, OwnedRowsTrainLikeAllReduce) {
   ASSERT_EQ(a.size(), 12u);
   ASSERT_EQ(b.size(), a.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * std::abs(a[i])) << "step " << i + 1;
-  json s = summary(dir / "owned");
+  json s = summary_of(dir / "owned");
   EXPECT_EQ(s["world_size"], 2);
   EXPECT_EQ(s["replica_parameter_hashes"][0], s["replica_parameter_hashes"][1]);
   for (const char* f : {"L.npy", "F.npy"}) {

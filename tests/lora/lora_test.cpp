@@ -208,7 +208,6 @@ struct Finetune : tt::test::TinyLm {
     return run(tag, plugins, "batch_size: 8, threads: 2, max_steps: " + std::to_string(steps),
                "optimizer: {name: adamw, lr: " + lr + "}\n");
   }
-  json summary(const std::string& tag) const { return json::parse(TinyLm::summary(tag)); }
   double val(const std::string& tag) const { return summary(tag)["validation"]["val_loss"].get<double>(); }
 };
 }  // namespace

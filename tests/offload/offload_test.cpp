@@ -199,7 +199,6 @@ struct Lm : tt::test::TinyLm {
   tt::test::RunResult run(const std::string& tag, const std::string& plugins, const std::string& trainer) const {
     return TinyLm::run(tag, plugins, "batch_size: 8, threads: 2, " + trainer, "optimizer: {name: adamw, lr: 0.003}\n");
   }
-  json summary(const std::string& tag) const { return json::parse(TinyLm::summary(tag)); }
 };
 }  // namespace
 

@@ -17,7 +17,6 @@ struct Lm : tt::test::TinyLm {
   tt::test::RunResult run(const std::string& tag, const std::string& plugins, const std::string& trainer) const {
     return TinyLm::run(tag, plugins, "batch_size: 16, threads: 2, max_steps: 4, " + trainer);
   }
-  json summary(const std::string& tag) const { return json::parse(TinyLm::summary(tag)); }
   int64_t peak(const std::string& tag) const { return summary(tag)["memory"]["peak_tensor_bytes"].get<int64_t>(); }
   std::vector<double> losses(const std::string& tag) const {
     std::vector<double> out;

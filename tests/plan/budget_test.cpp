@@ -17,7 +17,7 @@ struct Budget {
   Budget() {
     auto r = lm.run("base", "[]", "batch_size: 8, threads: 1, max_steps: 4");
     EXPECT_EQ(r.rc, 0) << r.output;
-    baseline_peak = json::parse(lm.summary("base"))["memory"]["peak_tensor_bytes"].get<int64_t>();
+    baseline_peak = lm.summary("base")["memory"]["peak_tensor_bytes"].get<int64_t>();
   }
   tt::test::RunResult run(const std::string& yaml_tag, const std::string& args) const {
     return tt::test::run(tt::test::tt_run_bin() + " " + (lm.dir / (yaml_tag + ".yaml")).string() + " " + args);
@@ -39,7 +39,7 @@ TEST(Budget, HalfTheBaselinePeakPlansAndTrainsToCompletionUnderTheCap) {
       << r.output;
   EXPECT_NE(r.output.find("fits under "), std::string::npos) << r.output;
 
-  const json s = json::parse(tt::test::read_file(run_dir / "summary.json"));
+  const json s = tt::test::summary_of(run_dir);
   EXPECT_EQ(s["steps"], 4);  // to completion
   EXPECT_LE(s["memory"]["peak_tensor_bytes"].get<int64_t>(), budget);
   bool guarded = false;
@@ -49,7 +49,7 @@ TEST(Budget, HalfTheBaselinePeakPlansAndTrainsToCompletionUnderTheCap) {
             std::string::npos);
 
   // plan.json: the choice, measured under the limit, and the configurations it weighed.
-  const json plan = json::parse(tt::test::read_file(fs::path(run_dir.string() + "-plan") / "plan.json"));
+  const json plan = tt::test::read_json(fs::path(run_dir.string() + "-plan") / "plan.json");
   ASSERT_TRUE(plan["found"].get<bool>());
   EXPECT_EQ(plan["budget_bytes"], budget);
   EXPECT_LE(plan["chosen"]["measured"]["peak_tensor_bytes"].get<int64_t>(), plan["limit_bytes"].get<int64_t>());
@@ -64,7 +64,7 @@ TEST(Budget, TheTrainerKeyPlansTheSameWay) {
   const int64_t budget = b.baseline_peak / 2;
   auto r = b.lm.run("key", "[]", "batch_size: 8, threads: 1, max_steps: 4, memory_budget: " + std::to_string(budget));
   ASSERT_EQ(r.rc, 0) << r.output;
-  const json s = json::parse(b.lm.summary("key"));
+  const json s = b.lm.summary("key");
   EXPECT_EQ(s["steps"], 4);
   EXPECT_LE(s["memory"]["peak_tensor_bytes"].get<int64_t>(), budget);
   // The run's pipeline is the planned one: resuming it does not plan again.
@@ -80,7 +80,7 @@ TEST(Budget, BelowAnythingPossibleItSaysSoAndByHowMuch) {
   EXPECT_NE(r.output.find("the smallest measured peak"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("raise the budget to at least"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(b.lm.dir / "tiny" / "summary.json"));  // nothing trained
-  const json plan = json::parse(tt::test::read_file(b.lm.dir / "tiny-plan" / "plan.json"));
+  const json plan = tt::test::read_json(b.lm.dir / "tiny-plan" / "plan.json");
   EXPECT_FALSE(plan["found"].get<bool>());
   EXPECT_GT(plan["smallest"]["over_by_bytes"].get<int64_t>(), 0);
   EXPECT_EQ(plan["smallest"]["over_by_bytes"].get<int64_t>(),
@@ -93,7 +93,7 @@ TEST(Budget, RecommendPrintsASettingForEachBudget) {
   ASSERT_EQ(r.rc, 0) << r.output;
   for (const char* g : {"0.5 GiB", "1 GiB", "2 GiB", "4 GiB", "8 GiB", "16 GiB"})
     EXPECT_NE(r.output.find(std::string("\n  ") + g), std::string::npos) << g << "\n" << r.output;
-  const json rec = json::parse(tt::test::read_file(b.lm.dir / "rec-plan" / "recommend.json"));
+  const json rec = tt::test::read_json(b.lm.dir / "rec-plan" / "recommend.json");
   ASSERT_EQ(rec["budgets"].size(), 6u);
   for (const auto& p : rec["budgets"]) {
     // Every configuration of this model fits in 0.5 GiB: each budget takes the fastest measured,

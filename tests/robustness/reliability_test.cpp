@@ -368,7 +368,7 @@ TEST(Reliability, SigtermToCompareEndsTheVariantItRunsAndTheComparison) {
   EXPECT_EQ(WEXITSTATUS(status), 130) << out;
   // The table holds the variant that finished; the interrupted one's row says so.
   ASSERT_TRUE(fs::exists(dir / "cmp" / "compare.json")) << out;
-  const auto j = nlohmann::json::parse(read_file(dir / "cmp" / "compare.json"));
+  const auto j = tt::test::read_json(dir / "cmp" / "compare.json");
   ASSERT_EQ(j["variants"].size(), 3u) << j.dump(1);
   EXPECT_EQ(j["variants"][0]["name"], "plain");
   EXPECT_EQ(j["variants"][0]["status"], "ok");

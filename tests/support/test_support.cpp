@@ -8,7 +8,9 @@
 #include <cctype>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 #include "tt/model.h"
 #include "tt/registry.h"
@@ -76,6 +78,18 @@ std::string read_file(const fs::path& p) {
   ss << in.rdbuf();
   return ss.str();
 }
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) throw std::runtime_error("cannot read " + p.string());
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(p.string() + " is not JSON: " + e.what());
+  }
+}
+
+nlohmann::json summary_of(const fs::path& run_dir) { return read_json(run_dir / "summary.json"); }
 
 int64_t mapped_rss_kb(const fs::path& file) {
   std::ifstream in("/proc/self/smaps");
@@ -180,6 +194,8 @@ std::vector<std::string> step_lines(const fs::path& metrics_jsonl) {
     if (line.find("\"loss\":") != std::string::npos) out.push_back(line);
   return out;
 }
+
+nlohmann::json TinyLm::summary(const std::string& tag) const { return summary_of(dir / tag); }
 
 TinyLm::TinyLm(const std::string& tag) : dir(temp_dir(tag)) {
   std::ofstream out(dir / "train.txt");

@@ -4,6 +4,8 @@
 // files, shell quoting and ConfigError messages.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -108,6 +110,13 @@ class OnEvent : public Plugin {
 
 std::string read_file(const std::filesystem::path& p);
 
+// The JSON document in `p` (a run's summary.json, a report); throws std::runtime_error naming the
+// file when it is missing or not JSON, so a failed test says which file.
+nlohmann::json read_json(const std::filesystem::path& p);
+
+// A run folder's summary.json (read_json).
+nlohmann::json summary_of(const std::filesystem::path& run_dir);
+
 // Resident kB of this process's mappings of `file` (/proc/self/smaps).
 int64_t mapped_rss_kb(const std::filesystem::path& file);
 
@@ -128,7 +137,7 @@ struct TinyLm {
   explicit TinyLm(const std::string& tag);
   RunResult run(const std::string& tag, const std::string& plugins, const std::string& trainer,
                 const std::string& extra_top = "") const;
-  std::string summary(const std::string& tag) const { return read_file(dir / tag / "summary.json"); }
+  nlohmann::json summary(const std::string& tag) const;  // dir/tag's summary.json
   // Copies run `from` to `to` as if it had stopped after the checkpoint of step `step`
   // (later checkpoints and the summary removed), then resumes `to` with tt-run --resume.
   RunResult resume_copy(const std::string& from, const std::string& to, int step) const;

@@ -58,7 +58,7 @@ struct Exported {
     return tt::test::read_file(out);
   }
   json validation(const std::string& tag) const {
-    return json::parse(tt::test::read_file(dir / tag / "summary.json"))["validation"];
+    return tt::test::summary_of(dir / tag)["validation"];
   }
   fs::path checkpoint() const { return tt::list_checkpoints(dir / "src" / "checkpoints").back(); }
 };

@@ -32,7 +32,7 @@ struct Tab {
     std::ofstream(yaml) << "name: " << tag << "\nseed: 0\n" << body << "output: {dir: " << dir.string() << "}\n";
     return tt::test::run(tt::test::tt_run_bin() + " " + yaml.string() + " -q --run-dir " + (dir / tag).string() + " " + args);
   }
-  json summary(const std::string& tag) const { return json::parse(tt::test::read_file(dir / tag / "summary.json")); }
+  json summary(const std::string& tag) const { return tt::test::summary_of(dir / tag); }
 };
 }  // namespace
 

@@ -59,7 +59,7 @@ TEST(ShippedWeights, InferenceOnTheSharedTablesGivesTheRecordedAccuracy) {
                                  " configs/tabular-inference.yaml data.path=" + (data / (t.name + ".csv")).string() +
                                  " -q --run-dir " + run_dir.string());
     ASSERT_EQ(r.rc, 0) << r.output;
-    const json v = json::parse(tt::test::read_file(run_dir / "summary.json"))["validation"];
+    const json v = tt::test::summary_of(run_dir)["validation"];
     EXPECT_EQ(v["val_examples"].get<double>(), t.rows) << t.name;
     EXPECT_GE(v["val_accuracy"].get<double>() * t.rows, t.right - 1 - 1e-6) << t.name;
     for (const char* k : {"val_log_loss", "val_ece", "val_roc_auc"}) EXPECT_TRUE(v.contains(k)) << t.name << " " << k;

@@ -30,7 +30,7 @@ TEST(TtRun, QuickstartConfigRunsAndPrintsASummary) {
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_NE(r.output.find("== quickstart finished"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("peak tensors"), std::string::npos);
-  auto s = nlohmann::json::parse(tt::test::read_file(dir / "run" / "summary.json"));
+  auto s = tt::test::summary_of(dir / "run");
   EXPECT_EQ(s["steps"], 126);
   EXPECT_LT(s["final_epoch_loss"].get<double>(), s["first_epoch_loss"].get<double>());
   EXPECT_TRUE(fs::exists(dir / "run" / "L.npy"));
@@ -49,7 +49,7 @@ TEST(TtRun, ReleasingLibraryPagesLeavesTheTrainingUnchanged) {
     auto r = run("cd " + tt::test::source_dir() + " && " + tt_run() + " configs/quickstart.yaml trainer.epochs=2 " +
                  "trainer.release_library_pages=" + (on ? "true" : "false") + " -q --run-dir " + quote(run_dir));
     ASSERT_EQ(r.rc, 0) << r.output;
-    auto s = nlohmann::json::parse(tt::test::read_file(run_dir / "summary.json"));
+    auto s = tt::test::summary_of(run_dir);
     ASSERT_TRUE(s["memory"].contains("library_pages_released_bytes")) << s.dump();
     if (!on) {
       EXPECT_EQ(s["memory"]["library_pages_released_bytes"].get<int64_t>(), 0);
@@ -189,8 +189,8 @@ TEST(TtRun, CrashDuringCheckpointWriteKeepsThePreviousOne) {
   EXPECT_LE(fs::file_size(dir / "crash" / "checkpoints" / ".step-00000010.pt.tmp"), 3000u);
   auto resumed = run(tt_run() + " -q --resume " + quote(dir / "crash"));
   ASSERT_EQ(resumed.rc, 0) << resumed.output;
-  auto a = nlohmann::json::parse(tt::test::read_file(dir / "straight" / "summary.json"));
-  auto b = nlohmann::json::parse(tt::test::read_file(dir / "crash" / "summary.json"));
+  auto a = tt::test::summary_of(dir / "straight");
+  auto b = tt::test::summary_of(dir / "crash");
   EXPECT_EQ(b["steps"], 15);
   EXPECT_EQ(a["final_loss"].get<double>(), b["final_loss"].get<double>());  // bitwise
 }
@@ -235,8 +235,8 @@ TEST(TtRun, CtrlCWritesACheckpointAndTheResumedRunEndsAndReportsAsTheUninterrupt
     ASSERT_EQ(y["step"].get<int64_t>(), static_cast<int64_t>(i + 1));
     ASSERT_EQ(y["loss"].get<double>(), x["loss"].get<double>()) << "step " << i + 1 << " (stopped at " << stopped << ")";
   }
-  auto s1 = nlohmann::json::parse(tt::test::read_file(dir / "straight" / "summary.json"));
-  auto s2 = nlohmann::json::parse(tt::test::read_file(dir / "run" / "summary.json"));
+  auto s1 = tt::test::summary_of(dir / "straight");
+  auto s2 = tt::test::summary_of(dir / "run");
   EXPECT_EQ(s2["steps"], kSteps);
   EXPECT_EQ(s2["final_loss"].get<double>(), s1["final_loss"].get<double>());
   // The summary speaks of the whole run: its epoch losses from epoch 1 (the checkpoint carries
@@ -276,7 +276,7 @@ TEST(TtRun, EvaluationIsMeteredApartFromTraining) {
   auto pipe = write_pipeline(dir, yaml);
   auto none = run(tt_run() + " " + quote(pipe) + " trainer.max_steps=0 --run-dir " + quote(dir / "none"));
   ASSERT_EQ(none.rc, 0) << none.output;
-  auto m = nlohmann::json::parse(tt::test::read_file(dir / "none" / "summary.json"))["memory"];
+  auto m = tt::test::summary_of(dir / "none")["memory"];
   const int64_t params = m["parameters_bytes"].get<int64_t>();
   ASSERT_TRUE(m.contains("evaluation_peak_tensor_bytes")) << m.dump(1);
   // the forward pass of 8 windows of 64 tokens through 2 blocks holds far more than nothing
@@ -290,7 +290,7 @@ TEST(TtRun, EvaluationIsMeteredApartFromTraining) {
   auto trained = run(tt_run() + " -q " + quote(pipe) + " trainer.max_steps=4 trainer.eval_every=2 --run-dir " +
                      quote(dir / "trained"));
   ASSERT_EQ(trained.rc, 0) << trained.output;
-  m = nlohmann::json::parse(tt::test::read_file(dir / "trained" / "summary.json"))["memory"];
+  m = tt::test::summary_of(dir / "trained")["memory"];
   EXPECT_GT(m["evaluation_peak_tensor_bytes"].get<int64_t>(), params) << m.dump(1);
   EXPECT_GE(m["peak_tensor_bytes"].get<int64_t>(), m["evaluation_peak_tensor_bytes"].get<int64_t>()) << m.dump(1);
   EXPECT_GE(m["peak_rss_bytes"].get<int64_t>(), m["evaluation_peak_rss_bytes"].get<int64_t>()) << m.dump(1);

@@ -37,10 +37,6 @@ fs::path write_pipeline(const fs::path& dir, const std::string& data, int64_t k,
   return p;
 }
 
-nlohmann::json summary(const fs::path& run_dir) {
-  return nlohmann::json::parse(tt::test::read_file(run_dir / "summary.json"));
-}
-
 }  // namespace
 
 TEST(Synthetic, DocumentsDependOnlyOnSeedAndIndex) {
@@ -191,7 +187,7 @@ TEST(EndToEnd, TtRunTrainsOnTopicNpy) {
                              4);
   r = run(tt::test::tt_run_bin() + " -q " + quote(pipe) + " --run-dir " + quote(dir / "run"));
   ASSERT_EQ(r.rc, 0) << r.output;
-  auto s = summary(dir / "run");
+  auto s = tt::test::summary_of(dir / "run");
   EXPECT_EQ(s["steps"], 3 * 19);
   EXPECT_LT(s["final_epoch_loss"].get<double>(), s["first_epoch_loss"].get<double>());
   EXPECT_EQ(tt::read_npy(dir / "run" / "L.npy").sizes(), (std::vector<int64_t>{300, 4}));
@@ -224,14 +220,14 @@ TEST(EndToEnd, TtRunTrainsOnTopicText) {
   auto r = run(tt::test::tt_run_bin() + " -q " + quote(pipe) + " --run-dir " + quote(dir / "run"));
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_EQ(tt::read_npy(dir / "run" / "F.npy").sizes(), (std::vector<int64_t>{2, 12}));
-  EXPECT_LT(summary(dir / "run")["final_epoch_loss"].get<double>(),
-            summary(dir / "run")["first_epoch_loss"].get<double>());
+  EXPECT_LT(tt::test::summary_of(dir / "run")["final_epoch_loss"].get<double>(),
+            tt::test::summary_of(dir / "run")["first_epoch_loss"].get<double>());
 
   // sparse batches (the default): the topic model reads rows/cols/vals and learns the same way
   pipe = write_pipeline(dir, "{name: topic-text, path: " + (dir / "corpus.txt").string() + ", stopwords: true}", 2);
   r = run(tt::test::tt_run_bin() + " -q " + quote(pipe) + " --run-dir " + quote(dir / "run-sparse"));
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_EQ(tt::read_npy(dir / "run-sparse" / "F.npy").sizes(), (std::vector<int64_t>{2, 12}));
-  EXPECT_LT(summary(dir / "run-sparse")["final_epoch_loss"].get<double>(),
-            summary(dir / "run-sparse")["first_epoch_loss"].get<double>());
+  EXPECT_LT(tt::test::summary_of(dir / "run-sparse")["final_epoch_loss"].get<double>(),
+            tt::test::summary_of(dir / "run-sparse")["first_epoch_loss"].get<double>());
 }

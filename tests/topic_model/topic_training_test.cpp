@@ -54,7 +54,7 @@ TEST(TopicTraining, EpochLossIsTheMeanOfBatchSums) {
   t.fit();
   const auto& losses = t.step_losses();
   double mean2 = (losses[4] + losses[5] + losses[6] + losses[7]) / 4;
-  auto s = nlohmann::json::parse(tt::test::read_file(out / "run" / "summary.json"));
+  auto s = tt::test::summary_of(out / "run");
   EXPECT_DOUBLE_EQ(s["final_epoch_loss"].get<double>(), mean2);
 }
 
@@ -76,7 +76,7 @@ TEST(TopicTraining, MedianEpochTimeLeavesOutTheFirstEpochWhereThereAreOthers) {
     std::sort(seconds.begin(), seconds.end());
     const size_t n = seconds.size();
     const double want = n % 2 ? seconds[n / 2] : (seconds[n / 2 - 1] + seconds[n / 2]) / 2;
-    const auto s = nlohmann::json::parse(tt::test::read_file(out / "run" / "summary.json"));
+    const auto s = tt::test::summary_of(out / "run");
     EXPECT_DOUBLE_EQ(s["median_epoch_seconds"].get<double>(), want) << epochs << " epochs";
   }
 }
@@ -107,7 +107,7 @@ TEST(TopicTraining, LazyUpdatesOnlyTheBatchRowsAndStillLearns) {
   auto out = tt::test::temp_dir("topic");
   tt::Trainer t(pipe(out, {"trainer.epochs=3", "model.lazy=true"}), {out / "run", false, true});
   t.fit();
-  auto s = nlohmann::json::parse(tt::test::read_file(out / "run" / "summary.json"));
+  auto s = tt::test::summary_of(out / "run");
   EXPECT_LT(s["final_epoch_loss"].get<double>(), s["first_epoch_loss"].get<double>());
 }
 
@@ -184,7 +184,7 @@ TEST(TopicTraining, RowGradientsTrainBitwiseLikeDenseGradients) {
   auto out = tt::test::temp_dir("topic");
   tt::Trainer t(pipe(out, {"trainer.max_steps=2", "model.fused_step=false"}), {out / "run", false, true});
   t.fit();
-  auto s = nlohmann::json::parse(tt::test::read_file(out / "run" / "summary.json"));
+  auto s = tt::test::summary_of(out / "run");
   const int64_t grad_bytes = s["memory"]["gradients_bytes"].get<int64_t>();
   EXPECT_LT(grad_bytes, 64 * 4 * 4 + 4 * 50 * 4) << "L's gradient should be 16 rows, not 64";
 }
@@ -198,7 +198,7 @@ TEST(TopicTraining, FusedStepTrainsBitwiseLikeAutogradAndTheOptimizer) {
     sets.push_back("trainer.epochs=6");
     tt::Trainer t(pipe(out, sets), {out / "run", false, true});
     t.fit();
-    auto s = nlohmann::json::parse(tt::test::read_file(out / "run" / "summary.json"));
+    auto s = tt::test::summary_of(out / "run");
     return std::make_tuple(tt::read_npy(out / "run" / "L.npy"), tt::read_npy(out / "run" / "F.npy"), t.step_losses(),
                            s["memory"]["gradients_bytes"].get<int64_t>());
   };
@@ -249,7 +249,7 @@ TEST(TopicTraining, DeferredRowUpdatesCountTheirStateAsOptimizerState) {
     sets.push_back("trainer.max_steps=3");
     tt::Trainer t(pipe(out, sets), {out / "run", false, true});
     t.fit();
-    return nlohmann::json::parse(tt::test::read_file(out / "run" / "summary.json"))["memory"];
+    return tt::test::summary_of(out / "run")["memory"];
   };
   for (const char* defer : {"true", "false"}) {
     // 4000 documents: L (4000 x 8) is most of the parameters, the batch's tensors are small
