@@ -295,6 +295,10 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
                ? root["name"].Scalar()
                : std::filesystem::path(file).stem().string();
   if (p.name.empty() || p.name == "<string>") p.name = "run";
+  // The name starts the run directory's name (<name>-<timestamp>, inside output.dir)
+  TT_CHECK_AS(ConfigError, p.name.find('/') == std::string::npos && p.name != "." && p.name != "..",
+              where_of(file, root["name"], overrides, "name"), ": name '", p.name,
+              "' is not a file name (it begins the run directory's name inside output.dir): leave out '/'");
   if (root["seed"].IsDefined() && !root["seed"].IsNull()) {
     Schema s = Schema().add("seed", Type::Int, "0", "");
     YAML::Node wrap;
@@ -305,6 +309,17 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
   }
   p.trainer = Options::parse(root["trainer"], trainer_schema(), "trainer", file, {},
                              origins_under(overrides, "trainer.", root["trainer"]));
+  {
+    const std::string dev = p.trainer.get_string("device");
+    const bool indexed = dev.rfind("cuda:", 0) == 0 && dev.size() > 5 &&
+                         dev.find_first_not_of("0123456789", 5) == std::string::npos && dev.size() <= 8;
+    p.trainer.check(dev == "cpu" || dev == "cuda" || indexed, "device", "must be cpu, cuda or cuda:N, got '" + dev + "'");
+  }
+  if (p.trainer.is_set("micro_batch_size")) {
+    const int64_t batch = p.trainer.get_int("batch_size");
+    p.trainer.check(p.trainer.get_int("micro_batch_size") <= batch, "micro_batch_size",
+                    "must be at most batch_size (" + std::to_string(batch) + ")");
+  }
   if (p.trainer.is_set("memory_budget")) {
     try {
       parse_budget(p.trainer.get_string("memory_budget"));

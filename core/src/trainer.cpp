@@ -142,14 +142,37 @@ struct Trainer::Impl {
     set_phase("in setup");
     add_callbacks();
     setup_run(run, std::move(extra_plugins));
-    if (run.config.resume) load_checkpoint(run);
+    if (run.config.resume) {
+      load_checkpoint(run);
+      write_pipeline_file(run);  // the overrides it was resumed with, now that they fit the checkpoint
+    }
     if (run.sync) run.sync->broadcast_model();
     if (interrupted())
       throw Interrupted(detail::cat("interrupted during setup, before the first step: nothing was trained",
                                     run.config.resume ? "; the run's checkpoints are as they were" : ""));
     if (run.resumed && s.step >= s.total_steps) {  // e.g. tt-run --resume RUN --sample PROMPT on a finished run
-      log().info("{}: the run in {} is complete at step {} (of {}); nothing to train, outputs kept as they are",
-                 run.pipeline.name, s.run_dir.string(), s.step, s.total_steps);
+      // Trained to the end but stopped before its outputs were written (Ctrl-C or a kill while
+      // evaluating or sampling at the end): this process writes them.
+      std::string status = run.root ? summary_status(s.run_dir / "summary.json") : "";
+      if (run.dist) status = run.dist->broadcast_string(status);
+      if (status == "completed") {
+        log().info("{}: the run in {} is complete at step {} (of {}); nothing to train, outputs kept as they are",
+                   run.pipeline.name, s.run_dir.string(), s.step, s.total_steps);
+        return;
+      }
+      log().info("{}: the run in {} was trained to step {} (of {}) but its outputs were not all written "
+                 "(summary.json {}); writing them now",
+                 run.pipeline.name, s.run_dir.string(), s.step, s.total_steps,
+                 status.empty() ? "missing" : "says " + status);
+      run.start_step = s.step;
+      rec.setup_seconds = seconds_since(rec.started);
+      // No training here: the training's figures are the stopped run's where its summary has them
+      // (the memory figures else what this process held).
+      if (report) report->finish_only(run.root ? read_summary(s.run_dir / "summary.json") : nlohmann::json());
+      s.memory.peak_tensor = run.peak();
+      s.memory.peak_rss = run.rss_peak();
+      set_phase("evaluating");
+      finish();
       return;
     }
     run.start_step = s.step;
@@ -197,7 +220,14 @@ struct Trainer::Impl {
     s.memory.peak_rss = run.rss_peak();
     s.memory.peak_reserved = run.meter.reserved_peak();
     s.memory.rss_anon_end = Meter::rss_anon();
+    finish();
+  }
 
+  // After the training loop: the final evaluation and checkpoint, the model's outputs, exports,
+  // FIT_END (summary.json and the plots).
+  void finish() {
+    State& s = run.state;
+    RunRecord& rec = run.record;
     run.flush_optimizer();  // outputs read the parameters whole, even without evaluation or a checkpoint
     evaluate();
     if (run.last_checkpoint_step != s.step && s.step > run.start_step) checkpoint();

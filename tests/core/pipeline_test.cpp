@@ -289,6 +289,25 @@ TEST(Pipeline, NumbersNoRunCouldUseAreRefused) {
   }
 }
 
+// What no machine could run is refused when the pipeline is read (so --dry-run and a
+// comparison's check refuse it too), not when the run sets up: a device that is not one, a
+// micro-batch larger than the batch, a name that would put the run outside output.dir.
+TEST(Pipeline, ADeviceMicroBatchOrNameNoRunCouldUseIsRefusedWhenRead) {
+  const std::string yaml = topic_yaml(temp_dir("pipe"));
+  for (const auto& [override, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"trainer.device=tpu", "command line 'trainer.device=tpu': trainer.device must be cpu, cuda or cuda:N, got 'tpu'"},
+           {"trainer.device=cuda:x", "trainer.device must be cpu, cuda or cuda:N, got 'cuda:x'"},
+           {"trainer.device=cuda:-1", "trainer.device must be cpu, cuda or cuda:N, got 'cuda:-1'"},
+           {"trainer.micro_batch_size=32", "trainer.micro_batch_size must be at most batch_size (16)"},
+           {"name=../../escaped", "name '../../escaped' is not a file name"}}) {
+    const std::string e = error_of(yaml, {override});
+    EXPECT_NE(e.find(expect), std::string::npos) << override << ": " << e;
+  }
+  for (const char* fine : {"trainer.device=cpu", "trainer.device=cuda", "trainer.device=cuda:1",
+                           "trainer.micro_batch_size=16", "name=my-run.2"})
+    EXPECT_EQ(error_of(yaml, {fine}), "") << fine;
+}
+
 TEST(Pipeline, APluginListedTwiceIsRefusedNamingBothEntries) {
   const std::string e = error_of(topic_yaml(temp_dir("pipe"), "", "plugins: [oom-guard, {name: oom-guard, min_micro_batch: 2}]\n"));
   EXPECT_NE(e.find("plugins[1] lists 'oom-guard' again (it is plugins[0], at p.yaml:"), std::string::npos) << e;

@@ -145,6 +145,88 @@ TEST(Trainer, AResumedRunReportsTheOptimizerStateOfTheUninterruptedOne) {
   }
 }
 
+// A resume refused for its overrides (a model that does not fit the checkpoint) is a
+// configuration error and changes nothing: pipeline.yaml and summary.json stay as they were, so
+// the run still resumes as it was made.
+TEST(Trainer, AResumeRefusedForItsOverridesLeavesTheRunAsItWas) {
+  const auto out = tt::test::temp_dir("resume_refused");
+  const fs::path dir = out / "run";
+  tt::Trainer first(tt::parse_pipeline(tt::test::topic_yaml(out, "  max_steps: 6\n"), "p.yaml"), {dir, false, true});
+  first.add_plugin(std::make_unique<StopAt>(3));
+  EXPECT_THROW(first.fit(), tt::Interrupted);
+  tt::clear_interrupt();
+  const std::string pipeline = tt::test::read_file(dir / "pipeline.yaml"), summary = tt::test::read_file(dir / "summary.json");
+  ASSERT_NE(pipeline.find("k: 4"), std::string::npos) << pipeline;
+  ASSERT_EQ(tt::test::summary_of(dir)["status"], "interrupted");
+
+  tt::Trainer refused(tt::Trainer::pipeline_of_run(dir, {"model.k=5"}), {dir, true, true});
+  refused.add_plugin(std::make_unique<StopAt>(-1));
+  try {
+    refused.fit();
+    ADD_FAILURE() << "a resume with model.k=5 of a k=4 run was accepted";
+  } catch (const tt::ConfigError& e) {
+    EXPECT_HAS(e.what(), "does not fit the model of this pipeline");
+    EXPECT_EQ(e.exit_code(), 2);
+  }
+  EXPECT_EQ(tt::test::read_file(dir / "pipeline.yaml"), pipeline);
+  EXPECT_EQ(tt::test::read_file(dir / "summary.json"), summary);
+
+  tt::Trainer resumed(tt::Trainer::pipeline_of_run(dir, {}), {dir, true, true});
+  resumed.add_plugin(std::make_unique<StopAt>(-1));
+  resumed.fit();
+  EXPECT_EQ(resumed.step_losses().size(), 3u);
+  EXPECT_EQ(tt::test::summary_of(dir)["status"], "completed");
+}
+
+// A run stopped after its last step, before its outputs were written (Ctrl-C then, or a kill
+// while it evaluated or wrote them), is finished by a resume: the model's outputs and a completed
+// summary, with the training process's memory figures where its summary has them. A resume of
+// the finished run then leaves it as it is.
+TEST(Trainer, AResumeOfARunTrainedToTheEndWritesTheOutputsItMissed) {
+  for (const bool summary_lost : {false, true}) {
+    const auto out = tt::test::temp_dir("resume_outputs");
+    const fs::path dir = out / "run";
+    tt::Trainer first(tt::parse_pipeline(tt::test::topic_yaml(out, "  max_steps: 4\n"), "p.yaml"), {dir, false, true});
+    first.add_plugin(std::make_unique<StopAt>(4));  // the last step
+    EXPECT_THROW(first.fit(), tt::Interrupted);
+    tt::clear_interrupt();
+    EXPECT_FALSE(fs::exists(dir / "L.npy"));
+    const auto interrupted = tt::test::summary_of(dir);
+    ASSERT_EQ(interrupted["status"], "interrupted");
+    // an interrupted run's summary has the peaks of its steps so far (0 when they were set only
+    // after the training loop)
+    ASSERT_GT(interrupted["memory"]["peak_tensor_bytes"].get<int64_t>(), 0);
+    ASSERT_GT(interrupted["memory"]["peak_rss_bytes"].get<int64_t>(), 0);
+    if (summary_lost) fs::remove(dir / "summary.json");
+
+    tt::Trainer resumed(tt::Trainer::pipeline_of_run(dir, {}), {dir, true, true});
+    resumed.add_plugin(std::make_unique<StopAt>(-1));
+    resumed.fit();
+    EXPECT_TRUE(resumed.step_losses().empty()) << summary_lost;
+    for (const char* f : {"L.npy", "F.npy", "top_terms.txt"}) EXPECT_TRUE(fs::exists(dir / f)) << f << " " << summary_lost;
+    const auto done = tt::test::summary_of(dir);
+    EXPECT_EQ(done["status"], "completed") << summary_lost;
+    EXPECT_EQ(done["steps"], 4);
+    EXPECT_EQ(done["steps_this_run"], 0);
+    EXPECT_EQ(done["outputs_only"], true);
+    if (summary_lost) {  // what this process held: the model, its optimizer state; no step measured
+      EXPECT_GT(done["memory"]["peak_tensor_bytes"].get<int64_t>(), 0);
+      EXPECT_EQ(done["memory"]["parameters_bytes"], interrupted["memory"]["parameters_bytes"]);
+      for (const char* k : {"final_loss", "median_step_seconds", "steps_per_second"}) EXPECT_FALSE(done.contains(k)) << k;
+    } else {  // the stopped run's
+      EXPECT_EQ(done["memory"], interrupted["memory"]);
+      for (const char* k : {"final_loss", "median_step_seconds", "steps_per_second"}) EXPECT_EQ(done[k], interrupted[k]) << k;
+      EXPECT_GT(done["final_loss"].get<double>(), 0);
+    }
+
+    const std::string finished = tt::test::read_file(dir / "summary.json");
+    tt::Trainer again(tt::Trainer::pipeline_of_run(dir, {}), {dir, true, true});
+    again.add_plugin(std::make_unique<StopAt>(-1));
+    again.fit();
+    EXPECT_EQ(tt::test::read_file(dir / "summary.json"), finished) << summary_lost;
+  }
+}
+
 TEST(Trainer, KeepsTheNewestCheckpoints) {
   auto out = tt::test::temp_dir("ckpt");
   auto p = tt::parse_pipeline(tt::test::topic_yaml(out, "  max_steps: 12\n  checkpoint_every: 2\n  keep_checkpoints: 2\n"),

@@ -59,6 +59,11 @@ class RunReport final : public Plugin {
   // Adds `key` to the summary written at the end of the fit and writes summary.json again (what
   // runs after the fit: a prediction). Nothing on a rank other than 0.
   void add_to_summary(const std::string& key, const nlohmann::json& value);
+  // This process only writes the outputs of a run trained to the end by another (a resume):
+  // the summary says so ("outputs_only") and takes the training's figures (memory, final loss,
+  // step times) from `previous_summary`, the stopped run's summary.json where there is one;
+  // those it lacks are left out, not reported as 0.
+  void finish_only(const nlohmann::json& previous_summary);
 
  private:
   nlohmann::json build() const;
@@ -67,6 +72,8 @@ class RunReport final : public Plugin {
   void print() const;
   const Run& run_;
   nlohmann::json summary_;
+  bool outputs_only_ = false;
+  nlohmann::json previous_;
 };
 
 }  // namespace tt

@@ -38,7 +38,7 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
   ar.load_from(file.string());
   c10::IValue names;
   ar.read("trainer/plugins", names);
-  TT_CHECK(names.toStringRef() == run.host.names(), file.string(), " was written with plugins [", names.toStringRef(),
+  TT_CHECK_AS(ConfigError, names.toStringRef() == run.host.names(), file.string(), " was written with plugins [", names.toStringRef(),
            "] but the pipeline now has [", run.host.names(),
            "]: resume with the same plugins (their state is part of the checkpoint)");
   TT_CHECK_AS(ConfigError, !(run.sync && run.sync->owned_rows()), "trainer.dist_rows: owned cannot resume (",
@@ -53,7 +53,7 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
   torch::serialize::InputArchive model_ar, opt_ar;
   ar.read("model", model_ar);
   const std::string mismatch = load_model_checked(run, model_ar);
-  TT_CHECK(mismatch.empty(), file.string(), " does not fit the model of this pipeline (", mismatch,
+  TT_CHECK_AS(ConfigError, mismatch.empty(), file.string(), " does not fit the model of this pipeline (", mismatch,
            "): resume with the pipeline the run was made with");
   ar.read("optimizer", opt_ar);
   s.optimizer->load(opt_ar);

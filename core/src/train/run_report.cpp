@@ -55,6 +55,9 @@ void RunReport::write_failure(const std::string& status, const std::string& erro
       file_only.error("{}", error);
       file_only.flush();
     }
+    // A resume that ends before its checkpoint has loaded (refused overrides, no readable
+    // checkpoint, Ctrl-C in setup) changed nothing: the run's summary stays as it was.
+    if (run_.config.resume && !run_.resumed) return;
     summary_ = build();
     summary_["status"] = status;
     summary_["error"] = error;
@@ -70,11 +73,18 @@ void RunReport::add_to_summary(const std::string& key, const json& value) {
   write_file_atomic(run_.state.run_dir / "summary.json", summary_.dump(2) + "\n");
 }
 
+void RunReport::finish_only(const json& previous_summary) {
+  outputs_only_ = true;
+  previous_ = previous_summary.is_object() ? previous_summary : json();
+}
+
 json RunReport::build() const {
   const State& s = run_.state;
   const RunRecord& rec = run_.record;
   const MemoryBreakdown& mem = s.memory;
   const int64_t steps_here = s.step - run_.start_step;
+  // A run that ends inside the training loop (interrupted, failed) reports its peaks so far.
+  const bool in_loop = mem.peak_tensor == 0 && steps_here > 0;
   json sum = {
       {"name", run_.pipeline.name},
       {"pipeline", run_.pipeline.file},
@@ -99,8 +109,8 @@ json RunReport::build() const {
       {"steps_per_second", rec.train_seconds > 0 ? steps_here / rec.train_seconds : 0.0},
       {"final_loss", rec.step_losses.empty() ? 0.0 : rec.step_losses.back()},
       {"memory",
-       {{"peak_tensor_bytes", mem.peak_tensor},
-        {"peak_rss_bytes", mem.peak_rss},
+       {{"peak_tensor_bytes", in_loop ? run_.peak() : mem.peak_tensor},
+        {"peak_rss_bytes", in_loop ? run_.rss_peak() : mem.peak_rss},
         {"peak_reserved_bytes", mem.peak_reserved},
         {"rss_anon_start_bytes", mem.rss_anon_start},
         {"library_pages_released_bytes", rec.library_pages_released},
@@ -113,6 +123,14 @@ json RunReport::build() const {
         {"measured_on", s.device.is_cuda() ? "cuda caching allocator" : "cpu tracking allocator"}}},
       {"outputs", json::array()},
   };
+  if (outputs_only_) {  // the training's figures are the stopped run's, where it wrote them; else not measured
+    sum["outputs_only"] = true;
+    for (const char* k : {"memory", "train_seconds", "final_loss", "median_step_seconds", "median_optimizer_seconds",
+                          "steps_per_second"})
+      if (previous_.contains(k)) sum[k] = previous_[k];
+    if (!previous_.contains("final_loss"))
+      for (const char* k : {"final_loss", "median_step_seconds", "median_optimizer_seconds", "steps_per_second"}) sum.erase(k);
+  }
   if (run_.eval_peaks.tensor >= 0) {  // measured apart: the figures above are training's
     sum["memory"]["evaluation_peak_tensor_bytes"] = run_.eval_peaks.tensor;
     sum["memory"]["evaluation_peak_rss_bytes"] = run_.eval_peaks.rss;
@@ -187,13 +205,16 @@ void RunReport::print() const {
                      s.run_dir.string());
   out += fmt::format("  model      {}\n", s.model->describe());
   out += fmt::format("  plugins    [{}]\n", run_.host.names());
-  out += fmt::format("  steps      {} ({} batches of {} per epoch, {} epochs done), {:.1f} steps/s, median step {:.2f} ms\n",
-                     s.step, s.batches_per_epoch, s.batch_size, s.epoch, summary_["steps_per_second"].get<double>(),
-                     1e3 * summary_["median_step_seconds"].get<double>());
+  out += fmt::format("  steps      {} ({} batches of {} per epoch, {} epochs done)", s.step, s.batches_per_epoch,
+                     s.batch_size, s.epoch);
+  if (summary_.contains("steps_per_second"))
+    out += fmt::format(", {:.1f} steps/s, median step {:.2f} ms", summary_["steps_per_second"].get<double>(),
+                       1e3 * summary_["median_step_seconds"].get<double>());
+  out += outputs_only_ ? "; trained before, this run wrote the outputs\n" : "\n";
   if (run_.record.epoch_losses.size() > 1)
     out += fmt::format("  loss       epoch {}: {:.6g}  ->  epoch {}: {:.6g}\n", summary_["first_epoch"].get<int64_t>(),
                        summary_["first_epoch_loss"].get<double>(), s.epoch, summary_["final_epoch_loss"].get<double>());
-  else
+  else if (summary_.contains("final_loss"))
     out += fmt::format("  loss       last step: {:.6g}\n", summary_["final_loss"].get<double>());
   for (const char* section : {"validation", "model_metrics"})
     if (summary_.contains(section))

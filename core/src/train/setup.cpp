@@ -29,14 +29,18 @@ namespace fs = std::filesystem;
 
 namespace tt {
 
-namespace {
-// What a run directory's summary.json says the run ended as ("completed", "failed", ...), or "".
-std::string summary_status(const fs::path& summary) {
+nlohmann::json read_summary(const fs::path& summary) {
   std::ifstream in(summary);
   const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  return j.is_object() && j.contains("status") && j["status"].is_string() ? j["status"].get<std::string>() : "";
+  return j.is_object() ? j : nlohmann::json();
 }
 
+std::string summary_status(const fs::path& summary) {
+  const auto j = read_summary(summary);
+  return j.contains("status") && j["status"].is_string() ? j["status"].get<std::string>() : "";
+}
+
+namespace {
 // log.txt: each line written and flushed at once; the first failure (disk full) is kept for the
 // end of the run, which then fails naming the file, instead of spdlog's note on stderr.
 class LogFileSink final : public spdlog::sinks::base_sink<std::mutex> {
@@ -175,15 +179,13 @@ void setup_process(Run& run) {
   if (s.device.is_cuda() && s.device.has_index()) Meter::use_device(s.device.index());
 }
 
-// Batch sizes and the training length. (Ranges and choices of single options are declared
-// with the trainer's schema, core/src/pipeline.cpp, and checked when the pipeline is read.)
+// Batch sizes and the training length. (Their ranges, and micro_batch_size <= batch_size, are
+// checked when the pipeline is read: core/src/pipeline.cpp.)
 void read_limits(Run& run) {
   const Options& T = run.pipeline.trainer;
   State& s = run.state;
   s.batch_size = T.get_int("batch_size");
   s.micro_batch_size = T.is_set("micro_batch_size") ? T.get_int("micro_batch_size") : s.batch_size;
-  T.check(s.micro_batch_size <= s.batch_size, "micro_batch_size",
-          "must be at most batch_size (" + std::to_string(s.batch_size) + ")");
   if (T.is_set("epochs")) run.max_epochs = T.get_int("epochs");
   if (T.is_set("max_steps")) run.max_steps = T.get_int("max_steps");
   if (run.max_epochs < 0 && run.max_steps < 0) run.max_epochs = 1;
@@ -233,8 +235,7 @@ void make_run_dir(Run& run) {
   fs::create_directories(s.run_dir / "checkpoints", ec);
   TT_CHECK(!ec, "cannot create the run directory ", s.run_dir.string(), ": ", ec.message(),
            " (set output.dir to a writable place)");
-  write_file_atomic(s.run_dir / "pipeline.yaml",
-                    "# resolved by tt-run from " + run.pipeline.file + "\n" + run.pipeline.resolved_yaml());
+  if (!run.config.resume) write_pipeline_file(run);  // a resume's, once its checkpoint has loaded
   run.log_file = std::make_shared<LogFileSink>(s.run_dir / "log.txt");
   log().sinks().push_back(run.log_file);
   if (run.dist) run.dist->broadcast_string(s.run_dir.string());
@@ -260,6 +261,12 @@ void make_plugins(Run& run) {
 }
 
 }  // namespace
+
+void write_pipeline_file(Run& run) {
+  if (!run.root) return;
+  write_file_atomic(run.state.run_dir / "pipeline.yaml",
+                    "# resolved by tt-run from " + run.pipeline.file + "\n" + run.pipeline.resolved_yaml());
+}
 
 void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins) {
   const Pipeline& p = run.pipeline;

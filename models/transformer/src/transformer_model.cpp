@@ -8,6 +8,7 @@
 #include "text_stream.h"
 #include "tt/error.h"
 #include "tt/log.h"
+#include "tt/runtime.h"
 #include "tt/state.h"
 
 namespace tt::lm {
@@ -192,7 +193,7 @@ std::string TransformerLM::sample(const std::string& prompt, const Sampling& o) 
   const size_t prompt_len = ids.size();
   auto gen = at::detail::createCPUGenerator(o.seed);
   const auto device = tok->weight.device();
-  for (int64_t i = 0; i < o.tokens; ++i) {
+  for (int64_t i = 0; i < o.tokens && !interrupt_requested(); ++i) {  // Ctrl-C: the sample so far
     const size_t from = ids.size() > static_cast<size_t>(s_.seq_len) ? ids.size() - s_.seq_len : 0;
     std::vector<int64_t> window(ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end());
     at::Tensor x = torch::tensor(window, torch::kLong).view({1, -1}).to(device);
@@ -238,9 +239,10 @@ int64_t TransformerLM::estimate_activation_bytes(int64_t micro_batch_size) const
 void TransformerLM::write_outputs(const std::filesystem::path& run_dir, State& state) {
   if (!tokenizer_ || sampling_.tokens <= 0) return;
   const std::string text = sample(sample_prompt_, sampling_);
+  const bool cut = interrupt_requested();
   std::ofstream out(run_dir / "samples.txt", std::ios::app);
   out << "--- prompt: " << sample_prompt_ << " (end of training, step " << state.step << ", temperature "
-      << sampling_.temperature << ", top_k " << sampling_.top_k << ")\n"
+      << sampling_.temperature << ", top_k " << sampling_.top_k << (cut ? "; cut short by an interrupt" : "") << ")\n"
       << text << "\n";
   log().info("sample ({} tokens, temperature {}): {}", sampling_.tokens, sampling_.temperature,
              text.size() > 400 ? text.substr(0, 400) + " ..." : text);
