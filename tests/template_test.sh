@@ -8,6 +8,18 @@ WORK="$(mktemp -d /tmp/tt-template-XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
 
 cmake --install "$BUILD" --prefix "$WORK/prefix" > "$WORK/install.log"
+
+# The installed tabular configs start from the installed pretrained model, from any folder (the
+# table given on the command line, as a user's own would be).
+SHARED="${TT_SHARED_DIR:-$SRC/../shared}"
+mkdir "$WORK/elsewhere"
+(cd "$WORK/elsewhere" && "$WORK/prefix/bin/tt-run" -q "$WORK/prefix/share/tt/configs/tabular-inference.yaml" \
+  data.path="$SHARED/datasets/tabular/iris.csv" output.dir="$WORK/runs" output.run_name=tabular) > "$WORK/tabular.log" 2>&1 ||
+  { cat "$WORK/tabular.log"; echo "FAIL: the installed tabular-inference config did not run from another folder"; exit 1; }
+grep -qF "init_from: $WORK/prefix/share/tt/models/tabular-icl/pretrained/small.safetensors" \
+  "$WORK/runs/tabular/pipeline.yaml" || { cat "$WORK/runs/tabular/pipeline.yaml"; echo "FAIL: not the installed model"; exit 1; }
+grep -q '"status": "completed"' "$WORK/runs/tabular/summary.json" || { cat "$WORK/tabular.log"; exit 1; }
+
 cp -r "$WORK/prefix/share/tt/plugin-template" "$WORK/my-plugin"
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
@@ -68,5 +80,6 @@ if TT_PLUGIN_PATH="$WORK/ema/build/lib/tt" "$WORK/prefix/bin/tt-run" -q "$WORK/e
 fi
 grep -q "(ema).decay must be in (0, 1), got 1.5" "$WORK/ema-bad.log" || { cat "$WORK/ema-bad.log"; exit 1; }
 
-echo "template plugin built out of tree and ran: $n grad_l2 lines; --recommend weighed and measured grad-stats(every 4);" \
+echo "the installed tabular-inference config ran from another folder on the installed model;" \
+  "template plugin built out of tree and ran: $n grad_l2 lines; --recommend weighed and measured grad-stats(every 4);" \
   "the ema example built, ran and refused decay 1.5"

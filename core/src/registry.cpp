@@ -117,14 +117,14 @@ void Registry::add_data_tool(std::string n, std::string d, DataToolRun run) {
   data_tools_.emplace(std::move(name), DataTool{std::move(n), std::move(d), std::move(run), origin_});
 }
 
-// "unknown model 'x'; did you mean 'y'? Available models: ... Searched ...", then the refusals.
+// "unknown model 'x'. Available models: ..." or "unknown model 'x'; did you mean 'y'? Available models: ... Searched ...", then the refusals.
 static std::string unknown_name(const std::string& what, const std::string& name,
                                 const std::vector<std::string>& available, const std::vector<std::string>& refusals) {
   std::string list;
   for (const auto& a : available) list += (list.empty() ? "" : ", ") + a;
   std::string msg = detail::cat("unknown ", what, " '", name, "'");
   std::string near = nearest(name, available);
-  if (!near.empty()) msg += "; did you mean '" + near + "'?";
+  msg += near.empty() ? "." : "; did you mean '" + near + "'?";
   msg += detail::cat(" Available ", what, "s: ", list.empty() ? "(none)" : list, ". Searched ",
                      ModuleLoader::global().describe_search_path(), ".");
   for (const auto& r : refusals) msg += "\n  refused: " + r;

@@ -92,8 +92,12 @@ static sem_t g_signalled;  // posted by the first signal: wakes the watchdog
 static std::atomic<int> g_grace_holds{0};
 static std::atomic<int> g_grace{15};
 
-static void on_signal(int sig) {
+static void on_signal(int sig, siginfo_t* info, void*) {
   if (g_interrupt.load()) {  // second signal: stop now
+    // ... unless it is the parent passing on the same interrupt (tt-run's compare, planner and
+    // launcher do; `pkill`, a container's stop or a batch system's signal every process, so a
+    // child gets the signal twice): that one is ignored.
+    if (info && info->si_code == SI_USER && info->si_pid == ::getppid()) return;
     std::signal(sig, SIG_DFL);
     std::raise(sig);
     return;
@@ -137,8 +141,12 @@ void install_interrupt_handlers(const char* message, const char* program) {
     sem_init(&g_signalled, 0, 0);
     std::thread(watchdog, grace).detach();
   });
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  struct sigaction sa {};
+  sa.sa_sigaction = on_signal;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
 }
 
 void set_phase(const char* phase) { g_phase.store(phase); }

@@ -172,6 +172,15 @@ TEST(Compare, PipelineFilesNamedOnTheCommandLineKeepTheirOwnPlugins) {
   EXPECT_NE(missing.output.find("--compare: " + (c.dir / "plian.yaml").string() + ": no such file"), std::string::npos)
       << missing.output;
   EXPECT_FALSE(fs::exists(c.dir / "missing" / "plain")) << "nothing runs";
+
+  // Without --run-dir the results go to <output.dir>/plain-vs-ckpt-compare-<time>
+  auto named = tt::test::run(tt::test::tt_run_bin() + " -q --compare " + (c.dir / "plain.yaml").string() + " " +
+                             (c.dir / "ckpt.yaml").string() + " --steps 1 --warmup 0");
+  ASSERT_EQ(named.rc, 0) << named.output;
+  std::vector<std::string> folders;
+  for (const auto& e : fs::directory_iterator(c.dir / "runs")) folders.push_back(e.path().filename().string());
+  ASSERT_EQ(folders.size(), 1u);
+  EXPECT_EQ(folders[0].rfind("plain-vs-ckpt-compare-", 0), 0u) << folders[0];
 }
 
 TEST(Compare, AVariantWithoutPluginsKeepsThePipelinesAndAnEmptyListRemovesThem) {

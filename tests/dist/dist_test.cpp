@@ -223,11 +223,16 @@ TEST(Dist, BadSettingsAreRefused) {
   auto big_rank = run(env_clean() + "WORLD_SIZE=2 RANK=2 " + tt_run_bin() + " " + y.string() + " -q");
   EXPECT_EQ(big_rank.rc, 2) << big_rank.output;
   EXPECT_NE(big_rank.output.find("RANK must be below WORLD_SIZE"), std::string::npos) << big_rank.output;
-  auto zero = run(env_clean() + tt_run_bin() + " --nproc 0 " + y.string());
-  EXPECT_EQ(zero.rc, 2) << zero.output;
-  EXPECT_NE(zero.output.find("--nproc 0"), std::string::npos) << zero.output;
+  for (const char* n : {"0", "-1"}) {  // -1 once read as "no --nproc", then refused by the parser
+    auto few = run(env_clean() + tt_run_bin() + " --nproc " + n + " " + y.string());
+    EXPECT_EQ(few.rc, 2) << few.output;
+    EXPECT_HAS(few.output, std::string("--nproc ") + n + ": the number of worker processes must be at least 1");
+  }
   auto word = run(env_clean() + tt_run_bin() + " --nproc two " + y.string());
   EXPECT_EQ(word.rc, 2) << word.output;
+  EXPECT_HAS(word.output, "--nproc takes the number of worker processes, e.g. --nproc 2");
+  // --help lists it beside the other options
+  EXPECT_HAS(run(tt_run_bin() + " --help").output, "--nproc");
 }
 
 TEST(Dist, MismatchedPipelinesAcrossRanksAreDetected) {

@@ -216,6 +216,7 @@ TEST(OffloadPlugin, SameLossesWithTheStateOutOfTensorMemory) {
   EXPECT_LT(b["memory"]["optimizer_state_bytes"].get<int64_t>(), state / 20);
   EXPECT_LE(b["memory"]["peak_tensor_bytes"].get<int64_t>(), a["memory"]["peak_tensor_bytes"].get<int64_t>() - state * 9 / 10);
   EXPECT_FALSE(fs::exists(lm.dir / "off" / "optimizer-state.bin")) << "removed at exit by default";
+  for (const auto& f : b["outputs"]) EXPECT_TRUE(fs::exists(lm.dir / "off" / f.get<std::string>())) << f << " is listed but gone";
 
   auto a8 = lm.run("a8", "[adam8bit]", "max_steps: 8");
   ASSERT_EQ(a8.rc, 0) << a8.output;
@@ -223,6 +224,7 @@ TEST(OffloadPlugin, SameLossesWithTheStateOutOfTensorMemory) {
   ASSERT_EQ(a8off.rc, 0) << a8off.output;
   EXPECT_EQ(lm.summary("a8off")["final_loss"], lm.summary("a8")["final_loss"]);
   EXPECT_TRUE(fs::exists(lm.dir / "a8off" / "optimizer-state.bin"));
+  EXPECT_HAS(lm.summary("a8off")["outputs"].dump(), "optimizer-state.bin");  // kept: one of the outputs
 }
 
 TEST(OffloadPlugin, ARunKilledMidwayResumesFromItsCheckpoint) {

@@ -279,6 +279,21 @@ int wait_or_kill(pid_t pid, int seconds, double* waited = nullptr) {
   return -1;
 }
 
+// The tt-run processes whose command line names `path` (/proc, not pgrep): "PID: CMDLINE" lines,
+// the first one's PID first.
+std::string tt_runs_naming(const fs::path& path) {
+  std::string found;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = read_file(e.path() / "cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.find("tt-run") != std::string::npos && cmd.find(path.string()) != std::string::npos)
+      found += pid + ": " + cmd + "\n";
+  }
+  return found;
+}
+
 const std::string kStallEnv = std::string("TT_PLUGIN_PATH=") + TT_TEST_MODULE_DIR + " TT_INTERRUPT_GRACE=2";
 
 // Starts tt-run with `args`, sends SIGTERM once the stall plugin wrote `marker`, and waits up to
@@ -302,6 +317,16 @@ Stopped sigterm_at_marker(const std::string& args, const fs::path& dir, const fs
   r.status = wait_or_kill(pid, 30, &r.waited);
   r.out = read_file(dir / "out.txt");
   return r;
+}
+
+// dir/c.yaml: a comparison whose variant 'stalled' sleeps 120 s in INIT once it has written
+// `marker`, after a variant 'plain' when `plain_first`, and before a variant 'after'.
+void write_stalled_comparison(const fs::path& dir, const fs::path& marker, bool plain_first) {
+  std::ofstream(dir / "c.yaml") << topic_yaml(dir, "  max_steps: 4\n",
+                                              std::string("compare:\n  steps: 2\n  warmup_steps: 1\n  variants:\n") +
+                                                  (plain_first ? "    plain: {}\n" : "") +
+                                                  "    stalled: {plugins: [{name: test-stall, event: init, seconds: "
+                                                  "120, marker: " + marker.string() + "}]}\n    after: {}\n");
 }
 
 }  // namespace
@@ -356,11 +381,7 @@ TEST(Reliability, SigtermWhileACheckpointIsWrittenKeepsTheLastOneAndTheRunResume
 TEST(Reliability, SigtermToCompareEndsTheVariantItRunsAndTheComparison) {
   const fs::path dir = temp_dir("sigterm-compare");
   const fs::path marker = dir / "stalled";
-  std::ofstream(dir / "c.yaml") << topic_yaml(dir, "  max_steps: 4\n",
-                                              "compare:\n  steps: 2\n  warmup_steps: 1\n  variants:\n"
-                                              "    plain: {}\n    stalled: {plugins: [{name: test-stall, event: "
-                                              "init, seconds: 120, marker: " +
-                                                  marker.string() + "}]}\n    after: {}\n");
+  write_stalled_comparison(dir, marker, true);
   [[maybe_unused]] const auto [status, out, waited] =
       sigterm_at_marker((dir / "c.yaml").string() + " --run-dir " + (dir / "cmp").string(), dir, marker, 180);
   ASSERT_NE(status, -1) << "still running 30 s after SIGTERM, or never stalled:\n" << out;
@@ -383,16 +404,38 @@ TEST(Reliability, SigtermToCompareEndsTheVariantItRunsAndTheComparison) {
       << out;
   // No tt-run of this comparison is left.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  std::string left;  // processes whose command line names this comparison's directory (/proc, not pgrep)
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string pid = e.path().filename().string();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmd = read_file(e.path() / "cmdline");
-    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-    if (cmd.find("tt-run") != std::string::npos && cmd.find((dir / "cmp").string()) != std::string::npos)
-      left += pid + ": " + cmd + "\n";
-  }
-  EXPECT_TRUE(left.empty()) << left;
+  EXPECT_EQ(tt_runs_naming(dir / "cmp"), "");
+}
+
+// A signal to every process of a comparison (`pkill tt-run`, a container's stop, a batch
+// system's SIGTERM) is an interrupt, not a crash: the variant running gets it twice, directly
+// and passed on by the comparison, and stops as a run does (the second, its parent's, is not a
+// second Ctrl-C); its row says interrupted and the comparison ends with 130.
+TEST(Reliability, SigtermToEveryProcessOfACompareIsAnInterruptNotACrash) {
+  const fs::path dir = temp_dir("sigterm-compare-all");
+  const fs::path marker = dir / "stalled";
+  write_stalled_comparison(dir, marker, false);
+  const pid_t pid =
+      start_tt_run((dir / "c.yaml").string() + " --run-dir " + (dir / "cmp").string(), dir / "out.txt", kStallEnv);
+  ASSERT_TRUE(wait_for_file(marker, 180)) << read_file(dir / "out.txt");
+  const std::string variant = tt_runs_naming(dir / "cmp" / "stalled");
+  ASSERT_NE(variant, "") << "no process of the running variant";
+  kill(static_cast<pid_t>(std::stol(variant)), SIGTERM);  // as pkill would: each process once
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  kill(pid, SIGTERM);
+  const int status = wait_or_kill(pid, 30);
+  const std::string out = read_file(dir / "out.txt");
+  ASSERT_NE(status, -1) << "still running 30 s after SIGTERM:\n" << out;
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << out;
+  const auto j = tt::test::read_json(dir / "cmp" / "compare.json");
+  ASSERT_EQ(j["variants"].size(), 2u) << j.dump(1);
+  EXPECT_EQ(j["variants"][0]["status"], "interrupted") << j.dump(1);
+  EXPECT_EQ(j["variants"][1]["status"], "not run") << j.dump(1);
+  // the variant ended by its own grace (130), not killed by the signal passed on to it
+  EXPECT_HAS(read_file(dir / "cmp" / "stalled.log"), "still in setup 2 s after the interrupt");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(tt_runs_naming(dir / "cmp"), "");
 }
 
 // More threads than the process may use are capped at its cores, with a warning.

@@ -160,6 +160,18 @@ TEST(TtRun, ExitCodesAndMessages) {
   r = run(tt_run() + " " + quote(oom));
   EXPECT_EQ(r.rc, 4) << r.output;
   EXPECT_NE(r.output.find("out of memory at step 1"), std::string::npos) << r.output;
+  // a --predict file that is not there is refused before anything trains
+  auto plain = write_pipeline(dir, tt::test::topic_yaml(dir, "  max_steps: 2\n"));
+  r = run(tt_run() + " " + quote(plain) + " --predict " + quote(dir / "no-such.csv") + " --run-dir " +
+          quote(dir / "predict"));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "--predict '" + (dir / "no-such.csv").string() + "' does not exist or is not a file");
+  EXPECT_FALSE(fs::exists(dir / "predict")) << "a run started";
+  // a comparison's options on a pipeline that is not one are refused, not ignored
+  r = run(tt_run() + " " + quote(plain) + " --steps 5 --run-dir " + quote(dir / "steps"));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "--steps, --warmup and --repeats set a comparison");
+  EXPECT_FALSE(fs::exists(dir / "steps")) << "a run started";
 }
 
 TEST(TtRun, ListAndVersion) {

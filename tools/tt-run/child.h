@@ -20,8 +20,8 @@ YAML::Node load_yaml(const std::string& file);
 int run(const std::string& tt_run, const std::filesystem::path& yaml, const std::filesystem::path& run_dir,
         const std::filesystem::path& log);
 
-// A wait status in words: "ok", "out of memory" (exit 4), "interrupted" (130),
-// "error (exit N)", "crashed (signal N)".
+// A wait status in words: "ok", "out of memory" (exit 4), "interrupted" (130, or ended by a
+// signal once this process was interrupted), "error (exit N)", "crashed (signal N)".
 std::string status_of(int wait_status);
 
 // The last line of a log that says "error" (else its last line).

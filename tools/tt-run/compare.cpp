@@ -283,7 +283,9 @@ int run(const Options& o) {
                   "' (", f, "): variants are named by file name; rename one");
       spec.variants.push_back(v);
     }
-    name = "compare";
+    // the results folder <A>-vs-<B>-compare-<time> (up to three names, then how many more)
+    for (size_t i = 0; i < spec.variants.size() && i < 3; ++i) name += (i ? "-vs-" : "") + spec.variants[i].name;
+    if (spec.variants.size() > 3) name += "-and-" + std::to_string(spec.variants.size() - 3) + "-more";
     TT_CHECK_AS(ConfigError, compare_overrides.empty(), "compare: '", compare_overrides.empty() ? "" : compare_overrides[0],
                 "' changes a compare: section, and pipelines named on the command line have none; use --steps, "
                 "--warmup or --repeats");
@@ -454,6 +456,7 @@ int run(const Options& o) {
   write_report(out, o, spec, results, base);
   std::printf("\n%s: compare.csv, compare.json%s, one folder and log per variant\n", out.c_str(),
               fs::exists(out / "compare.png") ? ", compare.png (Pareto plot)" : "");
+  std::fflush(stdout);  // the table before what follows on stderr, also when both go to one pipe
   if (interrupted) {
     std::fprintf(stderr, "tt-run: the comparison was interrupted; the table holds the variants that finished\n");
     return 130;

@@ -50,13 +50,16 @@ std::string describe(int status) {
 }
 }  // namespace
 
-int take_nproc(std::vector<std::string>& args) {
-  int n = -1;
+std::optional<int> take_nproc(std::vector<std::string>& args) {
+  std::optional<int> n;
+  const auto malformed = [] {
+    return ConfigError("--nproc takes the number of worker processes, e.g. --nproc 2");
+  };
   for (size_t i = 0; i < args.size(); ++i) {
     std::string value;
     size_t drop = 0;
     if (args[i] == "--nproc") {
-      if (i + 1 >= args.size()) return -2;
+      if (i + 1 >= args.size()) throw malformed();
       value = args[i + 1];
       drop = 2;
     } else if (args[i].rfind("--nproc=", 0) == 0) {
@@ -67,7 +70,7 @@ int take_nproc(std::vector<std::string>& args) {
     }
     char* end = nullptr;
     long v = std::strtol(value.c_str(), &end, 10);
-    if (value.empty() || *end != '\0' || v < -1000000 || v > 1000000) return -2;
+    if (value.empty() || *end != '\0' || v < -1000000 || v > 1000000) throw malformed();
     n = static_cast<int>(v);
     args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i + drop));
     --i;

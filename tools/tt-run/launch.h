@@ -1,5 +1,6 @@
 #pragma once
 // tt-run --nproc N: N local workers of the same command line (like torchrun --standalone).
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,8 +21,8 @@ struct Options {
 // the first failing worker's code (1 where a signal ended it).
 int run(const Options& options);
 
-// Removes "--nproc N" / "--nproc=N" from argv; returns N, or -1 when absent. A value that
-// is not an integer returns -2.
-int take_nproc(std::vector<std::string>& args);
+// Removes "--nproc N" / "--nproc=N" from argv; returns N (run() refuses one below 1), or
+// nothing when absent. A value that is not an integer throws ConfigError.
+std::optional<int> take_nproc(std::vector<std::string>& args);
 
 }  // namespace tt::launch

@@ -103,15 +103,17 @@ int main(int argc, char** argv) {
   }
   {  // tt-run --nproc N ...: start N workers of the rest of the command line
     std::vector<std::string> args(argv + 1, argv + argc);
-    const int nproc = tt::launch::take_nproc(args);
-    if (nproc == -2) {
-      std::fprintf(stderr, "tt-run: --nproc takes the number of worker processes, e.g. --nproc 2\n");
-      return 2;
+    std::optional<int> nproc;
+    try {
+      nproc = tt::launch::take_nproc(args);
+    } catch (const tt::Error& e) {
+      std::fprintf(stderr, "tt-run: error: %s\n", e.what());
+      return e.exit_code();
     }
-    if (nproc != -1) {
+    if (nproc) {
       try {
         tt::launch::Options lo;
-        lo.nproc = nproc;
+        lo.nproc = *nproc;
         lo.tt_run = std::filesystem::read_symlink("/proc/self/exe").string();
         lo.args = std::move(args);
         return tt::launch::run(lo);
@@ -136,7 +138,13 @@ int main(int argc, char** argv) {
   std::string export_format, export_out;
   app.add_option("pipeline", pipeline_file, "pipeline YAML file (e.g. configs/quickstart.yaml)");
   app.add_option("overrides", overrides, "key=value overrides, e.g. trainer.batch_size=64 plugins.0.dtype=bf16");
-  app.add_flag("--dry-run", dry_run, "print the resolved pipeline (every default filled in) and exit; a comparison's variants are each validated too (exit 2 if any is refused)");
+  app.add_flag("--dry-run", dry_run, "check the pipeline as written (options, device and batch values, the modules it names; not the data files or the "
+               "machine's GPU, which a run checks as it sets up), print it with every default filled in and exit; a comparison's "
+               "variants are each checked too (exit 2 if any is refused)");
+  int nproc_for_help = 0;  // taken off the command line before this parser sees it (launch.h)
+  app.add_option("--nproc", nproc_for_help,
+                 "train data-parallel in N worker processes on this machine, as torchrun does (Gloo; NCCL on CUDA); "
+                 "the rest of the command line is each worker's");
   app.add_option("--resume", resume_dir, "continue the run in RUN_DIR from its newest checkpoint");
   app.add_option("--run-dir", run_dir, "write the run here instead of <output.dir>/<name>-<timestamp>");
   app.add_flag("--overwrite", overwrite, "the run directory holds a run: empty it and start again");
@@ -227,6 +235,10 @@ int main(int argc, char** argv) {
       return tt::export_weights::run({export_format, pipeline_file, export_out, quiet});
     }
     TT_CHECK_AS(ConfigError, export_out.empty(), "--out names the file --export writes; give --export FORMAT too");
+    // before training, not after it
+    TT_CHECK_AS(ConfigError, predict_input.empty() || std::filesystem::is_regular_file(predict_input), "--predict ",
+                tt::describe_path(predict_input), " does not exist or is not a file: give the CSV of the rows to predict "
+                "for");
     if (pipeline_file.empty() && resume_dir.empty()) {
       std::fprintf(stderr, "tt-run: name a pipeline, e.g. tt-run configs/quickstart.yaml (tt-run --help for more)\n");
       return 2;
@@ -277,6 +289,9 @@ int main(int argc, char** argv) {
     }
     tt::Pipeline pipeline = resume_dir.empty() ? tt::load_pipeline(pipeline_file, overrides)
                                                : tt::Trainer::pipeline_of_run(resume_dir, overrides);
+    TT_CHECK_AS(ConfigError, (pipeline.has_compare && resume_dir.empty()) || (cmp_steps < 0 && cmp_warmup < 0 && cmp_repeats < 0),
+                "--steps, --warmup and --repeats set a comparison (a pipeline's compare: section, or tt-run --compare "
+                "A.yaml B.yaml) and this one has none: trainer.max_steps=N trains N steps");
     if (pipeline.has_compare && !dry_run && resume_dir.empty() && !planning) return run_compare({pipeline_file}, overrides);
     if (!budget_text.empty() || (pipeline.trainer.is_set("memory_budget") && resume_dir.empty() && !dry_run) ||
         recommend) {

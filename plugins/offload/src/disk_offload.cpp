@@ -49,10 +49,13 @@ MappedFile::MappedFile(std::filesystem::path path, int64_t capacity, bool keep)
 MappedFile::~MappedFile() {
   if (base_) ::munmap(base_, static_cast<size_t>(capacity_));
   if (fd_ >= 0) ::close(fd_);
-  if (!keep_) {
-    std::error_code ec;
-    std::filesystem::remove(path_, ec);
-  }
+  remove_name_unless_kept();
+}
+
+void MappedFile::remove_name_unless_kept() {
+  if (keep_) return;
+  std::error_code ec;
+  std::filesystem::remove(path_, ec);
 }
 
 char* MappedFile::allocate(int64_t bytes) {

@@ -37,6 +37,9 @@ class MappedFile {
   int64_t used() const { return used_; }
   int64_t capacity() const { return capacity_; }
   const std::filesystem::path& path() const { return path_; }
+  // A file not kept leaves the directory now (its mapping stays usable until destruction), so
+  // that what a run lists as its outputs at its end holds only files that remain.
+  void remove_name_unless_kept();
 
  private:
   std::filesystem::path path_;
@@ -57,6 +60,7 @@ class DiskOffload : public torch::optim::Optimizer {
 
   torch::optim::Optimizer& inner() { return *inner_; }
   const MappedFile& file() const { return *file_; }
+  MappedFile& file() { return *file_; }
   // Bytes of state now in the file.
   int64_t state_bytes() const { return file_->used(); }
 

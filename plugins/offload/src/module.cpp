@@ -39,7 +39,8 @@ class OffloadPlugin final : public tt::Plugin {
     if (event == tt::Event::FIT_START && host_offload_) host_offload_->sync_from_device();
     if (event == tt::Event::FIT_END && offload_) {
       tt::log().info("offload: state file {} ({}) {}", offload_->file().path().string(),
-                     mib(offload_->state_bytes()), keep_ ? "kept" : "removed at exit");
+                     mib(offload_->state_bytes()), keep_ ? "kept" : "removed");
+      offload_->file().remove_name_unless_kept();  // before the summary lists the run's outputs
     }
   }
 
