@@ -19,6 +19,11 @@ mkdir "$WORK/elsewhere"
 grep -qF "init_from: $WORK/prefix/share/tt/models/tabular-icl/pretrained/small.safetensors" \
   "$WORK/runs/tabular/pipeline.yaml" || { cat "$WORK/runs/tabular/pipeline.yaml"; echo "FAIL: not the installed model"; exit 1; }
 grep -q '"status": "completed"' "$WORK/runs/tabular/summary.json" || { cat "$WORK/tabular.log"; exit 1; }
+# Staged for a package (DESTDIR): the staged configs name the model where it will be installed.
+DESTDIR="$WORK/stage" cmake --install "$BUILD" --prefix /opt/tt > "$WORK/stage.log"
+grep -qF "init_from: /opt/tt/share/tt/models/tabular-icl/pretrained/small.safetensors" \
+  "$WORK/stage/opt/tt/share/tt/configs/tabular-inference.yaml" || { echo "FAIL: the staged config's init_from"; exit 1; }
+test -f "$WORK/stage/opt/tt/share/tt/models/tabular-icl/pretrained/small.safetensors"
 
 cp -r "$WORK/prefix/share/tt/plugin-template" "$WORK/my-plugin"
 launcher=()

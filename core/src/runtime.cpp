@@ -92,17 +92,22 @@ static sem_t g_signalled;  // posted by the first signal: wakes the watchdog
 static std::atomic<int> g_grace_holds{0};
 static std::atomic<int> g_grace{15};
 
+static std::atomic<bool> g_first_from_parent{false};
+
 static void on_signal(int sig, siginfo_t* info, void*) {
+  const bool from_parent = info && info->si_code == SI_USER && info->si_pid == ::getppid();
   if (g_interrupt.load()) {  // second signal: stop now
-    // ... unless it is the parent passing on the same interrupt (tt-run's compare, planner and
-    // launcher do; `pkill`, a container's stop or a batch system's signal every process, so a
-    // child gets the signal twice): that one is ignored.
-    if (info && info->si_code == SI_USER && info->si_pid == ::getppid()) return;
+    // ... unless one of the two came from the parent: it passes on the interrupt it got, and
+    // `pkill` or a batch system signals every process, so a child gets the same interrupt twice
+    // (tt-run's compare, planner and launcher pass on only the first; they answer a second
+    // Ctrl-C with SIGKILL).
+    if (from_parent || g_first_from_parent.load()) return;
     std::signal(sig, SIG_DFL);
     std::raise(sig);
     return;
   }
   g_interrupt.store(true);
+  g_first_from_parent.store(from_parent);
   (void)!::write(2, g_interrupt_message, std::strlen(g_interrupt_message));
   sem_post(&g_signalled);
 }
@@ -143,7 +148,7 @@ void install_interrupt_handlers(const char* message, const char* program) {
   });
   struct sigaction sa {};
   sa.sa_sigaction = on_signal;
-  sa.sa_flags = SA_SIGINFO;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);

@@ -144,7 +144,7 @@ struct Trainer::Impl {
     setup_run(run, std::move(extra_plugins));
     if (run.config.resume) {
       load_checkpoint(run);
-      write_pipeline_file(run);  // the overrides it was resumed with, now that they fit the checkpoint
+      run.start_step = s.step;  // what this process trains starts here (a failure before: nothing)
     }
     if (run.sync) run.sync->broadcast_model();
     if (interrupted())
@@ -164,13 +164,14 @@ struct Trainer::Impl {
                  "(summary.json {}); writing them now",
                  run.pipeline.name, s.run_dir.string(), s.step, s.total_steps,
                  status.empty() ? "missing" : "says " + status);
-      run.start_step = s.step;
       rec.setup_seconds = seconds_since(rec.started);
       // No training here: the training's figures are the stopped run's where its summary has them
       // (the memory figures else what this process held).
       if (report) report->finish_only(run.root ? read_summary(s.run_dir / "summary.json") : nlohmann::json());
       s.memory.peak_tensor = run.peak();
       s.memory.peak_rss = run.rss_peak();
+      write_pipeline_file(run);  // the overrides it was resumed with
+      fire(Event::FIT_START);    // FIT_START .. FIT_END as in any fit (metrics.jsonl takes the evaluation)
       set_phase("evaluating");
       finish();
       return;
@@ -180,7 +181,10 @@ struct Trainer::Impl {
     log().info("{}: {} | data {} | {} optimizer, {} schedule | plugins [{}] | {} threads | run dir {}",
                run.pipeline.name, s.model->describe(), run.data.train->describe(), run.pipeline.optimizer.name,
                run.pipeline.schedule.name, run.host.names(), run.threads, s.run_dir.string());
-    if (run.resumed) log().info("resumed from {} at step {}", run.resumed_from, s.step);
+    if (run.resumed) {
+      log().info("resumed from {} at step {}", run.resumed_from, s.step);
+      write_pipeline_file(run);  // the overrides it was resumed with, now that they fit and it trains
+    }
 
     fire(Event::FIT_START);
     run.gradient_ready.install();

@@ -41,6 +41,14 @@ class StopAt : public tt::Plugin {
   int64_t step_;
 };
 
+// Requests an interrupt when the run sets up (INIT): as a Ctrl-C during set-up.
+class InterruptInSetup : public tt::Plugin {
+ public:
+  void on(Event e, tt::State&) override {
+    if (e == Event::INIT) tt::request_interrupt();
+  }
+};
+
 std::vector<torch::Tensor> first_step_grads(const std::string& yaml, const std::vector<std::string>& overrides) {
   auto out = tt::test::temp_dir("accum");
   auto p = tt::parse_pipeline(yaml, "p.yaml", overrides);
@@ -176,6 +184,17 @@ TEST(Trainer, AResumeRefusedForItsOverridesLeavesTheRunAsItWas) {
   resumed.fit();
   EXPECT_EQ(resumed.step_losses().size(), 3u);
   EXPECT_EQ(tt::test::summary_of(dir)["status"], "completed");
+
+  // A resume of the completed run stopped during its set-up (after the checkpoint loaded)
+  // trained nothing: the summary stays the completed run's.
+  const std::string completed = tt::test::read_file(dir / "summary.json"),
+                    resolved = tt::test::read_file(dir / "pipeline.yaml");
+  tt::Trainer stopped(tt::Trainer::pipeline_of_run(dir, {"trainer.max_steps=8"}), {dir, true, true});
+  stopped.add_plugin(std::make_unique<InterruptInSetup>());
+  EXPECT_THROW(stopped.fit(), tt::Interrupted);
+  tt::clear_interrupt();
+  EXPECT_EQ(tt::test::read_file(dir / "summary.json"), completed);
+  EXPECT_EQ(tt::test::read_file(dir / "pipeline.yaml"), resolved) << "max_steps 8 written by a resume that trained nothing";
 }
 
 // A run stopped after its last step, before its outputs were written (Ctrl-C then, or a kill
@@ -215,8 +234,10 @@ TEST(Trainer, AResumeOfARunTrainedToTheEndWritesTheOutputsItMissed) {
       for (const char* k : {"final_loss", "median_step_seconds", "steps_per_second"}) EXPECT_FALSE(done.contains(k)) << k;
     } else {  // the stopped run's
       EXPECT_EQ(done["memory"], interrupted["memory"]);
-      for (const char* k : {"final_loss", "median_step_seconds", "steps_per_second"}) EXPECT_EQ(done[k], interrupted[k]) << k;
-      EXPECT_GT(done["final_loss"].get<double>(), 0);
+      for (const char* k : {"final_loss", "median_step_seconds", "steps_per_second", "train_seconds"})
+        EXPECT_EQ(done[k], interrupted[k]) << k;
+      // measured by the stopped run up to its interrupt, not 0
+      for (const char* k : {"final_loss", "steps_per_second", "train_seconds"}) EXPECT_GT(done[k].get<double>(), 0) << k;
     }
 
     const std::string finished = tt::test::read_file(dir / "summary.json");

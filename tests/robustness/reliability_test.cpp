@@ -438,6 +438,31 @@ TEST(Reliability, SigtermToEveryProcessOfACompareIsAnInterruptNotACrash) {
   EXPECT_EQ(tt_runs_naming(dir / "cmp"), "");
 }
 
+// tt-run --nproc passes the first Ctrl-C / SIGTERM on to its workers and answers a second with
+// SIGKILL: a second Ctrl-C ends a data-parallel run at once, as it does a run alone (the grace,
+// 60 s here, is not waited for).
+TEST(Reliability, ASecondSignalToTheLauncherEndsItsWorkersAtOnce) {
+  const fs::path dir = temp_dir("sigterm-nproc");
+  const fs::path marker = dir / "stalled";
+  std::ofstream(dir / "p.yaml") << topic_yaml(dir, "  max_steps: 4\n",
+                                              "plugins: [{name: test-stall, event: init, seconds: 120, marker: " +
+                                                  marker.string() + "}]\n");
+  const std::string env = std::string("TT_PLUGIN_PATH=") + TT_TEST_MODULE_DIR + " TT_INTERRUPT_GRACE=60";
+  const pid_t pid = start_tt_run("--nproc 2 " + (dir / "p.yaml").string() + " -q --run-dir " + (dir / "r").string(),
+                                 dir / "out.txt", env);
+  ASSERT_TRUE(wait_for_file(marker, 180)) << read_file(dir / "out.txt");
+  kill(pid, SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(pid, SIGTERM);
+  double waited = 0;
+  const int status = wait_or_kill(pid, 30, &waited);
+  ASSERT_NE(status, -1) << "still running 30 s after the second SIGTERM:\n" << read_file(dir / "out.txt");
+  EXPECT_LT(waited, 10.0) << read_file(dir / "out.txt");
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_file(dir / "out.txt");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(tt_runs_naming(dir / "r"), "");
+}
+
 // More threads than the process may use are capped at its cores, with a warning.
 TEST(Reliability, MoreThreadsThanCoresAreCappedWithAWarning) {
   const fs::path dir = temp_dir("threads");

@@ -174,6 +174,28 @@ TEST(TtRun, ExitCodesAndMessages) {
   EXPECT_FALSE(fs::exists(dir / "steps")) << "a run started";
 }
 
+// A resume whose overrides change the model's structure is refused as a mismatch (exit 2), the
+// run left as it was: more layers (tensors the checkpoint lacks) are not taken for damaged
+// checkpoints, whose advice (--overwrite) would throw the run away, and fewer layers (tensors the
+// model lacks) do not load the first layers and drop the rest without a word.
+TEST(TtRun, AResumeWithAnotherLayerCountIsRefusedAsAMismatch) {
+  const tt::test::TinyLm lm("resume_layers");
+  auto r = lm.run("a", "[]", "batch_size: 4, max_steps: 2, checkpoint_every: 1, threads: 1");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const std::string pipeline = tt::test::read_file(lm.dir / "a" / "pipeline.yaml");
+  for (const char* layers : {"6", "2"}) {
+    auto res = run(tt_run() + " --resume " + quote(lm.dir / "a") + " model.n_layers=" + layers + " trainer.max_steps=3 -q");
+    EXPECT_EQ(res.rc, 2) << layers << "\n" << res.output;
+    EXPECT_HAS(res.output, "does not fit the model of this pipeline");
+    EXPECT_HAS(res.output, std::string(layers) == "6" ? "blocks.4" : "blocks.2");
+    EXPECT_EQ(res.output.find("damaged"), std::string::npos) << res.output;
+    EXPECT_EQ(tt::test::read_file(lm.dir / "a" / "pipeline.yaml"), pipeline);
+  }
+  auto same = run(tt_run() + " --resume " + quote(lm.dir / "a") + " trainer.max_steps=3 -q");
+  EXPECT_EQ(same.rc, 0) << same.output;
+  EXPECT_EQ(tt::test::summary_of(lm.dir / "a")["steps"], 3);
+}
+
 TEST(TtRun, ListAndVersion) {
   auto r = run(tt_run() + " --list");
   ASSERT_EQ(r.rc, 0) << r.output;

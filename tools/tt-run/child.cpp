@@ -40,7 +40,9 @@ YAML::Node load_yaml(const std::string& file) {
 std::string status_of(int status) {
   // Ended by a signal after this process was interrupted: the interrupt passed on to it (or a
   // signal that reached every process) stopped it, before or after its own grace; not a crash.
-  if (WIFSIGNALED(status) && interrupt_requested()) return "interrupted";
+  if (WIFSIGNALED(status) && interrupt_requested() &&
+      (WTERMSIG(status) == SIGINT || WTERMSIG(status) == SIGTERM || WTERMSIG(status) == SIGKILL))
+    return "interrupted";
   if (WIFSIGNALED(status)) return "crashed (signal " + std::to_string(WTERMSIG(status)) + ")";
   switch (WEXITSTATUS(status)) {
     case 0: return "ok";

@@ -271,6 +271,8 @@ int run(const Options& o) {
                 "[checkpoint]}}}) or name two or more pipelines with --compare");
     spec = parse_section(root["compare"], o.files[0]);
     name = root["name"] && root["name"].IsScalar() ? root["name"].Scalar() : fs::path(o.files[0]).stem().string();
+    TT_CHECK_AS(ConfigError, name.find('/') == std::string::npos, o.files[0], ": name '", name,
+                "' is not a file name (it begins the comparison's folder name inside output.dir): leave out '/'");
   } else {
     std::set<std::string> seen;
     for (const auto& f : o.files) {

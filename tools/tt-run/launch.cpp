@@ -106,7 +106,7 @@ int run(const Options& o) {
     TT_CHECK(pid >= 0, "tt-run --nproc: fork failed: ", std::strerror(errno));
     if (pid == 0) {
       // Its own process group: a Ctrl-C at the terminal reaches the launcher only, which
-      // forwards it once (the trainer treats a second one as "abort").
+      // passes the first on and answers a second with SIGKILL.
       setpgid(0, 0);
       prctl(PR_SET_PDEATHSIG, SIGTERM);  // the launcher gone: the workers go too
       if (getppid() != parent) _exit(1);
@@ -131,7 +131,7 @@ int run(const Options& o) {
     alive[r] = true;
   }
 
-  int remaining = o.nproc, exit_code = 0, forwarded = 0;
+  int remaining = o.nproc, exit_code = 0, signals_received = 0;
   bool stopping = false;
   std::chrono::steady_clock::time_point kill_at{};
   auto signal_all = [&](int sig) {
@@ -139,12 +139,13 @@ int run(const Options& o) {
       if (alive[r]) kill(pids[r], sig);
   };
   while (remaining > 0) {
-    if (g_signal && g_signal != forwarded) {  // forward Ctrl-C / SIGTERM once per signal received
+    if (g_signal) {
       const int sig = g_signal;
-      forwarded = sig;
       g_signal = 0;
-      signal_all(sig);
-      forwarded = 0;
+      // The first Ctrl-C / SIGTERM is passed on (each worker checkpoints and stops); a second one
+      // aborts at once, as it does a run alone (a worker takes its parent's second signal for a
+      // copy of the first: tt/runtime.h).
+      signal_all(signals_received++ == 0 ? sig : SIGKILL);
     }
     if (stopping && std::chrono::steady_clock::now() >= kill_at) {
       signal_all(SIGKILL);

@@ -236,7 +236,8 @@ int main(int argc, char** argv) {
     }
     TT_CHECK_AS(ConfigError, export_out.empty(), "--out names the file --export writes; give --export FORMAT too");
     // before training, not after it
-    TT_CHECK_AS(ConfigError, predict_input.empty() || std::filesystem::is_regular_file(predict_input), "--predict ",
+    TT_CHECK_AS(ConfigError, predict_input.empty() || (std::filesystem::exists(predict_input) &&
+                                                       !std::filesystem::is_directory(predict_input)), "--predict ",
                 tt::describe_path(predict_input), " does not exist or is not a file: give the CSV of the rows to predict "
                 "for");
     if (pipeline_file.empty() && resume_dir.empty()) {

@@ -26,7 +26,8 @@ TT_API void seed_everything(uint64_t seed);
 
 TT_API void request_interrupt();  // async-signal-safe
 // SIGINT/SIGTERM request an interrupt and print `message` (keep it short, it is written from
-// the handler); a second signal kills the process as the default would. A process still alive
+// the handler); a second signal kills the process as the default would, unless one of the two
+// came from the parent process (the same interrupt passed on, beside a `pkill`'s). A process still alive
 // `grace` seconds after the first signal (it was in a phase that does not look at the request:
 // a long setup, a checkpoint being written) prints "<program>: still in <phase> N s after the
 // interrupt; stopping now ..." and exits with 130. The grace is TT_INTERRUPT_GRACE seconds from

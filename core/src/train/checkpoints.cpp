@@ -52,7 +52,13 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
   }
   torch::serialize::InputArchive model_ar, opt_ar;
   ar.read("model", model_ar);
-  const std::string mismatch = load_model_checked(run, model_ar);
+  std::string mismatch;
+  try {  // the archive is whole (checked above): a tensor the model has not, or lacks, is a mismatch
+    mismatch = load_model_checked(run, model_ar);
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    mismatch = what.substr(0, what.find('\n'));
+  }
   TT_CHECK_AS(ConfigError, mismatch.empty(), file.string(), " does not fit the model of this pipeline (", mismatch,
            "): resume with the pipeline the run was made with");
   ar.read("optimizer", opt_ar);
@@ -171,6 +177,26 @@ void load_checkpoint(Run& run) {
              failures);
 }
 
+namespace {
+// The first tensor of a module archive (by its dotted name) that the model has no parameter or
+// buffer for, or "": loading reads only what the model has, so a larger model's checkpoint (more
+// layers, a bias) would otherwise load into a smaller one without a word.
+std::string tensor_the_model_lacks(torch::serialize::InputArchive& ar, const std::string& prefix,
+                                   const std::map<std::string, std::vector<int64_t>>& shapes) {
+  for (const auto& key : ar.keys()) {
+    at::Tensor t;
+    if (ar.try_read(key, t)) {
+      if (!shapes.count(prefix + key)) return prefix + key;
+      continue;
+    }
+    torch::serialize::InputArchive sub;
+    if (ar.try_read(key, sub))
+      if (std::string extra = tensor_the_model_lacks(sub, prefix + key + ".", shapes); !extra.empty()) return extra;
+  }
+  return "";
+}
+}  // namespace
+
 std::string load_model_checked(Run& run, torch::serialize::InputArchive& model_ar) {
   Model& model = *run.state.model;
   std::map<std::string, std::vector<int64_t>> shapes;
@@ -189,6 +215,8 @@ std::string load_model_checked(Run& run, torch::serialize::InputArchive& model_a
     if (auto m = check(t.key(), t.value()); !m.empty()) return m;
   for (const auto& t : model.named_buffers())
     if (auto m = check(t.key(), t.value()); !m.empty()) return m;
+  if (const std::string extra = tensor_the_model_lacks(model_ar, "", shapes); !extra.empty())
+    return extra + " is there but not in this model";
   return {};
 }
 

@@ -55,9 +55,10 @@ void RunReport::write_failure(const std::string& status, const std::string& erro
       file_only.error("{}", error);
       file_only.flush();
     }
-    // A resume that ends before its checkpoint has loaded (refused overrides, no readable
-    // checkpoint, Ctrl-C in setup) changed nothing: the run's summary stays as it was.
-    if (run_.config.resume && !run_.resumed) return;
+    // A resume that ends before a step of its own (refused overrides, no readable checkpoint,
+    // Ctrl-C in setup, a failure in its first step) changed nothing: the run's summary stays as
+    // it was. (One that was writing the outputs of a run trained to its end reports.)
+    if (run_.config.resume && run_.state.step == run_.start_step && !outputs_only_) return;
     summary_ = build();
     summary_["status"] = status;
     summary_["error"] = error;
@@ -83,8 +84,9 @@ json RunReport::build() const {
   const RunRecord& rec = run_.record;
   const MemoryBreakdown& mem = s.memory;
   const int64_t steps_here = s.step - run_.start_step;
-  // A run that ends inside the training loop (interrupted, failed) reports its peaks so far.
-  const bool in_loop = mem.peak_tensor == 0 && steps_here > 0;
+  // A run that ends inside the training loop (interrupted, failed) reports its figures so far.
+  const bool in_loop = rec.train_started != Clock::time_point{} && rec.train_seconds == 0;
+  const double train_seconds = in_loop ? seconds_since(rec.train_started) : rec.train_seconds;
   json sum = {
       {"name", run_.pipeline.name},
       {"pipeline", run_.pipeline.file},
@@ -102,11 +104,11 @@ json RunReport::build() const {
       {"threads", run_.threads},
       {"wall_seconds", seconds_since(rec.started)},
       {"setup_seconds", rec.setup_seconds},
-      {"train_seconds", rec.train_seconds},
+      {"train_seconds", train_seconds},
       {"median_step_seconds", median(rec.step_times)},
       {"median_optimizer_seconds", median(rec.optimizer_times)},
       {"world_size", s.world_size},
-      {"steps_per_second", rec.train_seconds > 0 ? steps_here / rec.train_seconds : 0.0},
+      {"steps_per_second", train_seconds > 0 ? steps_here / train_seconds : 0.0},
       {"final_loss", rec.step_losses.empty() ? 0.0 : rec.step_losses.back()},
       {"memory",
        {{"peak_tensor_bytes", in_loop ? run_.peak() : mem.peak_tensor},

@@ -235,7 +235,7 @@ void make_run_dir(Run& run) {
   fs::create_directories(s.run_dir / "checkpoints", ec);
   TT_CHECK(!ec, "cannot create the run directory ", s.run_dir.string(), ": ", ec.message(),
            " (set output.dir to a writable place)");
-  if (!run.config.resume) write_pipeline_file(run);  // a resume's, once its checkpoint has loaded
+  if (!run.config.resume) write_pipeline_file(run);  // a resume's, once it starts training
   run.log_file = std::make_shared<LogFileSink>(s.run_dir / "log.txt");
   log().sinks().push_back(run.log_file);
   if (run.dist) run.dist->broadcast_string(s.run_dir.string());

@@ -14,8 +14,8 @@ namespace tt {
 struct Run;
 
 // `extra_plugins` (Trainer::add_plugin) follow the pipeline's. A new run's pipeline.yaml is
-// written here; a resumed run's only once its checkpoint has loaded (write_pipeline_file), so
-// that a resume refused for its overrides leaves the run as it was.
+// written here; a resumed run's only once it starts training (write_pipeline_file), so that a
+// resume refused for its overrides, or stopped before, leaves the run as it was.
 void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins);
 
 // The run directory's pipeline.yaml: the resolved pipeline (rank 0).

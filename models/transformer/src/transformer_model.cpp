@@ -185,7 +185,7 @@ std::map<std::string, double> TransformerLM::evaluate(Dataset& data, int64_t bat
           {"val_tokens", static_cast<double>(tokens)}};
 }
 
-std::string TransformerLM::sample(const std::string& prompt, const Sampling& o) {
+std::string TransformerLM::sample(const std::string& prompt, const Sampling& o, int64_t* produced) {
   TT_CHECK_AS(ConfigError, tokenizer_, "transformer: no tokenizer to encode the prompt with");
   torch::NoGradGuard no_grad;
   std::vector<int32_t> ids = tokenizer_->encode(prompt);
@@ -211,6 +211,7 @@ std::string TransformerLM::sample(const std::string& prompt, const Sampling& o) 
     }
     ids.push_back(static_cast<int32_t>(next));
   }
+  if (produced) *produced = static_cast<int64_t>(ids.size() - prompt_len);
   return prompt + tokenizer_->decode(std::vector<int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(prompt_len), ids.end()));
 }
 
@@ -238,8 +239,10 @@ int64_t TransformerLM::estimate_activation_bytes(int64_t micro_batch_size) const
 
 void TransformerLM::write_outputs(const std::filesystem::path& run_dir, State& state) {
   if (!tokenizer_ || sampling_.tokens <= 0) return;
-  const std::string text = sample(sample_prompt_, sampling_);
-  const bool cut = interrupt_requested();
+  int64_t produced = 0;
+  const std::string text = sample(sample_prompt_, sampling_, &produced);
+  const bool cut = produced < sampling_.tokens;
+  state.metrics["sample_tokens"] = static_cast<double>(produced);  // the summary's model_metrics
   std::ofstream out(run_dir / "samples.txt", std::ios::app);
   out << "--- prompt: " << sample_prompt_ << " (end of training, step " << state.step << ", temperature "
       << sampling_.temperature << ", top_k " << sampling_.top_k << (cut ? "; cut short by an interrupt" : "") << ")\n"

@@ -76,7 +76,8 @@ class TransformerLM : public Model {
   tt::nn::BlockStack blocks{nullptr};
 
  private:
-  std::string sample(const std::string& prompt, const Sampling& o);
+  // `produced`, when given, receives the number of tokens sampled (fewer than asked after Ctrl-C).
+  std::string sample(const std::string& prompt, const Sampling& o, int64_t* produced = nullptr);
   Shape s_;
   std::shared_ptr<Tokenizer> tokenizer_;
   Sampling sampling_;
