@@ -10,11 +10,12 @@ trap 'rm -rf "$WORK"' EXIT
 cmake --install "$BUILD" --prefix "$WORK/prefix" > "$WORK/install.log"
 
 # The installed tabular configs start from the installed pretrained model, from any folder (the
-# table given on the command line, as a user's own would be).
-SHARED="${TT_SHARED_DIR:-$SRC/../shared}"
+# table given on the command line, as a user's own would be: three classes apart in two features).
 mkdir "$WORK/elsewhere"
+awk 'BEGIN { print "x1,x2,label"; for (i = 0; i < 90; i++) { c = i % 3; printf "%.3f,%.3f,%s\n", 2 * c + (i % 7) / 10, \
+  (i % 5) / 10 - c, (c == 0 ? "a" : c == 1 ? "b" : "c") } }' > "$WORK/elsewhere/table.csv"
 (cd "$WORK/elsewhere" && "$WORK/prefix/bin/tt-run" -q "$WORK/prefix/share/tt/configs/tabular-inference.yaml" \
-  data.path="$SHARED/datasets/tabular/iris.csv" output.dir="$WORK/runs" output.run_name=tabular) > "$WORK/tabular.log" 2>&1 ||
+  data.path=table.csv output.dir="$WORK/runs" output.run_name=tabular) > "$WORK/tabular.log" 2>&1 ||
   { cat "$WORK/tabular.log"; echo "FAIL: the installed tabular-inference config did not run from another folder"; exit 1; }
 grep -qF "init_from: $WORK/prefix/share/tt/models/tabular-icl/pretrained/small.safetensors" \
   "$WORK/runs/tabular/pipeline.yaml" || { cat "$WORK/runs/tabular/pipeline.yaml"; echo "FAIL: not the installed model"; exit 1; }
