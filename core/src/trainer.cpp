@@ -153,7 +153,8 @@ struct Trainer::Impl {
     if (run.resumed && s.step >= s.total_steps) {  // e.g. tt-run --resume RUN --sample PROMPT on a finished run
       // Trained to the end but stopped before its outputs were written (Ctrl-C or a kill while
       // evaluating or sampling at the end): this process writes them.
-      std::string status = run.root ? summary_status(s.run_dir / "summary.json") : "";
+      const nlohmann::json previous = run.root ? read_summary(s.run_dir / "summary.json") : nlohmann::json();
+      std::string status = summary_status(previous);
       if (run.dist) status = run.dist->broadcast_string(status);
       if (status == "completed") {
         log().info("{}: the run in {} is complete at step {} (of {}); nothing to train, outputs kept as they are",
@@ -167,7 +168,7 @@ struct Trainer::Impl {
       rec.setup_seconds = seconds_since(rec.started);
       // No training here: the training's figures are the stopped run's where its summary has them
       // (the memory figures else what this process held).
-      if (report) report->finish_only(run.root ? read_summary(s.run_dir / "summary.json") : nlohmann::json());
+      if (report) report->finish_only(previous);
       s.memory.peak_tensor = run.peak();
       s.memory.peak_rss = run.rss_peak();
       write_pipeline_file(run);  // the overrides it was resumed with

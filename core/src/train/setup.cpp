@@ -35,8 +35,7 @@ nlohmann::json read_summary(const fs::path& summary) {
   return j.is_object() ? j : nlohmann::json();
 }
 
-std::string summary_status(const fs::path& summary) {
-  const auto j = read_summary(summary);
+std::string summary_status(const nlohmann::json& j) {
   return j.contains("status") && j["status"].is_string() ? j["status"].get<std::string>() : "";
 }
 
@@ -208,7 +207,7 @@ void make_run_dir(Run& run) {
     // its first step (a bad option) left nothing to keep: its directory is used again.
     std::vector<std::string> held;
     const fs::path summary = s.run_dir / "summary.json", metrics = s.run_dir / "metrics.jsonl";
-    if (fs::exists(summary, ec) && summary_status(summary) != "failed") held.push_back("summary.json");
+    if (fs::exists(summary, ec) && summary_status(read_summary(summary)) != "failed") held.push_back("summary.json");
     if (fs::exists(metrics, ec) && fs::file_size(metrics, ec) > 0) held.push_back("metrics.jsonl");
     if (const size_t n = list_checkpoints(s.run_dir / "checkpoints").size())
       held.push_back(std::to_string(n) + " checkpoint" + (n == 1 ? "" : "s"));

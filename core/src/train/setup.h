@@ -22,8 +22,8 @@ void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins);
 void write_pipeline_file(Run& run);
 
 // A run directory's summary.json as an object (null when missing or not JSON), and the status
-// it says the run ended with ("completed", "failed", "interrupted"), or "".
+// a summary says the run ended with ("completed", "failed", "interrupted"), or "".
 nlohmann::json read_summary(const std::filesystem::path& summary);
-std::string summary_status(const std::filesystem::path& summary);
+std::string summary_status(const nlohmann::json& summary);
 
 }  // namespace tt
