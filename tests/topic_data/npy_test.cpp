@@ -10,6 +10,7 @@
 #include "source_npy.h"
 #include "source_pt.h"
 #include "tt/meter.h"
+#include "tt/runtime.h"
 
 namespace fs = std::filesystem;
 using tt::test::config_error;
@@ -216,6 +217,52 @@ TEST(TopicNpy, RefusesBadFilesNamingThem) {
   EXPECT_HAS(err("1d.npy"), "1d.npy: expected a 2-D");
   tt::write_npy(dir / "empty.npy", torch::ones({0, 4}));
   EXPECT_HAS(err("empty.npy"), "empty.npy: the matrix is empty");
+}
+
+// Read in chunks of three rows on four threads (waves of four chunks): the non-zeros, the first
+// bad document named and the budget's verdict are those of one chunk holding every row.
+TEST(TopicNpy, ReadIntoMemoryInParallelChunksGivesTheRowByRowResult) {
+  auto dir = tt::test::temp_dir("npy");
+  torch::manual_seed(3);
+  auto x = torch::randint(0, 4, {301, 37}, torch::kLong) * (torch::rand({301, 37}) < 0.3).to(torch::kLong);
+  x.select(1, 5).add_(1);  // every row has a word
+  const int64_t nnz = (x != 0).sum().item<int64_t>();
+  const int threads = at::get_num_threads();
+  at::set_num_threads(4);
+  for (auto t : {torch::kFloat, torch::kShort}) {
+    tt::write_npy(dir / "X.npy", x.to(t));
+    const std::string path = (dir / "X.npy").string();
+    const int64_t three_rows = 3 * 37 * x.to(t).element_size();
+    auto whole = tt::topic::read_npy_counts(path, int64_t{1} << 30, int64_t{1} << 30);
+    auto chunked = tt::topic::read_npy_counts(path, int64_t{1} << 30, three_rows);
+    ASSERT_TRUE(whole && chunked) << t;
+    EXPECT_EQ(chunked->nnz(), nnz) << t;
+    EXPECT_TRUE(torch::equal(chunked->dense(), x.to(torch::kFloat))) << t;
+    EXPECT_TRUE(torch::equal(chunked->dense(), whole->dense())) << t;
+    const int64_t fits = nnz * 12 + 302 * 8;
+    EXPECT_TRUE(tt::topic::read_npy_counts(path, fits, three_rows)) << t;
+    EXPECT_FALSE(tt::topic::read_npy_counts(path, fits - 1, three_rows)) << t;
+  }
+  auto bad = x.to(torch::kFloat);
+  bad[250][0] = -1;  // a later wave
+  bad[101][2] = NAN;  // the same chunk as 100 and 102, after the first bad row
+  bad[100][1] = -2;
+  bad[105].zero_();  // the same wave, a later chunk
+  tt::write_npy(dir / "bad.npy", bad);
+  const std::string bad_path = (dir / "bad.npy").string();
+  for (int64_t chunk : {int64_t{3 * 37 * 4}, int64_t{1} << 30})
+    EXPECT_HAS(config_error([&] { tt::topic::read_npy_counts(bad_path, int64_t{1} << 30, chunk); }),
+               "bad.npy: document 100 (row 100) has a negative count (-2 at term 1)");
+  at::set_num_threads(threads);
+  tt::request_interrupt();  // a Ctrl-C stops the read between waves
+  std::string interrupted;
+  try {
+    tt::topic::read_npy_counts(bad_path, int64_t{1} << 30);
+  } catch (const tt::Interrupted& e) {
+    interrupted = e.what();
+  }
+  tt::clear_interrupt();
+  EXPECT_HAS(interrupted, "interrupted while reading " + bad_path + " into memory (0 of 301 documents read)");
 }
 
 TEST(TopicNpy, RefusesBadCountsWhenTheRowIsRead) {

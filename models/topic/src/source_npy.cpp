@@ -4,14 +4,18 @@
 
 #include <cerrno>
 #include <chrono>
+#include <algorithm>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "nonzeros.h"
 #include "tt/error.h"
 #include "tt/log.h"
 #include "tt/meter.h"
 #include "tt/pread_file.h"
+#include "tt/runtime.h"
 
 namespace tt::topic {
 
@@ -110,46 +114,99 @@ Batch NpyDataset::get(const at::Tensor& indices) {
   return counts_batch(indices, m_, false, [&](int64_t r) { return out + r * m_; });
 }
 
-std::optional<CsrCounts> read_npy_counts(const std::string& path, int64_t budget) {
+namespace {
+
+// One chunk of rows read by one thread: its non-zeros in ascending column order per row, or where
+// it stopped (a read error, or its first bad row).
+struct ChunkNonzeros {
+  std::vector<char> buf;
+  std::vector<float> row, vals;
+  std::vector<int64_t> cols, rows_scratch, row_counts;
+  bool read_ok = true;
+  int read_errno = 0;
+  int64_t bad_doc = -1;
+  std::string problem;
+};
+
+void read_chunk(const detail::PreadFile& file, const NpyHeader& h, int64_t r0, int64_t rows, ChunkNonzeros& c) {
+  const int64_t m = h.shape[1], row_bytes = m * h.item_size;
+  c.cols.clear(), c.vals.clear(), c.row_counts.clear();
+  c.read_ok = true, c.read_errno = 0, c.bad_doc = -1, c.problem.clear();
+  c.buf.resize(static_cast<size_t>(rows * row_bytes));
+  errno = 0;
+  if (!file.read(h.data_offset + r0 * row_bytes, c.buf.data(), c.buf.size())) {
+    c.read_ok = false, c.read_errno = errno;
+    return;
+  }
+  const bool as_is = h.dtype == at::kFloat;  // float32 rows are scanned in the buffer, not copied
+  if (!as_is) c.row.resize(static_cast<size_t>(m));
+  for (int64_t i = 0; i < rows; ++i) {
+    const char* raw = c.buf.data() + i * row_bytes;
+    const float* src = as_is ? reinterpret_cast<const float*>(raw) : c.row.data();
+    if (!as_is) row_to_float(h.dtype, raw, c.row.data(), m);
+    if (std::string problem = count_row_problem(src, m); !problem.empty()) {
+      c.bad_doc = r0 + i, c.problem = std::move(problem);
+      return;
+    }
+    const int64_t have = static_cast<int64_t>(c.cols.size()), add = count_nonzeros(src, m);
+    c.cols.resize(static_cast<size_t>(have + add + 8));  // the gather writes up to 8 past its last entry
+    c.vals.resize(c.cols.size());
+    c.rows_scratch.resize(std::max(c.rows_scratch.size(), static_cast<size_t>(add + 8)));
+    gather_nonzeros(&src, 1, m, c.rows_scratch.data(), c.cols.data() + have, c.vals.data() + have);
+    c.cols.resize(static_cast<size_t>(have + add));
+    c.vals.resize(c.cols.size());
+    c.row_counts.push_back(add);
+  }
+}
+
+}  // namespace
+
+std::optional<CsrCounts> read_npy_counts(const std::string& path, int64_t budget, int64_t chunk_bytes) {
   const NpyHeader h = read_npy_header(path);
   check_counts_header(path, h);
   const int64_t n = h.shape[0], m = h.shape[1], row_bytes = m * h.item_size;
   detail::PreadFile file(path);
   TT_CHECK_AS(ConfigError, file.ok(), path, ": cannot open (", std::strerror(errno), ")");
-  // Rows in chunks of ~16 MiB through one buffer; each row as float32, checked, its non-zeros
-  // appended in ascending column order (gather_nonzeros of one row).
-  const int64_t chunk_rows = std::max<int64_t>(1, (int64_t{16} << 20) / row_bytes);
-  std::vector<char> buf(static_cast<size_t>(std::min(n, chunk_rows) * row_bytes));
-  std::vector<float> row(static_cast<size_t>(m));
-  std::vector<int64_t> row_ptr(static_cast<size_t>(n + 1), 0), cols, rows_scratch;
+  // Chunks of rows (~16 MiB each), one a thread, read and scanned in parallel a wave at a time;
+  // each wave's chunks are then appended in file order, so the result, the first bad document
+  // named and the budget's verdict are those of reading row by row, whatever the threads.
+  const int64_t chunk_rows = std::max<int64_t>(1, chunk_bytes / row_bytes);
+  const int64_t n_chunks = (n + chunk_rows - 1) / chunk_rows;
+  std::vector<ChunkNonzeros> wave(static_cast<size_t>(std::clamp<int64_t>(at::get_num_threads(), 1, n_chunks)));
+  const int64_t per_wave = static_cast<int64_t>(wave.size());
+  std::vector<int64_t> row_ptr(static_cast<size_t>(n + 1), 0), cols;
   std::vector<float> vals;
   auto last_report = std::chrono::steady_clock::now();
-  for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {
-    const int64_t rows = std::min(chunk_rows, n - r0);
-    const int64_t at = h.data_offset + r0 * row_bytes;
-    errno = 0;
-    TT_CHECK_AS(ConfigError, file.read(at, buf.data(), static_cast<size_t>(rows * row_bytes)), path,
-                ": cannot read documents ", r0, "-", r0 + rows - 1, " (bytes ", at, "-", at + rows * row_bytes,
-                "): ", errno ? std::strerror(errno) : "the file ends before the matrix its header describes");
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t doc = r0 + i;
-      row_to_float(h.dtype, buf.data() + i * row_bytes, row.data(), m);
-      if (const std::string problem = count_row_problem(row.data(), m); !problem.empty())
-        fail_document(path, doc, problem);
-      const int64_t have = static_cast<int64_t>(cols.size()), add = count_nonzeros(row.data(), m);
+  for (int64_t c0 = 0; c0 < n_chunks; c0 += per_wave) {
+    TT_CHECK_AS(Interrupted, !interrupt_requested(), "interrupted while reading ", path, " into memory (",
+                c0 * chunk_rows, " of ", n, " documents read)");
+    const int64_t count = std::min(per_wave, n_chunks - c0);
+    at::parallel_for(0, count, 1, [&](int64_t a, int64_t b) {
+      for (int64_t c = a; c < b; ++c) {
+        const int64_t r0 = (c0 + c) * chunk_rows;
+        read_chunk(file, h, r0, std::min(chunk_rows, n - r0), wave[static_cast<size_t>(c)]);
+      }
+    });
+    for (int64_t c = 0; c < count; ++c) {
+      const ChunkNonzeros& chunk = wave[static_cast<size_t>(c)];
+      const int64_t r0 = (c0 + c) * chunk_rows, rows = std::min(chunk_rows, n - r0);
+      const int64_t at = h.data_offset + r0 * row_bytes;
+      TT_CHECK_AS(ConfigError, chunk.read_ok, path, ": cannot read documents ", r0, "-", r0 + rows - 1, " (bytes ",
+                  at, "-", at + rows * row_bytes, "): ",
+                  chunk.read_errno ? std::strerror(chunk.read_errno)
+                                   : "the file ends before the matrix its header describes");
+      if (chunk.bad_doc >= 0) fail_document(path, chunk.bad_doc, chunk.problem);
+      const int64_t have = static_cast<int64_t>(cols.size()), add = static_cast<int64_t>(chunk.cols.size());
       if ((have + add) * 12 + (n + 1) * 8 > budget) return std::nullopt;
-      cols.resize(static_cast<size_t>(have + add + 8));  // the gather writes up to 8 past its last entry
-      vals.resize(cols.size());
-      rows_scratch.resize(std::max(rows_scratch.size(), static_cast<size_t>(add + 8)));
-      const float* src = row.data();
-      gather_nonzeros(&src, 1, m, rows_scratch.data(), cols.data() + have, vals.data() + have);
-      cols.resize(static_cast<size_t>(have + add));
-      vals.resize(cols.size());
-      row_ptr[static_cast<size_t>(doc + 1)] = have + add;
+      cols.insert(cols.end(), chunk.cols.begin(), chunk.cols.end());
+      vals.insert(vals.end(), chunk.vals.begin(), chunk.vals.end());
+      for (int64_t i = 0; i < rows; ++i)
+        row_ptr[static_cast<size_t>(r0 + i + 1)] = row_ptr[static_cast<size_t>(r0 + i)] + chunk.row_counts[static_cast<size_t>(i)];
     }
     if (std::chrono::steady_clock::now() - last_report > std::chrono::seconds(10)) {
       last_report = std::chrono::steady_clock::now();
-      log().info("topic-npy: read {} of {} documents of {} ({} non-zeros so far)", r0 + rows, n, path, cols.size());
+      log().info("topic-npy: read {} of {} documents of {} ({} non-zeros so far)",
+                 std::min(n, (c0 + count) * chunk_rows), n, path, cols.size());
     }
   }
   return CsrCounts::from_vectors(row_ptr, cols, vals, m);

@@ -22,8 +22,11 @@ namespace tt::topic {
 void check_counts_header(const std::string& path, const NpyHeader& h);
 
 // The whole .npy's rows as compressed sparse rows, each row checked (ConfigError naming the
-// document); nullopt once the non-zeros (12 bytes each) would outgrow `budget` bytes.
-std::optional<CsrCounts> read_npy_counts(const std::string& path, int64_t budget);
+// first bad document); nullopt once the non-zeros (12 bytes each) would outgrow `budget` bytes.
+// Chunks of `chunk_bytes` of rows are read and scanned on ATen's threads; Interrupted at a
+// Ctrl-C.
+std::optional<CsrCounts> read_npy_counts(const std::string& path, int64_t budget,
+                                         int64_t chunk_bytes = int64_t{16} << 20);
 
 class NpyDataset : public TopicSource {
  public:
