@@ -66,7 +66,12 @@ static void check_offer(const std::string& plugin, const Schema& schema, const P
 }
 
 void Registry::add_model(std::string n, std::string d, Schema s, ModelFactory f,
-                         std::optional<std::vector<std::string>> parts) {
+                         std::optional<std::vector<std::string>> parts,
+                         std::optional<std::vector<std::string>> abilities) {
+  if (abilities)
+    for (const auto& a : *abilities)
+      TT_CHECK_AS(ModuleError, a == "generate" || a == "predict", origin_, ": model '", n, "' declares the ability '",
+                  a, "'; tt's are \"generate\" (tt-run --sample) and \"predict\" (tt-run --predict)");
   // Every model can start from another run's weights (the trainer loads them, not the model).
   if (!s.find("init_from"))
     s.add("init_from", Type::String, "~",
@@ -78,7 +83,8 @@ void Registry::add_model(std::string n, std::string d, Schema s, ModelFactory f,
           "averaging, as fairseq's average_checkpoints; 1: the newest alone)")
         .range(ge(1));
   add_to(models_, Kind::Model,
-         ModelComponent{{std::move(n), std::move(d), std::move(s), std::move(f), origin_}, std::move(parts)});
+         ModelComponent{{std::move(n), std::move(d), std::move(s), std::move(f), origin_}, std::move(parts),
+                        std::move(abilities)});
 }
 void Registry::add_dataset(std::string n, std::string d, Schema s, DatasetFactory f) {
   add_to(datasets_, Kind::Dataset, Component<DatasetFactory>{std::move(n), std::move(d), std::move(s), std::move(f), origin_});
@@ -96,6 +102,10 @@ std::string missing_part(const ModelComponent& model, const PluginComponent& plu
   for (const auto& need : plugin.needs)
     if (std::find(model.parts->begin(), model.parts->end(), need) == model.parts->end()) return need;
   return "";
+}
+bool may_have_ability(const ModelComponent& model, const std::string& ability) {
+  return !model.abilities || std::find(model.abilities->begin(), model.abilities->end(), ability) !=
+                                 model.abilities->end();
 }
 void Registry::add_optimizer(std::string n, std::string d, Schema s, OptimizerFactory f, OptimizerStateBytes b) {
   add_to(optimizers_, Kind::Optimizer,

@@ -8,6 +8,7 @@
 #include "tt/checkpoint.h"
 #include "tt/compat.h"
 #include "tt/options.h"
+#include "tt/registry.h"
 
 namespace fs = std::filesystem;
 using tt::test::quote;
@@ -172,6 +173,48 @@ TEST(TtRun, ExitCodesAndMessages) {
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_HAS(r.output, "--steps, --warmup and --repeats set a comparison");
   EXPECT_FALSE(fs::exists(dir / "steps")) << "a run started";
+}
+
+// --sample and --predict on a model that declares it does not generate or predict are refused
+// before anything trains (not after training), and on a comparison, which trains one model a
+// variant, too; a model declaring the ability gets past the check.
+TEST(TtRun, SampleOrPredictOnAModelWithoutTheAbilityIsRefusedBeforeTraining) {
+  auto dir = tt::test::temp_dir("cli_ability");
+  tt::test::write_text(dir / "rows.csv", "a,b\n1,2\n");
+  const std::string rows = quote(dir / "rows.csv");
+  const std::string topic = quote(write_pipeline(dir, tt::test::topic_yaml(dir, "  max_steps: 2\n")));
+  const auto config = [](const char* name) { return quote(tt::test::source_dir() + "/configs/" + name); };
+  struct Case {
+    std::string pipelines, options, message;
+  } cases[] = {
+      {topic, "--sample hello", "--sample: model 'topic' does not generate text"},
+      {topic, "--predict " + rows, "--predict: model 'topic' does not predict from files"},
+      {config("tabular-finetune.yaml"), "--sample hello",
+       "--sample: model 'tabular-icl' does not generate text"},
+      {config("lm-brown.yaml"), "--predict " + rows,
+       "--predict: model 'transformer' does not predict from files"},
+      {config("compare-topic.yaml"), "--sample hello", "a comparison trains one a variant"},
+      {topic + " " + topic, "--compare --predict " + rows, "a comparison trains one a variant"},
+  };
+  int i = 0;
+  for (const auto& c : cases) {
+    const fs::path run_dir = dir / ("run" + std::to_string(i++));
+    auto r = run(tt_run() + " " + c.pipelines + " " + c.options + " --run-dir " + quote(run_dir));
+    EXPECT_EQ(r.rc, 2) << c.options << "\n" << r.output;
+    EXPECT_HAS(r.output, c.message);
+    EXPECT_FALSE(fs::exists(run_dir)) << c.options << ": a run started\n" << r.output;
+  }
+  auto lm = run(tt_run() + " --dry-run " + config("lm-brown.yaml") + " --sample hi");
+  EXPECT_EQ(lm.rc, 0) << lm.output;
+  // the registry takes only the abilities tt-run knows
+  EXPECT_THROW(tt::Registry::global().add_model("test-flier", "", tt::Schema(), nullptr, std::nullopt,
+                                                std::vector<std::string>{"fly"}),
+               tt::ModuleError);
+  tt::ModelComponent undeclared, declared;
+  declared.abilities = std::vector<std::string>{"predict"};
+  EXPECT_TRUE(tt::may_have_ability(undeclared, "generate"));
+  EXPECT_TRUE(tt::may_have_ability(declared, "predict"));
+  EXPECT_FALSE(tt::may_have_ability(declared, "generate"));
 }
 
 // A resume whose overrides change the model's structure is refused as a mismatch (exit 2), the

@@ -282,6 +282,10 @@ int main(int argc, char** argv) {
                 "--budget and --recommend do not go with --resume, --dry-run or --compare");
     TT_CHECK_AS(ConfigError, !(recommend && !budget_text.empty()),
                 "--recommend plans for 0.5 to 16 GiB itself; leave out --budget");
+    const char* one_model_options =
+        "--sample and --predict use one trained model, and a comparison trains one a variant: run the variant's "
+        "pipeline with them (tt-run PIPELINE --run-dir DIR --sample ...)";
+    TT_CHECK_AS(ConfigError, !compare || (!sample_prompt && predict_input.empty()), one_model_options);
     if (compare) {
       TT_CHECK_AS(ConfigError, resume_dir.empty(), "--compare does not go with --resume");
       std::vector<std::string> files{pipeline_file}, ovs;
@@ -293,6 +297,17 @@ int main(int argc, char** argv) {
     TT_CHECK_AS(ConfigError, (pipeline.has_compare && resume_dir.empty()) || (cmp_steps < 0 && cmp_warmup < 0 && cmp_repeats < 0),
                 "--steps, --warmup and --repeats set a comparison (a pipeline's compare: section, or tt-run --compare "
                 "A.yaml B.yaml) and this one has none: trainer.max_steps=N trains N steps");
+    TT_CHECK_AS(ConfigError, !(pipeline.has_compare && resume_dir.empty()) || (!sample_prompt && predict_input.empty()),
+                one_model_options);
+    {  // what the model does beyond training, before it trains
+      const std::string& name = pipeline.model.name;
+      const tt::ModelComponent& model = tt::Registry::global().model(name);
+      TT_CHECK_AS(ConfigError, !sample_prompt || tt::may_have_ability(model, "generate"), "--sample: model '", name,
+                  "' does not generate text; --sample needs a language model such as model: {name: transformer}");
+      TT_CHECK_AS(ConfigError, predict_input.empty() || tt::may_have_ability(model, "predict"), "--predict: model '",
+                  name, "' does not predict from files; --predict needs a model that does, such as model: {name: "
+                  "tabular-icl}");
+    }
     if (pipeline.has_compare && !dry_run && resume_dir.empty() && !planning) return run_compare({pipeline_file}, overrides);
     if (!budget_text.empty() || (pipeline.trainer.is_set("memory_budget") && resume_dir.empty() && !dry_run) ||
         recommend) {

@@ -77,8 +77,14 @@ enum class Repeats { Once, Allowed };
 // plugin of one's own may agree on others): "block_stack" (tt::nn::BlockStack; checkpoint needs
 // it), "attention" (tt::nn::Attention; attention), "linear" (tt::nn::Linear; lora), "embedding"
 // (tt::nn::Embedding).
+//
+// A model may also declare what it does beyond training, for tt-run's options that use it:
+// "generate" (Model::generate: tt-run --sample) and "predict" (Model::predict: tt-run --predict).
+// tt-run refuses such an option before training when the model declares abilities without it; a
+// model that declares none is asked after training (its default generate/predict refuses).
 struct ModelComponent : Component<ModelFactory> {
-  std::optional<std::vector<std::string>> parts;  // nullopt: not declared
+  std::optional<std::vector<std::string>> parts;      // nullopt: not declared
+  std::optional<std::vector<std::string>> abilities;  // nullopt: not declared
 };
 struct PluginComponent : Component<PluginFactory> {
   PlannerOffer planner;
@@ -113,6 +119,8 @@ struct DataTool {
 // The first part `plugin` needs that `model` declares it has not ("" when none is missing, or
 // when the model declares nothing).
 TT_API std::string missing_part(const ModelComponent& model, const PluginComponent& plugin);
+// False only when `model` declares its abilities and `ability` is not among them.
+TT_API bool may_have_ability(const ModelComponent& model, const std::string& ability);
 
 enum class Kind { Model, Dataset, Plugin, Optimizer, Schedule };
 TT_API const char* kind_name(Kind k);  // "model", "dataset", ...
@@ -122,7 +130,8 @@ class TT_API Registry {
   static Registry& global();
 
   void add_model(std::string name, std::string description, Schema schema, ModelFactory f,
-                 std::optional<std::vector<std::string>> parts = std::nullopt);
+                 std::optional<std::vector<std::string>> parts = std::nullopt,
+                 std::optional<std::vector<std::string>> abilities = std::nullopt);
   void add_dataset(std::string name, std::string description, Schema schema, DatasetFactory f);
   // A planner offer's options are checked against the schema here: a module whose offer names
   // an unknown key or a wrong type is refused at load time.

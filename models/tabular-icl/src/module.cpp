@@ -13,7 +13,7 @@ void register_tabular(tt::Registry& r) {
               "TabPFN/TabICL-style in-context learner over table rows (support rows carry labels, query rows attend "
               "to them) from core's blocks",
               tt::tab::model_schema(), &tt::tab::make_model,
-              std::vector<std::string>{"block_stack", "attention", "linear"});
+              std::vector<std::string>{"block_stack", "attention", "linear"}, std::vector<std::string>{"predict"});
   r.add_dataset("tabular-prior", "synthetic classification tables from random MLP structural causal models (pretraining)",
                 tt::tab::prior_schema(), &tt::tab::make_prior);
   r.add_dataset("tabular-csv", "a CSV table: stratified train/test split; episodes of support+query rows for fine-tuning",

@@ -12,7 +12,8 @@ namespace {
 void register_topic(tt::Registry& r) {
   r.add_model("topic", "tinytopics' Poisson NMF topic model (softmax L x softmax F, summed Poisson loss)",
               tt::topic::model_schema(), &tt::topic::make_model,
-              std::vector<std::string>{});  // two matrices: none of tt::nn's parts
+              std::vector<std::string>{},   // two matrices: none of tt::nn's parts
+              std::vector<std::string>{});  // neither generates text nor predicts from files
   r.add_dataset("topic-synthetic", "synthetic document-term counts (tinytopics generate_synthetic_data)",
                 tt::topic::synthetic_schema(), &tt::topic::make_synthetic);
   r.add_dataset("topic-npy", "documents x terms .npy, memory-mapped (tinytopics NumpyDiskDataset)",
