@@ -284,7 +284,7 @@ Options Options::parse(const YAML::Node& node, const Schema& schema, const std::
   const std::string prefix = context.empty() ? "" : context + ".";
   if (node.IsDefined() && !node.IsNull()) {
     if (!node.IsMap())
-      TT_FAIL_AS(ConfigError, location(file, node), ": ", context, " must be a map of options (key: value), got ",
+      TT_FAIL_AS(ConfigError, where("", node), ": ", context, " must be a map of options (key: value), got ",
               node.IsSequence() ? "a list" : "'" + node.Scalar() + "'");
     for (auto it = node.begin(); it != node.end(); ++it) {
       const std::string key = it->first.Scalar();

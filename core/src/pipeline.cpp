@@ -205,8 +205,11 @@ std::map<std::string, std::string> origins_under(const std::vector<std::string>&
     if (key.rfind(prefix, 0) == 0) {
       const std::string rest = key.substr(prefix.size());
       out[rest.substr(0, rest.find('.'))] = origin;
-    } else if (!prefix.empty() && prefix.rfind(key + ".", 0) == 0 && section.IsDefined() && section.IsMap()) {
-      for (const auto& kv : section) out[kv.first.Scalar()] = origin;
+    } else if (!prefix.empty() && prefix.rfind(key + ".", 0) == 0) {
+      if (section.IsDefined() && section.IsMap())
+        for (const auto& kv : section) out[kv.first.Scalar()] = origin;
+      else
+        out[""] = origin;  // the section itself, as no map (trainer=5)
     }
   }
   return out;

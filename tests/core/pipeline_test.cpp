@@ -203,6 +203,8 @@ TEST(Pipeline, ErrorsInsideAStructuredOverrideValueNameTheCommandLine) {
            {"plugins=[{name: pipeline-test-dtype, dtype: [a]}]", "plugins[0] (pipeline-test-dtype).dtype"},
            {"plugins.0={name: pipeline-test-dtype, dtyp: fp16}", "unknown key 'dtyp'"},
            {"plugins={name: pipeline-test-dtype}", "plugins must be a list"},
+           {"trainer=5", "trainer must be a map of options (key: value), got '5'"},
+           {"output=[a]", "output must be a map of options (key: value), got a list"},
        }) {
     const std::string e = error_of(yaml + (k.override_.rfind("plugins.0", 0) == 0 ? "plugins: [x]\n" : ""),
                                    {"trainer.max_steps=1", k.override_});

@@ -125,7 +125,8 @@ class TT_API Options {
   // Validates `node` (a YAML map, or null for "all defaults") against `schema`.
   // `context` names the section in messages (e.g. "trainer" or "plugins[1] (amp)");
   // `ignore` lists keys consumed by the caller (e.g. "name"); `origins` names keys that
-  // came from the command line (key -> "command line 'trainer.lr=1'") for messages.
+  // came from the command line (key -> "command line 'trainer.lr=1'") for messages; key ""
+  // is the section itself (trainer=5).
   static Options parse(const YAML::Node& node, const Schema& schema, const std::string& context,
                        const std::string& file, const std::vector<std::string>& ignore = {},
                        const std::map<std::string, std::string>& origins = {});
