@@ -127,6 +127,32 @@ TEST(Planner, ChoosesTheFastestConfigurationThatFitsForEveryBudget) {
   for (const auto& [c, n] : t.runs) EXPECT_LE(n, 3) << planner.label(c);
 }
 
+// A step follows the micro-batch at most linearly (batch/m micro-steps, none slower than a larger
+// one), so the time's exponent stays within [0, 1] whatever the half-micro-batch probe measured: one
+// slowed 13.5x by load (exponent 3.75) made the estimates at micro 1 of every configuration 64x
+// its measured micro 8, and a loaded machine's factors multiplied them to 1.56e9 ms/step.
+TEST(Planner, AHalfMicroBatchProbeSlowedByLoadStretchesTheEstimatesAtMostLinearly) {
+  Table t;
+  tt::plan::Planner planner(t.dims, settings(), [&](const Candidate& c) {
+    Cost x = t.cost(c);
+    if (c.pick == std::vector<int>{-1, -1, -1, -1} && c.micro == 4) x.step_ms *= 13.5;
+    return x;
+  });
+  const auto plan = planner.plan(1000);  // as written fits: the calibration probes only
+  ASSERT_TRUE(plan.found) << plan.why;
+  const double quant8 = t.cost({{-1, 0, -1, -1}, 8}).step_ms;
+  int checked = 0;
+  for (const auto& r : plan.rows) {
+    if (r.candidate.pick != std::vector<int>{-1, 0, -1, -1} || r.candidate.micro == 8) continue;
+    ASSERT_FALSE(r.measured) << r.label;
+    const double m = 8.0 / static_cast<double>(r.candidate.micro);
+    EXPECT_LE(r.est_ms, quant8 * m * 1.0001) << r.label;
+    EXPECT_GE(r.est_ms, quant8 * 0.9999) << r.label;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3);  // micro 4, 2, 1
+}
+
 TEST(Planner, AtTheReferencePeakTheAsWrittenConfigurationIsChosenWithoutSearching) {
   Table t;
   tt::plan::Planner planner(t.dims, settings(), t.probe());

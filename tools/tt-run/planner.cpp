@@ -119,7 +119,9 @@ void Planner::calibrate(int& counter) {
     if (h.ok()) {
       const double lm = std::log(static_cast<double>(ref_.micro) / static_cast<double>(half.micro));
       rest_exponent_ = std::clamp(std::log(ratio(rest_of(ref_cost_), rest_of(h))) / lm, 0.0, 1.5);
-      time_exponent_ = std::clamp(std::log(ratio(h.step_ms, ref_cost_.step_ms)) / lm, 0.0, 2.0);
+      // At most linear: batch/m micro-steps, none slower than one of a larger micro-batch (a
+      // steeper rise is load on the machine during one of the two probes)
+      time_exponent_ = std::clamp(std::log(ratio(h.step_ms, ref_cost_.step_ms)) / lm, 0.0, 1.0);
     }
   }
   factors_.assign(dims_.size(), {});

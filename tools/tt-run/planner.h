@@ -12,7 +12,8 @@
 //   2. estimates every configuration from the measured configuration with the most of its
 //      techniques (the reference at least) times the factors of the techniques that one lacks
 //      (per component; the rest of the peak and the step time follow the micro-batch by the
-//      exponents the two reference runs show); estimates are redone after every measurement;
+//      exponents the two reference runs show, the time's within [0, 1]: batch/m micro-steps);
+//      estimates are redone after every measurement;
 //   3. prunes what cannot fit even with the estimate's slack, and measures the rest fastest
 //      estimate first, until the fastest measured fit is no slower than the next estimate
 //      (or max_probes is spent);
