@@ -2,9 +2,9 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -200,8 +200,10 @@ std::optional<CsrCounts> read_npy_counts(const std::string& path, int64_t budget
       if ((have + add) * 12 + (n + 1) * 8 > budget) return std::nullopt;
       cols.insert(cols.end(), chunk.cols.begin(), chunk.cols.end());
       vals.insert(vals.end(), chunk.vals.begin(), chunk.vals.end());
-      for (int64_t i = 0; i < rows; ++i)
-        row_ptr[static_cast<size_t>(r0 + i + 1)] = row_ptr[static_cast<size_t>(r0 + i)] + chunk.row_counts[static_cast<size_t>(i)];
+      for (int64_t i = 0; i < rows; ++i) {
+        const auto r = static_cast<size_t>(r0 + i);
+        row_ptr[r + 1] = row_ptr[r] + chunk.row_counts[static_cast<size_t>(i)];
+      }
     }
     if (std::chrono::steady_clock::now() - last_report > std::chrono::seconds(10)) {
       last_report = std::chrono::steady_clock::now();
