@@ -71,7 +71,7 @@ void Registry::add_model(std::string n, std::string d, Schema s, ModelFactory f,
   if (abilities)
     for (const auto& a : *abilities)
       TT_CHECK_AS(ModuleError, a == "generate" || a == "predict", origin_, ": model '", n, "' declares the ability '",
-                  a, "'; tt's are \"generate\" (tt-run --sample) and \"predict\" (tt-run --predict)");
+                  a, "'; tt knows \"generate\" (tt-run --sample) and \"predict\" (tt-run --predict)");
   // Every model can start from another run's weights (the trainer loads them, not the model).
   if (!s.find("init_from"))
     s.add("init_from", Type::String, "~",

@@ -176,8 +176,9 @@ TEST(TtRun, ExitCodesAndMessages) {
 }
 
 // --sample and --predict on a model that declares it does not generate or predict are refused
-// before anything trains (not after training), and on a comparison, which trains one model a
-// variant, too; a model declaring the ability gets past the check.
+// before anything trains (not after training), on a resumed run before it is touched, and on a
+// comparison, which trains one model per variant; a model declaring the ability gets past the
+// check.
 TEST(TtRun, SampleOrPredictOnAModelWithoutTheAbilityIsRefusedBeforeTraining) {
   auto dir = tt::test::temp_dir("cli_ability");
   tt::test::write_text(dir / "rows.csv", "a,b\n1,2\n");
@@ -193,8 +194,8 @@ TEST(TtRun, SampleOrPredictOnAModelWithoutTheAbilityIsRefusedBeforeTraining) {
        "--sample: model 'tabular-icl' does not generate text"},
       {config("lm-brown.yaml"), "--predict " + rows,
        "--predict: model 'transformer' does not predict from files"},
-      {config("compare-topic.yaml"), "--sample hello", "a comparison trains one a variant"},
-      {topic + " " + topic, "--compare --predict " + rows, "a comparison trains one a variant"},
+      {config("compare-topic.yaml"), "--sample hello", "a comparison trains one model per variant"},
+      {topic + " " + topic, "--compare --predict " + rows, "a comparison trains one model per variant"},
   };
   int i = 0;
   for (const auto& c : cases) {
@@ -204,8 +205,17 @@ TEST(TtRun, SampleOrPredictOnAModelWithoutTheAbilityIsRefusedBeforeTraining) {
     EXPECT_HAS(r.output, c.message);
     EXPECT_FALSE(fs::exists(run_dir)) << c.options << ": a run started\n" << r.output;
   }
+  auto trained = run(tt_run() + " -q " + topic + " --run-dir " + quote(dir / "trained"));
+  ASSERT_EQ(trained.rc, 0) << trained.output;
+  const std::string summary = tt::test::read_file(dir / "trained" / "summary.json");
+  auto resumed = run(tt_run() + " --resume " + quote(dir / "trained") + " --sample hello");
+  EXPECT_EQ(resumed.rc, 2) << resumed.output;
+  EXPECT_HAS(resumed.output, "--sample: model 'topic' does not generate text");
+  EXPECT_EQ(tt::test::read_file(dir / "trained" / "summary.json"), summary);
   auto lm = run(tt_run() + " --dry-run " + config("lm-brown.yaml") + " --sample hi");
   EXPECT_EQ(lm.rc, 0) << lm.output;
+  auto tabular = run(tt_run() + " --dry-run " + config("tabular-finetune.yaml") + " --predict " + rows);
+  EXPECT_EQ(tabular.rc, 0) << tabular.output;
   // the registry takes only the abilities tt-run knows
   EXPECT_THROW(tt::Registry::global().add_model("test-flier", "", tt::Schema(), nullptr, std::nullopt,
                                                 std::vector<std::string>{"fly"}),

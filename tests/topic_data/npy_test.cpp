@@ -219,41 +219,55 @@ TEST(TopicNpy, RefusesBadFilesNamingThem) {
   EXPECT_HAS(err("empty.npy"), "empty.npy: the matrix is empty");
 }
 
-// Read in chunks of three rows on four threads (waves of four chunks): the non-zeros, the first
-// bad document named and the budget's verdict are those of one chunk holding every row.
+// Read in chunks of one row (row by row), of three rows on four threads (waves of four chunks)
+// and of the whole file: the same non-zeros, the same first bad document named and the same
+// budget verdict, also where the budget runs out before a bad row.
 TEST(TopicNpy, ReadIntoMemoryInParallelChunksGivesTheRowByRowResult) {
   auto dir = tt::test::temp_dir("npy");
   torch::manual_seed(3);
   auto x = torch::randint(0, 4, {301, 37}, torch::kLong) * (torch::rand({301, 37}) < 0.3).to(torch::kLong);
   x.select(1, 5).add_(1);  // every row has a word
   const int64_t nnz = (x != 0).sum().item<int64_t>();
-  const int threads = at::get_num_threads();
-  at::set_num_threads(4);
+  struct Threads {  // four, and back to the test binary's whatever happens
+    int before = at::get_num_threads();
+    Threads() { at::set_num_threads(4); }
+    ~Threads() { at::set_num_threads(before); }
+  } four;
+  // chunk_bytes counts 12 bytes a value (the non-zeros were every count one)
+  const std::vector<int64_t> chunkings = {37 * 12, 3 * 37 * 12, int64_t{1} << 30};
   for (auto t : {torch::kFloat, torch::kShort}) {
     tt::write_npy(dir / "X.npy", x.to(t));
     const std::string path = (dir / "X.npy").string();
-    const int64_t three_rows = 3 * 37 * x.to(t).element_size();
-    auto whole = tt::topic::read_npy_counts(path, int64_t{1} << 30, int64_t{1} << 30);
-    auto chunked = tt::topic::read_npy_counts(path, int64_t{1} << 30, three_rows);
-    ASSERT_TRUE(whole && chunked) << t;
-    EXPECT_EQ(chunked->nnz(), nnz) << t;
-    EXPECT_TRUE(torch::equal(chunked->dense(), x.to(torch::kFloat))) << t;
-    EXPECT_TRUE(torch::equal(chunked->dense(), whole->dense())) << t;
     const int64_t fits = nnz * 12 + 302 * 8;
-    EXPECT_TRUE(tt::topic::read_npy_counts(path, fits, three_rows)) << t;
-    EXPECT_FALSE(tt::topic::read_npy_counts(path, fits - 1, three_rows)) << t;
+    for (int64_t chunk : chunkings) {
+      auto csr = tt::topic::read_npy_counts(path, int64_t{1} << 30, chunk);
+      ASSERT_TRUE(csr) << t << " " << chunk;
+      EXPECT_EQ(csr->nnz(), nnz) << t << " " << chunk;
+      EXPECT_TRUE(torch::equal(csr->dense(), x.to(torch::kFloat))) << t << " " << chunk;
+      EXPECT_TRUE(tt::topic::read_npy_counts(path, fits, chunk)) << t << " " << chunk;
+      EXPECT_FALSE(tt::topic::read_npy_counts(path, fits - 1, chunk)) << t << " " << chunk;
+    }
   }
   auto bad = x.to(torch::kFloat);
-  bad[250][0] = -1;  // a later wave
-  bad[101][2] = NAN;  // the same chunk as 100 and 102, after the first bad row
+  bad[250][0] = -1;   // a later wave
+  bad[101][2] = NAN;  // the same three-row chunk as 100 (99-101), after the first bad row
   bad[100][1] = -2;
-  bad[105].zero_();  // the same wave, a later chunk
+  bad[105].zero_();   // the same wave, a later chunk (105-107)
   tt::write_npy(dir / "bad.npy", bad);
   const std::string bad_path = (dir / "bad.npy").string();
-  for (int64_t chunk : {int64_t{3 * 37 * 4}, int64_t{1} << 30})
-    EXPECT_HAS(config_error([&] { tt::topic::read_npy_counts(bad_path, int64_t{1} << 30, chunk); }),
-               "bad.npy: document 100 (row 100) has a negative count (-2 at term 1)");
-  at::set_num_threads(threads);
+  const auto upto = (x != 0).sum(1).cumsum(0);  // non-zeros of rows 0..r
+  for (int64_t r : {0, 50, 99, 100, 200}) {
+    // row by row, the budget runs out at row r: before the bad row 100, no verdict but "too big"
+    const int64_t budget = 302 * 8 + upto[r].item<int64_t>() * 12 - 1;
+    for (int64_t chunk : chunkings) {
+      if (r < 100) {
+        EXPECT_FALSE(tt::topic::read_npy_counts(bad_path, budget, chunk)) << r << " " << chunk;
+      } else {
+        EXPECT_HAS(config_error([&] { tt::topic::read_npy_counts(bad_path, budget, chunk); }),
+                   "bad.npy: document 100 (row 100) has a negative count (-2 at term 1)");
+      }
+    }
+  }
   tt::request_interrupt();  // a Ctrl-C stops the read between waves
   std::string interrupted;
   try {

@@ -283,8 +283,8 @@ int main(int argc, char** argv) {
     TT_CHECK_AS(ConfigError, !(recommend && !budget_text.empty()),
                 "--recommend plans for 0.5 to 16 GiB itself; leave out --budget");
     const char* one_model_options =
-        "--sample and --predict use one trained model, and a comparison trains one a variant: run the variant's "
-        "pipeline with them (tt-run PIPELINE --run-dir DIR --sample ...)";
+        "--sample and --predict use one trained model, and a comparison trains one model per variant (and keeps "
+        "no weights): give them to a run of the variant's pipeline (its pipeline.yaml in the comparison's folder)";
     TT_CHECK_AS(ConfigError, !compare || (!sample_prompt && predict_input.empty()), one_model_options);
     if (compare) {
       TT_CHECK_AS(ConfigError, resume_dir.empty(), "--compare does not go with --resume");

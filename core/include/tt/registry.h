@@ -80,8 +80,9 @@ enum class Repeats { Once, Allowed };
 //
 // A model may also declare what it does beyond training, for tt-run's options that use it:
 // "generate" (Model::generate: tt-run --sample) and "predict" (Model::predict: tt-run --predict).
-// tt-run refuses such an option before training when the model declares abilities without it; a
-// model that declares none is asked after training (its default generate/predict refuses).
+// tt-run refuses such an option before training when the model declares a list without it (an
+// empty list: neither); a model registered without one (nullopt) is asked after training (the
+// default generate/predict refuses).
 struct ModelComponent : Component<ModelFactory> {
   std::optional<std::vector<std::string>> parts;      // nullopt: not declared
   std::optional<std::vector<std::string>> abilities;  // nullopt: not declared

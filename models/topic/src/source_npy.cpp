@@ -167,10 +167,12 @@ std::optional<CsrCounts> read_npy_counts(const std::string& path, int64_t budget
   const int64_t n = h.shape[0], m = h.shape[1], row_bytes = m * h.item_size;
   detail::PreadFile file(path);
   TT_CHECK_AS(ConfigError, file.ok(), path, ": cannot open (", std::strerror(errno), ")");
-  // Chunks of rows (~16 MiB each), one a thread, read and scanned in parallel a wave at a time;
-  // each wave's chunks are then appended in file order, so the result, the first bad document
-  // named and the budget's verdict are those of reading row by row, whatever the threads.
-  const int64_t chunk_rows = std::max<int64_t>(1, chunk_bytes / row_bytes);
+  // Chunks of rows, one a thread, read and scanned in parallel a wave at a time; each wave's
+  // chunks are then appended in file order, so the result, the first bad document named and the
+  // budget's verdict are those of reading row by row, whatever the threads. A chunk's rows are
+  // as many as would give chunk_bytes of non-zeros (12 bytes each) were every count non-zero:
+  // a thread holds at most chunk_bytes of the file's rows and as much of their non-zeros.
+  const int64_t chunk_rows = std::max<int64_t>(1, chunk_bytes / (m * 12));
   const int64_t n_chunks = (n + chunk_rows - 1) / chunk_rows;
   std::vector<ChunkNonzeros> wave(static_cast<size_t>(std::clamp<int64_t>(at::get_num_threads(), 1, n_chunks)));
   const int64_t per_wave = static_cast<int64_t>(wave.size());
@@ -195,9 +197,11 @@ std::optional<CsrCounts> read_npy_counts(const std::string& path, int64_t budget
                   at, "-", at + rows * row_bytes, "): ",
                   chunk.read_errno ? std::strerror(chunk.read_errno)
                                    : "the file ends before the matrix its header describes");
-      if (chunk.bad_doc >= 0) fail_document(path, chunk.bad_doc, chunk.problem);
+      // Row by row, the budget ran out at a good row before the chunk's bad one, if at all: the
+      // non-zeros only grow, and the chunk holds those of its rows before the bad one.
       const int64_t have = static_cast<int64_t>(cols.size()), add = static_cast<int64_t>(chunk.cols.size());
-      if ((have + add) * 12 + (n + 1) * 8 > budget) return std::nullopt;
+      if (!chunk.row_counts.empty() && (have + add) * 12 + (n + 1) * 8 > budget) return std::nullopt;
+      if (chunk.bad_doc >= 0) fail_document(path, chunk.bad_doc, chunk.problem);
       cols.insert(cols.end(), chunk.cols.begin(), chunk.cols.end());
       vals.insert(vals.end(), chunk.vals.begin(), chunk.vals.end());
       for (int64_t i = 0; i < rows; ++i) {

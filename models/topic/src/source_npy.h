@@ -23,8 +23,8 @@ void check_counts_header(const std::string& path, const NpyHeader& h);
 
 // The whole .npy's rows as compressed sparse rows, each row checked (ConfigError naming the
 // first bad document); nullopt once the non-zeros (12 bytes each) would outgrow `budget` bytes.
-// Chunks of `chunk_bytes` of rows are read and scanned on ATen's threads; Interrupted at a
-// Ctrl-C.
+// Chunks of rows are read and scanned on ATen's threads, each thread holding at most
+// `chunk_bytes` of the file and as much of non-zeros; Interrupted at a Ctrl-C.
 std::optional<CsrCounts> read_npy_counts(const std::string& path, int64_t budget,
                                          int64_t chunk_bytes = int64_t{16} << 20);
 
