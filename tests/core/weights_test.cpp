@@ -206,6 +206,19 @@ TEST(Weights, TtRunExportsAtTheEndOfTheFitAndFromARunOrCheckpoint) {
   expect_same(tt::read_state_dict(beside), at_end);
   EXPECT_EQ(tt::list_checkpoints(d / "run" / "checkpoints").size(), ckpts.size()) << "not taken for a checkpoint";
 
+  // --out replaces an earlier export (again.safetensors, above: rc 0 twice), never a checkpoint or
+  // another file
+  r = tt::test::run(tt_run + " -q --export safetensors " + (d / "run").string() + " --out " + (d / "again.safetensors").string());
+  EXPECT_EQ(r.rc, 0) << r.output;
+  const std::string checkpoint = tt::test::read_file(ckpts.back());
+  r = tt::test::run(tt_run + " --export safetensors " + (d / "run").string() + " --out " + ckpts.back().string());
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "--out " + ckpts.back().string() + " exists and is a tt checkpoint");
+  EXPECT_EQ(tt::test::read_file(ckpts.back()), checkpoint);
+  r = tt::test::run(tt_run + " --export pt " + (d / "run").string() + " --out " + (d / "p.yaml").string());
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "exists and is not an exported weights file");
+
   r = tt::test::run(tt_run + " --export onnx " + (d / "run").string());
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find("unknown weights format 'onnx'"), std::string::npos) << r.output;

@@ -121,7 +121,8 @@ TEST(Reliability, ARunDirectoryThatHoldsARunIsNotReusedByAnotherRun) {
   std::ofstream(dir / "p.yaml") << topic_yaml(dir, "  max_steps: 2\n");
   const std::string cmd = tt_run_bin() + " " + (dir / "p.yaml").string() + " -q --run-dir " + (dir / "r").string();
   ASSERT_EQ(run(cmd).rc, 0);
-  const std::string metrics = read_file(dir / "r" / "metrics.jsonl");
+  const std::string metrics = read_file(dir / "r" / "metrics.jsonl"), summary = read_file(dir / "r" / "summary.json"),
+                    log = read_file(dir / "r" / "log.txt");
   auto r = run(cmd + " trainer.max_steps=4");
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find("the run directory " + (dir / "r").string() +
@@ -133,6 +134,9 @@ TEST(Reliability, ARunDirectoryThatHoldsARunIsNotReusedByAnotherRun) {
   r = run(tt_run_bin() + " " + (dir / "p.yaml").string() + " -q output.run_name=r");
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find("or give another output.run_name"), std::string::npos) << r.output;
+  // the refusals left the run as it was: not a failure summary written over its own
+  EXPECT_EQ(read_file(dir / "r" / "summary.json"), summary);
+  EXPECT_EQ(read_file(dir / "r" / "log.txt"), log);
   // a run that failed before its first step leaves nothing to keep: the next one may use its place
   r = run(tt_run_bin() + " " + (dir / "p.yaml").string() + " -q --run-dir " + (dir / "bad").string() +
           " optimizer.name=nosuch");

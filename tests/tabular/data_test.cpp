@@ -395,6 +395,23 @@ TEST(TabularCsv, SplitTableWritesTheSplitsRowsAsTheFileHasThem) {
   EXPECT_EQ(split_table_tool({"--csv", path, "--test-fraction", "1.5", "--train-out", train, "--test-out", test}), 2);
   EXPECT_THROW(split_table_tool({"--csv", (dir / "missing.csv").string(), "--train-out", train, "--test-out", test}),
                tt::ConfigError);
+  // An output that is the table (by another spelling too) or the other output is refused, the
+  // table untouched.
+  const std::string table = tt::test::read_file(path);
+  const std::string same = (dir / "." / "t.csv").string();
+  EXPECT_HAS(tt::test::config_error([&] {
+               split_table_tool({"--csv", path, "--label", "kind", "--train-out", same, "--test-out", test});
+             }),
+             "--train-out " + same + " is the --csv table itself");
+  EXPECT_HAS(tt::test::config_error([&] {
+               split_table_tool({"--csv", path, "--label", "kind", "--train-out", train, "--test-out", path});
+             }),
+             "--test-out " + path + " is the --csv table itself");
+  EXPECT_HAS(tt::test::config_error([&] {
+               split_table_tool({"--csv", path, "--label", "kind", "--train-out", train, "--test-out", train});
+             }),
+             "--train-out and --test-out name one file");
+  EXPECT_EQ(tt::test::read_file(path), table);
 }
 
 // tt-data synth-table: the same seed writes the same table, another seed another; a header of

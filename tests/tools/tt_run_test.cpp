@@ -168,6 +168,14 @@ TEST(TtRun, ExitCodesAndMessages) {
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_HAS(r.output, "--predict '" + (dir / "no-such.csv").string() + "' does not exist or is not a file");
   EXPECT_FALSE(fs::exists(dir / "predict")) << "a run started";
+  // nor one that --predict-out would overwrite
+  tt::test::write_text(dir / "rows.csv", "a,b\n1,2\n");
+  r = run(tt_run() + " " + quote(plain) + " --predict " + quote(dir / "rows.csv") + " --predict-out " +
+          quote(dir / "." / "rows.csv") + " --run-dir " + quote(dir / "predict"));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "is the --predict file itself");
+  EXPECT_EQ(tt::test::read_file(dir / "rows.csv"), "a,b\n1,2\n");
+  EXPECT_FALSE(fs::exists(dir / "predict")) << "a run started";
   // a comparison's options on a pipeline that is not one are refused, not ignored
   r = run(tt_run() + " " + quote(plain) + " --steps 5 --run-dir " + quote(dir / "steps"));
   EXPECT_EQ(r.rc, 2) << r.output;

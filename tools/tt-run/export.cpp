@@ -45,6 +45,15 @@ int run(const Options& o) {
     if (out.empty())
       out = src.parent_path() / (src.stem().string() + (format == WeightsFormat::Safetensors ? ".safetensors" : "_state_dict.pt"));
   }
+  // An export replaces a new file or an earlier export, never a checkpoint or another file.
+  std::error_code ec;
+  if (fs::exists(out, ec)) {
+    const WeightsFileKind kind = fs::is_regular_file(out, ec) ? weights_file_kind(out) : WeightsFileKind::Unknown;
+    TT_CHECK_AS(ConfigError, kind == WeightsFileKind::Safetensors || kind == WeightsFileKind::StateDict, "--out ",
+                out.string(), " exists and is ", kind == WeightsFileKind::Checkpoint ? "a tt checkpoint" : "not an "
+                "exported weights file", ": --export writes a new file or replaces an earlier export; name another "
+                "file");
+  }
   write_weights(out, format, tensors);
   if (!o.quiet) std::printf("%zu tensors of %s written to %s\n", tensors.size(), from.string().c_str(), out.string().c_str());
   return 0;

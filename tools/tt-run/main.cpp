@@ -240,6 +240,9 @@ int main(int argc, char** argv) {
                                                        !std::filesystem::is_directory(predict_input)), "--predict ",
                 tt::describe_path(predict_input), " does not exist or is not a file: give the CSV of the rows to predict "
                 "for");
+    TT_CHECK_AS(ConfigError, predict_output.empty() || predict_input.empty() || !tt::same_file(predict_output, predict_input),
+                "--predict-out ", predict_output, " is the --predict file itself; name another file (the rows to "
+                "predict for would be overwritten)");
     if (pipeline_file.empty() && resume_dir.empty()) {
       std::fprintf(stderr, "tt-run: name a pipeline, e.g. tt-run configs/quickstart.yaml (tt-run --help for more)\n");
       return 2;

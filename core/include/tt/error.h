@@ -72,6 +72,10 @@ std::string cat(const Args&... args) {
 // file that is not there: "'t.txt' (relative to the current directory /home/me)".
 TT_API std::string describe_path(const std::string& path);
 
+// Whether two paths name one file: the same file when both exist (links and "./" included), else
+// the same absolute, normalized path. For refusing an output that would overwrite an input.
+TT_API bool same_file(const std::string& a, const std::string& b);
+
 // A tensor's shape for messages: "[2, 3]".
 TT_API std::string shape_text(const std::vector<int64_t>& shape);
 

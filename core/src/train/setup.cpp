@@ -198,42 +198,46 @@ void make_run_dir(Run& run) {
     return;
   }
   const Options& out = run.pipeline.output;
-  if (!run.config.run_dir.empty()) s.run_dir = run.config.run_dir;
-  else if (out.is_set("run_name")) s.run_dir = fs::path(out.get_string("dir")) / out.get_string("run_name");
-  else s.run_dir = timestamped_dir(out.get_string("dir"), run.pipeline.name);
+  // The run's directory once it is this run's: a refusal here (another run's directory) leaves it
+  // as it was, no failure summary written over that run's.
+  fs::path dir;
+  if (!run.config.run_dir.empty()) dir = run.config.run_dir;
+  else if (out.is_set("run_name")) dir = fs::path(out.get_string("dir")) / out.get_string("run_name");
+  else dir = timestamped_dir(out.get_string("dir"), run.pipeline.name);
   std::error_code ec;
   if (!run.config.resume) {
     // Two runs in one directory would mix their checkpoints and metrics. One that failed before
     // its first step (a bad option) left nothing to keep: its directory is used again.
     std::vector<std::string> held;
-    const fs::path summary = s.run_dir / "summary.json", metrics = s.run_dir / "metrics.jsonl";
+    const fs::path summary = dir / "summary.json", metrics = dir / "metrics.jsonl";
     if (fs::exists(summary, ec) && summary_status(read_summary(summary)) != "failed") held.push_back("summary.json");
     if (fs::exists(metrics, ec) && fs::file_size(metrics, ec) > 0) held.push_back("metrics.jsonl");
-    if (const size_t n = list_checkpoints(s.run_dir / "checkpoints").size())
+    if (const size_t n = list_checkpoints(dir / "checkpoints").size())
       held.push_back(std::to_string(n) + " checkpoint" + (n == 1 ? "" : "s"));
     std::string what;
     for (const auto& h : held) what += (what.empty() ? "" : ", ") + h;
     if (!held.empty() && run.config.overwrite) {
       // Only a directory tt-run made is emptied: its pipeline.yaml says so.
-      std::ifstream in(s.run_dir / "pipeline.yaml");
+      std::ifstream in(dir / "pipeline.yaml");
       std::string first;
       std::getline(in, first);
       TT_CHECK_AS(ConfigError, first.rfind("# resolved by tt-run", 0) == 0, "--overwrite empties only a run directory: ",
-                  s.run_dir.string(), " holds ", what, " but no pipeline.yaml written by tt-run; remove it yourself");
-      for (const auto& e : fs::directory_iterator(s.run_dir, ec)) fs::remove_all(e.path(), ec);
-      TT_CHECK_AS(WriteError, !ec, "cannot empty the run directory ", s.run_dir.string(), " for --overwrite: ",
+                  dir.string(), " holds ", what, " but no pipeline.yaml written by tt-run; remove it yourself");
+      for (const auto& e : fs::directory_iterator(dir, ec)) fs::remove_all(e.path(), ec);
+      TT_CHECK_AS(WriteError, !ec, "cannot empty the run directory ", dir.string(), " for --overwrite: ",
                   ec.message());
-      log().info("--overwrite: emptied {} (it held {})", s.run_dir.string(), what);
+      log().info("--overwrite: emptied {} (it held {})", dir.string(), what);
       held.clear();
     }
     if (!held.empty())
-      TT_FAIL_AS(ConfigError, "the run directory ", s.run_dir.string(), " already holds a run (", what,
-                 "): continue it with tt-run --resume ", s.run_dir.string(), ", start it again with --overwrite, ",
+      TT_FAIL_AS(ConfigError, "the run directory ", dir.string(), " already holds a run (", what,
+                 "): continue it with tt-run --resume ", dir.string(), ", start it again with --overwrite, ",
                  "or give another ", run.config.run_dir.empty() ? "output.run_name" : "--run-dir");
   }
-  fs::create_directories(s.run_dir / "checkpoints", ec);
-  TT_CHECK(!ec, "cannot create the run directory ", s.run_dir.string(), ": ", ec.message(),
+  fs::create_directories(dir / "checkpoints", ec);
+  TT_CHECK(!ec, "cannot create the run directory ", dir.string(), ": ", ec.message(),
            " (set output.dir to a writable place)");
+  s.run_dir = dir;
   if (!run.config.resume) write_pipeline_file(run);  // a resume's, once it starts training
   run.log_file = std::make_shared<LogFileSink>(s.run_dir / "log.txt");
   log().sinks().push_back(run.log_file);

@@ -98,6 +98,11 @@ int split_table_tool(const std::vector<std::string>& args) {
               " must be between 0 and 1 (exclusive)");
   TT_CHECK_AS(ConfigError, std::filesystem::is_regular_file(csv), "tt-data split-table: --csv ", csv,
               " is not a file: check the path");
+  for (const auto& [opt, out] : {std::pair{"--train-out", train_out}, std::pair{"--test-out", test_out}})
+    TT_CHECK_AS(ConfigError, !same_file(out, csv), "tt-data split-table: ", opt, " ", out,
+                " is the --csv table itself; name another file (the table would be overwritten)");
+  TT_CHECK_AS(ConfigError, !same_file(train_out, test_out), "tt-data split-table: --train-out and --test-out name one "
+              "file (", train_out, "); give each side its own");
   CsvOptions o;
   if (!label.empty()) o.label = label;
   o.impute = impute;
