@@ -25,13 +25,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <memory>
 #include <new>
+#include <optional>
 #include <type_traits>
 #include <unordered_map>
 
 #include "tt/error.h"
 #include "tt/runtime.h"
+#include "tt/temp_dir.h"
 
 namespace fs = std::filesystem;
 namespace sp = sentencepiece;
@@ -247,6 +253,81 @@ struct QuietLog {
   ~QuietLog() { sentencepiece().set_log_level(saved); }
 };
 
+// SentencePiece's BPE trainer keeps a symbol's place in its word as an int shifted left by 16
+// bits (bpe_model_trainer.h, EncodePos): at 32,768 characters or more the int overflows, the
+// word's bookkeeping is corrupted and the trainer crashes (SIGSEGV). Words end at spaces (the
+// identity normalization keeps tabs and the rest inside words), so a run that long without a
+// space can only come from text that is no prose (a minified file, a base64 blob); such runs
+// are cut into lines of kBpeCut characters, in a copy of the file that training reads instead.
+constexpr int64_t kBpeLongestRun = 32767;
+constexpr int64_t kBpeCut = 16384;
+
+// Reads `path` in blocks, calling on_block(bytes, n) for each.
+template <class OnBlock>
+void read_blocks(const std::string& path, OnBlock&& on_block) {
+  std::FILE* in = std::fopen(path.c_str(), "rb");
+  TT_CHECK_AS(ConfigError, in, "cannot read '", path, "': ", std::strerror(errno));
+  const std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(in, &std::fclose);
+  std::vector<char> buf(size_t{1} << 20);
+  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), in)) > 0;) on_block(buf.data(), n);
+  TT_CHECK_AS(ConfigError, !std::ferror(in), "cannot read '", path, "': ", std::strerror(errno));
+}
+
+bool starts_character(char c) { return (static_cast<uint8_t>(c) & 0xC0) != 0x80; }
+
+struct LongRun {
+  int64_t line = 0;    // 1-based; 0: none
+  int64_t length = 0;  // characters
+};
+
+// The first run of more than kBpeLongestRun characters without a space or a line break.
+LongRun first_long_run(const std::string& path) {
+  LongRun found;
+  int64_t line = 1, run = 0;
+  bool done = false;
+  read_blocks(path, [&](const char* bytes, size_t n) {
+    for (size_t i = 0; i < n && !done; ++i) {
+      const char c = bytes[i];
+      if (c == ' ' || c == '\n') {
+        if (run > kBpeLongestRun) found = {line, run}, done = true;
+        line += c == '\n';
+        run = 0;
+      } else {
+        run += starts_character(c);
+      }
+    }
+  });
+  if (!done && run > kBpeLongestRun) found = {line, run};
+  return found;
+}
+
+// Copies `from` to `to`, breaking each run of more than kBpeCut characters without a space or
+// a line break into lines of kBpeCut characters (at character boundaries).
+void copy_cutting_long_runs(const std::string& from, const std::string& to) {
+  std::FILE* out = std::fopen(to.c_str(), "wb");
+  TT_CHECK(out, "cannot write '", to, "' (a copy of '", from, "' for the tokenizer's training): ",
+           std::strerror(errno));
+  const std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(out, &std::fclose);
+  std::vector<char> cut;
+  int64_t run = 0;
+  read_blocks(from, [&](const char* bytes, size_t n) {
+    cut.clear();
+    for (size_t i = 0; i < n; ++i) {
+      const char c = bytes[i];
+      if (c == ' ' || c == '\n') {
+        run = 0;
+      } else if (starts_character(c)) {
+        if (run == kBpeCut) cut.push_back('\n'), run = 0;
+        ++run;
+      }
+      cut.push_back(c);
+    }
+    TT_CHECK(std::fwrite(cut.data(), 1, cut.size(), out) == cut.size(), "cannot write '", to, "' (a copy of '",
+             from, "' for the tokenizer's training): ", std::strerror(errno));
+  });
+  TT_CHECK(std::fflush(out) == 0, "cannot write '", to, "': ", std::strerror(errno));
+}
+
 }  // namespace
 
 Tokenizer::~Tokenizer() = default;
@@ -304,7 +385,7 @@ std::vector<std::string> text_files(const std::vector<std::string>& inputs) {
   return files;
 }
 
-void train_sentencepiece(const TokenizerTraining& t) {
+std::vector<std::string> train_sentencepiece(const TokenizerTraining& t) {
   const std::string ext = ".model";
   TT_CHECK_AS(ConfigError, t.out.size() > ext.size() && t.out.compare(t.out.size() - ext.size(), ext.size(), ext) == 0,
               "--out must end in .model (got '", t.out, "'); the .vocab is written beside it");
@@ -321,12 +402,10 @@ void train_sentencepiece(const TokenizerTraining& t) {
 
   const std::vector<std::string> files = text_files(t.inputs);
   uintmax_t bytes = 0;
-  std::string input;  // SentencePiece's list: comma-separated
   for (const auto& f : files) {
     TT_CHECK_AS(ConfigError, f.find(',') == std::string::npos, "SentencePiece cannot read '", f,
                 "': it splits its input list at commas; rename the file");
     bytes += fs::file_size(f);
-    input += (input.empty() ? "" : ",") + f;
   }
   TT_CHECK_AS(ConfigError, bytes > 0, "the training text is empty (", files.size(), " file",
               files.size() == 1 ? "" : "s", ")");
@@ -336,6 +415,26 @@ void train_sentencepiece(const TokenizerTraining& t) {
   fs::create_directories(dir, ec);
   TT_CHECK_AS(ConfigError, fs::is_directory(dir) && ::access(dir.c_str(), W_OK) == 0, "cannot write '", t.out,
               "': the directory '", dir.string(), "' is not writable", ec ? " (" + ec.message() + ")" : "");
+
+  // BPE reads a file holding a run too long for it through a copy with the run cut (see kBpeCut).
+  std::vector<std::string> notes;
+  std::optional<TempDir> copies;
+  std::string input;  // SentencePiece's list: comma-separated
+  for (const auto& f : files) {
+    std::string read = f;
+    if (t.model_type == "bpe") {
+      if (const LongRun run = first_long_run(f); run.line > 0) {
+        if (!copies) copies.emplace("tt-tokenizer", "tokenizer");
+        read = (copies->path() / (std::to_string(notes.size()) + ".txt")).string();
+        copy_cutting_long_runs(f, read);
+        notes.push_back(detail::cat(f, " line ", run.line, " holds ", run.length,
+                            " characters without a space; SentencePiece's BPE trainer crashes on runs over ",
+                            kBpeLongestRun, ", so training reads the file with such runs cut into lines of ", kBpeCut,
+                            " characters"));
+      }
+    }
+    input += (input.empty() ? "" : ",") + read;
+  }
 
   const int threads = usable_threads(t.threads);
   const TrainArgs args = {
@@ -362,7 +461,7 @@ void train_sentencepiece(const TokenizerTraining& t) {
   {
     const QuietLog quiet;
     const Status status([&] { return lib.train(args, nullptr, nullptr); });
-    if (status.ok()) return;
+    if (status.ok()) return notes;
     why = status.message();
   }
   if (why.find("too high") != std::string::npos)

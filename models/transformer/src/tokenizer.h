@@ -56,8 +56,10 @@ std::vector<std::string> text_files(const std::vector<std::string>& inputs);
 
 // Trains a SentencePiece model; errors (no input, vocab too large for the text) name the fix.
 // Identity normalization and no dummy prefix: decode(encode(text)) == text, also for
-// concatenated chunks (see tokenizer.cpp for the exceptions).
-void train_sentencepiece(const TokenizerTraining& t);
+// concatenated chunks (see tokenizer.cpp for the exceptions). Returns notes for the user: a
+// BPE model's input file holding over 32,767 characters without a space is read with such runs
+// cut into lines (SentencePiece's BPE trainer crashes on them), and a note says so.
+std::vector<std::string> train_sentencepiece(const TokenizerTraining& t);
 
 // Number of UTF-8 code points in `s` (for bits/char).
 int64_t utf8_chars(std::string_view s);

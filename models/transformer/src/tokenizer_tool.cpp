@@ -48,13 +48,14 @@ void run_tokenizer(TokenizerArgs a) {
                t.model_type.c_str(), static_cast<long long>(t.vocab_size), files.size(), files.size() == 1 ? "" : "s",
                t.byte_fallback ? " (byte fallback)" : "");
   const auto start = std::chrono::steady_clock::now();
-  train_sentencepiece(t);
+  const auto notes = train_sentencepiece(t);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   const auto tok = load_tokenizer(t.out);
   const std::string sample = sample_text(files, size_t{1} << 20);
   const auto tokens = tok->encode(sample).size();
   const auto vocab = std::filesystem::path(t.out).replace_extension(".vocab");
+  for (const auto& note : notes) std::fprintf(stderr, "tokenizer: %s\n", note.c_str());
   std::fprintf(stderr, "tokenizer: wrote %s and %s in %.1f s\n", t.out.c_str(), vocab.c_str(), seconds);
   if (tokens > 0)
     std::fprintf(stderr, "tokenizer: %.2f characters per token on the first %.2f MB of the input\n",
