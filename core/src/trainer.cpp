@@ -142,15 +142,18 @@ struct Trainer::Impl {
     set_phase("in setup");
     add_callbacks();
     setup_run(run, std::move(extra_plugins));
-    if (run.config.resume) {
+    if (run.from_checkpoint) {
       load_checkpoint(run);
       run.start_step = s.step;  // what this process trains starts here (a failure before: nothing)
+    } else if (run.config.resume) {
+      log().info("{} holds no checkpoint (the run stopped before its first, or trains no steps): it starts "
+                 "from step 0", s.run_dir.string());
     }
     if (run.sync) run.sync->broadcast_model();
     if (interrupted())
       throw Interrupted(detail::cat("interrupted during setup, before the first step: nothing was trained",
                                     run.config.resume ? "; the run's checkpoints are as they were" : ""));
-    if (run.resumed && s.step >= s.total_steps) {  // e.g. tt-run --resume RUN --sample PROMPT on a finished run
+    if (run.config.resume && s.step >= s.total_steps) {  // e.g. tt-run --resume RUN --sample PROMPT on a finished run
       // Trained to the end but stopped before its outputs were written (Ctrl-C or a kill while
       // evaluating or sampling at the end): this process writes them.
       const nlohmann::json previous = run.root ? read_summary(s.run_dir / "summary.json") : nlohmann::json();
@@ -182,10 +185,8 @@ struct Trainer::Impl {
     log().info("{}: {} | data {} | {} optimizer, {} schedule | plugins [{}] | {} threads | run dir {}",
                run.pipeline.name, s.model->describe(), run.data.train->describe(), run.pipeline.optimizer.name,
                run.pipeline.schedule.name, run.host.names(), run.threads, s.run_dir.string());
-    if (run.resumed) {
-      log().info("resumed from {} at step {}", run.resumed_from, s.step);
-      write_pipeline_file(run);  // the overrides it was resumed with, now that they fit and it trains
-    }
+    if (run.resumed) log().info("resumed from {} at step {}", run.resumed_from, s.step);
+    if (run.config.resume) write_pipeline_file(run);  // the overrides it was resumed with, now that they fit and it trains
 
     fire(Event::FIT_START);
     run.gradient_ready.install();

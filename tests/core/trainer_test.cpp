@@ -248,6 +248,49 @@ TEST(Trainer, AResumeOfARunTrainedToTheEndWritesTheOutputsItMissed) {
   }
 }
 
+// A run stopped in its set-up wrote no checkpoint: --resume starts it from step 0 (it used to
+// fail with "no checkpoint to resume from") and it trains as an uninterrupted run does. A run
+// whose weights came from model.init_from resumes from its checkpoint without that source
+// (it used to need the file though every weight is in the checkpoint).
+TEST(Trainer, AResumeWithoutACheckpointStartsFromStepZeroAndAResumeNeedsNoInitFrom) {
+  const auto out = tt::test::temp_dir("resume_none");
+  const std::string yaml = tt::test::topic_yaml(out, "  max_steps: 6\n");
+  tt::Trainer whole(tt::parse_pipeline(yaml, "p.yaml"), {out / "whole", false, true});
+  whole.fit();
+
+  const fs::path dir = out / "run";
+  tt::Trainer stopped(tt::parse_pipeline(yaml, "p.yaml"), {dir, false, true});
+  stopped.add_plugin(std::make_unique<InterruptInSetup>());
+  EXPECT_THROW(stopped.fit(), tt::Interrupted);
+  tt::clear_interrupt();
+  ASSERT_TRUE(tt::list_checkpoints(dir / "checkpoints").empty());
+  tt::Trainer resumed(tt::Trainer::pipeline_of_run(dir, {}), {dir, true, true});
+  resumed.add_plugin(std::make_unique<StopAt>(-1));
+  resumed.fit();
+  EXPECT_EQ(resumed.step_losses(), whole.step_losses());
+  const auto summary = tt::test::summary_of(dir);
+  EXPECT_EQ(summary["status"], "completed");
+  EXPECT_EQ(summary["steps"], 6);
+  EXPECT_FALSE(summary.contains("resumed_from"));
+
+  // A run fine-tuned from `whole`, then `whole` removed: its resume reads its own checkpoint.
+  const fs::path tuned = out / "tuned";
+  tt::Trainer from(tt::parse_pipeline(yaml, "p.yaml", {"model.init_from=" + (out / "whole").string(),
+                                                       "trainer.max_steps=4"}),
+                   {tuned, false, true});
+  from.add_plugin(std::make_unique<StopAt>(2));
+  EXPECT_THROW(from.fit(), tt::Interrupted);
+  tt::clear_interrupt();
+  fs::remove_all(out / "whole");
+  tt::Trainer continued(tt::Trainer::pipeline_of_run(tuned, {}), {tuned, true, true});
+  continued.add_plugin(std::make_unique<StopAt>(-1));
+  continued.fit();
+  EXPECT_EQ(continued.step_losses().size(), 2u);
+  EXPECT_EQ(tt::test::summary_of(tuned)["status"], "completed");
+  EXPECT_HAS(tt::test::read_file(tuned / "log.txt"), "model.init_from (" + (out / "whole").string() + ") is not read");
+  fs::remove_all(out);
+}
+
 TEST(Trainer, KeepsTheNewestCheckpoints) {
   auto out = tt::test::temp_dir("ckpt");
   auto p = tt::parse_pipeline(tt::test::topic_yaml(out, "  max_steps: 12\n  checkpoint_every: 2\n  keep_checkpoints: 2\n"),

@@ -81,6 +81,13 @@ TEST(TabularExport, ReimportedWeightsPredictBitwiseAsTheCheckpoint) {
   EXPECT_NE(tt::test::read_file(e.dir / "st" / "log.txt").find("model.safetensors (safetensors file)"), std::string::npos);
   EXPECT_NE(tt::test::read_file(e.dir / "pt" / "log.txt").find("model_state_dict.pt (PyTorch state dict)"), std::string::npos);
   EXPECT_NE(tt::test::read_file(e.dir / "ckpt" / "log.txt").find("(tt checkpoint)"), std::string::npos);
+  // --resume of an evaluation-only run (it trains no steps, so it has no checkpoint) predicts with
+  // the weights it was run with; it used to fail with "no checkpoint to resume from".
+  const fs::path again = e.dir / "st-again.csv";
+  const auto r = tt::test::run(tt::test::tt_run_bin() + " --resume " + (e.dir / "st").string() + " -q --predict " +
+                               e.csv + " --predict-out " + again.string());
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_EQ(tt::test::read_file(again), from_safetensors);
 }
 
 TEST(TabularExport, PythonReadsBothFilesAndTtImportsWhatPythonSaved) {

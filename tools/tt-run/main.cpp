@@ -168,7 +168,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--margin", plan_opts.margin, "budget: the chosen peak stays under budget x (1 - margin)")
       ->capture_default_str();
-  app.add_flag("--quiet,-q", quiet, "no progress display and no summary (still written to the run dir)");
+  app.add_flag("--quiet,-q", quiet,
+               "no progress display and no summary (still written to the run dir); the log's lines stay "
+               "(TT_LOG_LEVEL=warn keeps only warnings and errors)");
   app.add_flag("--version", version, "print versions and exit");
   app.add_option("--sample", sample_prompt,
                  "after training (or, with --resume of a finished run, at once) continue PROMPT with the model");
@@ -332,7 +334,8 @@ int main(int argc, char** argv) {
       if (pipeline.has_compare && resume_dir.empty()) return run_compare({pipeline_file}, overrides);
       return 0;
     }
-    tt::install_interrupt_handlers("\ntt-run: stopping after this batch to write a checkpoint (Ctrl-C again to abort)\n",
+    tt::install_interrupt_handlers("\ntt-run: stopping (in training: after this batch, writing a checkpoint); Ctrl-C "
+                                   "again to abort\n",
                                    "tt-run");
     tt::TrainerConfig cfg;
     cfg.quiet = quiet;

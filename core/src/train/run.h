@@ -97,7 +97,8 @@ struct Run {
   int64_t epoch_batches = 0;
   int64_t last_checkpoint_step = -1;
   int64_t last_eval_step = -1;
-  bool resumed = false;
+  bool resumed = false;       // loaded a checkpoint (--resume)
+  bool from_checkpoint = false;  // --resume of a run with checkpoints: its weights come from one, not init_from
   std::string resumed_from;
   bool optimizer_measured = false, gradients_measured = false;
 

@@ -195,6 +195,7 @@ void make_run_dir(Run& run) {
   State& s = run.state;
   if (!run.root) {
     s.run_dir = run.dist->broadcast_string("");
+    run.from_checkpoint = run.dist->broadcast_string("") == "1";
     return;
   }
   const Options& out = run.pipeline.output;
@@ -239,9 +240,15 @@ void make_run_dir(Run& run) {
            " (set output.dir to a writable place)");
   s.run_dir = dir;
   if (!run.config.resume) write_pipeline_file(run);  // a resume's, once it starts training
+  // A run stopped before its first checkpoint (or one that trains no steps) has nothing to
+  // continue from: it starts again from step 0, as it started the first time.
+  run.from_checkpoint = run.config.resume && !list_checkpoints(dir / "checkpoints").empty();
   run.log_file = std::make_shared<LogFileSink>(s.run_dir / "log.txt");
   log().sinks().push_back(run.log_file);
-  if (run.dist) run.dist->broadcast_string(s.run_dir.string());
+  if (run.dist) {
+    run.dist->broadcast_string(s.run_dir.string());
+    run.dist->broadcast_string(run.from_checkpoint ? "1" : "0");
+  }
 }
 
 // The pipeline's plugins, in list order, from their registered factories.
@@ -286,7 +293,10 @@ void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins) {
   run.data = with_context("data (" + p.data.name + ")", [&] { return reg.dataset(p.data.name).factory(p.data.options, p.seed); });
   TT_CHECK(run.data.train, "data (", p.data.name, ") produced no training set");
   s.model = with_context("model (" + p.model.name + ")", [&] { return reg.model(p.model.name).factory(p.model.options, run.data); });
-  if (p.model.options.is_set("init_from"))
+  if (run.from_checkpoint && p.model.options.is_set("init_from"))
+    log().info("model.init_from ({}) is not read: the checkpoint the run resumes from has every weight",
+               p.model.options.get_string("init_from"));
+  else if (p.model.options.is_set("init_from"))
     init_model_from(run, p.model.options.get_string("init_from"), p.model.options.get_int("init_average"));
   else
     p.model.options.check(p.model.options.get_int("init_average") == 1, "init_average",
