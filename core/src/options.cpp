@@ -212,6 +212,8 @@ static std::string check_value(const YAML::Node& n, Type type, const std::string
     case Type::Float: {
       double v;
       if (!n.IsScalar() || !parse_float(n.Scalar(), v)) bad(shown());
+      // .inf, .nan and what overflows a double (1e400) are no setting of any option
+      if (!std::isfinite(v)) TT_FAIL_AS(ConfigError, where, ": ", what, " must be a finite number, got ", shown());
       return n.Scalar();
     }
     case Type::String:

@@ -163,8 +163,18 @@ TEST(Options, RangeBoundsAreInclusiveOrExclusiveAsDeclared) {
   EXPECT_EQ(fit_options_error("steps: 0\nlr: 1\ncap: 1KiB"), "");   // >= 0, <= 1, >= 1024: the bounds themselves
   EXPECT_NE(fit_options_error("lr: 0"), "");                        // > 0
   EXPECT_NE(fit_options_error("clip: 0"), "");                      // > 0
-  EXPECT_NE(fit_options_error("lr: .nan").find("must be in (0, 1], got .nan"), std::string::npos);
+  EXPECT_NE(fit_options_error("lr: .nan").find("must be a finite number, got '.nan'"), std::string::npos);
   EXPECT_EQ(fit_options_error("clip: 1e-9"), "");
+}
+
+// A range with only a lower bound (clip > 0) or none does not let infinity through: .inf, inf
+// and a number a double cannot hold (1e400, read as infinity) are refused, as NaN is.
+TEST(Options, InfinityAndNanAreRefusedWhateverTheRange) {
+  for (const char* v : {".inf", "inf", "1e400", "-1e999", ".nan"})
+    EXPECT_EQ(fit_options_error(std::string("clip: ") + v),
+              std::string("x.yaml:1:7: trainer.clip must be a finite number, got '") + v + "'")
+        << v;
+  EXPECT_EQ(fit_options_error("clip: 1e300"), "");
 }
 
 TEST(Options, ChoiceErrorNamesChoicesValueAndNearest) {
