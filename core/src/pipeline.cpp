@@ -115,6 +115,12 @@ void set_dotted(YAML::Node root, const std::string& key, const YAML::Node& value
               !key.empty() && key.back() != '.' &&
                   std::none_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); }),
               where, ": '", key, "' has an empty key segment; a key is dotted, e.g. trainer.batch_size");
+  // A comparison variant's `set` map is keyed by dotted paths ("model.size"): what follows
+  // compare.variants.NAME.set. is one key of it, not a path into maps below it.
+  if (parts.size() > 5 && parts[0] == "compare" && parts[1] == "variants" && parts[3] == "set") {
+    for (size_t i = 5; i < parts.size(); ++i) parts[4] += "." + parts[i];
+    parts.resize(5);
+  }
   TT_CHECK_AS(ConfigError, root.IsMap(), where, ": a pipeline is a YAML map");
   // yaml-cpp nodes are handles: walk with reset() so that assignments write into the tree
   YAML::Node cur;

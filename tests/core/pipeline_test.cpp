@@ -187,6 +187,19 @@ TEST(Pipeline, SetDottedOnAYamlTree) {
   EXPECT_NE(dotted_error(root, "trainer.", "1").find("empty key segment"), std::string::npos);
 }
 
+// A comparison variant's set: is keyed by dotted paths, so an override into it takes the rest of
+// its key as one of them (it used to make set: {model: {size: ...}}, a model without a name).
+TEST(Pipeline, AnOverrideIntoAVariantsSetTakesTheRestOfItsKeyAsOnePath) {
+  YAML::Node root = YAML::Load("compare: {variants: {a: {set: {data.rows: 512}}, b: {plugins: []}}}\n");
+  tt::set_dotted(root, "compare.variants.a.set.model.size", YAML::Node("large"), "cli");
+  tt::set_dotted(root, "compare.variants.b.set.plugins.0.kernel", YAML::Node("chunked"), "cli");
+  tt::set_dotted(root, "compare.variants.a.set.data.rows", YAML::Node(768), "cli");
+  EXPECT_EQ(YAML::Dump(root["compare"]["variants"]),
+            "{a: {set: {data.rows: 768, model.size: large}}, b: {plugins: [], set: {plugins.0.kernel: chunked}}}");
+  tt::set_dotted(root, "compare.steps", YAML::Node(3), "cli");  // elsewhere in compare: a path as before
+  EXPECT_EQ(root["compare"]["steps"].as<int>(), 3);
+}
+
 // An override whose value is a structure: its errors are on the command line, not at the
 // value's position read as a position in the pipeline file.
 TEST(Pipeline, ErrorsInsideAStructuredOverrideValueNameTheCommandLine) {
