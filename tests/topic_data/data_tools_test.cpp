@@ -124,6 +124,22 @@ TEST(TtData, AToolRunsByNameWithItsOwnOptions) {
   EXPECT_HAS(r.output, "--vocab-size");
 }
 
+// A tool's error starts "tt-data TOOL: error: ", as its command-line errors do, and names the
+// tool once (synth-table's said "tt-data: error: tt-data synth-table: ...").
+TEST(TtData, AToolsErrorNamesTheToolOnce) {
+  const auto dir = tt::test::temp_dir("datatools");
+  auto r = run(tt_data_bin() + " synth-table --rows 10 --out " + quote(dir / "missing" / "t.csv"));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_EQ(r.output.rfind("tt-data synth-table: error: cannot write " + (dir / "missing" / "t.csv").string(), 0), 0u)
+      << r.output;
+  EXPECT_EQ(r.output.find("synth-table", 20), std::string::npos) << r.output;
+  r = run(tt_data_bin() + " tokenizer --vocab-size 300 --input " + quote(dir / "none.txt") + " --out " +
+          quote(dir / "t.model"));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "tt-data tokenizer: error: input '" + (dir / "none.txt").string() + "' not found");
+  fs::remove_all(dir);
+}
+
 TEST(TtData, AnUnknownToolIsABadCommandLineListingTheTools) {
   auto r = run(tt_data_bin() + " synth-topic --n 5");
   EXPECT_EQ(r.rc, 2) << r.output;

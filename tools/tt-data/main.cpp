@@ -66,18 +66,27 @@ int main(int argc, char** argv) {
                  "lists the tools\n", name.c_str(), name.c_str());
     return 2;
   }
+  // Errors read "tt-data TOOL: error: WHAT", as the tools' command-line errors do (tt/cli.h); a
+  // message that names the tool itself first keeps its name once.
+  std::string program = "tt-data";
+  const auto report = [&](const char* kind, const std::string& what) {
+    std::string text = what;
+    if (const std::string own = program + ": "; text.rfind(own, 0) == 0) text.erase(0, own.size());
+    std::fprintf(stderr, "%s: %s%s\n", program.c_str(), kind, text.c_str());
+  };
   try {
     const tt::DataTool& tool = tt::Registry::global().data_tool(name);
+    program += " " + name;
     tt::install_interrupt_handlers("\ntt-data: stopping after this chunk (Ctrl-C again to abort)\n", "tt-data");
     return tool.run(std::vector<std::string>(args.begin() + 1, args.end()));
   } catch (const tt::Error& e) {
-    std::fprintf(stderr, "tt-data: %s%s\n", e.exit_code() == 130 ? "" : "error: ", e.what());
+    report(e.exit_code() == 130 ? "" : "error: ", e.what());
     return e.exit_code();
   } catch (const c10::Error& e) {
-    std::fprintf(stderr, "tt-data: error in LibTorch: %s\n", e.what_without_backtrace());
+    report("error in LibTorch: ", e.what_without_backtrace());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tt-data: error: %s\n", e.what());
+    report("error: ", e.what());
     return 1;
   }
 }
