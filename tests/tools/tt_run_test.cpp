@@ -181,6 +181,33 @@ TEST(TtRun, ExitCodesAndMessages) {
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_HAS(r.output, "--steps, --warmup and --repeats set a comparison");
   EXPECT_FALSE(fs::exists(dir / "steps")) << "a run started";
+  // as are the options of a mode not asked for, and --run-dir with --resume (it was ignored)
+  const std::pair<std::string, std::string> unused[] = {
+      {"--tokens 5", "--tokens sets how --sample PROMPT generates; give --sample too"},
+      {"--temperature 0.5", "--temperature sets how --sample PROMPT generates"},
+      {"--top-k 3", "--top-k sets how --sample PROMPT generates"},
+      {"--seed 3", "--seed seeds the sampling of --sample PROMPT; give --sample too"},
+      {"--predict-out " + quote(dir / "p.csv"), "--predict-out names the file --predict FILE writes"},
+      {"--margin 0.2", "--margin sets the budget planner; give --budget SIZE (or --recommend) too"},
+      {"--probe-steps 2", "--probe-steps sets the budget planner"},
+      {"--max-probes 2", "--max-probes sets the budget planner"},
+      {"--profile-memory --predict " + quote(dir / "rows.csv"), "--profile-memory trains 3 steps to profile them"},
+  };
+  for (const auto& [args, message] : unused) {
+    r = run(tt_run() + " " + quote(plain) + " " + args + " --run-dir " + quote(dir / "unused"));
+    EXPECT_EQ(r.rc, 2) << args << "\n" << r.output;
+    EXPECT_HAS(r.output, message);
+    EXPECT_FALSE(fs::exists(dir / "unused")) << args << ": a run started";
+  }
+  r = run(tt_run() + " --resume " + quote(dir / "predict") + " --run-dir " + quote(dir / "unused"));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "--resume continues the run in its own directory");
+  // --profile-memory on a comparison's pipeline profiles nothing of the section: refused, with the way
+  auto compared = write_pipeline(dir, tt::test::topic_yaml(dir, "", "compare: {variants: {a: {}, b: {}}}\n"));
+  r = run(tt_run() + " " + quote(compared) + " --profile-memory --run-dir " + quote(dir / "unused"));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "--profile-memory profiles one pipeline: add the override 'compare=~'");
+  EXPECT_FALSE(fs::exists(dir / "unused")) << "a run started";
 }
 
 // --sample and --predict on a model that declares it does not generate or predict are refused

@@ -237,6 +237,22 @@ int main(int argc, char** argv) {
       return tt::export_weights::run({export_format, pipeline_file, export_out, quiet});
     }
     TT_CHECK_AS(ConfigError, export_out.empty(), "--out names the file --export writes; give --export FORMAT too");
+    // An option that would do nothing is refused rather than ignored.
+    for (const char* o : {"--tokens", "--temperature", "--top-k"})
+      TT_CHECK_AS(ConfigError, sample_prompt || app.count(o) == 0, o, " sets how --sample PROMPT generates; give "
+                  "--sample too");
+    TT_CHECK_AS(ConfigError, sample_prompt || app.count("--seed") == 0, "--seed seeds the sampling of --sample PROMPT; "
+                "give --sample too (a run's own seed is the pipeline's seed: key, e.g. the override seed=3)");
+    TT_CHECK_AS(ConfigError, predict_output.empty() || !predict_input.empty(),
+                "--predict-out names the file --predict FILE writes; give --predict too");
+    TT_CHECK_AS(ConfigError, run_dir.empty() || resume_dir.empty(), "--resume continues the run in its own directory ",
+                resume_dir, "; --run-dir names a new run's: give one of them");
+    for (const char* o : {"--probe-steps", "--max-probes", "--margin"})
+      TT_CHECK_AS(ConfigError, recommend || !budget_text.empty() || app.count(o) == 0, o,
+                  " sets the budget planner; give --budget SIZE (or --recommend) too");
+    TT_CHECK_AS(ConfigError, !profile || (!sample_prompt && predict_input.empty()),
+                "--profile-memory trains 3 steps to profile them and keeps no model to use: leave out --sample and "
+                "--predict");
     // before training, not after it
     TT_CHECK_AS(ConfigError, predict_input.empty() || (std::filesystem::exists(predict_input) &&
                                                        !std::filesystem::is_directory(predict_input)), "--predict ",

@@ -27,6 +27,9 @@ int run(const Options& o) {
   ov.push_back("trainer.progress=off");
   ov.push_back("output.plots=false");
   Pipeline p = load_pipeline(o.file, ov);
+  TT_CHECK_AS(ConfigError, !p.has_compare, o.file, " compares variants (its compare: section) and --profile-memory "
+              "profiles one pipeline: add the override 'compare=~' (quoted: the shell expands ~) to profile it without "
+              "the section, with a variant's changes as overrides");
   TrainerConfig cfg;
   cfg.quiet = true;
   if (!o.run_dir.empty()) {
