@@ -9,6 +9,7 @@
 
 #include "tabular_test_util.h"
 #include "test_support.h"
+#include "tt/options.h"
 
 using json = nlohmann::json;
 
@@ -106,4 +107,40 @@ TEST(TabularPipeline, PretrainsWithPluginsThenInferenceFinetunePeftAndPredict) {
   r = t.run("noctx", prior + "model: " + kTinyModel + "}\ntrainer: {max_steps: 0}\n", "--predict " + t.csv);
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find("needs a training table as context"), std::string::npos) << r.output;
+}
+
+// The printed breakdown adds up: its rest is the peak less the four parts, as summary.json has
+// them. Each part is its own largest, so a peak before the gradients and the optimizer's state
+// are all live (the fine-tuning's first step, on the shipped pipeline) has a negative rest, and
+// the line after says why; it used to print "(+ rest)" after a sum larger than the peak.
+TEST(TabularPipeline, ThePrintedMemoryBreakdownAddsUpToThePeak) {
+  const fs::path data = fs::path(TT_SHARED_DIR) / "datasets" / "tabular";
+  if (!fs::exists(data / "iris.csv")) GTEST_SKIP() << "the shared tables are not at " << data.string();
+  const auto dir = tt::test::temp_dir("breakdown");
+  const std::string note = "(rest < 0: each part is its own largest, and they were not all live at the peak";
+  tt::test::write_text(dir / "topic.yaml", tt::test::topic_yaml(dir, "  max_steps: 3\n"));
+  for (const auto& [name, pipeline] : {std::pair<std::string, std::string>{
+                                           "tabular", "configs/tabular-finetune.yaml trainer.max_steps=1 data.path=" +
+                                                          (data / "iris.csv").string()},
+                                       std::pair<std::string, std::string>{"topic", (dir / "topic.yaml").string()}}) {
+    const auto r = tt::test::run("cd " + tt::test::source_dir() + " && " + tt::test::tt_run_bin() + " " + pipeline +
+                                 " --run-dir " + (dir / name).string());
+    ASSERT_EQ(r.rc, 0) << r.output;
+    const auto m = tt::test::summary_of(dir / name)["memory"];
+    const int64_t rest = m["peak_tensor_bytes"].get<int64_t>() - m["parameters_bytes"].get<int64_t>() -
+                         m["gradients_bytes"].get<int64_t>() - m["optimizer_state_bytes"].get<int64_t>() -
+                         m["activations_bytes"].get<int64_t>();
+    EXPECT_NE(r.output.find(" + activations " + tt::format_bytes(m["activations_bytes"].get<int64_t>()) + " + rest " +
+                            tt::format_bytes(rest) + "; peak RSS"),
+              std::string::npos)
+        << r.output;
+    if (name == "tabular") {
+      EXPECT_LT(rest, 0);
+      EXPECT_NE(r.output.find(note), std::string::npos) << r.output;
+    } else {
+      EXPECT_GT(rest, 0);
+      EXPECT_EQ(r.output.find(note), std::string::npos) << r.output;
+    }
+  }
+  fs::remove_all(dir);
 }

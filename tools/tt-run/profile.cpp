@@ -70,7 +70,8 @@ int run(const Options& o) {
     parts += mem[k].get<int64_t>();
   }
   // what the peak holds beyond those four, as compare's table has it
-  std::printf("  %-22s %10s  (the peak less the four above: a plugin's own bytes, the next batch)\n", "rest",
+  std::printf("  %-22s %10s  (the peak less the four above: a plugin's own bytes, the next batch; "
+              "< 0 where the gradients, freed before each forward, were not all live at the peak)\n", "rest",
               format_mib(mem["peak_tensor_bytes"].get<int64_t>() - parts, 2).c_str());
   for (const char* k : {"peak_tensor_bytes", "peak_rss_bytes"})
     std::printf("  %-22s %10s\n", std::string(k).substr(0, std::string(k).size() - 6).c_str(),

@@ -221,11 +221,20 @@ void RunReport::print() const {
   for (const char* section : {"validation", "model_metrics"})
     if (summary_.contains(section))
       for (const auto& [k, v] : summary_[section].items()) out += fmt::format("  {:<10} {:.6g}\n", k, v.get<double>());
-  out += fmt::format("  memory     peak tensors {} = params {} + grads {} + optimizer {} + activations {} (+ rest); "
+  // The parts are each their own largest: gradients are freed before each forward and the
+  // optimizer's state is made by the first step, so where the peak comes before they are all
+  // live, the rest is negative (said, not hidden).
+  const int64_t rest = m["peak_tensor_bytes"].get<int64_t>() - m["parameters_bytes"].get<int64_t>() -
+                       m["gradients_bytes"].get<int64_t>() - m["optimizer_state_bytes"].get<int64_t>() -
+                       m["activations_bytes"].get<int64_t>();
+  out += fmt::format("  memory     peak tensors {} = params {} + grads {} + optimizer {} + activations {} + rest {}; "
                      "peak RSS {}\n",
                      format_bytes(m["peak_tensor_bytes"]), format_bytes(m["parameters_bytes"]),
                      format_bytes(m["gradients_bytes"]), format_bytes(m["optimizer_state_bytes"]),
-                     format_bytes(m["activations_bytes"]), format_bytes(m["peak_rss_bytes"]));
+                     format_bytes(m["activations_bytes"]), format_bytes(rest), format_bytes(m["peak_rss_bytes"]));
+  if (rest < 0)
+    out += "             (rest < 0: each part is its own largest, and they were not all live at the peak: gradients "
+           "are freed before each forward, the optimizer's state is made by the first step)\n";
   if (m.contains("evaluation_peak_tensor_bytes"))
     out += fmt::format("  evaluation peak tensors {}; peak RSS {}\n", format_bytes(m["evaluation_peak_tensor_bytes"]),
                        format_bytes(m["evaluation_peak_rss_bytes"]));
