@@ -167,7 +167,10 @@ bool gnuplot_png(const std::string& commands, const fs::path& png, const std::st
                  tmp.c_str(), commands.c_str());
     if (pclose(gp) == 0 && png_complete(tmp)) {
       fs::rename(tmp, png, ec);
-      if (!ec) return true;
+      if (!ec) {
+        fs::remove(log_file, ec);  // kept only to say why a plot is missing
+        return true;
+      }
     }
     fs::remove(tmp, ec);
   }
@@ -183,11 +186,7 @@ bool plot_png(const fs::path& data, const fs::path& png, const std::string& titl
          << (logy ? "set logscale y\n" : "") << "plot '" << data.string() << "' using " << using_cols
          << " with lines lw 2\n";
   const fs::path log_file = png.parent_path() / "gnuplot.log";
-  if (gnuplot_png(script.str(), png, "900,500", log_file)) {
-    std::error_code ec;
-    fs::remove(log_file, ec);
-    return true;
-  }
+  if (gnuplot_png(script.str(), png, "900,500", log_file)) return true;
   log().warn("no plot {}: gnuplot is missing, failed, or could not write the image (disk full?); see {} "
              "(apt-get install gnuplot-nox)", png.string(), log_file.string());
   return false;

@@ -395,6 +395,9 @@ TEST(ProfileMemory, BreakdownPerBlockTableAndTimelineOfOneStep) {
   ASSERT_EQ(q["blocks"].size(), 2u);
   EXPECT_GT(q["blocks"][0]["activation_bytes"].get<int64_t>(), 0);
   EXPECT_TRUE(fs::exists(c.dir / "profp" / "memory_timeline.dat"));
+  // gnuplot's log stays only where a plot is missing (an empty one was left beside every plot)
+  for (const char* run : {"prof", "profc", "profp"})
+    EXPECT_EQ(fs::exists(c.dir / run / "gnuplot.log"), !fs::exists(c.dir / run / "memory_timeline.png")) << run;
   // --profile-memory on a pipeline that lists it already says so.
   auto twice = tt::test::run(tt::test::tt_run_bin() + " --profile-memory " + (c.dir / "pp.yaml").string());
   EXPECT_EQ(twice.rc, 2) << twice.output;

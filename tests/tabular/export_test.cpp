@@ -55,6 +55,8 @@ struct Exported {
     const auto r = run(tag, from.empty() ? "" : ", init_from: " + from, "{max_steps: 0, threads: 1}", "",
                        "--predict " + csv + " --predict-out " + out.string());
     EXPECT_EQ(r.rc, 0) << r.output;
+    // no step, no training loss (it said 0)
+    EXPECT_FALSE(tt::test::summary_of(dir / tag).contains("final_loss")) << tag;
     return tt::test::read_file(out);
   }
   json validation(const std::string& tag) const {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -115,7 +116,7 @@ Measured collect(const fs::path& run_dir, int warmup) {
   r.grads = m["gradients_bytes"].get<int64_t>();
   r.optimizer = m["optimizer_state_bytes"].get<int64_t>();
   r.activations = m["activations_bytes"].get<int64_t>();
-  r.loss = r.summary["final_loss"].get<double>();
+  r.loss = r.summary.value("final_loss", std::nan(""));  // absent: the run took no step
   std::vector<double> times, rates;
   std::ifstream in(run_dir / "metrics.jsonl");
   for (std::string line; std::getline(in, line);) {

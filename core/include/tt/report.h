@@ -47,8 +47,8 @@ class TT_API Progress {
 
 // Runs gnuplot on `commands` (everything after the terminal and output lines) to draw `png` of
 // `size` ("900,500"): the pngcairo terminal, else plain png where a minimal gnuplot lacks it.
-// gnuplot's messages go to `log_file`. Returns whether the PNG was drawn (false when gnuplot is
-// missing or fails; the caller says so).
+// gnuplot's messages go to `log_file`, removed once the PNG is drawn. Returns whether the PNG
+// was drawn (false when gnuplot is missing or fails; the caller says so and names the log).
 TT_API bool gnuplot_png(const std::string& commands, const std::filesystem::path& png, const std::string& size,
                         const std::filesystem::path& log_file);
 

@@ -109,7 +109,6 @@ json RunReport::build() const {
       {"median_optimizer_seconds", median(rec.optimizer_times)},
       {"world_size", s.world_size},
       {"steps_per_second", train_seconds > 0 ? steps_here / train_seconds : 0.0},
-      {"final_loss", rec.step_losses.empty() ? 0.0 : rec.step_losses.back()},
       {"memory",
        {{"peak_tensor_bytes", in_loop ? run_.peak() : mem.peak_tensor},
         {"peak_rss_bytes", in_loop ? run_.rss_peak() : mem.peak_rss},
@@ -125,6 +124,7 @@ json RunReport::build() const {
         {"measured_on", s.device.is_cuda() ? "cuda caching allocator" : "cpu tracking allocator"}}},
       {"outputs", json::array()},
   };
+  if (!rec.step_losses.empty()) sum["final_loss"] = rec.step_losses.back();  // none without a step (max_steps: 0)
   if (outputs_only_) {  // the training's figures are the stopped run's, where it wrote them; else not measured
     sum["outputs_only"] = true;
     for (const char* k : {"memory", "train_seconds", "final_loss", "median_step_seconds", "median_optimizer_seconds",

@@ -12,6 +12,7 @@
 // tt-run --profile-memory PIPELINE adds this plugin and prints its tables.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -157,13 +158,23 @@ class Profiler final : public tt::Plugin {
     const fs::path png = dir / "memory_timeline.png";
     std::string script = "set title 'live tensor bytes over one training step (tt meter)'\n"
                          "set xlabel 'ms since the step started'\nset ylabel 'MiB'\nset grid\nset key off\n";
-    int k = 0;
+    // Marks closer than 2 % of the plot's width (the optimizer step right after backward on a
+    // small model) share one label, which would otherwise be printed over the other.
+    double span = trace_.empty() ? 0.0 : 1e3 * trace_.back().seconds;
+    for (const auto& mk : marks_) span = std::max(span, mk.ms);
+    std::vector<Mark> labels;
     for (const auto& mk : marks_) {
       if (mk.what.rfind("step ", 0) == 0 && mk.what.find("starts") != std::string::npos) continue;
       script += fmt::format("set arrow from {}, graph 0 to {}, graph 1 nohead dt 2 lc rgb 'gray40'\n", mk.ms, mk.ms);
-      script += fmt::format("set label '{}' at {}, graph {} rotate by 90 right offset -0.8,0 font ',8'\n", mk.what,
-                            mk.ms, 0.98 - 0.3 * (k++ % 3));
+      if (!labels.empty() && mk.ms - labels.back().ms < 0.02 * span)
+        labels.back().what += ", " + mk.what;
+      else
+        labels.push_back(mk);
     }
+    int k = 0;
+    for (const auto& l : labels)
+      script += fmt::format("set label '{}' at {}, graph {} rotate by 90 right offset -0.8,0 font ',8'\n", l.what, l.ms,
+                            0.98 - 0.3 * (k++ % 3));
     script += "plot '" + (dir / "memory_timeline.dat").string() + "' using 1:2 with steps lw 1.5\n";
     if (tt::gnuplot_png(script, png, "1000,600 font ',10'", dir / "gnuplot.log")) return;
     tt::log().warn("profile-memory: no plot (gnuplot missing or failed; see {})", (dir / "gnuplot.log").string());
