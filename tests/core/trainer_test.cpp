@@ -272,6 +272,18 @@ TEST(Trainer, AResumeWithoutACheckpointStartsFromStepZeroAndAResumeNeedsNoInitFr
   EXPECT_EQ(summary["status"], "completed");
   EXPECT_EQ(summary["steps"], 6);
   EXPECT_FALSE(summary.contains("resumed_from"));
+  // A run that trained and then lost its checkpoints is not trained again over its results.
+  const std::string completed = tt::test::read_file(dir / "summary.json");
+  for (const auto& f : tt::list_checkpoints(dir / "checkpoints")) fs::remove(f);
+  tt::Trainer lost(tt::Trainer::pipeline_of_run(dir, {}), {dir, true, true});
+  try {
+    lost.fit();
+    ADD_FAILURE() << "a run that trained 6 steps and has no checkpoint was trained again";
+  } catch (const tt::ConfigError& e) {
+    EXPECT_HAS(e.what(), "holds no checkpoint, but its summary.json says it trained 6 steps");
+    EXPECT_HAS(e.what(), "--overwrite");
+  }
+  EXPECT_EQ(tt::test::read_file(dir / "summary.json"), completed);
 
   // A run fine-tuned from `whole`, then `whole` removed: its resume reads its own checkpoint.
   const fs::path tuned = out / "tuned";

@@ -235,14 +235,23 @@ void make_run_dir(Run& run) {
                  "): continue it with tt-run --resume ", dir.string(), ", start it again with --overwrite, ",
                  "or give another ", run.config.run_dir.empty() ? "output.run_name" : "--run-dir");
   }
+  // A run stopped before its first checkpoint (or one that trains no steps) has nothing to
+  // continue from: it starts again from step 0, as it started the first time. One whose summary
+  // says it trained has lost its checkpoints: starting it again is --overwrite's to do.
+  run.from_checkpoint = run.config.resume && !list_checkpoints(dir / "checkpoints").empty();
+  if (run.config.resume && !run.from_checkpoint) {
+    const nlohmann::json previous = read_summary(dir / "summary.json");
+    const int64_t trained =
+        previous.contains("steps") && previous["steps"].is_number_integer() ? previous["steps"].get<int64_t>() : 0;
+    TT_CHECK_AS(ConfigError, trained == 0, dir.string(), " holds no checkpoint, but its summary.json says it trained ",
+                trained, " step", trained == 1 ? "" : "s", " (were its checkpoints removed?): it cannot continue; start it "
+                "again with tt-run ", (dir / "pipeline.yaml").string(), " --run-dir ", dir.string(), " --overwrite");
+  }
   fs::create_directories(dir / "checkpoints", ec);
   TT_CHECK(!ec, "cannot create the run directory ", dir.string(), ": ", ec.message(),
            " (set output.dir to a writable place)");
   s.run_dir = dir;
   if (!run.config.resume) write_pipeline_file(run);  // a resume's, once it starts training
-  // A run stopped before its first checkpoint (or one that trains no steps) has nothing to
-  // continue from: it starts again from step 0, as it started the first time.
-  run.from_checkpoint = run.config.resume && !list_checkpoints(dir / "checkpoints").empty();
   run.log_file = std::make_shared<LogFileSink>(s.run_dir / "log.txt");
   log().sinks().push_back(run.log_file);
   if (run.dist) {
