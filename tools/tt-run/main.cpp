@@ -363,6 +363,7 @@ int main(int argc, char** argv) {
       cfg.run_dir = run_dir;
     }
     tt::Trainer trainer(std::move(pipeline), cfg);
+    if (!predict_input.empty()) trainer.will_predict(predict_input);  // the model checks it before training
     trainer.fit();
     if (sample_prompt) {
       const std::string text = trainer.generate(*sample_prompt, gen);

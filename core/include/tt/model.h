@@ -63,6 +63,10 @@ class TT_API Model : public torch::nn::Module {
   // Predicts for the examples in `input` (a file the model reads, e.g. a CSV table) and writes
   // them to `output` (tt-run --predict). The default refuses: this model does not predict files.
   virtual void predict(const std::filesystem::path& input, const std::filesystem::path& output);
+  // Checks what it cheaply can of the file predict() will be given (its columns, say), once the
+  // model is built and before anything trains (Trainer::will_predict): a ConfigError naming
+  // the file and the fix refuses it then rather than after training. The default checks nothing.
+  virtual void check_predict_input(const std::filesystem::path& /*input*/) const {}
   // Predicted bytes of the tensors one forward pass keeps for backward at this micro-batch
   // size, before running it (planning, and checked against the meter); -1: no estimate.
   virtual int64_t estimate_activation_bytes(int64_t /*micro_batch_size*/) const { return -1; }

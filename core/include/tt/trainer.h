@@ -28,6 +28,9 @@ class TT_API Trainer {
   ~Trainer();
   // Adds a plugin object after those the pipeline names (tests, embedding).
   void add_plugin(std::unique_ptr<Plugin> plugin);
+  // Before fit(): the file predict() will be given (tt-run --predict). fit() has the model check it
+  // (Model::check_predict_input) once the model is built, before any step.
+  void will_predict(const std::filesystem::path& input);
   // Runs the whole fit. Throws tt::Error subclasses with a message for the user.
   void fit();
 

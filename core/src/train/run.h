@@ -70,6 +70,7 @@ struct RunRecord {
 struct Run {
   Pipeline pipeline;
   TrainerConfig config;
+  std::filesystem::path predict_input;  // Trainer::will_predict: checked in setup (Model::check_predict_input)
   State state;
   PluginHost host;
   Meter& meter = Meter::global();

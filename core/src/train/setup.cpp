@@ -302,6 +302,7 @@ void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins) {
   run.data = with_context("data (" + p.data.name + ")", [&] { return reg.dataset(p.data.name).factory(p.data.options, p.seed); });
   TT_CHECK(run.data.train, "data (", p.data.name, ") produced no training set");
   s.model = with_context("model (" + p.model.name + ")", [&] { return reg.model(p.model.name).factory(p.model.options, run.data); });
+  if (!run.predict_input.empty()) s.model->check_predict_input(run.predict_input);  // before training
   if (run.from_checkpoint && p.model.options.is_set("init_from"))
     log().info("model.init_from ({}) is not read: the checkpoint the run resumes from has every weight",
                p.model.options.get_string("init_from"));
