@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "metrics.h"
@@ -13,6 +14,7 @@
 #include "synth_table_tool.h"
 #include "table.h"
 #include "tabular_data.h"
+#include "tabular_test_util.h"
 #include "test_support.h"
 #include "tt/error.h"
 #include "tt/options.h"
@@ -28,6 +30,7 @@ using tt::tab::make_csv;
 using tt::tab::make_prior;
 using tt::tab::prior_schema;
 using tt::tab::read_csv;
+using tt::tab::read_csv_like;
 using tt::tab::roc_auc;
 using tt::tab::sample_prior_table;
 using tt::tab::split_table_tool;
@@ -312,6 +315,64 @@ TEST(TabularCsv, NumbersAtTheEdgesOfFloat) {
   EXPECT_HAS(config_error([&] { read_csv(write("huge.csv", "a,y\n1,0\n6e60,1\n"), {}); }),
              "huge.csv:3 column 'a' has 6e60, beyond float32's range");
   EXPECT_EQ(read_csv(write("max.csv", "a,y\n1,0\n3.4e38,1\n-1e-40,0\n"), {}).x[1], 3.4e38f);
+}
+
+// A UTF-8 byte-order mark (spreadsheets write one) is not part of the first column's name, in the
+// training table (data.label names that column) or in a --predict file, whose first column is a feature.
+TEST(TabularCsv, ByteOrderMarkIsNotPartOfTheFirstColumnsName) {
+  const std::string bom = "\xEF\xBB\xBF";
+  CsvOptions o;
+  o.label = "kind";
+  const Table t = read_csv(write("bom-label.csv", bom + "kind,a,b\ncat,1,2\ndog,3,4\ncat,5,6\n"), o);
+  EXPECT_EQ(t.label_name, "kind");
+  EXPECT_EQ(t.y, (std::vector<int64_t>{0, 1, 0}));
+  const Table f = read_csv(write("bom-feature.csv", bom + "a,b,kind\n1,2,cat\n3,4,dog\n"), {});
+  EXPECT_EQ(f.feature_names, (std::vector<std::string>{"a", "b"}));
+  CsvOptions predict;
+  predict.require_label = false;
+  EXPECT_EQ(read_csv_like(write("bom-rows.csv", bom + "a,b\n7,8\n"), f, predict).x, (std::vector<float>{7, 8}));
+}
+
+// A --predict file's missing values take data.impute's values from the training table (its
+// column means, as scikit-learn's SimpleImputer fitted on it), never the predicted file's own
+// means; the training split keeps its table's. With impute: none they are refused, and the
+// message says that data.impute is none.
+TEST(TabularCsv, PredictRowsTakeTheTrainingTablesImputedMeans) {
+  const auto rows = write("impute-rows.csv", "b,a\n100,\nNA,2\n");
+  CsvOptions o;
+  o.impute = "mean";
+  const Table train = read_csv(write("impute-train.csv", "a,b,y\n1,,0\n3,4,1\n5,8,0\n7,6,1\n"), o);
+  CsvOptions predict;  // as tabular-icl's predict reads a file: the label column optional
+  predict.require_label = false;
+  const Table q = read_csv_like(rows, train.subset({0, 1, 2}), predict);
+  EXPECT_EQ(q.x, (std::vector<float>{4, 100, 2, 6}));  // a: the mean of 1, 3, 5, 7; b: of 4, 8, 6
+  o.impute = "none";
+  const Table plain = read_csv(write("impute-plain.csv", "a,b,y\n1,2,0\n3,4,1\n"), o);
+  const std::string e = tt::test::config_error([&] { read_csv_like(rows, plain, predict); });
+  EXPECT_HAS(e, "impute-rows.csv:2 column 'a' has a missing value ('')");
+  EXPECT_HAS(e, "was read with data.impute: none (set data.impute: mean");
+}
+
+// A --predict file without the training table's feature columns (a misspelt name) is refused
+// before anything trains (exit 2), naming the file, the features it lacks, the columns it has
+// instead and the fix.
+TEST(TabularCsv, PredictFileWithoutTheFeatureColumnsIsRefusedBeforeTraining) {
+  std::string table = "a,b,y\n";
+  for (int i = 0; i < 40; ++i) table += std::to_string(i % 7) + "," + std::to_string(i % 5) + "," + std::to_string(i % 2) + "\n";
+  const auto csv = write("columns.csv", table);
+  const auto rows = write("columns-rows.csv", "a,B,note\n1,2,x\n");
+  const auto run_dir = tt::test::temp_dir("tabular_csv") / "columns-run";
+  const auto r = tt::test::run(
+      tt::test::tt_run_bin() + " " +
+      write("columns.yaml", "name: columns\ndata: {name: tabular-csv, path: " + csv +
+                                ", support_size: 8, query_size: 8, episodes: 8}\nmodel: " + kTinyModel +
+                                "}\noptimizer: {name: adamw, lr: 1.0e-3}\ntrainer: {max_steps: 8, batch_size: 2, threads: 1}\n") +
+      " -q --run-dir " + run_dir.string() + " --predict " + rows);
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "columns-rows.csv lacks the feature column b of the training table " + csv);
+  EXPECT_HAS(r.output, "columns it has that the training table has not: B, note");
+  EXPECT_HAS(r.output, "Name the --predict file's columns as the training table's (a, b;");
+  EXPECT_EQ(tt::test::summary_of(run_dir)["steps"], 0) << "trained before refusing";
 }
 
 namespace {

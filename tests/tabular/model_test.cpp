@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <yaml-cpp/yaml.h>
 
+#include <fstream>
 #include <set>
 
 #include "tabular_model.h"
@@ -41,7 +42,7 @@ tt::Batch batch_of(const Table3& t, int64_t classes) {
   b.set("n_classes", torch::full({1}, classes, torch::kLong));
   return b;
 }
-std::shared_ptr<TabularIcl> tiny(int64_t eval_chunk = 1024) {
+std::shared_ptr<TabularIcl> tiny(int64_t eval_chunk = 1024, std::shared_ptr<const tt::tab::Table> context = nullptr) {
   torch::manual_seed(7);
   Shape s;
   s.d_cell = 4;
@@ -50,7 +51,7 @@ std::shared_ptr<TabularIcl> tiny(int64_t eval_chunk = 1024) {
   s.n_layers = 2;
   s.n_heads = 4;
   s.d_ff = 64;
-  auto m = std::make_shared<TabularIcl>(s, nullptr, eval_chunk);
+  auto m = std::make_shared<TabularIcl>(s, std::move(context), eval_chunk);
   m->eval();
   return m;
 }
@@ -488,4 +489,26 @@ TEST(TabularModel, SchemaRefusesBadValuesAndMakeModelTheInconsistentShape) {
   has(build("{ensemble: 0}"), "model.ensemble must be >= 1, got 0");
   has(build("{d_model: 30}"), "model.d_model (30) must be a multiple of n_heads (4)");
   has(build("{d_model: 32, n_layers: 1}"), "d_cell 16, d_id 32, d_model 32, 1 layers, 4 heads, d_ff 192");
+}
+
+// A --predict file's label column may hold a class the training table lacks: that row is
+// predicted as the others are (the predictions file has every row) and left out of the score.
+TEST(TabularModel, PredictKeepsRowsWhoseLabelIsNoTrainingClass) {
+  const auto dir = tt::test::temp_dir("tabular_model");
+  tt::test::write_text(dir / "train.csv", "a,b,kind\n0,1,x\n1,0,y\n0,2,x\n2,0,y\n");
+  tt::test::write_text(dir / "rows.csv", "a,b,kind\n0,1,x\n3,3,z\n1,0,y\n4,4,z\n");
+  auto context = std::make_shared<const tt::tab::Table>(tt::tab::read_csv((dir / "train.csv").string(), {}));
+  tt::tab::CsvOptions o;
+  o.require_label = false;
+  const tt::tab::Table q = tt::tab::read_csv_like((dir / "rows.csv").string(), *context, o);
+  EXPECT_EQ(q.y, (std::vector<int64_t>{0, -1, 1, -1}));
+  EXPECT_EQ(q.unknown_labels, (std::map<std::string, int64_t>{{"z", 2}}));
+  auto m = tiny(1024, context);
+  m->set_ensemble(1);
+  m->predict(dir / "rows.csv", dir / "pred.csv");
+  std::ifstream pred(dir / "pred.csv");
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(pred, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_EQ(lines[0], "p_x,p_y,predicted");
 }

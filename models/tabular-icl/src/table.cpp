@@ -68,14 +68,16 @@ struct Raw {
   std::vector<int64_t> line_of;  // file line of each row
 };
 
-Raw read_raw(const std::string& path) {
+// `option`: where the path comes from, for messages (data.path, --predict).
+Raw read_raw(const std::string& path, const char* option) {
   std::ifstream in(path);
-  TT_CHECK_AS(ConfigError, in.good(), "tabular: cannot open ", describe_path(path), " (data.path): check the path");
+  TT_CHECK_AS(ConfigError, in.good(), "tabular: cannot open ", describe_path(path), " (", option, "): check the path");
   Raw r;
   std::string line;
   int64_t n = 0;
   while (std::getline(in, line)) {
     ++n;
+    if (n == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // UTF-8's byte-order mark
     if (is_blank_line(line)) continue;
     if (r.header.empty()) {
       r.header = split_line(line);
@@ -99,9 +101,11 @@ std::string list(const std::vector<std::string>& v) {
   return s;
 }
 
-// Features of `raw` at columns `cols`, missing values imputed or refused.
-void fill_features(const Raw& raw, const std::string& path, const std::vector<size_t>& cols, const CsvOptions& o,
-                   Table& t) {
+// Features of `raw` at columns `cols`. A missing value takes `impute`'s value for its column where
+// it is given (a training table's, for prediction); else, with impute_mean, its column's mean
+// (those means become t.impute); else it is refused, `refusal` saying why and how to fix it.
+void fill_features(const Raw& raw, const std::string& path, const std::vector<size_t>& cols, bool impute_mean,
+                   const std::vector<float>& impute, const std::string& refusal, Table& t) {
   const size_t F = cols.size();
   t.x.assign(raw.rows.size() * F, 0.f);
   struct Column {  // for the mean of the values present
@@ -115,9 +119,8 @@ void fill_features(const Raw& raw, const std::string& path, const std::vector<si
       const std::string& f = raw.rows[i][cols[j]];
       double v = 0;
       if (is_missing(f)) {
-        TT_CHECK_AS(ConfigError, o.impute == "mean", "tabular: ", path, ":", raw.line_of[i], " column '",
-                    raw.header[cols[j]], "' has a missing value ('", f,
-                    "'): fill it in, or set data.impute: mean to replace missing values by the column's mean");
+        TT_CHECK_AS(ConfigError, impute_mean || !impute.empty(), "tabular: ", path, ":", raw.line_of[i], " column '",
+                    raw.header[cols[j]], "' has a missing value ('", f, "'): ", refusal);
         missing.emplace_back(i, j);
         continue;
       }
@@ -131,11 +134,18 @@ void fill_features(const Raw& raw, const std::string& path, const std::vector<si
       present[j].sum += v;
       ++present[j].count;
     }
-  for (auto [i, j] : missing) {
+  if (!impute.empty()) {
+    for (auto [i, j] : missing) t.x[i * F + j] = impute[j];
+    return;
+  }
+  if (!impute_mean) return;
+  t.impute.assign(F, 0.f);
+  for (size_t j = 0; j < F; ++j) {
     TT_CHECK_AS(ConfigError, present[j].count > 0, "tabular: ", path, " column '", raw.header[cols[j]],
                 "' has no value at all to impute from: drop the column");
-    t.x[i * F + j] = static_cast<float>(present[j].sum / static_cast<double>(present[j].count));
+    t.impute[j] = static_cast<float>(present[j].sum / static_cast<double>(present[j].count));
   }
+  for (auto [i, j] : missing) t.x[i * F + j] = t.impute[j];
 }
 
 }  // namespace
@@ -146,6 +156,7 @@ Table Table::subset(const std::vector<int64_t>& idx) const {
   t.feature_names = feature_names;
   t.class_names = class_names;
   t.label_name = label_name;
+  t.impute = impute;
   const int64_t F = features();
   t.rows = static_cast<int64_t>(idx.size());
   t.x.resize(idx.size() * F);
@@ -160,7 +171,7 @@ Table Table::subset(const std::vector<int64_t>& idx) const {
 }
 
 Table read_csv(const std::string& path, const CsvOptions& o) {
-  Raw raw = read_raw(path);
+  Raw raw = read_raw(path, "data.path");
   size_t label_col = raw.header.size() - 1;
   const std::string label = o.label.value_or("");
   if (!label.empty()) {
@@ -182,7 +193,8 @@ Table read_csv(const std::string& path, const CsvOptions& o) {
       cols.push_back(j);
       t.feature_names.push_back(raw.header[j]);
     }
-  fill_features(raw, path, cols, o, t);
+  fill_features(raw, path, cols, o.impute == "mean", {},
+                "fill it in, or set data.impute: mean to replace missing values by the column's mean", t);
   // Labels: sorted numerically when all are numbers, else as text.
   std::vector<std::string> labels;
   bool numeric = true;
@@ -214,21 +226,37 @@ Table read_csv(const std::string& path, const CsvOptions& o) {
 }
 
 Table read_csv_like(const std::string& path, const Table& like, const CsvOptions& o) {
-  Raw raw = read_raw(path);
+  Raw raw = read_raw(path, "--predict");
   Table t;
   t.source = path;
   t.rows = static_cast<int64_t>(raw.rows.size());
   t.line = raw.line_of;
   t.feature_names = like.feature_names;
   t.class_names = like.class_names;
+  t.impute = like.impute;
   std::vector<size_t> cols;
+  std::vector<std::string> lacks;
   for (const auto& name : like.feature_names) {
     auto it = std::find(raw.header.begin(), raw.header.end(), name);
-    TT_CHECK_AS(ConfigError, it != raw.header.end(), "tabular: ", path, " has no column '", name,
-                "', a feature of the training table ", like.source, "; its columns are: ", list(raw.header));
+    if (it == raw.header.end()) lacks.push_back(name);
     cols.push_back(static_cast<size_t>(it - raw.header.begin()));
   }
-  fill_features(raw, path, cols, o, t);
+  if (!lacks.empty()) {
+    std::vector<std::string> other;  // neither a feature nor the label column
+    for (const auto& name : raw.header)
+      if (name != like.label_name && std::find(like.feature_names.begin(), like.feature_names.end(), name) ==
+                                         like.feature_names.end())
+        other.push_back(name);
+    TT_FAIL_AS(ConfigError, "tabular: ", path, " lacks the feature column", lacks.size() == 1 ? " " : "s ", list(lacks),
+               " of the training table ", like.source,
+               other.empty() ? std::string() : "; columns it has that the training table has not: " + list(other),
+               ". Name the --predict file's columns as the training table's (", list(like.feature_names),
+               "; in any order, the label column '", like.label_name, "' optional)");
+  }
+  fill_features(raw, path, cols, false, like.impute,
+                detail::cat("fill it in: the training table ", like.source, " was read with data.impute: none (set "
+                            "data.impute: mean to give missing values the training table's column means)"),
+                t);
   t.label_name = o.label.value_or("").empty() ? like.label_name : *o.label;
   auto lab = t.label_name.empty() ? raw.header.end() : std::find(raw.header.begin(), raw.header.end(), t.label_name);
   if (lab == raw.header.end() && t.label_name.empty() && raw.header.size() == cols.size() + 1) lab = raw.header.end() - 1;
@@ -237,14 +265,9 @@ Table read_csv_like(const std::string& path, const Table& like, const CsvOptions
     const size_t lc = static_cast<size_t>(lab - raw.header.begin());
     for (size_t i = 0; i < raw.rows.size(); ++i) {
       const std::string& f = raw.rows[i][lc];
-      if (is_missing(f)) {
-        t.y.push_back(-1);
-        continue;
-      }
       auto c = std::find(like.class_names.begin(), like.class_names.end(), f);
-      TT_CHECK_AS(ConfigError, c != like.class_names.end(), "tabular: ", path, ":", raw.line_of[i], " label '", f,
-                  "' is not a class of the training table (", list(like.class_names), ")");
-      t.y.push_back(c - like.class_names.begin());
+      if (!is_missing(f) && c == like.class_names.end()) ++t.unknown_labels[f];
+      t.y.push_back(is_missing(f) || c == like.class_names.end() ? -1 : c - like.class_names.begin());
     }
   } else {
     TT_CHECK_AS(ConfigError, !o.require_label, "tabular: ", path, " has no label column");

@@ -3,6 +3,7 @@
 // label column (by name, or the last one). Labels may be any text; they become class ids
 // 0..C-1 in the sorted order of their values (numerically when all are numbers).
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,9 @@ struct Table {
   std::vector<float> x;                    // rows x features, row-major
   std::vector<int64_t> y;                  // class id per row (-1: no label column)
   std::vector<int64_t> line;               // the file line of each row (1-based; read_csv and read_csv_like)
+  std::vector<float> impute;               // per feature: what a missing value becomes (data.impute: mean: the
+                                           // mean of the file's values); empty: a missing value is refused
+  std::map<std::string, int64_t> unknown_labels;  // read_csv_like: rows per label that is no class of like's (y -1)
   int64_t rows = 0;
   int64_t features() const { return static_cast<int64_t>(feature_names.size()); }
   int64_t classes() const { return static_cast<int64_t>(class_names.size()); }
@@ -27,7 +31,8 @@ struct Table {
 };
 
 // How a CSV is read. label and impute are tabular-csv's options (csv_schema in tabular_data.cpp
-// declares them with their defaults and allowed values).
+// declares them with their defaults and allowed values). A UTF-8 byte-order mark before the header
+// (spreadsheets write one) is not part of the first column's name.
 struct CsvOptions {
   std::optional<std::string> label;  // label column name; unset or "" = the last column
   std::string impute;                // "mean": a missing value becomes the column's mean; else ("none") an error
@@ -39,9 +44,13 @@ struct CsvOptions {
 // a missing value (with impute: none), rows of the wrong width, more than kMaxTableClasses classes.
 Table read_csv(const std::string& path, const CsvOptions& o);
 
-// The same columns as `like` (by name, in its order) from `path`, labels mapped to like's class
-// names when the label column is present (unknown labels are an error); for prediction. The label
-// column is o.label, else like's label column by name, else a single column beyond the features.
+// The same columns as `like` (by name, in its order; others are ignored) from `path`, labels mapped
+// to like's class names when the label column is present; for prediction. The label column is
+// o.label, else like's label column by name, else a single column beyond the features. A label
+// that is no class of like's gives y -1 and is counted in unknown_labels. Missing feature values
+// take like.impute (the training table's means: scikit-learn's SimpleImputer fitted on it), or are
+// refused where like has none (o.impute is not read). ConfigError naming the file, the features
+// it lacks and the columns it has that like has not, when a feature is missing.
 Table read_csv_like(const std::string& path, const Table& like, const CsvOptions& o);
 
 // A line of only spaces, tabs or a carriage return: read_csv skips it (before the header too).

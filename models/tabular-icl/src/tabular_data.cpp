@@ -104,7 +104,8 @@ Schema csv_schema() {
       .field<C, std::optional<std::string>>("label", &CsvOptions::label, std::nullopt,
                                             "the label column's name (default: the last column)")
       .field<C, std::string>("impute", &CsvOptions::impute, "none",
-                             "missing values (empty, NA, NaN, ?): none = an error, mean = the column's mean")
+                             "missing values (empty, NA, NaN, ?): none = an error, mean = the column's mean (in a --predict "
+                             "file too: the training table's)")
       .choices({"none", "mean"})
       .field("test_fraction", &C::test_fraction, 0.3, "share of each class held out for testing (stratified)")
       .range(gt(0), lt(1))

@@ -484,12 +484,18 @@ std::map<std::string, double> TabularIcl::evaluate(Dataset& data, int64_t batch_
   return out;
 }
 
-void TabularIcl::predict(const std::filesystem::path& input, const std::filesystem::path& output) {
+Table TabularIcl::read_predict_rows(const std::filesystem::path& input) const {
   TT_CHECK_AS(ConfigError, context_, "tabular-icl: --predict needs a training table as context: run it with the "
               "tabular-csv dataset (the pipeline's data.path), not the synthetic prior");
-  CsvOptions o = Options::defaults(csv_schema(), "data").to<CsvDataOptions>();  // the file's label column, impute: none
+  CsvOptions o;  // the training table's label column, where the file has it; its imputation (read_csv_like)
   o.require_label = false;
-  Table q = read_csv_like(input.string(), *context_, o);
+  return read_csv_like(input.string(), *context_, o);
+}
+
+void TabularIcl::check_predict_input(const std::filesystem::path& input) const { read_predict_rows(input); }
+
+void TabularIcl::predict(const std::filesystem::path& input, const std::filesystem::path& output) {
+  Table q = read_predict_rows(input);
   at::Tensor p = predict_table(*context_, q).contiguous();
   std::ofstream out(output);
   TT_CHECK_AS(ConfigError, out.good(), "tabular-icl: cannot write ", output.string());
@@ -506,13 +512,33 @@ void TabularIcl::predict(const std::filesystem::path& input, const std::filesyst
     out << context_->class_names[best] << "\n";
   }
   TT_CHECK(out.good(), "tabular-icl: writing ", output.string(), " failed");
-  bool labelled = q.rows > 0;
-  for (auto v : q.y) labelled = labelled && v >= 0;
-  if (labelled) {
-    std::vector<double> probs(pp, pp + p.numel());
-    const auto m = classification_metrics(probs, q.y, C);
-    log().info("tabular-icl: {} rows of {} predicted: accuracy {:.4f}, log-loss {:.4f}", q.rows, input.string(),
-               m.at("accuracy"), m.at("log_loss"));
+  // The score: the rows labelled with a class of the training table (one it has not is predicted,
+  // but cannot be scored).
+  std::vector<double> probs;
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < q.rows; ++i)
+    if (q.y[i] >= 0) {
+      probs.insert(probs.end(), pp + i * C, pp + (i + 1) * C);
+      labels.push_back(q.y[i]);
+    }
+  if (!q.unknown_labels.empty()) {
+    std::string unknown;
+    int64_t rows = 0;
+    for (const auto& [label, n] : q.unknown_labels) {
+      unknown += detail::cat(unknown.empty() ? "" : ", ", "'", label, "' (", n, n == 1 ? " row)" : " rows)");
+      rows += n;
+    }
+    log().warn("tabular-icl: {} of the {} rows of {} {} a label that is no class of the training table: {}; "
+               "predicted, but left out of the score", rows, q.rows, input.string(), rows == 1 ? "has" : "have",
+               unknown);
+  }
+  if (!labels.empty()) {
+    const auto m = classification_metrics(probs, labels, C);
+    log().info("tabular-icl: {} rows of {} predicted: accuracy {:.4f}, log-loss {:.4f}{}", q.rows, input.string(),
+               m.at("accuracy"), m.at("log_loss"),
+               static_cast<int64_t>(labels.size()) == q.rows
+                   ? std::string()
+                   : detail::cat(" (of the ", labels.size(), " rows labelled with a class of the training table)"));
   }
 }
 

@@ -122,7 +122,12 @@ class TabularIcl : public Model {
   // test rows as queries (val_accuracy, val_roc_auc, val_log_loss, val_brier, val_ece, val_examples);
   // otherwise (the prior) the mean query loss.
   std::map<std::string, double> evaluate(Dataset& data, int64_t batch_size) override;
+  // --predict: a CSV of the training table's feature columns (by name; its label column optional):
+  // class probabilities and the predicted class per row. Rows labelled with a class of the
+  // training table are scored (logged); others are predicted all the same.
   void predict(const std::filesystem::path& input, const std::filesystem::path& output) override;
+  // Reads the whole file as predict() will (its columns, values and labels) before training.
+  void check_predict_input(const std::filesystem::path& input) const override;
   std::string describe() const override;
 
   // Probabilities [Q, classes] of `queries` given the whole `context` table: the ensemble's
@@ -166,6 +171,8 @@ class TabularIcl : public Model {
   double pca_variance_ = 0.99;
   double readout_temperature_ = 1.0;
   int64_t member_features_ = 100, max_members_ = 64;
+  // The rows of a --predict file, read like the context (read_csv_like); ConfigError without a context.
+  Table read_predict_rows(const std::filesystem::path& input) const;
   // Step 2: the row representations [B, N, d_model] of standardized values z [B, N, F], the
   // features' identities ids [B, F, d_id] and their mask fw [B, F] (1: a feature); the rows in
   // chunks of `chunk` where it is > 0 (inference).
