@@ -128,15 +128,43 @@ TEST(TtData, AToolRunsByNameWithItsOwnOptions) {
 // tool once (synth-table's said "tt-data: error: tt-data synth-table: ...").
 TEST(TtData, AToolsErrorNamesTheToolOnce) {
   const auto dir = tt::test::temp_dir("datatools");
-  auto r = run(tt_data_bin() + " synth-table --rows 10 --out " + quote(dir / "missing" / "t.csv"));
+  tt::test::write_text(dir / "plain", "a file, not a directory\n");
+  auto r = run(tt_data_bin() + " synth-table --rows 10 --out " + quote(dir / "plain" / "t.csv"));
   EXPECT_EQ(r.rc, 2) << r.output;
-  EXPECT_EQ(r.output.rfind("tt-data synth-table: error: cannot write " + (dir / "missing" / "t.csv").string(), 0), 0u)
+  EXPECT_EQ(r.output.rfind("tt-data synth-table: error: cannot write --out " + (dir / "plain" / "t.csv").string() +
+                               ": cannot make its directory " + (dir / "plain").string() + " (Not a directory)",
+                           0),
+            0u)
       << r.output;
   EXPECT_EQ(r.output.find("synth-table", 20), std::string::npos) << r.output;
   r = run(tt_data_bin() + " tokenizer --vocab-size 300 --input " + quote(dir / "none.txt") + " --out " +
           quote(dir / "t.model"));
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_HAS(r.output, "tt-data tokenizer: error: input '" + (dir / "none.txt").string() + "' not found");
+  fs::remove_all(dir);
+}
+
+// synth-table makes the directory of its --out (as synth-topics, tokenizer and fetch do), and
+// refuses a seed CLI11 would read wrapped or clamped (-1, a number past 2^64) and a NaN share,
+// which passes CLI11's range check.
+TEST(TtData, SynthTableMakesItsDirectoryAndRefusesSeedsAndSharesItCannotUse) {
+  const auto dir = tt::test::temp_dir("datatools");
+  auto r = run(tt_data_bin() + " synth-table --rows 10 --features 3 --out " + quote(dir / "new" / "t.csv"));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_EQ(tt::test::read_file(dir / "new" / "t.csv").substr(0, 16), "f0,f1,f2,target\n");
+  const std::pair<std::string, std::string> bad[] = {
+      {"--seed -1", "--seed must be a whole number from 0 to 18446744073709551615, got '-1'"},
+      {"--seed 99999999999999999999", "got '99999999999999999999'"},
+      {"--seed 3x", "got '3x'"},
+      {"--node-target-share nan", "--node-target-share must be in [0, 1], got nan"},
+  };
+  for (const auto& [args, message] : bad) {
+    r = run(tt_data_bin() + " synth-table --rows 10 " + args + " --out " + quote(dir / "bad.csv"));
+    EXPECT_EQ(r.rc, 2) << args << "\n" << r.output;
+    EXPECT_EQ(r.output.rfind("tt-data synth-table: error: --", 0), 0u) << r.output;
+    EXPECT_HAS(r.output, message);
+    EXPECT_FALSE(fs::exists(dir / "bad.csv")) << args;
+  }
   fs::remove_all(dir);
 }
 

@@ -6,9 +6,13 @@
 #include "synth_table_tool.h"
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "prior.h"
 #include "table.h"
@@ -17,9 +21,24 @@
 
 namespace tt::tab {
 
+namespace {
+// `path` opened for writing, its directory made first (as the other tt-data tools make theirs);
+// a ConfigError naming the option and the reason where it cannot be.
+std::ofstream open_output(const std::string& path, const char* option) {
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::absolute(path, ec).parent_path();
+  if (!ec) std::filesystem::create_directories(dir, ec);
+  TT_CHECK_AS(ConfigError, !ec, "cannot write ", option, " ", path, ": cannot make its directory ", dir.string(), " (",
+              ec.message(), ")");
+  std::ofstream f(path);
+  TT_CHECK_AS(ConfigError, f.good(), "cannot write ", option, " ", path, ": ", std::strerror(errno));
+  return f;
+}
+}  // namespace
+
 int synth_table_tool(const std::vector<std::string>& args) {
   int64_t features = 10, classes = 2, rows = 1000;
-  uint64_t seed = 1000000007ULL;
+  std::string seed_text = "1000000007";
   double node_target_share = -1;
   std::string out;
   CLI::App app{"one table drawn from tabular-icl's pretraining prior, written as CSV (f0,...,target)",
@@ -29,7 +48,8 @@ int synth_table_tool(const std::vector<std::string>& args) {
       ->capture_default_str()
       ->check(CLI::Range(2, static_cast<int>(kMaxTableClasses)));
   app.add_option("--rows", rows, "rows")->capture_default_str()->check(CLI::Range(4, 10000000));
-  app.add_option("--seed", seed, "the table's seed (the same seed, the same table)")->capture_default_str();
+  app.add_option("--seed", seed_text, "the table's seed, 0 to 2^64-1 (the same seed, the same table)")
+      ->capture_default_str();
   app.add_option("--node-target-share", node_target_share,
                  "chance that the class is a node of the causal graph rather than a function of the features "
                  "(default: the prior's, 0.3)")
@@ -40,8 +60,15 @@ int synth_table_tool(const std::vector<std::string>& args) {
   } catch (const CLI::ParseError& e) {
     return cli_exit(app, e, app.get_name());
   }
-  TT_CHECK_AS(ConfigError, rows >= 2 * classes, "tt-data synth-table: --rows ", rows, " is fewer than 2 per class (",
-              classes, " classes)");
+  TT_CHECK_AS(ConfigError, rows >= 2 * classes, "--rows ", rows, " is fewer than 2 per class (", classes, " classes)");
+  // CLI11 reads "-1" into an unsigned seed as 2^64-1 and a number past 2^64 as its largest value
+  uint64_t seed = 0;
+  const auto [end, err] = std::from_chars(seed_text.data(), seed_text.data() + seed_text.size(), seed);
+  TT_CHECK_AS(ConfigError, err == std::errc() && end == seed_text.data() + seed_text.size() && !seed_text.empty(),
+              "--seed must be a whole number from 0 to 18446744073709551615, got '", seed_text, "'");
+  // NaN passes CLI11's range check (every comparison with it is false)
+  TT_CHECK_AS(ConfigError, app.count("--node-target-share") == 0 || (node_target_share >= 0 && node_target_share <= 1),
+              "--node-target-share must be in [0, 1], got ", node_target_share);
   PriorOptions o = Options::defaults(prior_schema(), "data").to<PriorOptions>();
   o.rows = rows;
   o.min_features = o.max_features = features;
@@ -49,8 +76,7 @@ int synth_table_tool(const std::vector<std::string>& args) {
   if (node_target_share >= 0) o.node_target_share = node_target_share;
   const Batch b = sample_prior_table(o, seed);
   const at::Tensor x = b.at("x")[0].contiguous(), y = b.at("y")[0].contiguous();
-  std::ofstream f(out);
-  TT_CHECK_AS(ConfigError, f.good(), "tt-data synth-table: cannot write ", out);
+  std::ofstream f = open_output(out, "--out");
   for (int64_t j = 0; j < features; ++j) f << 'f' << j << ',';
   f << "target\n";
   const float* xp = x.data_ptr<float>();
@@ -64,7 +90,7 @@ int synth_table_tool(const std::vector<std::string>& args) {
     f << yp[i] << '\n';
   }
   f.close();
-  TT_CHECK(f.good(), "tt-data synth-table: writing ", out, " failed");
+  TT_CHECK_AS(WriteError, f.good(), "writing ", out, " failed: ", std::strerror(errno), " (is the disk full?)");
   return 0;
 }
 
@@ -121,13 +147,13 @@ int split_table_tool(const std::vector<std::string>& args) {
       if (!is_blank_line(lines[n])) return static_cast<int64_t>(n);
     return int64_t{1};
   }();
-  for (const auto& [path, rows] : {std::pair{train_out, &split.train}, std::pair{test_out, &split.test}}) {
-    std::ofstream f(path);
-    TT_CHECK_AS(ConfigError, f.good(), "tt-data split-table: cannot write ", path);
+  for (const auto& [path, rows, option] :
+       {std::tuple{train_out, &split.train, "--train-out"}, std::tuple{test_out, &split.test, "--test-out"}}) {
+    std::ofstream f = open_output(path, option);
     f << lines[static_cast<size_t>(header_line)] << '\n';
     for (int64_t r : *rows) f << lines[static_cast<size_t>(t.line[static_cast<size_t>(r)])] << '\n';
     f.close();
-    TT_CHECK(f.good(), "tt-data split-table: writing ", path, " failed");
+    TT_CHECK_AS(WriteError, f.good(), "writing ", path, " failed: ", std::strerror(errno), " (is the disk full?)");
   }
   std::printf("%s: %zu training rows -> %s, %zu test rows -> %s (stratified, test fraction %g, seed %llu)\n",
               csv.c_str(), split.train.size(), train_out.c_str(), split.test.size(), test_out.c_str(), test_fraction,
