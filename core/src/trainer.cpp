@@ -153,17 +153,21 @@ struct Trainer::Impl {
     if (interrupted())
       throw Interrupted(detail::cat("interrupted during setup, before the first step: nothing was trained",
                                     run.config.resume ? "; the run's checkpoints are as they were" : ""));
-    if (run.config.resume && s.step >= s.total_steps) {  // e.g. tt-run --resume RUN --sample PROMPT on a finished run
+    // A resume of a run at its end (e.g. tt-run --resume RUN --sample PROMPT on a finished run).
+    const bool at_end = run.config.resume && s.step >= s.total_steps;
+    const nlohmann::json previous = at_end && run.root ? read_summary(s.run_dir / "summary.json") : nlohmann::json();
+    std::string status = summary_status(previous);
+    if (at_end && run.dist) status = run.dist->broadcast_string(status);
+    if (at_end && status == "completed") {
+      log().info("{}: the run in {} is complete at step {} (of {}); nothing to train, outputs kept as they are",
+                 run.pipeline.name, s.run_dir.string(), s.step, s.total_steps);
+      return;
+    }
+    // A run that trains no steps and stopped before its end, with no checkpoint, runs as it did
+    // the first time (below).
+    if (at_end && run.from_checkpoint) {
       // Trained to the end but stopped before its outputs were written (Ctrl-C or a kill while
       // evaluating or sampling at the end): this process writes them.
-      const nlohmann::json previous = run.root ? read_summary(s.run_dir / "summary.json") : nlohmann::json();
-      std::string status = summary_status(previous);
-      if (run.dist) status = run.dist->broadcast_string(status);
-      if (status == "completed") {
-        log().info("{}: the run in {} is complete at step {} (of {}); nothing to train, outputs kept as they are",
-                   run.pipeline.name, s.run_dir.string(), s.step, s.total_steps);
-        return;
-      }
       log().info("{}: the run in {} was trained to step {} (of {}) but its outputs were not all written "
                  "(summary.json {}); writing them now",
                  run.pipeline.name, s.run_dir.string(), s.step, s.total_steps,

@@ -41,6 +41,18 @@ class StopAt : public tt::Plugin {
   int64_t step_;
 };
 
+// Fails the run (a tt::Error) after step `step`.
+class FailAt : public tt::Plugin {
+ public:
+  explicit FailAt(int64_t step) : step_(step) {}
+  void on(Event e, tt::State& s) override {
+    if (e == Event::AFTER_STEP && s.step == step_) TT_FAIL("a failure at step ", s.step, " (test)");
+  }
+
+ private:
+  int64_t step_;
+};
+
 // Requests an interrupt when the run sets up (INIT): as a Ctrl-C during set-up.
 class InterruptInSetup : public tt::Plugin {
  public:
@@ -285,6 +297,21 @@ TEST(Trainer, AResumeWithoutACheckpointStartsFromStepZeroAndAResumeNeedsNoInitFr
   }
   EXPECT_EQ(tt::test::read_file(dir / "summary.json"), completed);
 
+  // One that trains no steps, stopped in its set-up: its resume runs it as the first time would
+  // have (it took the path of a trained run that missed its outputs: "outputs_only").
+  const fs::path none = out / "none";
+  tt::Trainer unstarted(tt::parse_pipeline(tt::test::topic_yaml(out, "  max_steps: 0\n"), "p.yaml"), {none, false, true});
+  unstarted.add_plugin(std::make_unique<InterruptInSetup>());
+  EXPECT_THROW(unstarted.fit(), tt::Interrupted);
+  tt::clear_interrupt();
+  tt::Trainer evaluated(tt::Trainer::pipeline_of_run(none, {}), {none, true, true});
+  evaluated.add_plugin(std::make_unique<StopAt>(-1));
+  evaluated.fit();
+  const auto none_summary = tt::test::summary_of(none);
+  EXPECT_EQ(none_summary["status"], "completed");
+  EXPECT_FALSE(none_summary.contains("outputs_only"));
+  EXPECT_TRUE(fs::exists(none / "L.npy"));
+
   // A run fine-tuned from `whole`, then `whole` removed: its resume reads its own checkpoint.
   const fs::path tuned = out / "tuned";
   tt::Trainer from(tt::parse_pipeline(yaml, "p.yaml", {"model.init_from=" + (out / "whole").string(),
@@ -299,7 +326,25 @@ TEST(Trainer, AResumeWithoutACheckpointStartsFromStepZeroAndAResumeNeedsNoInitFr
   continued.fit();
   EXPECT_EQ(continued.step_losses().size(), 2u);
   EXPECT_EQ(tt::test::summary_of(tuned)["status"], "completed");
-  EXPECT_HAS(tt::test::read_file(tuned / "log.txt"), "model.init_from (" + (out / "whole").string() + ") is not read");
+  EXPECT_HAS(tt::test::read_file(tuned / "log.txt"),
+             "model.init_from (" + (out / "whole").string() + ") is gone; the run resumes without it");
+
+  // A run that failed before its first checkpoint is not trained again over its record either:
+  // the refusal says why it has none.
+  const fs::path failed = out / "failed";
+  tt::Trainer failing(tt::parse_pipeline(yaml, "p.yaml"), {failed, false, true});
+  failing.add_plugin(std::make_unique<FailAt>(3));
+  EXPECT_THROW(failing.fit(), tt::Error);
+  ASSERT_EQ(tt::test::summary_of(failed)["status"], "failed");
+  ASSERT_TRUE(tt::list_checkpoints(failed / "checkpoints").empty());
+  tt::Trainer again(tt::Trainer::pipeline_of_run(failed, {}), {failed, true, true});
+  try {
+    again.fit();
+    ADD_FAILURE() << "a run that failed at step 3 was trained again";
+  } catch (const tt::ConfigError& e) {
+    EXPECT_HAS(e.what(), "holds no checkpoint: the run failed at step 3 before its first");
+    EXPECT_HAS(e.what(), "--overwrite");
+  }
   fs::remove_all(out);
 }
 

@@ -87,6 +87,20 @@ TEST(Budget, BelowAnythingPossibleItSaysSoAndByHowMuch) {
             plan["smallest"]["peak_tensor_bytes"].get<int64_t>() - plan["limit_bytes"].get<int64_t>());
 }
 
+// The planner's options go with a pipeline's trainer.memory_budget as with --budget (a check
+// that they are given with --budget or --recommend refused them).
+TEST(Budget, ThePlannersOptionsApplyToThePipelinesOwnBudget) {
+  Budget b;
+  auto r = b.lm.run("tinykey", "[]", "batch_size: 8, threads: 1, max_steps: 4, memory_budget: 64KiB");
+  EXPECT_EQ(r.rc, 4) << r.output;
+  EXPECT_NE(r.output.find("the budget 64.00 KiB less a 10% margin"), std::string::npos) << r.output;
+  r = tt::test::run(tt::test::tt_run_bin() + " " + (b.lm.dir / "tinykey.yaml").string() + " --margin 0.2 --run-dir " +
+                    (b.lm.dir / "tinykey2").string());
+  EXPECT_EQ(r.rc, 4) << r.output;
+  EXPECT_NE(r.output.find("nothing fits under 51.20 KiB (the budget 64.00 KiB less a 20% margin)"), std::string::npos)
+      << r.output;
+}
+
 TEST(Budget, RecommendPrintsASettingForEachBudget) {
   Budget b;
   auto r = b.run("base", "--recommend --run-dir " + (b.lm.dir / "rec").string());

@@ -473,6 +473,13 @@ TEST(TabularCsv, SplitTableWritesTheSplitsRowsAsTheFileHasThem) {
              }),
              "--train-out and --test-out name one file");
   EXPECT_EQ(tt::test::read_file(path), table);
+  // A byte-order mark before the header is not copied into the outputs (it was, into both).
+  std::ofstream(dir / "bom.csv") << "\xEF\xBB\xBF" << table;
+  ASSERT_EQ(split_table_tool({"--csv", (dir / "bom.csv").string(), "--label", "kind", "--test-fraction", "0.3", "--seed",
+                              "3", "--train-out", train, "--test-out", test}),
+            0);
+  EXPECT_EQ(lines(train).front(), "a,\"b, text\",kind");
+  EXPECT_EQ(lines(test).front(), "a,\"b, text\",kind");
 }
 
 // tt-data synth-table: the same seed writes the same table, another seed another; a header of

@@ -188,7 +188,8 @@ TEST(TtRun, ExitCodesAndMessages) {
       {"--top-k 3", "--top-k sets how --sample PROMPT generates"},
       {"--seed 3", "--seed seeds the sampling of --sample PROMPT; give --sample too"},
       {"--predict-out " + quote(dir / "p.csv"), "--predict-out names the file --predict FILE writes"},
-      {"--margin 0.2", "--margin sets the budget planner; give --budget SIZE (or --recommend) too"},
+      {"--margin 0.2", "--margin sets the budget planner, which runs for --budget SIZE, --recommend or a pipeline's "
+                       "trainer.memory_budget; give one of them"},
       {"--probe-steps 2", "--probe-steps sets the budget planner"},
       {"--max-probes 2", "--max-probes sets the budget planner"},
       {"--profile-memory --predict " + quote(dir / "rows.csv"), "--profile-memory trains 3 steps to profile them"},

@@ -262,22 +262,30 @@ TEST(SentencePieceTraining, ABpeRunOverTheTrainersLimitIsCutWithANoteNotACrash) 
   tt::lm::TokenizerTraining t;
   t.vocab_size = 400;
   t.threads = 2;
-  const char* saved_tmpdir = std::getenv("TMPDIR");
-  const std::string saved = saved_tmpdir ? saved_tmpdir : "";
-  ::setenv("TMPDIR", tmp.c_str(), 1);
+  struct TmpDirSet {  // TMPDIR is the test's folder until the end of this block, however it ends
+    const char* saved_ = std::getenv("TMPDIR");
+    const std::string saved = saved_ ? saved_ : "";
+    explicit TmpDirSet(const fs::path& p) { ::setenv("TMPDIR", p.c_str(), 1); }
+    ~TmpDirSet() {
+      if (saved_)
+        ::setenv("TMPDIR", saved.c_str(), 1);
+      else
+        ::unsetenv("TMPDIR");
+    }
+  };
   const auto train = [&](const fs::path& input, const std::string& type) {
     t.inputs = {input.string()};
     t.model_type = type;
     t.out = (dir / (type + ".model")).string();
     return tt::lm::train_sentencepiece(t);
   };
-  const auto bpe = train(dir / "long.txt", "bpe");
-  const auto accented = train(dir / "accents.txt", "bpe");
-  const auto unigram = train(dir / "long.txt", "unigram");
-  if (saved_tmpdir)
-    ::setenv("TMPDIR", saved.c_str(), 1);
-  else
-    ::unsetenv("TMPDIR");
+  std::vector<std::string> bpe, accented, unigram;
+  {
+    const TmpDirSet set(tmp);
+    bpe = train(dir / "long.txt", "bpe");
+    accented = train(dir / "accents.txt", "bpe");
+    unigram = train(dir / "long.txt", "unigram");
+  }
 
   ASSERT_EQ(bpe.size(), 1u);
   const std::string line = std::to_string(std::count(text.begin(), text.end(), '\n') + 1);

@@ -247,9 +247,6 @@ int main(int argc, char** argv) {
                 "--predict-out names the file --predict FILE writes; give --predict too");
     TT_CHECK_AS(ConfigError, run_dir.empty() || resume_dir.empty(), "--resume continues the run in its own directory ",
                 resume_dir, "; --run-dir names a new run's: give one of them");
-    for (const char* o : {"--probe-steps", "--max-probes", "--margin"})
-      TT_CHECK_AS(ConfigError, recommend || !budget_text.empty() || app.count(o) == 0, o,
-                  " sets the budget planner; give --budget SIZE (or --recommend) too");
     TT_CHECK_AS(ConfigError, !profile || (!sample_prompt && predict_input.empty()),
                 "--profile-memory trains 3 steps to profile them and keeps no model to use: leave out --sample and "
                 "--predict");
@@ -329,9 +326,13 @@ int main(int argc, char** argv) {
                   name, "' does not predict from files; --predict needs a model that does, such as model: {name: "
                   "tabular-icl}");
     }
+    const bool plans = !budget_text.empty() ||
+                       (pipeline.trainer.is_set("memory_budget") && resume_dir.empty() && !dry_run) || recommend;
+    for (const char* o : {"--probe-steps", "--max-probes", "--margin"})
+      TT_CHECK_AS(ConfigError, plans || app.count(o) == 0, o, " sets the budget planner, which runs for --budget "
+                  "SIZE, --recommend or a pipeline's trainer.memory_budget; give one of them");
     if (pipeline.has_compare && !dry_run && resume_dir.empty() && !planning) return run_compare({pipeline_file}, overrides);
-    if (!budget_text.empty() || (pipeline.trainer.is_set("memory_budget") && resume_dir.empty() && !dry_run) ||
-        recommend) {
+    if (plans) {
       plan_opts.tt_run = std::filesystem::read_symlink("/proc/self/exe").string();
       plan_opts.file = pipeline_file;
       plan_opts.overrides = overrides;

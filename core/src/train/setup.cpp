@@ -237,15 +237,19 @@ void make_run_dir(Run& run) {
   }
   // A run stopped before its first checkpoint (or one that trains no steps) has nothing to
   // continue from: it starts again from step 0, as it started the first time. One whose summary
-  // says it trained has lost its checkpoints: starting it again is --overwrite's to do.
+  // says it trained steps has results a new start would replace: that is --overwrite's to do.
   run.from_checkpoint = run.config.resume && !list_checkpoints(dir / "checkpoints").empty();
   if (run.config.resume && !run.from_checkpoint) {
     const nlohmann::json previous = read_summary(dir / "summary.json");
     const int64_t trained =
         previous.contains("steps") && previous["steps"].is_number_integer() ? previous["steps"].get<int64_t>() : 0;
+    const std::string again = detail::cat("start it again with tt-run ", (dir / "pipeline.yaml").string(), " --run-dir ",
+                                          dir.string(), " --overwrite");
+    TT_CHECK_AS(ConfigError, trained == 0 || summary_status(previous) != "failed", dir.string(), " holds no checkpoint: ",
+                "the run failed at step ", trained, " before its first (one is written every trainer.checkpoint_every "
+                "steps, when that is set, and at the end); ", again, " (trainer.checkpoint_every=N keeps its progress)");
     TT_CHECK_AS(ConfigError, trained == 0, dir.string(), " holds no checkpoint, but its summary.json says it trained ",
-                trained, " step", trained == 1 ? "" : "s", " (were its checkpoints removed?): it cannot continue; start it "
-                "again with tt-run ", (dir / "pipeline.yaml").string(), " --run-dir ", dir.string(), " --overwrite");
+                trained, " step", trained == 1 ? "" : "s", " (were its checkpoints removed?): it cannot continue; ", again);
   }
   fs::create_directories(dir / "checkpoints", ec);
   TT_CHECK(!ec, "cannot create the run directory ", dir.string(), ": ", ec.message(),
@@ -303,8 +307,12 @@ void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins) {
   TT_CHECK(run.data.train, "data (", p.data.name, ") produced no training set");
   s.model = with_context("model (" + p.model.name + ")", [&] { return reg.model(p.model.name).factory(p.model.options, run.data); });
   if (!run.predict_input.empty()) s.model->check_predict_input(run.predict_input);  // before training
-  if (run.from_checkpoint && p.model.options.is_set("init_from"))
-    log().info("model.init_from ({}) is not read: the checkpoint the run resumes from has every weight",
+  // On a resume the checkpoint brings every weight after INIT; init_from is still loaded first
+  // (INIT sees the weights it saw the first time) unless it is gone, which does not stop a resume.
+  std::error_code gone;
+  if (run.from_checkpoint && p.model.options.is_set("init_from") &&
+      !fs::exists(p.model.options.get_string("init_from"), gone))
+    log().info("model.init_from ({}) is gone; the run resumes without it: its checkpoint has every weight",
                p.model.options.get_string("init_from"));
   else if (p.model.options.is_set("init_from"))
     init_model_from(run, p.model.options.get_string("init_from"), p.model.options.get_int("init_average"));

@@ -90,7 +90,7 @@ int synth_table_tool(const std::vector<std::string>& args) {
     f << yp[i] << '\n';
   }
   f.close();
-  TT_CHECK_AS(WriteError, f.good(), "writing ", out, " failed: ", std::strerror(errno), " (is the disk full?)");
+  TT_CHECK_AS(WriteError, f.good(), "writing ", out, " failed (is the disk full?)");
   return 0;
 }
 
@@ -141,6 +141,8 @@ int split_table_tool(const std::vector<std::string>& args) {
     TT_CHECK_AS(ConfigError, in.good(), "tt-data split-table: cannot open ", csv);
     for (std::string l; std::getline(in, l);) lines.push_back(l);
   }
+  // a byte-order mark before the header is dropped here as read_csv drops it (the outputs get none)
+  if (lines.size() > 1 && lines[1].rfind("\xEF\xBB\xBF", 0) == 0) lines[1].erase(0, 3);
   TT_CHECK(!t.line.empty() && t.line.front() >= 2, "internal: read_csv gave no file lines for ", csv);
   const int64_t header_line = [&] {  // the first line that is not blank
     for (size_t n = 1; n < lines.size(); ++n)
@@ -153,7 +155,7 @@ int split_table_tool(const std::vector<std::string>& args) {
     f << lines[static_cast<size_t>(header_line)] << '\n';
     for (int64_t r : *rows) f << lines[static_cast<size_t>(t.line[static_cast<size_t>(r)])] << '\n';
     f.close();
-    TT_CHECK_AS(WriteError, f.good(), "writing ", path, " failed: ", std::strerror(errno), " (is the disk full?)");
+    TT_CHECK_AS(WriteError, f.good(), "writing ", path, " failed (is the disk full?)");
   }
   std::printf("%s: %zu training rows -> %s, %zu test rows -> %s (stratified, test fraction %g, seed %llu)\n",
               csv.c_str(), split.train.size(), train_out.c_str(), split.test.size(), test_out.c_str(), test_fraction,

@@ -262,18 +262,30 @@ struct QuietLog {
 constexpr int64_t kBpeLongestRun = 32767;
 constexpr int64_t kBpeCut = 16384;
 
-// Reads `path` in blocks, calling on_block(bytes, n) for each.
+// Reads `path` in blocks, calling on_block(bytes, n) for each while it returns true.
 template <class OnBlock>
 void read_blocks(const std::string& path, OnBlock&& on_block) {
   std::FILE* in = std::fopen(path.c_str(), "rb");
   TT_CHECK_AS(ConfigError, in, "cannot read '", path, "': ", std::strerror(errno));
   const std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(in, &std::fclose);
   std::vector<char> buf(size_t{1} << 20);
-  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), in)) > 0;) on_block(buf.data(), n);
+  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), in)) > 0;)
+    if (!on_block(buf.data(), n)) return;
   TT_CHECK_AS(ConfigError, !std::ferror(in), "cannot read '", path, "': ", std::strerror(errno));
 }
 
-bool starts_character(char c) { return (static_cast<uint8_t>(c) & 0xC0) != 0x80; }
+// Tells where characters start in UTF-8 text, byte by byte: a continuation byte that no lead
+// byte announced (text that is not UTF-8, Latin-1 say) counts as a character of its own, as
+// SentencePiece reads it, so that a run is never counted shorter than it is.
+struct CharacterStarts {
+  int pending = 0;  // continuation bytes the last lead byte announced and not yet seen
+  bool operator()(char c) {
+    const auto b = static_cast<uint8_t>(c);
+    if ((b & 0xC0) == 0x80 && pending > 0) return --pending, false;
+    pending = b >= 0xF8 ? 0 : b >= 0xF0 ? 3 : b >= 0xE0 ? 2 : b >= 0xC0 ? 1 : 0;
+    return true;
+  }
+};
 
 struct LongRun {
   int64_t line = 0;    // 1-based; 0: none
@@ -284,48 +296,56 @@ struct LongRun {
 LongRun first_long_run(const std::string& path) {
   LongRun found;
   int64_t line = 1, run = 0;
-  bool done = false;
+  CharacterStarts starts;
   read_blocks(path, [&](const char* bytes, size_t n) {
-    for (size_t i = 0; i < n && !done; ++i) {
+    for (size_t i = 0; i < n; ++i) {
       const char c = bytes[i];
       if (c == ' ' || c == '\n') {
-        if (run > kBpeLongestRun) found = {line, run}, done = true;
+        if (run > kBpeLongestRun) {
+          found = {line, run};
+          return false;
+        }
         line += c == '\n';
         run = 0;
       } else {
-        run += starts_character(c);
+        run += starts(c);
       }
     }
+    return true;
   });
-  if (!done && run > kBpeLongestRun) found = {line, run};
+  if (found.line == 0 && run > kBpeLongestRun) found = {line, run};
   return found;
 }
 
 // Copies `from` to `to`, breaking each run of more than kBpeCut characters without a space or
 // a line break into lines of kBpeCut characters (at character boundaries).
 void copy_cutting_long_runs(const std::string& from, const std::string& to) {
+  const auto cannot = [&] {
+    TT_FAIL_AS(WriteError, "cannot write '", to, "', a copy of '", from, "' for the tokenizer's training: ",
+               std::strerror(errno), " (set TMPDIR to a directory with room for it)");
+  };
   std::FILE* out = std::fopen(to.c_str(), "wb");
-  TT_CHECK(out, "cannot write '", to, "' (a copy of '", from, "' for the tokenizer's training): ",
-           std::strerror(errno));
+  if (!out) cannot();
   const std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(out, &std::fclose);
   std::vector<char> cut;
   int64_t run = 0;
+  CharacterStarts starts;
   read_blocks(from, [&](const char* bytes, size_t n) {
     cut.clear();
     for (size_t i = 0; i < n; ++i) {
       const char c = bytes[i];
       if (c == ' ' || c == '\n') {
         run = 0;
-      } else if (starts_character(c)) {
+      } else if (starts(c)) {
         if (run == kBpeCut) cut.push_back('\n'), run = 0;
         ++run;
       }
       cut.push_back(c);
     }
-    TT_CHECK(std::fwrite(cut.data(), 1, cut.size(), out) == cut.size(), "cannot write '", to, "' (a copy of '",
-             from, "' for the tokenizer's training): ", std::strerror(errno));
+    if (std::fwrite(cut.data(), 1, cut.size(), out) != cut.size()) cannot();
+    return true;
   });
-  TT_CHECK(std::fflush(out) == 0, "cannot write '", to, "': ", std::strerror(errno));
+  if (std::fflush(out) != 0) cannot();
 }
 
 }  // namespace
@@ -426,11 +446,14 @@ std::vector<std::string> train_sentencepiece(const TokenizerTraining& t) {
       if (const LongRun run = first_long_run(f); run.line > 0) {
         if (!copies) copies.emplace("tt-tokenizer", "tokenizer");
         read = (copies->path() / (std::to_string(notes.size()) + ".txt")).string();
+        TT_CHECK_AS(ConfigError, read.find(',') == std::string::npos, "SentencePiece cannot read '", read,
+                    "' (a copy of '", f, "' with its long runs cut): it splits its input list at commas; set TMPDIR "
+                    "to a directory without one");
         copy_cutting_long_runs(f, read);
         notes.push_back(detail::cat(f, " line ", run.line, " holds ", run.length,
                             " characters without a space; SentencePiece's BPE trainer crashes on runs over ",
-                            kBpeLongestRun, ", so training reads the file with such runs cut into lines of ", kBpeCut,
-                            " characters"));
+                            kBpeLongestRun, ", so training reads the file with every run over ", kBpeCut,
+                            " characters cut into lines of ", kBpeCut));
       }
     }
     input += (input.empty() ? "" : ",") + read;
