@@ -348,8 +348,8 @@ std::string Context::broadcast_string(const std::string& value, int root) {
     return std::string(v.begin(), v.end());
   } catch (const std::exception& e) {
     std::string what = e.what();
-    TT_FAIL("distributed: rank ", rank(), " did not receive ", key, " from rank ", root, " within TT_DIST_TIMEOUT: ",
-            what.substr(0, what.find('\n')));
+    TT_FAIL("distributed: rank ", rank(), " did not receive ", key, " from rank ", root, " (rank ", root,
+            " exited, or it did not answer within TT_DIST_TIMEOUT): ", what.substr(0, what.find('\n')));
   }
 }
 

@@ -121,6 +121,28 @@ TEST(Dist, ResumeNeedsTheSameWorldSize) {
   EXPECT_NE(one.output.find("same world size"), std::string::npos) << one.output;
 }
 
+TEST(Dist, ARefusalOnRank0StopsEveryRankWithItsExitCode) {
+  // Rank 0 alone checks and takes the run directory. Its refusal reaches the other ranks, which
+  // stop with the same exit code and say why, rather than failing on the store rank 0 took with
+  // it (exit 1, "did not receive ... from rank 0"), and tt-run --nproc exits with that code.
+  const fs::path dir = tt::test::temp_dir("dist_refusal");
+  const std::string start =
+      env_clean() + tt_run_bin() + " --nproc 2 " + topic_pipeline(dir, "f").string() + " -q --run-dir " + (dir / "f").string();
+  auto first = run(start);
+  ASSERT_EQ(first.rc, 0) << first.output;
+  auto again = run(start);  // the directory holds a run: refused without --overwrite
+  fs::remove_all(dir / "f" / "checkpoints");
+  auto resume = run(env_clean() + tt_run_bin() + " --nproc 2 --resume " + (dir / "f").string() + " -q");
+  for (const auto* r : {&again, &resume}) {
+    EXPECT_EQ(r->rc, 2) << r->output;
+    EXPECT_HAS(r->output, "rank 0 refused the run: ");
+    EXPECT_EQ(r->output.find("did not receive"), std::string::npos) << r->output;
+    EXPECT_EQ(r->output.find("writing a checkpoint"), std::string::npos) << r->output;  // nothing was training
+  }
+  EXPECT_HAS(again.output, "already holds a run");
+  EXPECT_HAS(resume.output, "holds no checkpoint, but its summary.json says it trained");
+}
+
 namespace {
 // A launcher this test started: whatever way the test ends (a failed ASSERT returns early),
 // the launcher and its workers do not outlive it.

@@ -132,8 +132,12 @@ int run(const Options& o) {
   }
 
   int remaining = o.nproc, exit_code = 0, signals_received = 0;
-  bool stopping = false;
-  std::chrono::steady_clock::time_point kill_at{};
+  // A rank that fails first with a plain error (1) or a signal is often failing because another
+  // stopped (the store or a peer gone); a rank that says why (tt's exit codes 2-7: a refused
+  // pipeline or directory, a failed write, ...) gives the launcher's exit code instead.
+  bool generic_first = false;
+  bool stopping = false, terminated = false;
+  std::chrono::steady_clock::time_point term_at{}, kill_at{};
   auto signal_all = [&](int sig) {
     for (int r = 0; r < o.nproc; ++r)
       if (alive[r]) kill(pids[r], sig);
@@ -146,6 +150,10 @@ int run(const Options& o) {
       // aborts at once, as it does a run alone (a worker takes its parent's second signal for a
       // copy of the first: tt/runtime.h).
       signal_all(signals_received++ == 0 ? sig : SIGKILL);
+    }
+    if (stopping && !terminated && std::chrono::steady_clock::now() >= term_at) {
+      terminated = true;
+      signal_all(SIGTERM);
     }
     if (stopping && std::chrono::steady_clock::now() >= kill_at) {
       signal_all(SIGKILL);
@@ -164,15 +172,24 @@ int run(const Options& o) {
     alive[r] = false;
     --remaining;
     const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    if (failed && exit_code != 0 && generic_first && code != 1 && code != 130 && WIFEXITED(status)) {
+      std::fprintf(stderr, "tt-run --nproc: rank %d (pid %d) %s; tt-run exits with its status\n", r,
+                   static_cast<int>(pid), describe(status).c_str());
+      exit_code = code;
+      generic_first = false;
+    }
     if (failed && exit_code == 0) {
-      exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+      exit_code = code;
+      generic_first = code == 1;
       if (remaining > 0 && !stopping) {
         std::fprintf(stderr, "tt-run --nproc: rank %d (pid %d) %s; stopping the other %d worker(s)\n", r,
                      static_cast<int>(pid), describe(status).c_str(), remaining);
+        // A second first for those stopping by themselves (a refusal rank 0 passed on, a peer
+        // seen gone), then SIGTERM; SIGKILL after the grace.
         stopping = true;
-        signal_all(SIGTERM);
-        kill_at = std::chrono::steady_clock::now() +
-                  std::chrono::milliseconds(static_cast<int64_t>(o.grace_seconds * 1000));
+        term_at = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        kill_at = term_at + std::chrono::milliseconds(static_cast<int64_t>(o.grace_seconds * 1000));
       } else if (remaining == 0 && o.nproc > 1 && exit_code != 130) {
         std::fprintf(stderr, "tt-run --nproc: rank %d (pid %d) %s\n", r, static_cast<int>(pid), describe(status).c_str());
       }

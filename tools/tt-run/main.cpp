@@ -89,6 +89,14 @@ void print_list() {
   for (const auto& r : refusals) std::printf("refused: %s\n", r.c_str());
 }
 
+// The error that ends tt-run. A stop signal after it (tt-run --nproc stops the other workers
+// when one fails) is answered without the "stopping ... writing a checkpoint" line: nothing
+// trains any more.
+int fail(const char* where, const char* what, int code) {
+  tt::install_interrupt_handlers("", "tt-run");
+  std::fprintf(stderr, "tt-run: error%s: %s\n", where, what);
+  return code;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -382,13 +390,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tt-run: %s\n", e.what());
     return e.exit_code();
   } catch (const tt::Error& e) {
-    std::fprintf(stderr, "tt-run: error: %s\n", e.what());
-    return e.exit_code();
+    return fail("", e.what(), e.exit_code());
   } catch (const c10::Error& e) {
-    std::fprintf(stderr, "tt-run: error in LibTorch: %s\n", e.what_without_backtrace());
-    return 1;
+    return fail(" in LibTorch", e.what_without_backtrace(), 1);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tt-run: error: %s\n", e.what());
-    return 1;
+    return fail("", e.what(), 1);
   }
 }

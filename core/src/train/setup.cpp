@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -190,14 +191,58 @@ void read_limits(Run& run) {
   if (run.max_epochs < 0 && run.max_steps < 0) run.max_epochs = 1;
 }
 
+// Rank 0's refusal of the run directory, passed to the other ranks in place of its path (which
+// never starts with this byte): each stops with the same exit code and says why, rather than
+// failing on the store rank 0 took with it.
+constexpr char kRefused = '\x01';
+
+[[noreturn]] void stop_as_rank0_did(const std::string& refusal) {
+  const size_t space = refusal.find(' ');
+  const int code = std::atoi(refusal.substr(1, space - 1).c_str());
+  const std::string why = "rank 0 refused the run: " + refusal.substr(space + 1);
+  if (code == ConfigError("").exit_code()) throw ConfigError(why);
+  if (code == WriteError("").exit_code()) throw WriteError(why);
+  throw Error(why);
+}
+
+void claim_run_dir(Run& run);
+
 // Rank 0 names and writes the run directory (pipeline.yaml, log.txt); the others only read it.
 void make_run_dir(Run& run) {
   State& s = run.state;
   if (!run.root) {
-    s.run_dir = run.dist->broadcast_string("");
+    const std::string dir = run.dist->broadcast_string("");
+    if (!dir.empty() && dir[0] == kRefused) {
+      run.dist->all_gather_strings("");  // received: rank 0 may exit (its store with it)
+      stop_as_rank0_did(dir);
+    }
+    s.run_dir = dir;
     run.from_checkpoint = run.dist->broadcast_string("") == "1";
     return;
   }
+  try {
+    claim_run_dir(run);
+  } catch (const std::exception& e) {
+    if (run.dist) {
+      const auto* tt_error = dynamic_cast<const Error*>(&e);
+      try {
+        run.dist->broadcast_string(kRefused + std::to_string(tt_error ? tt_error->exit_code() : 1) + " " + e.what());
+        run.dist->all_gather_strings("");  // every rank has it
+      } catch (const std::exception&) {
+        // a rank gone already: the refusal is still this rank's error
+      }
+    }
+    throw;
+  }
+  if (run.dist) {
+    run.dist->broadcast_string(s.run_dir.string());
+    run.dist->broadcast_string(run.from_checkpoint ? "1" : "0");
+  }
+}
+
+// Rank 0's part: the directory checked (another run's is refused), made and taken.
+void claim_run_dir(Run& run) {
+  State& s = run.state;
   const Options& out = run.pipeline.output;
   // The run's directory once it is this run's: a refusal here (another run's directory) leaves it
   // as it was, no failure summary written over that run's.
@@ -258,10 +303,6 @@ void make_run_dir(Run& run) {
   if (!run.config.resume) write_pipeline_file(run);  // a resume's, once it starts training
   run.log_file = std::make_shared<LogFileSink>(s.run_dir / "log.txt");
   log().sinks().push_back(run.log_file);
-  if (run.dist) {
-    run.dist->broadcast_string(s.run_dir.string());
-    run.dist->broadcast_string(run.from_checkpoint ? "1" : "0");
-  }
 }
 
 // The pipeline's plugins, in list order, from their registered factories.
