@@ -364,7 +364,8 @@ std::vector<std::string> Context::all_gather_strings(const std::string& value) {
     }
   } catch (const std::exception& e) {
     std::string m = e.what();
-    TT_FAIL("distributed: the ranks did not all send ", prefix, " within TT_DIST_TIMEOUT: ", m.substr(0, m.find('\n')));
+    TT_FAIL("distributed: the ranks did not all send ", prefix, " (a rank exited, or it did not answer within "
+            "TT_DIST_TIMEOUT): ", m.substr(0, m.find('\n')));
   }
   return out;
 }
