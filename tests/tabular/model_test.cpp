@@ -492,7 +492,8 @@ TEST(TabularModel, SchemaRefusesBadValuesAndMakeModelTheInconsistentShape) {
 }
 
 // A --predict file's label column may hold a class the training table lacks: that row is
-// predicted as the others are (the predictions file has every row) and left out of the score.
+// predicted as the others are (the predictions file has every row) and left out of the score, and a
+// warning names the label and its rows.
 TEST(TabularModel, PredictKeepsRowsWhoseLabelIsNoTrainingClass) {
   const auto dir = tt::test::temp_dir("tabular_model");
   tt::test::write_text(dir / "train.csv", "a,b,kind\n0,1,x\n1,0,y\n0,2,x\n2,0,y\n");
@@ -505,7 +506,13 @@ TEST(TabularModel, PredictKeepsRowsWhoseLabelIsNoTrainingClass) {
   EXPECT_EQ(q.unknown_labels, (std::map<std::string, int64_t>{{"z", 2}}));
   auto m = tiny(1024, context);
   m->set_ensemble(1);
+  testing::internal::CaptureStderr();  // the log's lines
   m->predict(dir / "rows.csv", dir / "pred.csv");
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_HAS(said, "2 of the 4 rows of " + (dir / "rows.csv").string() +
+                       " have a label that is no class of the training table: 'z' (2 rows); predicted, but left out "
+                       "of the score");
+  EXPECT_HAS(said, "(of the 2 rows labelled with a class of the training table)");
   std::ifstream pred(dir / "pred.csv");
   std::vector<std::string> lines;
   for (std::string l; std::getline(pred, l);) lines.push_back(l);
