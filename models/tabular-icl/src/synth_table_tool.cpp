@@ -120,15 +120,14 @@ int split_table_tool(const std::vector<std::string>& args) {
   } catch (const CLI::ParseError& e) {
     return cli_exit(app, e, app.get_name());
   }
-  TT_CHECK_AS(ConfigError, test_fraction > 0 && test_fraction < 1, "tt-data split-table: --test-fraction ", test_fraction,
+  TT_CHECK_AS(ConfigError, test_fraction > 0 && test_fraction < 1, "--test-fraction ", test_fraction,
               " must be between 0 and 1 (exclusive)");
-  TT_CHECK_AS(ConfigError, std::filesystem::is_regular_file(csv), "tt-data split-table: --csv ", csv,
-              " is not a file: check the path");
+  TT_CHECK_AS(ConfigError, std::filesystem::is_regular_file(csv), "--csv ", csv, " is not a file: check the path");
   for (const auto& [opt, out] : {std::pair{"--train-out", train_out}, std::pair{"--test-out", test_out}})
-    TT_CHECK_AS(ConfigError, !same_file(out, csv), "tt-data split-table: ", opt, " ", out,
+    TT_CHECK_AS(ConfigError, !same_file(out, csv), opt, " ", out,
                 " is the --csv table itself; name another file (the table would be overwritten)");
-  TT_CHECK_AS(ConfigError, !same_file(train_out, test_out), "tt-data split-table: --train-out and --test-out name one "
-              "file (", train_out, "); give each side its own");
+  TT_CHECK_AS(ConfigError, !same_file(train_out, test_out), "--train-out and --test-out name one file (", train_out,
+              "); give each side its own");
   CsvOptions o;
   if (!label.empty()) o.label = label;
   o.impute = impute;
@@ -138,7 +137,7 @@ int split_table_tool(const std::vector<std::string>& args) {
   std::vector<std::string> lines{""};
   {
     std::ifstream in(csv);
-    TT_CHECK_AS(ConfigError, in.good(), "tt-data split-table: cannot open ", csv);
+    TT_CHECK_AS(ConfigError, in.good(), "cannot open ", csv);
     for (std::string l; std::getline(in, l);) lines.push_back(l);
   }
   // a byte-order mark before the header is dropped here as read_csv drops it (the outputs get none)
