@@ -3,11 +3,14 @@
 #define BOOST_DLL_USE_STD_FS
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <elf.h>
 
 #include <algorithm>
 #include <boost/dll/shared_library.hpp>
 #include <cctype>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -76,6 +79,35 @@ std::string load_failure(const std::string& file, const char* dl_error, const st
   if (const size_t at = why.find(undefined); at != std::string::npos)
     why.replace(at, undefined.size(), "undefined symbol ");
   return demangle_symbols(why);
+}
+
+// Why a 64-bit ELF file is shorter than its own headers say (a build or copy cut off), or ""
+// when it is not (or is no 64-bit ELF file: dlopen says why). The dynamic linker maps the
+// segments without checking and dies of SIGBUS touching the missing part, so tt checks first.
+std::string elf_cut_short(const fs::path& file) {
+  std::error_code ec;
+  const uint64_t size = fs::file_size(file, ec);
+  if (ec) return "";
+  std::ifstream in(file, std::ios::binary);
+  Elf64_Ehdr h{};
+  if (!in.read(reinterpret_cast<char*>(&h), sizeof h) || std::memcmp(h.e_ident, ELFMAG, SELFMAG) != 0 ||
+      h.e_ident[EI_CLASS] != ELFCLASS64)
+    return "";
+  uint64_t need = sizeof h;
+  const auto table_end = [](uint64_t offset, uint64_t count, uint64_t entry) { return offset + count * entry; };
+  need = std::max(need, table_end(h.e_phoff, h.e_phnum, h.e_phentsize));
+  if (h.e_shoff != 0) need = std::max(need, table_end(h.e_shoff, h.e_shnum, h.e_shentsize));
+  if (need <= size && h.e_phentsize == sizeof(Elf64_Phdr)) {
+    in.seekg(static_cast<std::streamoff>(h.e_phoff));
+    for (int i = 0; i < h.e_phnum; ++i) {
+      Elf64_Phdr ph{};
+      if (!in.read(reinterpret_cast<char*>(&ph), sizeof ph)) break;
+      need = std::max<uint64_t>(need, ph.p_offset + ph.p_filesz);
+    }
+  }
+  if (need <= size) return "";
+  return detail::cat("the file is cut short: ", size, " bytes, where its ELF headers need ", need,
+                     " (a build or copy that did not finish?); build or copy it again");
 }
 
 // tt_<kind>_<name>.so promises a <kind> named <name>; other file names promise nothing.
@@ -160,6 +192,7 @@ void ModuleLoader::load_file(const fs::path& file_in) {
     if (done == f) return;
   if (auto it = refused_.find(f); it != refused_.end()) throw ModuleError(it->second);
   TT_CHECK_AS(ModuleError, fs::exists(file), f, ": no such file");
+  if (const std::string why = elf_cut_short(file); !why.empty()) throw ModuleError(f + ": cannot be loaded: " + why);
 
   boost::dll::shared_library lib;
   boost::dll::fs::error_code ec;

@@ -176,6 +176,28 @@ TEST(Loader, RefusesMissingAndNonLibraryFiles) {
   }
 }
 
+// A library cut short (a build or copy that did not finish) is refused before the dynamic
+// linker maps it: dlopen maps the missing part anyway and the process dies of SIGBUS.
+TEST(Loader, RefusesALibraryCutShortInsteadOfCrashing) {
+  const auto dir = tt::test::temp_dir("loader_cut");
+  const std::string good = tt::test::read_file(kDir + "/tt_plugin_test-good.so");
+  for (const size_t keep : {size_t{1000}, good.size() / 2}) {
+    const auto cut = dir / ("tt_plugin_cut" + std::to_string(keep) + ".so");
+    std::ofstream(cut, std::ios::binary) << good.substr(0, keep);
+    try {
+      tt::ModuleLoader::global().load_file(cut);
+      FAIL() << cut << " loaded";
+    } catch (const tt::ModuleError& e) {
+      EXPECT_HAS(e.what(), cut.string() + ": cannot be loaded: the file is cut short: " + std::to_string(keep) +
+                               " bytes, where its ELF headers need ");
+    }
+  }
+  // through tt-run: --list scans the search path and names the files it refused
+  const auto r = tt::test::run("TT_PLUGIN_PATH=" + dir.string() + " " + tt::test::tt_run_bin() + " --list");
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_HAS(r.output, "refused: " + (dir / "tt_plugin_cut1000.so").string() + ": cannot be loaded: the file is cut short");
+}
+
 TEST(Loader, NotFoundListsSearchPathAvailableAndRefused) {
   PluginPath path(kDir.c_str());
   try {
