@@ -9,6 +9,7 @@
 
 #include "tt/error.h"
 #include "tt/registry.h"
+#include "tt/text_file.h"
 #include "tt/yaml_util.h"
 
 namespace tt {
@@ -165,6 +166,8 @@ void apply_override(YAML::Node root, const std::string& text) {
               "': an override is key=value, e.g. trainer.batch_size=64");
   const std::string where = "command line '" + text + "'", value = text.substr(eq + 1);
   TT_CHECK_AS(ConfigError, !value.empty(), where, ": no value after '='; give one, or ~ for the default");
+  TT_CHECK_AS(ConfigError, first_invalid_utf8(text) == std::string::npos, where,
+              ": not UTF-8 text (a byte of another encoding, such as Latin-1); give it in UTF-8");
   YAML::Node v;
   try {
     v = YAML::Load(value);
@@ -385,6 +388,11 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
 }  // namespace
 
 Pipeline parse_pipeline(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
+  // yaml-cpp takes any bytes; a string that is not UTF-8 would fail only where the run writes
+  // its JSON files, after training
+  if (const size_t bad = first_invalid_utf8(text); bad != std::string::npos)
+    TT_FAIL_AS(ConfigError, file, ":", line_column(text, bad), ": not UTF-8 text (a byte of another encoding, such as "
+               "Latin-1): save the file as UTF-8, e.g. iconv -f latin1 -t utf-8 ", file, " > NEW.yaml");
   YAML::Node root;
   try {
     root = YAML::Load(text);

@@ -57,4 +57,25 @@ std::string not_text_reason(std::string_view bytes, int64_t offset) {
   return "";
 }
 
+size_t first_invalid_utf8(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const uint8_t c = static_cast<uint8_t>(text[i]);
+    const size_t whole = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;  // the length its lead byte says
+    const size_t n = utf8_sequence(text, i);  // shorter where the text ends inside it
+    if (n != whole) return i;
+    i += n;
+  }
+  return std::string::npos;
+}
+
+std::string line_column(std::string_view text, size_t offset) {
+  size_t line = 1, start = 0;
+  for (size_t i = 0; i < offset && i < text.size(); ++i)
+    if (text[i] == '\n') {
+      ++line;
+      start = i + 1;
+    }
+  return detail::cat(line, ":", offset - start + 1);
+}
+
 }  // namespace tt

@@ -2,6 +2,7 @@
 // gradient sync, checkpoints and the run's outputs have their own files (train/), and the
 // outputs are written by the built-in callbacks (train/callbacks.h) on the same events plugins
 // get (tt/event.h).
+#include "tt/json_text.h"
 #include "tt/trainer.h"
 
 #include <torch/torch.h>
@@ -306,7 +307,7 @@ const Pipeline& Trainer::pipeline() const { return impl_->run.pipeline; }
 const fs::path& Trainer::run_dir() const { return impl_->run.state.run_dir; }
 const std::vector<double>& Trainer::step_losses() const { return impl_->run.record.step_losses; }
 const MemoryBreakdown& Trainer::memory() const { return impl_->run.state.memory; }
-std::string Trainer::summary_json() const { return impl_->report ? impl_->report->summary().dump(2) : "null"; }
+std::string Trainer::summary_json() const { return impl_->report ? json_text(impl_->report->summary(), 2) : "null"; }
 
 std::string Trainer::generate(const std::string& prompt, const GenerateOptions& options) {
   Model& model = *impl_->run.state.model;

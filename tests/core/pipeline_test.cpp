@@ -81,6 +81,22 @@ TEST(Pipeline, MissingEmptyAndBrokenFiles) {
   EXPECT_NE(error_of("data: topic-synthetic\n").find("no 'model' section"), std::string::npos);
 }
 
+// yaml-cpp reads any bytes; a string that is not UTF-8 (a Latin-1 file) used to pass --dry-run
+// and train, then fail writing summary.json, and again on every --resume.
+TEST(Pipeline, TextThatIsNotUtf8IsRefusedWhereItIs) {
+  const std::string good = "model: topic\ndata: topic-synthetic\n";
+  EXPECT_EQ(error_of("name: caf\xe9\n" + good),
+            "p.yaml:1:10: not UTF-8 text (a byte of another encoding, such as Latin-1): save the file as UTF-8, "
+            "e.g. iconv -f latin1 -t utf-8 p.yaml > NEW.yaml");
+  EXPECT_HAS(error_of(good + "# caf\xc3\n"), "p.yaml:3:6: not UTF-8 text");  // a character cut short
+  EXPECT_HAS(error_of(good + "name: \xed\xa0\x80\n"), "p.yaml:3:7: not UTF-8 text");  // a surrogate
+  EXPECT_EQ(error_of(good, {"name=caf\xe9"}),
+            "command line 'name=caf\xe9': not UTF-8 text (a byte of another encoding, such as Latin-1); give it in "
+            "UTF-8");
+  EXPECT_EQ(tt::parse_pipeline("name: caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\n" + good, "p.yaml").name,
+            "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");  // UTF-8 of 2, 3 and 4 bytes
+}
+
 TEST(Pipeline, CommandLineOverrides) {
   auto yaml = topic_yaml(temp_dir("pipe"));
   auto p = tt::parse_pipeline(yaml, "p.yaml",

@@ -38,6 +38,21 @@ TEST(TtRun, QuickstartConfigRunsAndPrintsASummary) {
   EXPECT_TRUE(fs::exists(dir / "run" / "F.npy"));
 }
 
+// A path is any bytes: a run directory named in Latin-1 gets its summary.json and metrics (the
+// path in them with U+FFFD for the byte that is not UTF-8), not an error from the JSON writer
+// after training.
+TEST(TtRun, ARunDirectoryWhosePathIsNotUtf8GetsItsSummary) {
+  auto dir = tt::test::temp_dir("cli_latin1");
+  const fs::path y = write_pipeline(dir, tt::test::topic_yaml(dir, "  max_steps: 2\n"));
+  const fs::path out = dir / "caf\xe9";
+  auto r = run(tt_run() + " " + y.string() + " -q --run-dir " + quote(out));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const auto s = tt::test::summary_of(out);
+  EXPECT_EQ(s["status"], "completed");
+  EXPECT_EQ(s["run_dir"], (dir / "caf\xef\xbf\xbd").string());
+  EXPECT_EQ(tt::test::step_lines(out / "metrics.jsonl").size(), 2u);
+}
+
 // trainer.release_library_pages (on by default) gives back library pages before training and
 // records how far RSS fell; it changes nothing the run computes: the same losses, step for step,
 // as with it off (which records 0). How far RSS falls depends on the other processes mapping the

@@ -18,6 +18,7 @@
 
 #include "child.h"
 #include "tt/error.h"
+#include "tt/json_text.h"
 #include "tt/log.h"
 #include "tt/options.h"
 #include "tt/pipeline.h"
@@ -250,7 +251,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
     }
     doc["variants"].push_back(j);
   }
-  std::ofstream(out / "compare.json") << doc.dump(2) << "\n";
+  std::ofstream(out / "compare.json") << tt::json_text(doc, 2) << "\n";
   pareto_plot(out, spec.variants, results);
 }
 

@@ -15,6 +15,7 @@
 #include "child.h"
 #include "planner.h"
 #include "tt/error.h"
+#include "tt/json_text.h"
 #include "tt/log.h"
 #include "tt/module_loader.h"
 #include "tt/options.h"
@@ -311,7 +312,7 @@ Outcome run(const RunOptions& o) {
       TT_FAIL_AS(Error, "budget planner: ", e.what());
     }
     for (const auto& pl : plans) doc["budgets"].push_back(plan_json(pl));
-    std::ofstream(dir / "recommend.json") << doc.dump(2) << "\n";
+    std::ofstream(dir / "recommend.json") << tt::json_text(doc, 2) << "\n";
     const Cost& ref = plans.front().reference;
     std::printf("\nrecommended settings for %s (measured; as written: peak %s MiB, %.1f +- %.1f ms/step at micro-batch "
                 "%lld, %d probe%s)\n",
@@ -341,7 +342,7 @@ Outcome run(const RunOptions& o) {
   }
 
   const Plan pl = plan_or_explain(o.budget);
-  std::ofstream(dir / "plan.json") << plan_json(pl).dump(2) << "\n";
+  std::ofstream(dir / "plan.json") << tt::json_text(plan_json(pl), 2) << "\n";
   if (!o.quiet) print_plan(pl);
   if (!pl.found) {
     std::fprintf(stderr, "tt-run: budget planner: %s (%s)\n", pl.why.c_str(), (dir / "plan.json").c_str());

@@ -15,4 +15,11 @@ namespace tt {
 // the chunk starts in its file, for the message.
 TT_API std::string not_text_reason(std::string_view bytes, int64_t offset = 0);
 
+// Where `text` (a whole string: a pipeline file, a value) first stops being valid UTF-8: the
+// byte offset, or std::string::npos when all of it is.
+TT_API size_t first_invalid_utf8(std::string_view text);
+
+// "L:C" for a byte offset into `text`: its line and column (in bytes), both from 1.
+TT_API std::string line_column(std::string_view text, size_t offset);
+
 }  // namespace tt

@@ -3,6 +3,7 @@
 
 #include "train/callbacks.h"
 #include "train/checkpoints.h"
+#include "tt/json_text.h"
 
 namespace tt {
 
@@ -31,12 +32,12 @@ void MetricsLog::on(Event event, State& s) {
     if (r.comm_seconds) line["comm_seconds"] = *r.comm_seconds;
     if (r.skipped) line["skipped"] = true;
     for (const auto& [k, v] : s.metrics) line[k] = v;
-    file_.write(line.dump());
+    file_.write(json_text(line));
   }
   if (event == Event::AFTER_EVAL) {
     json line{{"step", s.step}};
     for (const auto& [k, v] : s.metrics) line[k] = v;
-    file_.write(line.dump());
+    file_.write(json_text(line));
   }
   if (event == Event::EPOCH_END) {
     file_.write(json{{"step", s.step},
@@ -45,7 +46,7 @@ void MetricsLog::on(Event event, State& s) {
                      {"epoch_seconds", run_.record.epoch_times.back()},
                      {"rss", Meter::rss()},
                      {"rss_anon", Meter::rss_anon()}}
-                    .dump());
+                    .dump());  // numbers only
   }
 }
 

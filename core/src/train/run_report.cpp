@@ -7,6 +7,7 @@
 
 #include "train/callbacks.h"
 #include "tt/checkpoint.h"
+#include "tt/json_text.h"
 #include "tt/log.h"
 #include "tt/registry.h"
 
@@ -43,7 +44,7 @@ void RunReport::on(Event event, State&) {
   const auto ckpts = list_checkpoints(dir / "checkpoints");
   if (!ckpts.empty()) files.push_back("checkpoints/" + ckpts.back().filename().string());
   summary_["outputs"] = files;
-  write_file_atomic(dir / "summary.json", summary_.dump(2) + "\n");
+  write_file_atomic(dir / "summary.json", json_text(summary_, 2) + "\n");
   if (!run_.config.quiet) print();
 }
 
@@ -63,7 +64,7 @@ void RunReport::write_failure(const std::string& status, const std::string& erro
     summary_["status"] = status;
     summary_["error"] = error;
     summary_["exit_code"] = exit_code;
-    write_file_atomic(run_.state.run_dir / "summary.json", summary_.dump(2) + "\n");
+    write_file_atomic(run_.state.run_dir / "summary.json", json_text(summary_, 2) + "\n");
   } catch (...) {  // reporting a failure must not hide it
   }
 }
@@ -71,7 +72,7 @@ void RunReport::write_failure(const std::string& status, const std::string& erro
 void RunReport::add_to_summary(const std::string& key, const json& value) {
   if (!run_.root || summary_.is_null()) return;
   summary_[key] = value;
-  write_file_atomic(run_.state.run_dir / "summary.json", summary_.dump(2) + "\n");
+  write_file_atomic(run_.state.run_dir / "summary.json", json_text(summary_, 2) + "\n");
 }
 
 void RunReport::finish_only(const json& previous_summary) {

@@ -13,6 +13,7 @@
 #include "tt/error.h"
 #include "tt/fused_adamw.h"
 #include "tt/helper.h"
+#include "tt/json_text.h"
 #include "tt/log.h"
 #include "tt/npy.h"
 #include "tt/state.h"
@@ -182,7 +183,7 @@ void TopicModel::write_outputs(const std::filesystem::path& run_dir, State& stat
     state.metrics["aligned_cosine_mean"] = a.mean;
     state.metrics["aligned_cosine_min"] = a.min;
     nlohmann::json j{{"mean", a.mean}, {"min", a.min}, {"assignment", a.assignment}, {"cosine", a.cosine}};
-    std::ofstream(run_dir / "alignment.json") << j.dump(2) << "\n";
+    std::ofstream(run_dir / "alignment.json") << tt::json_text(j, 2) << "\n";
     log().info("topic alignment with the true topics: mean cosine {:.4f}, min {:.4f}", a.mean, a.min);
   }
   plot_structure(L_fit, run_dir / "structure.png", "document-topic structure (" + std::to_string(k_) + " topics)",

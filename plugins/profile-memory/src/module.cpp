@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "tt/error.h"
+#include "tt/json_text.h"
 #include "tt/log.h"
 #include "tt/meter.h"
 #include "tt/module.h"
@@ -149,7 +150,7 @@ class Profiler final : public tt::Plugin {
                       {"blocks", jb},
                       {"phases", marks},
                       {"trace_events", trace_.size()}};
-    tt::write_file_atomic(dir / "memory_profile.json", out.dump(2) + "\n");
+    tt::write_file_atomic(dir / "memory_profile.json", tt::json_text(out, 2) + "\n");
     tt::log().info("profile-memory: step {} peaked at {} live tensor bytes; {}", o_.step, tt::format_bytes(step_peak),
                    (dir / "memory_profile.json").string());
   }
