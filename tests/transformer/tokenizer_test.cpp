@@ -318,6 +318,36 @@ TEST(TtDataTokenizer, TrainsAModelAndReportsIt) {
   fs::remove_all(dir);
 }
 
+// SentencePiece writes its files in place and does not check the writes: on a full disk it left
+// a model cut short over the good one, saying "ok" or giving no reason. tt-data trains under a
+// temporary name, reads both files back, and only then puts them in place.
+TEST(TtDataTokenizer, AFileThatCannotBeWrittenWholeKeepsTheEarlierModel) {
+  TT_SKIP_WITHOUT_SENTENCEPIECE();
+  const fs::path dir = tt::test::temp_dir("tok-cli-full");
+  write_text(dir / "a.txt", english_like(1500, 8));
+  const fs::path model = dir / "out" / "tok.model";
+  const std::string train = tt_data_bin() + " tokenizer --input " + quote(dir / "a.txt") + " --threads 1 --out " +
+                            quote(model) + " --vocab-size ";
+  const auto first = run(train + "350");
+  ASSERT_EQ(first.rc, 0) << first.output;
+  const std::string before = tt::test::read_file(model), vocab_before = tt::test::read_file(dir / "out" / "tok.vocab");
+  // files limited to 2 KiB: a write past that fails (EFBIG), as one to a full disk does (ENOSPC)
+  const auto r = run("bash -c \"ulimit -f 2; trap '' XFSZ; exec " + train + "320\"");
+  EXPECT_EQ(r.rc, 6) << r.output;
+  EXPECT_HAS(r.output, "tt-data tokenizer: error: cannot write " + model.string() +
+                           ": SentencePiece trained the model but could not write it to " + (dir / "out").string() +
+                           " whole (a full disk, or a file-size limit; ");
+  EXPECT_HAS(r.output, "the earlier tok.model is kept");
+  EXPECT_EQ(tt::test::read_file(model), before);
+  EXPECT_EQ(tt::test::read_file(dir / "out" / "tok.vocab"), vocab_before);
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir / "out")) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"tok.model", "tok.vocab"}));  // no temporary left behind
+  EXPECT_EQ(load_tokenizer(model.string())->vocab_size(), 350);
+  fs::remove_all(dir);
+}
+
 TEST(TtDataTokenizer, BadArgumentsExitTwoWithAMessage) {
   const fs::path dir = tt::test::temp_dir("tok-cli-bad");
   write_text(dir / "a.txt", english_like(100, 7));

@@ -22,6 +22,7 @@
 #include <dlfcn.h>
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +30,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <new>
 #include <optional>
@@ -36,6 +39,7 @@
 #include <unordered_map>
 
 #include "tt/error.h"
+#include "tt/options.h"
 #include "tt/runtime.h"
 #include "tt/temp_dir.h"
 
@@ -459,10 +463,24 @@ std::vector<std::string> train_sentencepiece(const TokenizerTraining& t) {
     input += (input.empty() ? "" : ",") + read;
   }
 
+  // SentencePiece writes PREFIX.model and PREFIX.vocab itself, in place. Trained under a
+  // temporary prefix beside them and renamed over them once written, a failure (a full disk)
+  // leaves the files of an earlier training as they were.
+  const fs::path out = fs::absolute(t.out), vocab_out = fs::path(out).replace_extension(".vocab");
+  const std::string prefix = (dir / (".tt-tokenizer-" + std::to_string(::getpid()) + "-" + out.stem().string())).string();
+  const fs::path tmp_model = prefix + ".model", tmp_vocab = prefix + ".vocab";
+  struct RemoveTemporaries {
+    std::vector<fs::path> files;
+    ~RemoveTemporaries() {
+      std::error_code ignored;
+      for (const auto& f : files) fs::remove(f, ignored);
+    }
+  } cleanup{{tmp_model, tmp_vocab}};
+
   const int threads = usable_threads(t.threads);
   const TrainArgs args = {
       {"input", input},
-      {"model_prefix", t.out.substr(0, t.out.size() - ext.size())},
+      {"model_prefix", prefix},
       {"vocab_size", std::to_string(t.vocab_size)},
       {"model_type", t.model_type},
       {"byte_fallback", t.byte_fallback ? "true" : "false"},
@@ -481,11 +499,40 @@ std::vector<std::string> train_sentencepiece(const TokenizerTraining& t) {
   };
   const auto& lib = sentencepiece();
   std::string why;
+  bool ok = false;
   {
     const QuietLog quiet;
     const Status status([&] { return lib.train(args, nullptr, nullptr); });
-    if (status.ok()) return notes;
-    why = status.message();
+    ok = status.ok();
+    if (!ok) why = status.message();
+  }
+  // SentencePiece does not check its writes: a full disk leaves a file cut short and may still
+  // say "ok". Both files are read back first: the model loads, the vocabulary has a line a token.
+  const auto written_whole = [&] {
+    try {
+      if (load_tokenizer(tmp_model.string())->vocab_size() != t.vocab_size) return false;
+    } catch (const Error&) {
+      return false;
+    }
+    std::ifstream vocab(tmp_vocab, std::ios::binary);
+    const std::string text{std::istreambuf_iterator<char>(vocab), std::istreambuf_iterator<char>()};
+    return !text.empty() && text.back() == '\n' && std::count(text.begin(), text.end(), '\n') == t.vocab_size;
+  };
+  if (ok && written_whole()) {
+    for (const auto& [from, to] : {std::pair{tmp_model, out}, std::pair{tmp_vocab, vocab_out}}) {
+      fs::rename(from, to, ec);
+      TT_CHECK_AS(WriteError, !ec, "cannot write ", to.string(), ": ", ec.message());
+    }
+    return notes;
+  }
+  if (ok || fs::exists(tmp_model, ec)) {  // trained, and its files could not be written whole
+    struct statvfs fs_stat {};
+    const std::string room = ::statvfs(dir.c_str(), &fs_stat) == 0
+                                 ? format_bytes(static_cast<int64_t>(fs_stat.f_bavail * fs_stat.f_frsize)) + " free"
+                                 : "its free space unknown";
+    TT_FAIL_AS(WriteError, "cannot write ", t.out, ": SentencePiece trained the model but could not write it to ",
+               dir.string(), " whole (a full disk, or a file-size limit; ", room, " there)", why.empty() ? "" : ": " + why,
+               fs::exists(out, ec) ? "; the earlier " + out.filename().string() + " is kept" : "");
   }
   if (why.find("too high") != std::string::npos)
     TT_FAIL_AS(ConfigError, "SentencePiece: ", why, " The text is too small for this vocabulary: try a smaller ",
