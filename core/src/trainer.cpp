@@ -225,13 +225,25 @@ struct Trainer::Impl {
     progress->finish();
     run.meter.set_cap(0);
     Meter::set_device_cap(0);
+    end_training_measurements();
+    finish();
+  }
+
+  // The training loop's time, CPU use, page faults and peaks, taken once where it ends: after
+  // its last step, or where a failure or an interrupt stopped it (its summary reports them up to
+  // there). Evaluation and outputs come after.
+  bool training_measured = false;
+  void end_training_measurements() {
+    RunRecord& rec = run.record;
+    if (training_measured || rec.train_started == Clock::time_point{}) return;
+    training_measured = true;
+    State& s = run.state;
     rec.train_seconds = seconds_since(rec.train_started);
     getrusage(RUSAGE_SELF, &rec.usage_end);
-    s.memory.peak_tensor = run.peak();  // the training loop's; evaluation and outputs come after
+    s.memory.peak_tensor = run.peak();
     s.memory.peak_rss = run.rss_peak();
     s.memory.peak_reserved = run.meter.reserved_peak();
     s.memory.rss_anon_end = Meter::rss_anon();
-    finish();
   }
 
   // After the training loop: the final evaluation and checkpoint, the model's outputs, exports,
@@ -274,22 +286,27 @@ struct Trainer::Impl {
     try {
       fit();
     } catch (const Interrupted& e) {
-      if (progress) progress->finish();
-      if (report) report->write_failure("interrupted", e.what(), e.exit_code());
+      report_failure("interrupted", e.what(), e.exit_code());
       throw;
     } catch (const Error& e) {
-      if (progress) progress->finish();
-      if (report) report->write_failure("failed", e.what(), e.exit_code());
+      report_failure("failed", e.what(), e.exit_code());
       throw;
     } catch (const c10::Error& e) {
-      if (progress) progress->finish();
-      if (report) report->write_failure("failed", e.what_without_backtrace(), 1);
+      report_failure("failed", e.what_without_backtrace(), 1);
       throw;
     } catch (const std::exception& e) {
-      if (progress) progress->finish();
-      if (report) report->write_failure("failed", e.what(), 1);
+      report_failure("failed", e.what(), 1);
       throw;
     }
+  }
+
+  void report_failure(const char* status, const std::string& what, int exit_code) {
+    if (progress) progress->finish();
+    try {
+      end_training_measurements();
+    } catch (...) {  // the failure is reported without them
+    }
+    if (report) report->write_failure(status, what, exit_code);
   }
 };
 

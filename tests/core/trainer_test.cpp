@@ -165,6 +165,32 @@ TEST(Trainer, AResumedRunReportsTheOptimizerStateOfTheUninterruptedOne) {
   }
 }
 
+// The summary of a run stopped in training (an interrupt, a failure) reports the training loop's
+// CPU time, page faults and peaks up to where it stopped: they were taken at the loop's end only,
+// and a stopped run reported them as negative differences from zero.
+TEST(Trainer, AStoppedRunsSummaryMeasuresTheTrainingUpToTheStop) {
+  const auto out = tt::test::temp_dir("stopped_figures");
+  for (const bool interrupt : {true, false}) {
+    const fs::path dir = out / (interrupt ? "interrupted" : "failed");
+    tt::Trainer t(tt::parse_pipeline(tt::test::topic_yaml(out, "  max_steps: 6\n"), "p.yaml"), {dir, false, true});
+    if (interrupt)
+      t.add_plugin(std::make_unique<StopAt>(3));
+    else
+      t.add_plugin(std::make_unique<FailAt>(3));
+    EXPECT_ANY_THROW(t.fit());
+    tt::clear_interrupt();
+    const auto s = tt::test::summary_of(dir);
+    ASSERT_EQ(s["status"], interrupt ? "interrupted" : "failed") << s.dump(2);
+    const auto& p = s["process"];
+    EXPECT_GT(p["user_cpu_seconds"].get<double>() + p["system_cpu_seconds"].get<double>(), 0.0) << p.dump();
+    for (const char* k : {"user_cpu_seconds", "system_cpu_seconds", "minor_page_faults", "major_page_faults"})
+      EXPECT_GE(p[k].get<double>(), 0.0) << k << ": " << p.dump();
+    EXPECT_GT(s["train_seconds"].get<double>(), 0.0) << s.dump(2);
+    EXPECT_GT(s["memory"]["peak_tensor_bytes"].get<int64_t>(), 0) << s["memory"].dump(2);
+    EXPECT_GT(s["memory"]["rss_anon_end_bytes"].get<int64_t>(), 0) << s["memory"].dump(2);
+  }
+}
+
 // A resume refused for its overrides (a model that does not fit the checkpoint) is a
 // configuration error and changes nothing: pipeline.yaml and summary.json stay as they were, so
 // the run still resumes as it was made.
