@@ -143,6 +143,36 @@ TEST(Dist, ARefusalOnRank0StopsEveryRankWithItsExitCode) {
   EXPECT_HAS(resume.output, "holds no checkpoint, but its summary.json says it trained");
 }
 
+// The modes that start tt-run processes of their own (a comparison, the planner, the profile)
+// are refused in a data-parallel launch: each rank started its own comparison, and their variants
+// waited on one another's rendezvous. --predict runs on rank 0 alone (every rank predicted and
+// wrote the same file).
+TEST(Dist, ADataParallelLaunchRefusesTheModesThatRunProcessesAndPredictsOnRankZero) {
+  const fs::path dir = tt::test::temp_dir("dist_modes");
+  const std::string in_source = "cd " + tt::test::source_dir() + " && " + env_clean() + tt_run_bin() + " --nproc 2 ";
+  auto r = run(in_source + "configs/compare-topic.yaml --steps 2 --run-dir " + (dir / "cmp").string());
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "configs/compare-topic.yaml compares variants (its compare: section), each in a tt-run process "
+                       "of its own, one after another: run it without --nproc");
+  EXPECT_FALSE(fs::exists(dir / "cmp"));
+  for (const std::string mode : {"--profile-memory", "--budget 1GiB", "--recommend"}) {
+    r = run(in_source + mode + " configs/quickstart.yaml --run-dir " + (dir / "mode").string());
+    EXPECT_EQ(r.rc, 2) << mode << ": " << r.output;
+    EXPECT_HAS(r.output, mode.substr(0, mode.find(' ')) + " runs tt-run processes of its own, one after another: run it "
+                         "without --nproc");
+  }
+  const std::string iris = tt::test::source_dir() + "/../shared/datasets/tabular/iris.csv";
+  r = run(in_source + "configs/tabular-inference.yaml data.path=" + iris + " --predict " + iris + " --run-dir " +
+          (dir / "pred").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  size_t lines = 0;
+  for (size_t at = r.output.find("predictions: "); at != std::string::npos; at = r.output.find("predictions: ", at + 1))
+    ++lines;
+  EXPECT_EQ(lines, 1u) << r.output;
+  const std::string predictions = read_file(dir / "pred" / "predictions.csv");
+  EXPECT_EQ(std::count(predictions.begin(), predictions.end(), '\n'), 151);  // the header and the 150 rows
+}
+
 namespace {
 // A launcher this test started: whatever way the test ends (a failed ASSERT returns early),
 // the launcher and its workers do not outlive it.

@@ -38,6 +38,46 @@ TEST(TtRun, QuickstartConfigRunsAndPrintsASummary) {
   EXPECT_TRUE(fs::exists(dir / "run" / "F.npy"));
 }
 
+// A mode that cannot apply to the command line's pipeline or options is refused before anything
+// runs, naming the options given, rather than ignored or half-applied.
+TEST(TtRun, ModesThatCannotApplyAreRefusedNamingWhatWasGiven) {
+  auto dir = tt::test::temp_dir("cli_modes");
+  const std::string in_source = "cd " + tt::test::source_dir() + " && " + tt_run() + " ";
+  // --budget on a comparison planned the base pipeline and trained it, the section dropped
+  auto r = run(in_source + "--budget 1GiB configs/compare-topic.yaml --run-dir " + quote(dir / "b"));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "compares variants (its compare: section) and --budget plans one pipeline: add the override "
+                       "'compare=~'");
+  // the refusal named --resume, --dry-run or --compare, none of them given
+  r = run(in_source + "--profile-memory --budget 10MiB configs/quickstart.yaml --run-dir " + quote(dir / "p"));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "--profile-memory trains and profiles one pipeline as written: it does not go with --budget\n");
+  // an evaluation-only pipeline was trained 3 steps with the default learning rate, silently
+  r = run(in_source + "--profile-memory configs/tabular-inference.yaml --run-dir " + quote(dir / "inf"));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "configs/tabular-inference.yaml trains no steps (trainer.max_steps: 0");
+  EXPECT_HAS(r.output, "give the override trainer.max_steps=3");
+  // --overwrite was not passed on to the profile's run
+  const std::string profile = in_source + "--profile-memory configs/quickstart.yaml -q --run-dir " + quote(dir / "again");
+  ASSERT_EQ(run(profile).rc, 0);
+  r = run(profile + " --overwrite");
+  EXPECT_EQ(r.rc, 0) << r.output;
+  // an empty --run-dir went to <output.dir>/<name>-<timestamp>
+  r = run(in_source + "configs/quickstart.yaml --run-dir ''");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "--run-dir is empty");
+  // --predict-out is checked before training: a directory is refused, a missing directory made
+  const std::string predict = in_source + "configs/tabular-inference.yaml --predict ../shared/datasets/tabular/iris.csv "
+                                          "-q --run-dir " + quote(dir / "pred") + " --predict-out ";
+  r = run(predict + quote(dir));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "--predict-out " + dir.string() + " is a directory: name the file to write");
+  EXPECT_FALSE(fs::exists(dir / "pred" / "summary.json"));  // refused before the run
+  r = run(predict + quote(dir / "made" / "p.csv") + " --overwrite");
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "made" / "p.csv"));
+}
+
 // A path is any bytes: a run directory named in Latin-1 gets its summary.json and metrics (the
 // path in them with U+FFFD for the byte that is not UTF-8), not an error from the JSON writer
 // after training.

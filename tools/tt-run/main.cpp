@@ -19,8 +19,10 @@
 // 7 a comparison's variant did not run (its row says why), 130 interrupted (checkpoint written).
 #include <cstring>
 #include <malloc.h>
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -33,6 +35,7 @@
 #include "profile.h"
 #include "tt/cli.h"
 #include "tt/compat.h"
+#include "tt/dist.h"
 #include "tt/error.h"
 #include "tt/log.h"
 #include "tt/meter.h"
@@ -81,12 +84,37 @@ void print_list() {
     }
     std::printf("\n");
   }
-  std::printf("trainer options:\n");
-  for (const auto& s : tt::trainer_schema().specs())
-    std::printf("      %-20s = %-10s %s\n", s.key.c_str(), s.default_yaml == "~" ? "unset" : s.default_yaml.c_str(),
-                with_allowed(s).c_str());
+  const auto print_section = [](const char* title, const tt::Schema& schema) {
+    std::printf("%s:\n", title);
+    for (const auto& s : schema.specs())
+      std::printf("      %-20s = %-10s %s\n", s.key.c_str(), s.default_yaml == "~" ? "unset" : s.default_yaml.c_str(),
+                  with_allowed(s).c_str());
+  };
+  print_section("trainer options", tt::trainer_schema());
+  std::printf("\n");
+  print_section("output options", tt::output_schema());
+  std::printf("\npipeline keys:\n"
+              "      %-20s = %-10s %s\n      %-20s = %-10s %s\n      %-20s = %-10s %s\n"
+              "      %-20s   %-10s %s\n",
+              "name", "file stem", "the run's name: its directory is <output.dir>/<name>-<timestamp>", "seed", "0",
+              "seeds the data, the model's initialization and the batches [>= 0]", "compare", "unset",
+              "compare variants: {variants: {NAME: {plugins: [...], set: {KEY: VALUE}}}, baseline: NAME, steps: 20, "
+              "warmup_steps: 3, repeats: 1}",
+              "model, data, ...", "", "the sections above: optimizer, schedule, plugins, trainer, output");
   std::printf("\nmodule search path: %s\n", tt::ModuleLoader::global().describe_search_path().c_str());
   for (const auto& r : refusals) std::printf("refused: %s\n", r.c_str());
+}
+
+// A file tt-run writes after training, checked before it: its directory made (as tt-data's tools
+// make theirs) and writable, the path not a directory.
+void check_writable_file(const char* option, const std::string& file) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  TT_CHECK_AS(ConfigError, !fs::is_directory(file, ec), option, " ", file, " is a directory: name the file to write");
+  const fs::path dir = fs::absolute(file).parent_path();
+  fs::create_directories(dir, ec);
+  TT_CHECK_AS(WriteError, !ec && ::access(dir.c_str(), W_OK) == 0, option, " ", file, ": its directory ", dir.string(),
+              " cannot be ", ec ? "made (" + ec.message() + ")" : "written to (" + std::string(std::strerror(errno)) + ")");
 }
 
 // The error that ends tt-run. A stop signal after it (tt-run --nproc stops the other workers
@@ -255,6 +283,11 @@ int main(int argc, char** argv) {
                 "--predict-out names the file --predict FILE writes; give --predict too");
     TT_CHECK_AS(ConfigError, run_dir.empty() || resume_dir.empty(), "--resume continues the run in its own directory ",
                 resume_dir, "; --run-dir names a new run's: give one of them");
+    TT_CHECK_AS(ConfigError, app.count("--run-dir") == 0 || !run_dir.empty(),
+                "--run-dir is empty: name the run's directory, or leave the option out (the run then goes to "
+                "<output.dir>/<name>-<timestamp>)");
+    TT_CHECK_AS(ConfigError, app.count("--resume") == 0 || !resume_dir.empty(),
+                "--resume is empty: name the run directory to continue");
     TT_CHECK_AS(ConfigError, !profile || (!sample_prompt && predict_input.empty()),
                 "--profile-memory trains 3 steps to profile them and keeps no model to use: leave out --sample and "
                 "--predict");
@@ -266,6 +299,7 @@ int main(int argc, char** argv) {
     TT_CHECK_AS(ConfigError, predict_output.empty() || predict_input.empty() || !tt::same_file(predict_output, predict_input),
                 "--predict-out ", predict_output, " is the --predict file itself; name another file (the rows to "
                 "predict for would be overwritten)");
+    if (!predict_output.empty()) check_writable_file("--predict-out", predict_output);
     if (pipeline_file.empty() && resume_dir.empty()) {
       std::fprintf(stderr, "tt-run: name a pipeline, e.g. tt-run configs/quickstart.yaml (tt-run --help for more)\n");
       return 2;
@@ -295,17 +329,40 @@ int main(int argc, char** argv) {
     // Compare and the planner pass an interrupt on to the tt-run they are running; a training
     // run stops after its batch (installed again below with that message).
     tt::install_interrupt_handlers("\ntt-run: stopping (Ctrl-C again to abort)\n", "tt-run");
+    // The options among `options` on the command line: "--resume and --dry-run".
+    const auto given = [&](std::initializer_list<const char*> options) {
+      std::vector<std::string> on;
+      for (const char* o : options)
+        if (app.count(o) > 0) on.emplace_back(o);
+      std::string text;
+      for (size_t i = 0; i < on.size(); ++i) text += (i == 0 ? "" : i + 1 == on.size() ? " and " : ", ") + on[i];
+      return text;
+    };
+    // A data-parallel worker (tt-run --nproc, torchrun) trains its part of one pipeline; the
+    // modes that start tt-run processes of their own run once, on their own.
+    const tt::dist::Env dist_env = tt::dist::env_from_environment();
+    const bool data_parallel = dist_env.world_size > 1;
+    if (data_parallel) {
+      const std::string with = given({"--compare", "--profile-memory", "--budget", "--recommend"});
+      TT_CHECK_AS(ConfigError, with.empty(), with, " runs tt-run processes of its own, one after another: run it "
+                  "without --nproc (or torchrun)");
+    }
     if (profile) {
-      TT_CHECK_AS(ConfigError, resume_dir.empty() && !dry_run && !compare && !planning,
-                  "--profile-memory does not go with --resume, --dry-run or --compare");
+      const std::string with = given({"--resume", "--dry-run", "--compare", "--budget", "--recommend"});
+      TT_CHECK_AS(ConfigError, with.empty(), "--profile-memory trains and profiles one pipeline as written: it does "
+                  "not go with ", with);
       tt::profile::Options po;
       po.file = pipeline_file;
       po.overrides = overrides;
       po.run_dir = run_dir;
+      po.overwrite = overwrite;
       return tt::profile::run(po);
     }
-    TT_CHECK_AS(ConfigError, !planning || (resume_dir.empty() && !dry_run && !compare),
-                "--budget and --recommend do not go with --resume, --dry-run or --compare");
+    if (planning) {
+      const std::string with = given({"--resume", "--dry-run", "--compare"});
+      TT_CHECK_AS(ConfigError, with.empty(), "--budget and --recommend plan a new run of one pipeline: they do not go "
+                  "with ", with);
+    }
     TT_CHECK_AS(ConfigError, !(recommend && !budget_text.empty()),
                 "--recommend plans for 0.5 to 16 GiB itself; leave out --budget");
     const char* one_model_options =
@@ -339,6 +396,14 @@ int main(int argc, char** argv) {
     for (const char* o : {"--probe-steps", "--max-probes", "--margin"})
       TT_CHECK_AS(ConfigError, plans || app.count(o) == 0, o, " sets the budget planner, which runs for --budget "
                   "SIZE, --recommend or a pipeline's trainer.memory_budget; give one of them");
+    if (pipeline.has_compare && resume_dir.empty()) {
+      TT_CHECK_AS(ConfigError, !planning, pipeline_file, " compares variants (its compare: section) and ",
+                  given({"--budget", "--recommend"}), " plans one pipeline: add the override 'compare=~' (quoted: the "
+                  "shell expands ~) to plan it without the section");
+      TT_CHECK_AS(ConfigError, !data_parallel || dry_run, pipeline_file, " compares variants (its compare: section), "
+                  "each in a tt-run process of its own, one after another: run it without --nproc (or torchrun), or "
+                  "add the override 'compare=~' (quoted) to train it data-parallel without the section");
+    }
     if (pipeline.has_compare && !dry_run && resume_dir.empty() && !planning) return run_compare({pipeline_file}, overrides);
     if (plans) {
       plan_opts.tt_run = std::filesystem::read_symlink("/proc/self/exe").string();
@@ -374,6 +439,7 @@ int main(int argc, char** argv) {
     tt::Trainer trainer(std::move(pipeline), cfg);
     if (!predict_input.empty()) trainer.will_predict(predict_input);  // the model checks it before training
     trainer.fit();
+    if (dist_env.rank != 0) return 0;  // rank 0 samples and predicts, once, as it writes the run's files
     if (sample_prompt) {
       const std::string text = trainer.generate(*sample_prompt, gen);
       std::printf("%s%s\n", quiet ? "" : "\nsample:\n", text.c_str());

@@ -22,16 +22,24 @@ using nlohmann::json;
 // The profile-memory plugin measures (plugins/profile-memory); this trains the pipeline with it
 // for the profiled step and prints what it wrote.
 int run(const Options& o) {
+  {  // the pipeline as given, before the profile's overrides
+    const Pipeline given = load_pipeline(o.file, o.overrides);
+    TT_CHECK_AS(ConfigError, !given.has_compare, o.file, " compares variants (its compare: section) and "
+                "--profile-memory profiles one pipeline: add the override 'compare=~' (quoted: the shell expands ~) to "
+                "profile it without the section, with a variant's changes as overrides");
+    TT_CHECK_AS(ConfigError, !given.trainer.is_set("max_steps") || given.trainer.get_int("max_steps") > 0, o.file,
+                " trains no steps (trainer.max_steps: 0: it evaluates, or predicts, with the weights it loads) and "
+                "--profile-memory profiles training steps; to profile fine-tuning it, give the override "
+                "trainer.max_steps=", o.step);
+  }
   std::vector<std::string> ov = o.overrides;
   ov.push_back("trainer.max_steps=" + std::to_string(o.step));
   ov.push_back("trainer.progress=off");
   ov.push_back("output.plots=false");
   Pipeline p = load_pipeline(o.file, ov);
-  TT_CHECK_AS(ConfigError, !p.has_compare, o.file, " compares variants (its compare: section) and --profile-memory "
-              "profiles one pipeline: add the override 'compare=~' (quoted: the shell expands ~) to profile it without "
-              "the section, with a variant's changes as overrides");
   TrainerConfig cfg;
   cfg.quiet = true;
+  cfg.overwrite = o.overwrite;
   if (!o.run_dir.empty()) {
     cfg.run_dir = o.run_dir;
   } else {

@@ -12,6 +12,7 @@ struct Options {
   std::string file;
   std::vector<std::string> overrides;
   std::string run_dir;  // default <output.dir>/<name>-profile-<time>
+  bool overwrite = false;  // run_dir holds a run: empty it first (tt-run --overwrite)
   int step = 3;         // the profiled step (the ones before it warm up)
 };
 
