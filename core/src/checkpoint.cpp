@@ -53,7 +53,11 @@ void save_archive_atomic(torch::serialize::OutputArchive& archive, const fs::pat
   } catch (const std::exception& e) {
     file.fail(e.what());
   }
-  file.commit("cannot write checkpoint", "(disk full? the previous checkpoint is kept)");
+  std::error_code ec;
+  bool earlier = false;  // a checkpoint before this one, which a failed write leaves as it was
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    earlier = earlier || (e.path() != path && e.path().extension() == ".pt");
+  file.commit("cannot write checkpoint", earlier ? "(disk full? the earlier checkpoints are kept)" : "(disk full?)");
 }
 
 at::Tensor bytes_to_tensor(const std::string& bytes) {

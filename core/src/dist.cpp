@@ -150,6 +150,11 @@ struct Context::Impl {
 Context::Context(const Env& env) : env_(env), impl_(std::make_unique<Impl>(env_)) {
   const double secs = env.timeout.count() / 1000.0;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  // One deadline for the rendezvous (the store's wait for the workers returned early and the
+  // process group's wait for their addresses took the whole timeout again: twice in all).
+  const auto deadline = std::chrono::steady_clock::now() + env.timeout;
+  log().info("distributed: rank {} of {} {} {} (up to TT_DIST_TIMEOUT = {} s)", env.rank, env.world_size,
+             env.rank == 0 ? "waiting for the other workers at" : "joining the master at", where, secs);
   try {
     c10d::TCPStoreOptions so;
     so.port = static_cast<uint16_t>(env.master_port);
@@ -166,6 +171,20 @@ Context::Context(const Env& env) : env_(env), impl_(std::make_unique<Impl>(env_)
             " s (", what, "). Check MASTER_ADDR/MASTER_PORT (the master must be reachable and the port free), that all ",
             env.world_size, " workers were started, or raise TT_DIST_TIMEOUT");
   }
+  // Every worker checks in; the rendezvous ends at the deadline saying how many did.
+  int64_t joined = 0;
+  try {
+    impl_->store->add("tt/joined", 1);
+    while ((joined = impl_->store->add("tt/joined", 0)) < env.world_size && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    TT_FAIL("distributed rendezvous: rank ", env.rank, " lost the master at ", where, " (",
+            what.substr(0, what.find('\n')), "): did rank 0 exit?");
+  }
+  TT_CHECK(joined >= env.world_size, "distributed rendezvous: ", joined, " of ", env.world_size,
+           " workers joined at ", where, " within ", secs, " s (TT_DIST_TIMEOUT): start all ", env.world_size,
+           " (RANK 0 to ", env.world_size - 1, ", the same MASTER_ADDR and MASTER_PORT), or raise TT_DIST_TIMEOUT");
   try {
     auto opts = c10d::ProcessGroupGloo::Options::create(env.timeout);
     // Bind where the master is reached from: loopback for a local run.
@@ -382,15 +401,36 @@ std::string hash_tensors(const std::vector<at::Tensor>& tensors) {
   return buf;
 }
 
-void Context::check_same(const std::string& what, const std::string& text) {
+namespace {
+// Where `mine` first differs from `theirs` (rank 0's), line by line: "line 12 is 'threads: 4'
+// here, 'threads: 2' on rank 0".
+std::string first_difference(const std::string& theirs, const std::string& mine) {
+  std::istringstream a(theirs), b(mine);
+  std::string x, y;
+  for (int line = 1;; ++line) {
+    const bool more_a = static_cast<bool>(std::getline(a, x)), more_b = static_cast<bool>(std::getline(b, y));
+    if (!more_a && !more_b) return "";
+    if (!more_a) x = "(the end)";
+    if (!more_b) y = "(the end)";
+    if (x != y) {
+      const auto cut = [](std::string t) { return t.size() > 100 ? t.substr(0, 100) + "..." : t; };
+      return detail::cat("line ", line, " is '", cut(y), "' here, '", cut(x), "' on rank 0");
+    }
+  }
+}
+}  // namespace
+
+void Context::check_same(const std::string& what, const std::string& text, const std::string& fix) {
   const std::string mine = hash_hex(text);
   const std::vector<std::string> hashes = all_gather_strings(mine);
   std::string differ;
   for (int r = 0; r < world_size(); ++r)
     if (hashes[r] != hashes[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
-  TT_CHECK_AS(ConfigError, differ.empty(), "distributed: the ", what, " differs across ranks (hash ", hashes[0],
-              " on rank 0, different on rank(s) ", differ, "; this is rank ", rank(), " with ", mine,
-              "): start every worker with the same pipeline file and overrides");
+  if (differ.empty()) return;
+  const std::string first = broadcast_string(text);  // rank 0's, for every rank to compare with
+  const std::string where = mine == hashes[0] ? std::string() : ": " + first_difference(first, text);
+  TT_FAIL_AS(ConfigError, "distributed: the ranks' ", what, " differ (rank(s) ", differ, " from rank 0; this is rank ",
+             rank(), where, "): ", fix);
 }
 
 double Context::take_comm_seconds() { return std::exchange(impl_->comm_seconds, 0.0); }

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "train/plugin_host.h"
 #include "tt/error.h"
 #include "tt/state.h"
 
@@ -34,13 +35,43 @@ LeanRecompute::~LeanRecompute() {
 
 }  // namespace nn
 
+// A hook added in a plugin's handler throws as that plugin's ("plugin 'x' failed in its loss
+// hook at step N: ..."), as its handlers do; what the hook's `next` throws (the model, a later
+// hook) passes through as it was.
 void add_gradient_ready_hook(State& state, GradientReadyHook hook) {
   TT_CHECK(hook, "add_gradient_ready_hook: an empty hook");
+  if (const Plugin* owner = PluginHost::calling())
+    hook = [owner, inner = std::move(hook), &state](size_t index, at::Tensor& grad) {
+      try {
+        inner(index, grad);
+      } catch (...) {
+        PluginHost::rethrow_attributed(*owner, detail::cat("its gradient-ready hook at step ", state.step + 1), state);
+      }
+    };
   state.gradient_ready_hooks.push_back(std::move(hook));
 }
 
 void add_loss_hook(State& state, LossHook hook) {
   TT_CHECK(hook, "add_loss_hook: an empty hook");
+  if (const Plugin* owner = PluginHost::calling())
+    hook = [owner, inner = std::move(hook), &state](const Batch& micro,
+                                                    const std::function<ModelOutput(const Batch&)>& next) {
+      bool from_next = false;
+      const std::function<ModelOutput(const Batch&)> marked = [&](const Batch& b) {
+        try {
+          return next(b);
+        } catch (...) {
+          from_next = true;
+          throw;
+        }
+      };
+      try {
+        return inner(micro, marked);
+      } catch (...) {
+        if (from_next) throw;
+        PluginHost::rethrow_attributed(*owner, detail::cat("its loss hook at step ", state.step + 1), state);
+      }
+    };
   state.loss_hooks.push_back(std::move(hook));
 }
 

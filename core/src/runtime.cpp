@@ -87,6 +87,7 @@ void seed_everything(uint64_t seed) { torch::manual_seed(seed); }
 static std::atomic<bool> g_interrupt{false};
 static const char* g_interrupt_message = "";
 static const char* g_interrupt_program = "tt";
+static const char* g_message_phase = nullptr;  // the phase g_interrupt_message is for (any when null)
 static std::atomic<const char*> g_phase{"in setup"};
 static sem_t g_signalled;  // posted by the first signal: wakes the watchdog
 static std::atomic<int> g_grace_holds{0};
@@ -108,7 +109,17 @@ static void on_signal(int sig, siginfo_t* info, void*) {
   }
   g_interrupt.store(true);
   g_first_from_parent.store(from_parent);
-  (void)!::write(2, g_interrupt_message, std::strlen(g_interrupt_message));
+  const char* phase = g_phase.load();
+  const auto say = [](const char* text) { (void)!::write(2, text, std::strlen(text)); };
+  if (g_message_phase && std::strcmp(phase, g_message_phase) != 0) {  // strcmp, strlen: async-signal-safe
+    say("\n");
+    say(g_interrupt_program);
+    say(": stopping (");
+    say(phase);
+    say("; Ctrl-C again to abort)\n");
+  } else {
+    say(g_interrupt_message);
+  }
   sem_post(&g_signalled);
 }
 
@@ -135,10 +146,11 @@ static void watchdog(int grace) {
   ::_exit(130);
 }
 
-void install_interrupt_handlers(const char* message, const char* program) {
+void install_interrupt_handlers(const char* message, const char* program, const char* message_phase) {
   static std::once_flag once;
   g_interrupt_message = message;
   g_interrupt_program = program;
+  g_message_phase = message_phase;
   std::call_once(once, [] {
     int grace = 15;
     if (const char* env = std::getenv("TT_INTERRUPT_GRACE"); env && std::atoi(env) > 0) grace = std::atoi(env);

@@ -100,8 +100,11 @@ struct Trainer::Impl {
         if (interrupted()) {
           progress->finish();
           checkpoint();
-          throw Interrupted(detail::cat("interrupted at step ", s.step,
-                                        "; checkpoint written. Continue with: tt-run --resume ", s.run_dir.string()));
+          throw Interrupted(detail::cat(
+              "interrupted at step ", s.step, "; checkpoint written. Continue with: tt-run ",
+              run.dist ? detail::cat("--nproc ", run.dist->world_size(), " ") : "", "--resume ", s.run_dir.string(),
+              run.dist ? detail::cat(" (or ", run.dist->world_size(), " workers launched as before, with --resume)")
+                       : ""));
         }
       }
       if (run.done() && s.batch_in_epoch + 1 < s.batches_per_epoch) break;  // stopped mid-epoch
@@ -162,6 +165,12 @@ struct Trainer::Impl {
     if (at_end && status == "completed") {
       log().info("{}: the run in {} is complete at step {} (of {}); nothing to train, outputs kept as they are",
                  run.pipeline.name, s.run_dir.string(), s.step, s.total_steps);
+      if (!run.pipeline.overrides.empty()) {
+        std::string given;
+        for (const auto& o : run.pipeline.overrides) given += (given.empty() ? "" : " ") + o;
+        log().warn("the overrides {} change nothing here: the run is complete (an override of trainer.max_steps or "
+                   "trainer.epochs past its end trains it further)", given);
+      }
       return;
     }
     // A run that trains no steps and stopped before its end, with no checkpoint, runs as it did

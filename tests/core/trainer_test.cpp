@@ -8,6 +8,7 @@
 #include "test_support.h"
 #include "tt/checkpoint.h"
 #include "tt/error.h"
+#include "tt/extension.h"
 #include "tt/plugin.h"
 #include "tt/runtime.h"
 #include "tt/state.h"
@@ -189,6 +190,61 @@ TEST(Trainer, AStoppedRunsSummaryMeasuresTheTrainingUpToTheStop) {
     EXPECT_GT(s["memory"]["peak_tensor_bytes"].get<int64_t>(), 0) << s["memory"].dump(2);
     EXPECT_GT(s["memory"]["rss_anon_end_bytes"].get<int64_t>(), 0) << s["memory"].dump(2);
   }
+}
+
+// A hook a plugin adds (a loss hook, a gradient-ready hook) that throws is reported as that
+// plugin's failure, as its event handlers are; a loss hook's error was blamed on the model's
+// forward. What the hook's `next` throws (the model) is not the plugin's.
+class ThrowingHooks : public tt::Plugin {
+ public:
+  explicit ThrowingHooks(std::string which) : which_(std::move(which)) {}
+  void on(Event e, tt::State& s) override {
+    if (e != Event::INIT) return;
+    if (which_ == "loss")
+      tt::add_loss_hook(s, [&s](const tt::Batch& micro, const std::function<tt::ModelOutput(const tt::Batch&)>& next) {
+        if (s.step + 1 == 2) throw std::runtime_error("the hook's own failure");
+        return next(micro);
+      });
+    else
+      tt::add_gradient_ready_hook(s, [&s](size_t, at::Tensor&) {
+        if (s.step + 1 == 2) throw std::runtime_error("the hook's own failure");
+      });
+  }
+
+ private:
+  std::string which_;
+};
+
+TEST(Trainer, AHookThatThrowsIsReportedAsItsPluginsFailure) {
+  const auto out = tt::test::temp_dir("hook_failure");
+  for (const std::string which : {"loss", "gradient-ready"}) {
+    tt::Trainer t(tt::parse_pipeline(tt::test::topic_yaml(out, "  max_steps: 3\n"), "p.yaml"), {out / which, false, true});
+    auto plugin = std::make_unique<ThrowingHooks>(which);
+    plugin->set_name("hooks");
+    t.add_plugin(std::move(plugin));
+    std::string e = "no error";
+    try {
+      t.fit();
+    } catch (const tt::Error& error) {
+      e = error.what();
+    }
+    EXPECT_HAS(e, "plugin 'hooks' failed in its " + which + " hook at step 2: the hook's own failure");
+    EXPECT_EQ(e.find("forward at step"), std::string::npos) << e;
+  }
+}
+
+// A resume of a completed run trains nothing; overrides given to it (other than a longer
+// training) change nothing, and the log says so rather than taking them silently.
+TEST(Trainer, OverridesOnAResumeOfACompletedRunAreSaidToChangeNothing) {
+  const auto out = tt::test::temp_dir("resume_complete");
+  const fs::path dir = out / "run";
+  tt::Trainer(tt::parse_pipeline(tt::test::topic_yaml(out, "  max_steps: 2\n"), "p.yaml"), {dir, false, true}).fit();
+  tt::Trainer again(tt::Trainer::pipeline_of_run(dir, {"trainer.batch_size=8"}), {dir, true, true});
+  testing::internal::CaptureStderr();
+  again.fit();
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_HAS(said, "is complete at step 2 (of 2); nothing to train");
+  EXPECT_HAS(said, "the overrides trainer.batch_size=8 change nothing here: the run is complete");
 }
 
 // A resume refused for its overrides (a model that does not fit the checkpoint) is a

@@ -76,6 +76,7 @@ TEST(Reliability, AFullDiskDuringACheckpointStopsTheRunWithExitSixAndKeepsNoPart
   EXPECT_EQ(r.rc, 6) << r.output;
   EXPECT_NE(r.output.find("cannot write checkpoint"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("disk full?"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("kept"), std::string::npos) << r.output;  // the run's first: no earlier one to keep
   EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
   EXPECT_TRUE(names_in(lm.dir / "full" / "checkpoints").empty());  // neither a checkpoint nor a .tmp
   const std::string summary = read_file(lm.dir / "full" / "summary.json");

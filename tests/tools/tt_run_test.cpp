@@ -66,6 +66,14 @@ TEST(TtRun, ModesThatCannotApplyAreRefusedNamingWhatWasGiven) {
   r = run(in_source + "configs/quickstart.yaml --run-dir ''");
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_HAS(r.output, "--run-dir is empty");
+  // a --run-dir that is a file (or a device) was exit 1, "set output.dir to a writable place"
+  for (const std::string& file : {(dir / "p" / "summary.json").string(), std::string("/dev/full")}) {
+    fs::create_directories(dir / "p");
+    std::ofstream(dir / "p" / "summary.json") << "{}";
+    r = run(in_source + "configs/quickstart.yaml --run-dir " + file);
+    EXPECT_EQ(r.rc, 2) << r.output;
+    EXPECT_HAS(r.output, "the run directory " + file + " is a file, not a directory: give --run-dir another path");
+  }
   // --predict-out is checked before training: a directory is refused, a missing directory made
   const std::string predict = in_source + "configs/tabular-inference.yaml --predict ../shared/datasets/tabular/iris.csv "
                                           "-q --run-dir " + quote(dir / "pred") + " --predict-out ";
@@ -344,7 +352,9 @@ TEST(TtRun, ListAndVersion) {
   auto r = run(tt_run() + " --list");
   ASSERT_EQ(r.rc, 0) << r.output;
   for (const char* s : {"models:", "topic", "topic-synthetic", "optimizers:", "adamw", "cosine_warm_restarts",
-                        "avg_doc_length", "trainer options:", "micro_batch_size"})
+                        "avg_doc_length", "trainer options:", "micro_batch_size",
+                        // every section a pipeline has, the output's and the top level's included
+                        "output options:", "run_name", "export", "pipeline keys:", "seed", "warmup_steps"})
     EXPECT_NE(r.output.find(s), std::string::npos) << s;
   r = run(tt_run() + " --version");
   ASSERT_EQ(r.rc, 0);

@@ -424,9 +424,9 @@ int main(int argc, char** argv) {
       if (pipeline.has_compare && resume_dir.empty()) return run_compare({pipeline_file}, overrides);
       return 0;
     }
-    tt::install_interrupt_handlers("\ntt-run: stopping (in training: after this batch, writing a checkpoint); Ctrl-C "
+    tt::install_interrupt_handlers("\ntt-run: stopping (training: after this batch, writing a checkpoint); Ctrl-C "
                                    "again to abort\n",
-                                   "tt-run");
+                                   "tt-run", "training");
     tt::TrainerConfig cfg;
     cfg.quiet = quiet;
     cfg.overwrite = overwrite;

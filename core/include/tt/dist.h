@@ -64,9 +64,11 @@ class TT_API Context {
   double sum(double value);                 // sum over ranks (double precision)
   std::string broadcast_string(const std::string& value, int root = 0);  // through the store
   std::vector<std::string> all_gather_strings(const std::string& value);  // in rank order, through the store
-  // Every rank passes a description of what it runs (the resolved pipeline); their hashes
-  // are compared and a mismatch throws ConfigError naming the ranks that differ.
-  void check_same(const std::string& what, const std::string& text);
+  // Every rank passes a description of what it runs (`what`, plural: "resolved pipelines",
+  // "models' parameter shapes"); their hashes are compared and a mismatch throws ConfigError naming the
+  // ranks that differ, the first line where this rank's text differs from rank 0's, and `fix`.
+  void check_same(const std::string& what, const std::string& text,
+                  const std::string& fix = "start every worker with the same pipeline file and overrides");
 
   // Seconds spent in collectives since the last call (the trainer logs it per step).
   double take_comm_seconds();

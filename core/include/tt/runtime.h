@@ -31,8 +31,11 @@ TT_API void request_interrupt();  // async-signal-safe
 // `grace` seconds after the first signal (it was in a phase that does not look at the request:
 // a long setup, a checkpoint being written) prints "<program>: still in <phase> N s after the
 // interrupt; stopping now ..." and exits with 130. The grace is TT_INTERRUPT_GRACE seconds from
-// the environment when set (> 0), else 15.
-TT_API void install_interrupt_handlers(const char* message, const char* program = "tt");
+// the environment when set (> 0), else 15. With `message_phase` set, `message` is for that phase
+// only (e.g. "training": "after this batch, writing a checkpoint"); in another the line is
+// "<program>: stopping (<phase>; Ctrl-C again to abort)".
+TT_API void install_interrupt_handlers(const char* message, const char* program = "tt",
+                                       const char* message_phase = nullptr);
 TT_API bool interrupt_requested();
 TT_API void clear_interrupt();
 TT_API int interrupt_grace_seconds();

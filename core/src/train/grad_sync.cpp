@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <cstdlib>
+#include <sstream>
 
 #include "train/run.h"
 #include "tt/dist.h"
@@ -69,6 +70,19 @@ bool GradSync::sync(bool ok, bool sum_reduced) {
 }
 
 void GradSync::broadcast_model() {
+  // Rank 0's weights go to tensors of the same shapes, or Gloo aborts the process: a model made
+  // from data of another size (the topic model has a row per document) is refused first.
+  const auto shape_of = [](const at::Tensor& t) {
+    std::ostringstream o;
+    o << t.sizes();
+    return o.str();
+  };
+  std::string shapes;
+  for (const auto& p : run_.state.model->named_parameters()) shapes += p.key() + " " + shape_of(p.value()) + "\n";
+  for (const auto& b : run_.state.model->named_buffers()) shapes += b.key() + " " + shape_of(b.value()) + "\n";
+  run_.dist->check_same("models' parameter shapes", shapes,
+                        "every rank must build the same model from the same data (a data path relative to each rank's "
+                        "working directory, or another file on another machine, gives a model of another size)");
   std::vector<at::Tensor> ts;
   for (const auto& t : run_.state.model->parameters()) ts.push_back(t);
   for (const auto& t : run_.state.model->buffers()) ts.push_back(t);

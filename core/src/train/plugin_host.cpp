@@ -62,9 +62,18 @@ std::string where(Event e, const State& s) {
 }
 }  // namespace
 
+namespace {
+thread_local const Plugin* t_calling = nullptr;
+}  // namespace
+
+PluginHost::Calling::Calling(const Plugin& plugin) : previous(t_calling) { t_calling = &plugin; }
+PluginHost::Calling::~Calling() { t_calling = previous; }
+const Plugin* PluginHost::calling() { return t_calling; }
+
 void PluginHost::fire(Event e, State& s) {
   auto call = [&](Plugin& p) {
     try {
+      const Calling in(p);
       p.on(e, s);
     } catch (...) {
       rethrow_attributed(p, std::string(to_string(e)) + " " + where(e, s), s);

@@ -14,6 +14,13 @@ namespace tt {
 struct State;
 
 class PluginHost {
+  // Marks `plugin` as the one calling() names while it lives.
+  struct Calling {
+    explicit Calling(const Plugin& plugin);
+    ~Calling();
+    const Plugin* previous;
+  };
+
  public:
   // Plugins run in the order added; AFTER_* and *_END events in reverse.
   void add_plugin(std::unique_ptr<Plugin> plugin);
@@ -30,6 +37,7 @@ class PluginHost {
   template <class F>
   void run_as(const Plugin& plugin, const std::string& what, const State& state, F&& f) {
     try {
+      const Calling in(plugin);
       f();
     } catch (...) {
       rethrow_attributed(plugin, what, state);
@@ -39,9 +47,14 @@ class PluginHost {
   const std::vector<std::unique_ptr<Plugin>>& plugins() const { return plugins_; }
   std::string names() const;  // "a,b" in list order
 
+  // The plugin whose handler runs on this thread now (nullptr outside one): the hooks it adds
+  // there (tt/extension.h: loss, gradient-ready) are attributed to it when they throw.
+  static const Plugin* calling();
+  // The exception being handled, thrown again with `plugin` and "in WHAT" named (its kind kept).
+  [[noreturn]] static void rethrow_attributed(const Plugin& plugin, const std::string& what, const State& state);
+
  private:
   void check_optimizer_order(const std::vector<size_t>& replacers) const;
-  [[noreturn]] static void rethrow_attributed(const Plugin& plugin, const std::string& what, const State& state);
   std::vector<std::unique_ptr<Plugin>> plugins_;
   std::vector<std::unique_ptr<Plugin>> callbacks_;
 };

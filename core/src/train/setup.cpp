@@ -135,7 +135,7 @@ void setup_process(Run& run) {
     s.rank = run.dist->rank();
     s.world_size = run.dist->world_size();
     // The same pipeline everywhere, or gradients of different models would be averaged.
-    run.dist->check_same("resolved pipeline", run.pipeline.resolved_yaml());
+    run.dist->check_same("resolved pipelines", run.pipeline.resolved_yaml());
     if (!run.root) {
       run.config.quiet = true;
       log().set_level(spdlog::level::warn);  // rank 0 reports; the others only warn
@@ -296,9 +296,14 @@ void claim_run_dir(Run& run) {
     TT_CHECK_AS(ConfigError, trained == 0, dir.string(), " holds no checkpoint, but its summary.json says it trained ",
                 trained, " step", trained == 1 ? "" : "s", " (were its checkpoints removed?): it cannot continue; ", again);
   }
+  const std::string named_by = !run.config.run_dir.empty() ? (run.config.resume ? "--resume" : "--run-dir")
+                               : out.is_set("run_name")    ? "output.dir and output.run_name"
+                                                           : "output.dir";
+  TT_CHECK_AS(ConfigError, !fs::exists(dir, ec) || fs::is_directory(dir, ec), "the run directory ", dir.string(),
+              " is a file, not a directory: give ", named_by, " another path");
   fs::create_directories(dir / "checkpoints", ec);
-  TT_CHECK(!ec, "cannot create the run directory ", dir.string(), ": ", ec.message(),
-           " (set output.dir to a writable place)");
+  TT_CHECK_AS(WriteError, !ec, "cannot create the run directory ", dir.string(), ": ", ec.message(), " (give ",
+              named_by, " a writable place)");
   s.run_dir = dir;
   if (!run.config.resume) write_pipeline_file(run);  // a resume's, once it starts training
   run.log_file = std::make_shared<LogFileSink>(s.run_dir / "log.txt");
