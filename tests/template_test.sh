@@ -29,6 +29,15 @@ test -f "$WORK/stage/opt/tt/share/tt/models/tabular-icl/pretrained/small.safeten
 cp -r "$WORK/prefix/share/tt/plugin-template" "$WORK/my-plugin"
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+
+# The build tree is a CMake package as well (tt_DIR=<build>): a module builds against it without
+# an install, and the build's tt-run loads it.
+cp -r "$WORK/prefix/share/tt/plugin-template" "$WORK/from-build"
+cmake -S "$WORK/from-build" -B "$WORK/from-build/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -Dtt_DIR="$BUILD" \
+  "${launcher[@]}" > "$WORK/from-build-configure.log" 2>&1 ||
+  { cat "$WORK/from-build-configure.log"; echo "FAIL: the build tree's ttConfig.cmake"; exit 1; }
+cmake --build "$WORK/from-build/build" > "$WORK/from-build.log" || { cat "$WORK/from-build.log"; exit 1; }
+test -f "$WORK/from-build/build/lib/tt/tt_plugin_grad-stats.so"
 cmake -S "$WORK/my-plugin" -B "$WORK/my-plugin/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$WORK/prefix" "${launcher[@]}" > "$WORK/configure.log"
 cmake --build "$WORK/my-plugin/build" > "$WORK/build.log" || { cat "$WORK/build.log"; exit 1; }
@@ -52,6 +61,9 @@ fi
 grep -q "unknown plugin 'grad-stats'" "$WORK/refused.log" || { cat "$WORK/refused.log"; exit 1; }
 
 TT_PLUGIN_PATH="$PLUGIN_DIR" "$WORK/prefix/bin/tt-run" "$WORK/pipeline.yaml"
+TT_PLUGIN_PATH="$WORK/from-build/build/lib/tt" "$BUILD/bin/tt-run" -q "$WORK/pipeline.yaml" output.run_name=from-build ||
+  { echo "FAIL: the module built against the build tree did not run"; exit 1; }
+grep -q '"grad_l2"' "$WORK/runs/from-build/metrics.jsonl" || { echo "FAIL: no grad_l2 from the build tree's module"; exit 1; }
 TT_PLUGIN_PATH="$PLUGIN_DIR" "$WORK/prefix/bin/tt-run" --list > "$WORK/list.txt"
 grep -q "grad-stats" "$WORK/list.txt" || { echo "FAIL: --list does not show grad-stats"; exit 1; }
 n=$(grep -c '"grad_l2"' "$WORK/runs/r/metrics.jsonl")
