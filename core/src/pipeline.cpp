@@ -397,7 +397,17 @@ Pipeline parse_pipeline(const std::string& text, const std::string& file, const 
   try {
     root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
-    TT_FAIL_AS(ConfigError, file, ":", e.mark.line + 1, ":", e.mark.column + 1, ": YAML syntax error: ", e.msg);
+    // A tab in a line's indentation is the usual cause, and yaml-cpp's message does not say so.
+    std::string tab;
+    std::istringstream lines(text);
+    int number = 0;
+    for (std::string line; tab.empty() && std::getline(lines, line);) {
+      ++number;
+      const size_t indent = line.find_first_not_of(" \t");
+      if (line.find('\t') < std::min(indent, line.size()))
+        tab = detail::cat(" (line ", number, " is indented with a tab: YAML indents with spaces)");
+    }
+    TT_FAIL_AS(ConfigError, file, ":", e.mark.line + 1, ":", e.mark.column + 1, ": YAML syntax error: ", e.msg, tab);
   }
   check_unique_keys(root, file);
   return parse_tree(root, file, overrides);

@@ -77,6 +77,11 @@ TEST(Pipeline, MissingEmptyAndBrokenFiles) {
   std::string e = error_of("model: {name: topic\ndata: x\n");
   EXPECT_NE(e.find("YAML syntax error"), std::string::npos) << e;
   EXPECT_NE(e.find("p.yaml:"), std::string::npos) << e;
+  EXPECT_EQ(e.find("tab"), std::string::npos) << e;
+  // a tab in the indentation: yaml-cpp's message alone ("illegal map value") does not say so
+  e = error_of("model: topic\ndata: topic-synthetic\ntrainer:\n\tepochs: 2\n");
+  EXPECT_HAS(e, "YAML syntax error");
+  EXPECT_HAS(e, "(line 4 is indented with a tab: YAML indents with spaces)");
   EXPECT_NE(error_of("- a\n- b\n").find("a pipeline is a YAML map"), std::string::npos);
   EXPECT_NE(error_of("data: topic-synthetic\n").find("no 'model' section"), std::string::npos);
 }
