@@ -519,3 +519,20 @@ TEST(TabularModel, PredictKeepsRowsWhoseLabelIsNoTrainingClass) {
   ASSERT_EQ(lines.size(), 5u);
   EXPECT_EQ(lines[0], "p_x,p_y,predicted");
 }
+
+// The predictions file's write is checked: a full device is a WriteError naming the file and the
+// reason (not "predictions: /dev/full" and exit 0).
+TEST(TabularModel, PredictToAFullDeviceIsAWriteErrorNamingTheFile) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const auto dir = tt::test::temp_dir("tabular_model");
+  tt::test::write_text(dir / "train.csv", "a,b,kind\n0,1,x\n1,0,y\n0,2,x\n2,0,y\n");
+  auto context = std::make_shared<const tt::tab::Table>(tt::tab::read_csv((dir / "train.csv").string(), {}));
+  auto m = tiny(1024, context);
+  m->set_ensemble(1);
+  const std::string said =
+      tt::test::message_of<tt::WriteError>([&] { m->predict(dir / "train.csv", "/dev/full"); }, "a WriteError");
+  EXPECT_HAS(said, "cannot write /dev/full: No space left on device");
+  // a regular file is written whole
+  m->predict(dir / "train.csv", dir / "pred.csv");
+  EXPECT_EQ(tt::test::read_file(dir / "pred.csv").substr(0, 18), "p_x,p_y,predicted\n");
+}

@@ -1,19 +1,24 @@
 #include "tabular_model.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <numeric>
 #include <optional>
 #include <random>
+#include <sstream>
 
 #include "metrics.h"
 #include "tabular_data.h"
 #include "tt/error.h"
 #include "tt/log.h"
+#include "tt/report.h"
 
 namespace tt::tab {
 
@@ -494,11 +499,26 @@ Table TabularIcl::read_predict_rows(const std::filesystem::path& input) const {
 
 void TabularIcl::check_predict_input(const std::filesystem::path& input) const { read_predict_rows(input); }
 
+namespace {
+// `text` to `path`: a regular file (or a new one) whole or not at all (write_file_atomic); a device
+// or pipe (/dev/stdout) written in place. WriteError naming the file and the reason either way.
+void write_predictions(const std::filesystem::path& path, const std::string& text) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st) || std::filesystem::is_regular_file(st)) return write_file_atomic(path, text);
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) TT_FAIL_AS(WriteError, "tabular-icl: cannot write ", path.string(), ": ", std::strerror(errno));
+  std::string why;
+  if (std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fflush(f) != 0) why = std::strerror(errno);
+  if (std::fclose(f) != 0 && why.empty()) why = std::strerror(errno);
+  TT_CHECK_AS(WriteError, why.empty(), "tabular-icl: cannot write ", path.string(), ": ", why);
+}
+}  // namespace
+
 void TabularIcl::predict(const std::filesystem::path& input, const std::filesystem::path& output) {
   Table q = read_predict_rows(input);
   at::Tensor p = predict_table(*context_, q).contiguous();
-  std::ofstream out(output);
-  TT_CHECK_AS(ConfigError, out.good(), "tabular-icl: cannot write ", output.string());
+  std::ostringstream out;
   const int64_t C = context_->classes();
   for (int64_t c = 0; c < C; ++c) out << "p_" << context_->class_names[c] << ",";
   out << "predicted\n";
@@ -511,7 +531,7 @@ void TabularIcl::predict(const std::filesystem::path& input, const std::filesyst
     }
     out << context_->class_names[best] << "\n";
   }
-  TT_CHECK(out.good(), "tabular-icl: writing ", output.string(), " failed");
+  write_predictions(output, out.str());
   // The score: the rows labelled with a class of the training table (one it has not is predicted,
   // but cannot be scored).
   std::vector<double> probs;
