@@ -536,3 +536,25 @@ TEST(TabularModel, PredictToAFullDeviceIsAWriteErrorNamingTheFile) {
   m->predict(dir / "train.csv", dir / "pred.csv");
   EXPECT_EQ(tt::test::read_file(dir / "pred.csv").substr(0, 18), "p_x,p_y,predicted\n");
 }
+
+// A class label holding a comma or a quote is quoted in predictions.csv as RFC 4180 writes it
+// (quotes doubled), so the file keeps one field per class plus the predicted one.
+TEST(TabularModel, PredictionsQuoteClassLabelsHoldingCommasOrQuotes) {
+  const auto dir = tt::test::temp_dir("tabular_model");
+  tt::test::write_text(dir / "train.csv", "a,b,kind\n0,1,\"v,c\"\n1,0,\"q\"\"t\"\n0,2,\"v,c\"\n2,0,\"q\"\"t\"\n");
+  auto context = std::make_shared<const tt::tab::Table>(tt::tab::read_csv((dir / "train.csv").string(), {}));
+  ASSERT_EQ(context->class_names, (std::vector<std::string>{"q\"t", "v,c"}));
+  auto m = tiny(1024, context);
+  m->set_ensemble(1);
+  m->predict(dir / "train.csv", dir / "pred.csv");
+  std::ifstream pred(dir / "pred.csv");
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(pred, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_EQ(lines[0], "\"p_q\"\"t\",\"p_v,c\",predicted");
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const bool quoted = lines[i].size() > 6 && (lines[i].substr(lines[i].size() - 6) == ",\"v,c\"" ||
+                                                lines[i].substr(lines[i].size() - 7) == ",\"q\"\"t\"");
+    EXPECT_TRUE(quoted) << lines[i];
+  }
+}

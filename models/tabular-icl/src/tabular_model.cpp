@@ -513,6 +513,14 @@ void write_predictions(const std::filesystem::path& path, const std::string& tex
   if (std::fclose(f) != 0 && why.empty()) why = std::strerror(errno);
   TT_CHECK_AS(WriteError, why.empty(), "tabular-icl: cannot write ", path.string(), ": ", why);
 }
+// A CSV field as RFC 4180 writes it: quoted (its quotes doubled) when it holds a comma, a quote,
+// CR or LF; as it is otherwise. read_csv reads it back.
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
 }  // namespace
 
 void TabularIcl::predict(const std::filesystem::path& input, const std::filesystem::path& output) {
@@ -520,7 +528,7 @@ void TabularIcl::predict(const std::filesystem::path& input, const std::filesyst
   at::Tensor p = predict_table(*context_, q).contiguous();
   std::ostringstream out;
   const int64_t C = context_->classes();
-  for (int64_t c = 0; c < C; ++c) out << "p_" << context_->class_names[c] << ",";
+  for (int64_t c = 0; c < C; ++c) out << csv_field("p_" + context_->class_names[c]) << ",";
   out << "predicted\n";
   const double* pp = p.data_ptr<double>();
   for (int64_t i = 0; i < q.rows; ++i) {
@@ -529,7 +537,7 @@ void TabularIcl::predict(const std::filesystem::path& input, const std::filesyst
       out << pp[i * C + c] << ",";
       if (pp[i * C + c] > pp[i * C + best]) best = c;
     }
-    out << context_->class_names[best] << "\n";
+    out << csv_field(context_->class_names[best]) << "\n";
   }
   write_predictions(output, out.str());
   // The score: the rows labelled with a class of the training table (one it has not is predicted,
