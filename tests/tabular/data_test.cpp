@@ -306,6 +306,18 @@ TEST(TabularCsv, BadInputIsAClearError) {
   EXPECT_HAS(r.output, "raise model.max_members (or model.member_features), or select fewer features");
 }
 
+// Columns are found by name: a header naming two columns alike is refused (the training table and
+// the --predict file), naming the column and the file, rather than one of them being ignored.
+TEST(TabularCsv, DuplicateColumnNamesAreRefusedInTheTrainingTableAndThePredictFile) {
+  EXPECT_HAS(config_error([&] { read_csv(write("dup.csv", "a,a,target\n1,2,0\n3,4,1\n"), {}); }),
+             "dup.csv (data.path) has two columns named 'a' (columns 1 and 2)");
+  const Table train = read_csv(write("dup_train.csv", "a,b,target\n1,2,0\n3,4,1\n"), {});
+  CsvOptions o;
+  o.require_label = false;
+  EXPECT_HAS(config_error([&] { tt::tab::read_csv_like(write("dup_rows.csv", "a,b,b\n1,2,5\n3,4,6\n"), train, o); }),
+             "dup_rows.csv (--predict) has two columns named 'b' (columns 2 and 3)");
+}
+
 TEST(TabularCsv, NumbersAtTheEdgesOfFloat) {
   // A subnormal label is a number like any other (std::stod refused it with a bare "stod").
   Table t = read_csv(write("subnormal.csv", "x,y\n1,1e-310\n2,0\n3,1e-310\n"), {});

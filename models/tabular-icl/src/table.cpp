@@ -88,6 +88,11 @@ Raw read_raw(const std::string& path, const char* option) {
   }
   TT_CHECK_AS(ConfigError, !r.header.empty(), "tabular: ", path, " is empty: expected a header row of column names and data rows");
   TT_CHECK_AS(ConfigError, !r.rows.empty(), "tabular: ", path, " has a header but no data rows");
+  for (size_t j = 0; j < r.header.size(); ++j)
+    for (size_t k = 0; k < j; ++k)
+      TT_CHECK_AS(ConfigError, r.header[k] != r.header[j], "tabular: ", path, " (", option, ") has two columns named '",
+                  r.header[j], "' (columns ", k + 1, " and ", j + 1,
+                  "): columns are told apart by name, so give each its own name in the header");
   for (size_t i = 0; i < r.rows.size(); ++i)
     TT_CHECK_AS(ConfigError, r.rows[i].size() == r.header.size(), "tabular: ", path, ":", r.line_of[i], " has ",
                 r.rows[i].size(), " fields where the header has ", r.header.size());
