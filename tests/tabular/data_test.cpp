@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -511,6 +512,25 @@ TEST(TabularPrior, SynthTableWritesTheSeedsTableAsCsv) {
   EXPECT_EQ(t.rows, 200);
   EXPECT_EQ(t.features(), 7);
   EXPECT_EQ(t.class_names, (std::vector<std::string>{"0", "1", "2", "3"}));
+}
+
+// The tool refuses fewer than 2 rows per class, and writes at least 2 of every class (a stratified
+// split needs them), deterministically: 1000 classes in 2000 rows is every class twice.
+TEST(TabularPrior, SynthTableGivesEveryClassAtLeastTwoRows) {
+  const auto dir = tt::test::temp_dir("synth-table");
+  for (const char* rows : {"2000", "3000"}) {
+    const auto p = (dir / (std::string("c1000_") + rows + ".csv")).string();
+    ASSERT_EQ(synth_table_tool({"--features", "4", "--classes", "1000", "--rows", rows, "--seed", "7", "--out", p}), 0);
+    const std::string first = tt::test::read_file(p);
+    ASSERT_EQ(synth_table_tool({"--features", "4", "--classes", "1000", "--rows", rows, "--seed", "7", "--out", p}), 0);
+    EXPECT_EQ(tt::test::read_file(p), first);
+    const Table t = read_csv(p, CsvOptions{});
+    EXPECT_EQ(t.classes(), 1000) << rows;
+    std::vector<int64_t> count(1000, 0);
+    for (int64_t c : t.y) ++count[static_cast<size_t>(c)];
+    EXPECT_GE(*std::min_element(count.begin(), count.end()), 2) << rows;
+    EXPECT_NO_THROW(tt::tab::stratified_split(t, 0.5, 0));
+  }
 }
 
 // The split is scikit-learn's train_test_split(X, y, test_size, stratify=y, random_state=seed).

@@ -2,10 +2,13 @@
 // the prior's defaults but for the counts given here) written as CSV: a header f0,...,f{F-1},target
 // and one row per line, the class as an integer 0..C-1. Pretraining draws table i from seed
 // mix(run seed, i); a benchmark takes seeds far from those (the default, 1e9 + 7) so that its
-// tables are held out.
+// tables are held out. Every class gets at least 2 rows (what a stratified split needs): a class
+// the prior left with fewer takes the last rows of the largest class, so a table the prior already
+// gave 2 rows a class is written as drawn.
 #include "synth_table_tool.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -80,14 +83,26 @@ int synth_table_tool(const std::vector<std::string>& args) {
   for (int64_t j = 0; j < features; ++j) f << 'f' << j << ',';
   f << "target\n";
   const float* xp = x.data_ptr<float>();
-  const int64_t* yp = y.data_ptr<int64_t>();
+  std::vector<int64_t> label(y.data_ptr<int64_t>(), y.data_ptr<int64_t>() + rows);
+  std::vector<std::vector<int64_t>> members(static_cast<size_t>(classes));  // each class's rows, ascending
+  for (int64_t i = 0; i < rows; ++i) members[static_cast<size_t>(label[i])].push_back(i);
+  // rows >= 2 * classes: while a class has fewer than 2 rows, the largest has at least 3
+  for (auto& m : members)
+    while (m.size() < 2) {
+      auto& largest = *std::max_element(members.begin(), members.end(),
+                                        [](const auto& a, const auto& b) { return a.size() < b.size(); });
+      const int64_t r = largest.back();
+      largest.pop_back();
+      label[static_cast<size_t>(r)] = &m - members.data();
+      m.push_back(r);
+    }
   char buf[32];
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < features; ++j) {
       std::snprintf(buf, sizeof buf, "%.9g,", static_cast<double>(xp[i * features + j]));
       f << buf;
     }
-    f << yp[i] << '\n';
+    f << label[static_cast<size_t>(i)] << '\n';
   }
   f.close();
   TT_CHECK_AS(WriteError, f.good(), "writing ", out, " failed (is the disk full?)");
