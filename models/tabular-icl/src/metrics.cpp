@@ -43,6 +43,7 @@ std::map<std::string, double> classification_metrics(const std::vector<double>& 
     const bool ok = top == labels[i];
     correct += ok;
     logloss -= std::log(std::clamp(p[labels[i]], 1e-15, 1.0));
+    // Brier (1950): summed over every class, so two classes give twice sklearn's brier_score_loss
     for (int64_t c = 0; c < classes; ++c) brier += std::pow(p[c] - (c == labels[i] ? 1.0 : 0.0), 2);
     const int b = std::min(ece_bins - 1, static_cast<int>(p[top] * ece_bins));
     bin_conf[b] += p[top];

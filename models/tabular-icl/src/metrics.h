@@ -2,8 +2,9 @@
 // Classification metrics from class probabilities (no torch): accuracy, ROC-AUC (binary: of
 // class 1; multiclass: one-vs-rest, macro over the classes present in the labels), log-loss
 // (probabilities clipped to [1e-15, 1]), Brier score (multiclass form: mean over rows of the
-// squared distance between the probability vector and the one-hot label; twice sklearn's binary
-// brier_score_loss), ECE (15 equal-width bins of the top-class confidence).
+// squared distance between the probability vector and the one-hot label, summed over all classes
+// as in Brier 1950; for two classes twice sklearn's brier_score_loss, which scores class 1 only),
+// ECE (15 equal-width bins of the top-class confidence).
 #include <cstdint>
 #include <map>
 #include <string>
