@@ -359,3 +359,33 @@ TEST(TopicTraining, GradClipScalesTheGradientsToTheLimitAndReportsTheirNorm) {
     }
   }
 }
+
+// A text corpus names F's columns and L's rows: vocab.txt (one term a line, F's column order),
+// F.csv under a header of those terms, and, for tsv, doc_ids.txt in L's row order.
+TEST(TopicTraining, TextCorpusWritesTheVocabularyFsHeaderAndTheDocumentIds) {
+  auto dir = tt::test::temp_dir("topic");
+  {
+    std::ofstream corpus(dir / "docs.tsv");
+    const char* words[] = {"apple", "banana", "cherry", "dates", "elder", "figs"};
+    for (int d = 0; d < 8; ++d) {
+      corpus << "doc" << d << "\tlabel\t";
+      for (int w = 0; w < 6; ++w) corpus << words[(d + w * (d % 2 + 1)) % 6] << ' ';
+      corpus << '\n';
+    }
+  }
+  auto yaml = "data: {name: topic-text, format: tsv, path: " + (dir / "docs.tsv").string() +
+              "}\nmodel: {name: topic, k: 2}\ntrainer: {batch_size: 4, max_steps: 2, threads: 1, progress: off}\n" +
+              "output: {dir: " + dir.string() + ", plots: false}\n";
+  tt::Trainer t(tt::parse_pipeline(yaml, "p.yaml"), {dir / "run", false, true});
+  t.fit();
+  const auto run = dir / "run";
+  EXPECT_EQ(tt::test::read_file(run / "vocab.txt"), "apple\nbanana\ncherry\ndates\nelder\nfigs\n");
+  std::ifstream f_csv(run / "F.csv");
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(f_csv, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 3u);  // the header, then k rows
+  EXPECT_EQ(lines[0], "apple,banana,cherry,dates,elder,figs");
+  EXPECT_EQ(std::count(lines[1].begin(), lines[1].end(), ','), 5);
+  EXPECT_EQ(tt::read_npy(run / "F.npy").size(1), 6);
+  EXPECT_EQ(tt::test::read_file(run / "doc_ids.txt"), "doc0\ndoc1\ndoc2\ndoc3\ndoc4\ndoc5\ndoc6\ndoc7\n");
+}

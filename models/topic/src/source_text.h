@@ -42,6 +42,7 @@ TextCorpus read_text_corpus(const std::string& path, const TextOptions& options)
 class TextDataset : public SparseCountsDataset {
  public:
   TextDataset(TextCorpus corpus, bool dense_batches, const std::string& path);
+  std::vector<std::string> doc_ids() const override { return ids_; }  // tsv's ids; none for lines
   std::vector<std::string> ids_;
   std::vector<int64_t> lines_;
 };

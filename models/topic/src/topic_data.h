@@ -28,6 +28,7 @@ class TopicSource : public Dataset {
   virtual torch::Tensor true_F() const { return true_F_; }               // k x m ground truth, when known
   virtual std::vector<std::string> vocabulary() const { return vocab_; }  // term names, when known
   virtual std::vector<std::string> doc_labels() const { return {}; }  // e.g. Brown categories
+  virtual std::vector<std::string> doc_ids() const { return {}; }     // per document (row of L), when known
   std::map<std::string, int64_t> info() const override { return {{"n_docs", size()}, {"n_terms", n_terms()}}; }
 
   // Reference data: generated (synthetic) or read from the true_F / vocab options.

@@ -153,9 +153,16 @@ void TopicModel::write_outputs(const std::filesystem::path& run_dir, State& stat
   write_npy(run_dir / "L.npy", L_fit);
   write_npy(run_dir / "F.npy", F_fit);
   write_csv(run_dir / "L.csv", L_fit);
-  write_csv(run_dir / "F.csv", F_fit);
-
   const auto vocab = data_->vocabulary();
+  if (vocab.empty()) {
+    write_csv(run_dir / "F.csv", F_fit);
+  } else {  // F's columns named: vocab.txt in column order, and F.csv's header
+    write_lines(run_dir / "vocab.txt", vocab);
+    write_csv_with_header(run_dir / "F.csv", vocab, F_fit);
+  }
+  const auto ids = data_->doc_ids();
+  if (!ids.empty()) write_lines(run_dir / "doc_ids.txt", ids);  // L's rows named
+
   const auto terms = top_terms(F_fit, vocab, 10);
   write_top_terms(run_dir / "top_terms.txt", terms);
   if (!vocab.empty()) {
