@@ -202,6 +202,23 @@ TEST(TopicText, CountsPruningAndVocabulary) {
   EXPECT_EQ(c.vocab.front(), "DOG");  // upper case sorts first
 }
 
+// A corpus whose words are (mostly) stopwords is refused naming the stopwords and data.stopwords:
+// false, not min_df and max_df; a corpus with few stopwords keeps the min_df/max_df message.
+TEST(TopicText, ACorpusOfStopwordsIsBlamedOnTheStopwords) {
+  auto dir = tt::test::temp_dir("text");
+  auto o = text_defaults();
+  o.stopwords = true;
+  o.min_df = 1;
+  o.max_df = 1;
+  const std::string said = config_error([&] { corpus_of(dir, "the and of\nto a in\n", o); });
+  EXPECT_HAS(said, "corpus.txt: no terms left: the English stopwords (data.stopwords: true) removed 5 of its 5 words, "
+                   "leaving 0 distinct terms in 2 documents; set data.stopwords: false to keep them");
+  EXPECT_EQ(said.find("min_df"), std::string::npos) << said;
+  o.max_df = 0.3;  // every term is in both documents: min_df/max_df's doing
+  EXPECT_HAS(config_error([&] { corpus_of(dir, "the cat dog mat\ncat dog mat\n", o); }),
+             "lower min_df or raise max_df");
+}
+
 TEST(TopicText, ABinaryFileIsRefusedNamingItAndWhy) {
   auto dir = tt::test::temp_dir("text");
   std::string gz("\x1f\x8b\x08\x00\x00\x00\x00\x00", 8);

@@ -92,6 +92,7 @@ TextCorpus read_text_corpus(const std::string& path, const TextOptions& o) {
   std::vector<int64_t> df, total;
   std::vector<int64_t> doc_ptr{0}, doc_terms, doc_counts, doc_lines;
   std::vector<std::string> doc_ids, doc_labels;
+  int64_t stopped = 0, tokens = 0;  // tokens read, and those that were stopwords
   std::vector<int64_t> toks;
   LineReader in(path);
   size_t len = 0;
@@ -114,8 +115,12 @@ TextCorpus read_text_corpus(const std::string& path, const TextOptions& o) {
         if (!o.lowercase)
           for (auto& c : key)
             if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-        if (stop.count(key)) continue;
+        if (stop.count(key)) {
+          ++stopped, ++tokens;
+          continue;
+        }
       }
+      ++tokens;
       toks.push_back(voc.id(std::move(t)));
     }
     std::sort(toks.begin(), toks.end());
@@ -149,6 +154,14 @@ TextCorpus read_text_corpus(const std::string& path, const TextOptions& o) {
     });
     kept.resize(static_cast<size_t>(o.max_terms));
   }
+  // When the stopwords took most of the words, they are the cause rather than min_df or max_df.
+  const std::string stopwords_took =
+      stopped > 0 && 2 * stopped >= tokens
+          ? detail::cat(": the English stopwords (data.stopwords: true) removed ", stopped, " of its ", tokens,
+                        " words, leaving ", voc.terms.size(), " distinct terms in ", n_docs,
+                        " documents; set data.stopwords: false to keep them")
+          : std::string();
+  TT_CHECK_AS(ConfigError, !kept.empty() || stopwords_took.empty(), path, ": no terms left", stopwords_took);
   TT_CHECK_AS(ConfigError, !kept.empty(), path, ": no terms left: ", voc.terms.size(), " distinct terms in ", n_docs,
               " documents, none in at least min_df = ", o.min_df, " and at most max_df = ", o.max_df,
               " of the documents; lower min_df or raise max_df");
@@ -189,6 +202,8 @@ TextCorpus read_text_corpus(const std::string& path, const TextOptions& o) {
     }
   }
   c.documents_read = n_docs;
+  TT_CHECK_AS(ConfigError, c.dropped < n_docs || stopwords_took.empty(), path, ": every document is empty",
+              stopwords_took);
   TT_CHECK_AS(ConfigError, c.dropped < n_docs, path, ": every document is empty after tokenizing and pruning (",
               c.vocab.size(), " terms kept); lower min_df, raise max_df or max_terms");
   c.counts = CsrCounts::from_vectors(row_ptr, cols, vals, static_cast<int64_t>(c.vocab.size()));
