@@ -190,6 +190,27 @@ TEST(TopicNpy, OnlyTheBatchIsAllocated) {
   EXPECT_EQ(b.at("x").sum().item<double>(), 3000.0);
 }
 
+// The .npy reader's refusal of a dtype lists those it reads (<f4, <f8, <i8, <i4, <i2, |u1, |i1,
+// |b1, <f2): topic-npy reads every one of them as counts, mapped and into memory.
+TEST(TopicNpy, ReadsEveryDtypeTheNpyReaderListsAsSupported) {
+  auto dir = tt::test::temp_dir("npy");
+  raw_npy(dir / "uint32.npy", "{'descr': '<u4', 'fortran_order': False, 'shape': (1, 1), }", "abcd");
+  const std::string listed = config_error([&] { tt::topic::NpyDataset d((dir / "uint32.npy").string()); });
+  EXPECT_HAS(listed, "(supported: <f4, <f8, <i8, <i4, <i2, |u1, |i1, |b1, <f2)");
+  const auto counts = counts_6x4();
+  const auto idx = torch::arange(6, torch::kLong);
+  for (auto t : {torch::kHalf, torch::kChar, torch::kBool}) {
+    const auto x = t == torch::kBool ? counts.clamp_max(1) : counts;
+    tt::write_npy(dir / "X.npy", x.to(t));
+    const std::string path = (dir / "X.npy").string();
+    tt::topic::NpyDataset mapped(path);
+    EXPECT_TRUE(torch::equal(tt::topic::dense_counts(mapped.get(idx), 4), x.to(torch::kFloat))) << t;
+    auto csr = tt::topic::read_npy_counts(path, int64_t{1} << 30);
+    ASSERT_TRUE(csr) << t;
+    EXPECT_TRUE(torch::equal(csr->dense(), x.to(torch::kFloat))) << t;
+  }
+}
+
 TEST(TopicNpy, RefusesBadFilesNamingThem) {
   auto dir = tt::test::temp_dir("npy");
   const auto err = [&](const std::string& name) {
@@ -203,10 +224,6 @@ TEST(TopicNpy, RefusesBadFilesNamingThem) {
   raw_npy(dir / "fortran.npy", "{'descr': '<f4', 'fortran_order': True, 'shape': (6, 4), }",
           std::string(static_cast<const char*>(x.t().contiguous().data_ptr()), 96));
   EXPECT_HAS(err("fortran.npy"), "fortran.npy: the array is in Fortran (column-major) order");
-  raw_npy(dir / "float16.npy", "{'descr': '<f2', 'fortran_order': False, 'shape': (1, 2), }", "abcd");
-  EXPECT_HAS(err("float16.npy"), "float16.npy: dtype float16 ('<f2') is not supported for counts");
-  EXPECT_HAS(config_error([&] { tt::topic::read_npy_counts((dir / "float16.npy").string(), int64_t{1} << 30); }),
-             "float16.npy: dtype float16 ('<f2') is not supported for counts");
   raw_npy(dir / "uint32.npy", "{'descr': '<u4', 'fortran_order': False, 'shape': (1, 1), }", "abcd");
   EXPECT_HAS(err("uint32.npy"), "uint32.npy: dtype '<u4' is not supported");
   write_text(dir / "magic.npy", "this is not a numpy file, it is text");

@@ -1,6 +1,7 @@
 #include "source_npy.h"
 
 #include <ATen/Parallel.h>
+#include <c10/util/Half.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -50,6 +51,9 @@ void row_to_float(at::ScalarType dtype, const char* src, float* dst, int64_t m) 
     case at::kInt: convert_row<int32_t>(src, dst, m); break;
     case at::kLong: convert_row<int64_t>(src, dst, m); break;
     case at::kShort: convert_row<int16_t>(src, dst, m); break;
+    case at::kChar: convert_row<int8_t>(src, dst, m); break;
+    case at::kHalf: convert_row<c10::Half>(src, dst, m); break;
+    case at::kBool: convert_row<bool>(src, dst, m); break;
     default: convert_row<uint8_t>(src, dst, m); break;
   }
 }
@@ -58,11 +62,12 @@ void row_to_float(at::ScalarType dtype, const char* src, float* dst, int64_t m) 
 
 void check_counts_header(const std::string& path, const NpyHeader& h) {
   const auto t = h.dtype;
+  // Every dtype tt's .npy reader knows (the list its refusal of another one gives).
   TT_CHECK_AS(ConfigError, t == at::kFloat || t == at::kDouble || t == at::kInt || t == at::kLong || t == at::kShort ||
-                               t == at::kByte,
+                               t == at::kByte || t == at::kChar || t == at::kHalf || t == at::kBool,
               path, ": dtype ", dtype_name(t), " ('", h.descr,
-              "') is not supported for counts; topic-npy reads float32, float64, int32, int64, int16 and uint8 "
-              "(convert with X.astype(numpy.float32))");
+              "') is not supported for counts; topic-npy reads float32, float64, float16, int64, int32, int16, int8, "
+              "uint8 and bool (convert with X.astype(numpy.float32))");
   TT_CHECK_AS(ConfigError, !h.fortran_order, path,
               ": the array is in Fortran (column-major) order; topic-npy reads rows and needs C order: "
               "save numpy.ascontiguousarray(X)");

@@ -18,7 +18,8 @@
 namespace tt::topic {
 
 // ConfigError naming the file unless `h` is a 2-D, C-order matrix of a count dtype (float32,
-// float64, int32, int64, int16, uint8) with at least one row and column.
+// float64, float16, int64, int32, int16, int8, uint8, bool: every dtype tt's .npy reader knows)
+// with at least one row and column.
 void check_counts_header(const std::string& path, const NpyHeader& h);
 
 // The whole .npy's rows as compressed sparse rows, each row checked (ConfigError naming the
