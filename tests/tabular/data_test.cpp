@@ -319,6 +319,22 @@ TEST(TabularCsv, DuplicateColumnNamesAreRefusedInTheTrainingTableAndThePredictFi
              "dup_rows.csv (--predict) has two columns named 'b' (columns 2 and 3)");
 }
 
+// Numeric labels are classes by value: 1 and 1.0 are one class (named as the training table first
+// spells it), in training and in a --predict file; text labels stay classes by spelling.
+TEST(TabularCsv, NumericLabelsEqualAsNumbersAreOneClass) {
+  const Table t = read_csv(write("num_spellings.csv", "a,y\n1,1.0\n2,2\n3,1\n4,10.0\n5,2.00\n6,1e1\n"), {});
+  EXPECT_EQ(t.class_names, (std::vector<std::string>{"1.0", "2", "10.0"}));
+  EXPECT_EQ(t.y, (std::vector<int64_t>{0, 1, 0, 2, 1, 2}));
+  CsvOptions o;
+  o.require_label = false;
+  const Table q = read_csv_like(write("num_rows.csv", "a,y\n1,1\n2,2.0\n3,10\n4,3\n"), t, o);
+  EXPECT_EQ(q.y, (std::vector<int64_t>{0, 1, 2, -1}));
+  EXPECT_EQ(q.unknown_labels, (std::map<std::string, int64_t>{{"3", 1}}));
+  const Table text = read_csv(write("mixed_labels.csv", "a,y\n1,1.0\n2,1\n3,cat\n"), {});
+  EXPECT_EQ(text.class_names, (std::vector<std::string>{"1", "1.0", "cat"}));
+  EXPECT_EQ(read_csv_like(write("mixed_rows.csv", "a,y\n1,1.00\n"), text, o).y, (std::vector<int64_t>{-1}));
+}
+
 TEST(TabularCsv, NumbersAtTheEdgesOfFloat) {
   // A subnormal label is a number like any other (std::stod refused it with a bare "stod").
   Table t = read_csv(write("subnormal.csv", "x,y\n1,1e-310\n2,0\n3,1e-310\n"), {});

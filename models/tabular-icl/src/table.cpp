@@ -153,6 +153,33 @@ void fill_features(const Raw& raw, const std::string& path, const std::vector<si
   for (auto [i, j] : missing) t.x[i * F + j] = t.impute[j];
 }
 
+// The class id of a label among read_csv's class names: by spelling, or, where every class is a
+// number, by value (1 is the class 1.0).
+class ClassIndex {
+ public:
+  explicit ClassIndex(const std::vector<std::string>& classes) {
+    bool numeric = true;
+    for (size_t c = 0; c < classes.size(); ++c) {
+      by_name_.emplace(classes[c], static_cast<int64_t>(c));
+      double v = 0;
+      numeric = numeric && parse_number(classes[c], v);
+      by_value_.emplace(v, static_cast<int64_t>(c));
+    }
+    if (!numeric) by_value_.clear();
+  }
+  int64_t operator()(const std::string& label) const {  // -1: no class
+    if (auto it = by_name_.find(label); it != by_name_.end()) return it->second;
+    double v = 0;
+    if (by_value_.empty() || !parse_number(label, v)) return -1;
+    auto it = by_value_.find(v);
+    return it == by_value_.end() ? -1 : it->second;
+  }
+
+ private:
+  std::map<std::string, int64_t> by_name_;
+  std::map<double, int64_t> by_value_;
+};
+
 }  // namespace
 
 Table Table::subset(const std::vector<int64_t>& idx) const {
@@ -211,22 +238,26 @@ Table read_csv(const std::string& path, const CsvOptions& o) {
     numeric = numeric && parse_number(f, v);
     labels.push_back(f);
   }
-  const std::set<std::string> distinct(labels.begin(), labels.end());
-  std::vector<std::string> classes(distinct.begin(), distinct.end());
-  // By value as parse_number read them (std::stod would throw out_of_range for a subnormal, 1e-310).
-  if (numeric)
-    std::sort(classes.begin(), classes.end(), [](const std::string& a, const std::string& b) {
-      return std::strtod(a.c_str(), nullptr) < std::strtod(b.c_str(), nullptr);
-    });
+  // Numbers: one class per value (1 and 1.0 alike), named by its first spelling in the file and
+  // sorted by value as parse_number reads them (std::stod would throw out_of_range for a subnormal,
+  // 1e-310). Text: one class per spelling, sorted.
+  std::vector<std::string> classes;
+  if (numeric) {
+    std::map<double, std::string> by_value;
+    for (const auto& l : labels) by_value.emplace(std::strtod(l.c_str(), nullptr), l);
+    for (const auto& [v, name] : by_value) classes.push_back(name);
+  } else {
+    const std::set<std::string> distinct(labels.begin(), labels.end());
+    classes.assign(distinct.begin(), distinct.end());
+  }
   TT_CHECK_AS(ConfigError, static_cast<int64_t>(classes.size()) <= kMaxTableClasses, "tabular: ", path, " column '",
               raw.header[label_col], "' has ", classes.size(), " classes; tabular-icl takes at most ", kMaxTableClasses,
               " (is data.label the class column? a regression target cannot be used)");
   TT_CHECK_AS(ConfigError, classes.size() >= 2, "tabular: ", path, " column '", raw.header[label_col],
               "' has a single class: nothing to learn");
-  std::map<std::string, int64_t> id;
-  for (size_t c = 0; c < classes.size(); ++c) id[classes[c]] = static_cast<int64_t>(c);
   t.class_names = classes;
-  for (const auto& l : labels) t.y.push_back(id[l]);
+  const ClassIndex class_of(t.class_names);
+  for (const auto& l : labels) t.y.push_back(class_of(l));
   return t;
 }
 
@@ -268,11 +299,12 @@ Table read_csv_like(const std::string& path, const Table& like, const CsvOptions
   if (lab != raw.header.end()) {
     t.label_name = *lab;
     const size_t lc = static_cast<size_t>(lab - raw.header.begin());
+    const ClassIndex class_of(like.class_names);
     for (size_t i = 0; i < raw.rows.size(); ++i) {
       const std::string& f = raw.rows[i][lc];
-      auto c = std::find(like.class_names.begin(), like.class_names.end(), f);
-      if (!is_missing(f) && c == like.class_names.end()) ++t.unknown_labels[f];
-      t.y.push_back(is_missing(f) || c == like.class_names.end() ? -1 : c - like.class_names.begin());
+      const int64_t c = is_missing(f) ? -1 : class_of(f);
+      if (!is_missing(f) && c < 0) ++t.unknown_labels[f];
+      t.y.push_back(c);
     }
   } else {
     TT_CHECK_AS(ConfigError, !o.require_label, "tabular: ", path, " has no label column");

@@ -1,7 +1,9 @@
 #pragma once
 // A numeric table read from a CSV file (no torch): a header row, numeric feature columns and a
 // label column (by name, or the last one). Labels may be any text; they become class ids
-// 0..C-1 in the sorted order of their values (numerically when all are numbers).
+// 0..C-1 in the sorted order of their values (numerically when all are numbers: labels equal as
+// numbers, 1 and 1.0, are one class, named as the training table first spells it, and a --predict
+// file's label is matched to it by value).
 #include <cstdint>
 #include <map>
 #include <optional>
