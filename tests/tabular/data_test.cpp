@@ -335,6 +335,28 @@ TEST(TabularCsv, NumericLabelsEqualAsNumbersAreOneClass) {
   EXPECT_EQ(read_csv_like(write("mixed_rows.csv", "a,y\n1,1.00\n"), text, o).y, (std::vector<int64_t>{-1}));
 }
 
+// A regression target (many distinct fractional numbers) is named as such where the split or the
+// class limit refuses it; labels that are whole numbers, or few, keep the class-count messages.
+TEST(TabularCsv, AContinuousLabelColumnIsNamedAsARegressionTarget) {
+  std::string reg = "a,y\n";
+  for (int i = 0; i < 40; ++i) reg += std::to_string(i) + "," + std::to_string(10 + i * 0.37) + "\n";
+  const Table t = read_csv(write("reg.csv", reg), {});
+  std::string said = config_error([&] { tt::tab::stratified_split(t, 0.3, 0); });
+  EXPECT_HAS(said, "reg.csv column 'y' looks continuous (40 distinct numeric values in 40 rows): tabular-icl is a "
+                   "classifier, not a regressor; bin the column into classes, or name a class column with data.label");
+  std::string wide = "a,y\n";
+  for (int i = 0; i < 1500; ++i) wide += std::to_string(i) + "," + std::to_string(i * 0.5) + "\n";
+  EXPECT_HAS(config_error([&] { read_csv(write("reg_wide.csv", wide), {}); }),
+             "reg_wide.csv column 'y' looks continuous (1500 distinct numeric values in 1500 rows)");
+  // whole numbers, or a few fractional classes: the class-count message as before
+  std::string ints = "a,y\n";
+  for (int i = 0; i < 40; ++i) ints += std::to_string(i) + "," + std::to_string(i) + "\n";
+  EXPECT_HAS(config_error([&] { tt::tab::stratified_split(read_csv(write("ints.csv", ints), {}), 0.3, 0); }),
+             "ints.csv: class '0' has 1 row; a stratified split needs at least 2");
+  const Table few = read_csv(write("few.csv", "a,y\n1,0.5\n2,0.5\n3,1.5\n4,1.5\n5,2.5\n"), {});
+  EXPECT_HAS(config_error([&] { tt::tab::stratified_split(few, 0.3, 0); }), "class '2.5' has 1 row");
+}
+
 TEST(TabularCsv, NumbersAtTheEdgesOfFloat) {
   // A subnormal label is a number like any other (std::stod refused it with a bare "stod").
   Table t = read_csv(write("subnormal.csv", "x,y\n1,1e-310\n2,0\n3,1e-310\n"), {});

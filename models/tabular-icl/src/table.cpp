@@ -180,6 +180,24 @@ class ClassIndex {
   std::map<double, int64_t> by_value_;
 };
 
+// Labels that look like a regression target, as the reason a table cannot be split or has too many
+// classes; "" where the evidence is not clear. Clear: every class a number, some not whole, and
+// more than 10 of them averaging fewer than 4 rows each.
+std::string continuous_labels(const std::string& path, const std::string& column,
+                              const std::vector<std::string>& classes, int64_t rows) {
+  bool fractional = false;
+  for (const auto& c : classes) {
+    double v = 0;
+    if (!parse_number(c, v)) return "";
+    fractional = fractional || v != std::floor(v);
+  }
+  const auto n = static_cast<int64_t>(classes.size());
+  if (!fractional || n <= 10 || 4 * n <= rows) return "";
+  return detail::cat("tabular: ", path, " column '", column, "' looks continuous (", n, " distinct numeric values in ",
+                     rows, " rows): tabular-icl is a classifier, not a regressor; bin the column into classes, or ",
+                     "name a class column with data.label");
+}
+
 }  // namespace
 
 Table Table::subset(const std::vector<int64_t>& idx) const {
@@ -250,6 +268,9 @@ Table read_csv(const std::string& path, const CsvOptions& o) {
     const std::set<std::string> distinct(labels.begin(), labels.end());
     classes.assign(distinct.begin(), distinct.end());
   }
+  if (const auto why = continuous_labels(path, raw.header[label_col], classes, t.rows);
+      !why.empty() && static_cast<int64_t>(classes.size()) > kMaxTableClasses)
+    TT_FAIL_AS(ConfigError, why);
   TT_CHECK_AS(ConfigError, static_cast<int64_t>(classes.size()) <= kMaxTableClasses, "tabular: ", path, " column '",
               raw.header[label_col], "' has ", classes.size(), " classes; tabular-icl takes at most ", kMaxTableClasses,
               " (is data.label the class column? a regression target cannot be used)");
@@ -387,10 +408,14 @@ Split stratified_split(const Table& t, double test_fraction, uint64_t seed) {
   for (int64_t i = 0; i < n; ++i) rows[static_cast<size_t>(t.y[i])].push_back(i);
   std::vector<int64_t> counts;
   for (const auto& r : rows) counts.push_back(static_cast<int64_t>(r.size()));
-  for (int64_t c = 0; c < C; ++c)
+  for (int64_t c = 0; c < C; ++c) {
+    if (counts[c] >= 2) continue;
+    const auto why = continuous_labels(t.source, t.label_name, t.class_names, n);
+    TT_CHECK_AS(ConfigError, why.empty(), why);
     TT_CHECK_AS(ConfigError, counts[c] >= 2, "tabular: ", t.source, ": class '", t.class_names[c], "' has ",
                 counts[c], " row", counts[c] == 1 ? "" : "s", "; a stratified split needs at least 2 of every class ",
                 "(drop or merge that class)");
+  }
   const auto n_test = static_cast<int64_t>(std::ceil(test_fraction * static_cast<double>(n)));
   const int64_t n_train = n - n_test;
   TT_CHECK_AS(ConfigError, n_test >= C && n_train >= C, "tabular: ", t.source, ": data.test_fraction ", test_fraction,

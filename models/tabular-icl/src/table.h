@@ -63,7 +63,9 @@ bool is_blank_line(const std::string& line);
 // (StratifiedShuffleSplit: ceil(test_fraction * rows) test rows, shared out over the classes by
 // largest remainder, each class's rows permuted by numpy's RandomState(seed)), so tt's figures
 // and a scikit-learn baseline are measured on the same test rows. Both lists ascending.
-// ConfigError when a class has fewer than 2 rows or a side would have fewer rows than classes.
+// ConfigError when a class has fewer than 2 rows (naming the label column as a regression target
+// when it looks continuous: many distinct fractional numbers) or a side would have fewer rows than
+// classes.
 // test_fraction is in (0, 1) and seed in [0, 2^32 - 1] (numpy's seeds): tabular-csv's schema
 // refuses other values.
 struct Split {
