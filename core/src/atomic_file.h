@@ -3,7 +3,9 @@
 // the target (rename, then an fsync of the folder) only when every write and the fsync worked.
 // A failed write is remembered, not thrown (LibTorch's archive writer calls back from its
 // destructor), and reported by commit() as a WriteError naming the target; the temp file is
-// removed and what was at the target stays. Core-internal: checkpoints and run outputs use it.
+// removed and what was at the target stays. A target that is a device or a pipe (/dev/stdout) is
+// written in place, every write and the close checked. Core-internal: checkpoints and run
+// outputs use it.
 #include <cstddef>
 #include <filesystem>
 #include <string>

@@ -9,11 +9,13 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 
 #include "mapping_guard.h"
 #include "tt/error.h"
+#include "tt/report.h"
 
 namespace tt {
 
@@ -271,21 +273,31 @@ at::Tensor read_npy(const std::filesystem::path& path) {
   return t;
 }
 
-void write_csv(const std::filesystem::path& path, const at::Tensor& matrix) {
-  at::Tensor t = matrix.detach().to(at::kCPU).to(at::kDouble).contiguous();
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string q = "\"";
+  for (char c : text) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+void write_csv(const std::filesystem::path& path, const at::Tensor& matrix, const std::vector<std::string>& header) {
+  const at::Tensor t = matrix.detach().to(at::kCPU).to(at::kDouble).contiguous();
   TT_CHECK(t.dim() == 2, "write_csv: expected a matrix");
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  TT_CHECK(f, "cannot write ", path.string());
+  TT_CHECK(header.empty() || t.size(1) == static_cast<int64_t>(header.size()), "write_csv: ", header.size(),
+           " column names for a matrix of ", t.sizes());
+  std::string text;
+  for (size_t j = 0; j < header.size(); ++j) text += (j ? "," : "") + csv_field(header[j]);
+  if (!header.empty()) text += '\n';
   const double* d = t.data_ptr<double>();
+  char buf[32];
   for (int64_t i = 0; i < t.size(0); ++i) {
-    for (int64_t j = 0; j < t.size(1); ++j) std::fprintf(f, j ? ",%.8g" : "%.8g", d[i * t.size(1) + j]);
-    std::fputc('\n', f);
+    for (int64_t j = 0; j < t.size(1); ++j) {
+      std::snprintf(buf, sizeof buf, j ? ",%.8g" : "%.8g", d[i * t.size(1) + j]);
+      text += buf;
+    }
+    text += '\n';
   }
-  const bool ok = !std::ferror(f);
-  if (std::fclose(f) != 0 || !ok) {
-    std::remove(path.c_str());
-    TT_FAIL_AS(WriteError, "write to ", path.string(), " failed (disk full?); the partial file was removed");
-  }
+  write_file_atomic(path, text);
 }
 
 // ---- NpyMap

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -90,6 +91,30 @@ TEST(Reliability, AFullDiskDuringACheckpointStopsTheRunWithExitSixAndKeepsNoPart
   EXPECT_NE(r.output.find("cannot write checkpoint"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
   EXPECT_TRUE(names_in(dir / "topic" / "checkpoints").empty());
+}
+
+// A file given as a device or a pipe (--predict-out /dev/stdout, /dev/full) is written in place:
+// a rename over it replaced the device with a plain file (as root, /dev/full itself), and the
+// write's failure went unseen.
+TEST(Reliability, AnOutputThatIsADeviceOrAPipeIsWrittenInPlace) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  try {
+    tt::write_file_atomic("/dev/full", "predictions\n");
+    ADD_FAILURE() << "expected a WriteError";
+  } catch (const tt::WriteError& e) {
+    EXPECT_HAS(e.what(), "cannot write /dev/full: write failed: No space left on device");
+  }
+  EXPECT_TRUE(fs::is_character_file("/dev/full"));
+  EXPECT_FALSE(fs::exists("/dev/.full.tmp"));
+  // a FIFO: what is written comes out the other end
+  const fs::path fifo = temp_dir("fifo_out") / "pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string read_back;
+  std::thread reader([&] { read_back = tt::test::read_file(fifo); });
+  tt::write_file_atomic(fifo, "a,b\n1,2\n");
+  reader.join();
+  EXPECT_EQ(read_back, "a,b\n1,2\n");
+  EXPECT_TRUE(fs::is_fifo(fifo));
 }
 
 TEST(Reliability, AnOutputThatCannotBeWrittenWholeIsAWriteErrorAndTheOldFileStays) {

@@ -531,7 +531,7 @@ TEST(TabularModel, PredictToAFullDeviceIsAWriteErrorNamingTheFile) {
   m->set_ensemble(1);
   const std::string said =
       tt::test::message_of<tt::WriteError>([&] { m->predict(dir / "train.csv", "/dev/full"); }, "a WriteError");
-  EXPECT_HAS(said, "cannot write /dev/full: No space left on device");
+  EXPECT_HAS(said, "cannot write /dev/full: write failed: No space left on device");
   // a regular file is written whole
   m->predict(dir / "train.csv", dir / "pred.csv");
   EXPECT_EQ(tt::test::read_file(dir / "pred.csv").substr(0, 18), "p_x,p_y,predicted\n");

@@ -16,7 +16,13 @@ namespace tt {
 
 TT_API void write_npy(const std::filesystem::path& path, const at::Tensor& t);
 TT_API at::Tensor read_npy(const std::filesystem::path& path);  // loads into memory
-TT_API void write_csv(const std::filesystem::path& path, const at::Tensor& matrix);
+// A matrix as CSV (%.8g), under a header of its column names when `header` has them; whole or
+// not at all (WriteError naming the file).
+TT_API void write_csv(const std::filesystem::path& path, const at::Tensor& matrix,
+                      const std::vector<std::string>& header = {});
+// A CSV field as RFC 4180 writes it: quoted (its quotes doubled) when it holds a comma, a quote,
+// CR or LF; as it is otherwise.
+TT_API std::string csv_field(const std::string& text);
 
 // What a .npy header says.
 struct NpyHeader {

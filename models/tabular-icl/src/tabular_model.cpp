@@ -1,11 +1,8 @@
 #include "tabular_model.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -18,6 +15,7 @@
 #include "tabular_data.h"
 #include "tt/error.h"
 #include "tt/log.h"
+#include "tt/npy.h"
 #include "tt/report.h"
 
 namespace tt::tab {
@@ -499,36 +497,13 @@ Table TabularIcl::read_predict_rows(const std::filesystem::path& input) const {
 
 void TabularIcl::check_predict_input(const std::filesystem::path& input) const { read_predict_rows(input); }
 
-namespace {
-// `text` to `path`: a regular file (or a new one) whole or not at all (write_file_atomic); a device
-// or pipe (/dev/stdout) written in place. WriteError naming the file and the reason either way.
-void write_predictions(const std::filesystem::path& path, const std::string& text) {
-  std::error_code ec;
-  const auto st = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(st) || std::filesystem::is_regular_file(st)) return write_file_atomic(path, text);
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) TT_FAIL_AS(WriteError, "tabular-icl: cannot write ", path.string(), ": ", std::strerror(errno));
-  std::string why;
-  if (std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fflush(f) != 0) why = std::strerror(errno);
-  if (std::fclose(f) != 0 && why.empty()) why = std::strerror(errno);
-  TT_CHECK_AS(WriteError, why.empty(), "tabular-icl: cannot write ", path.string(), ": ", why);
-}
-// A CSV field as RFC 4180 writes it: quoted (its quotes doubled) when it holds a comma, a quote,
-// CR or LF; as it is otherwise. read_csv reads it back.
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
-}  // namespace
 
 void TabularIcl::predict(const std::filesystem::path& input, const std::filesystem::path& output) {
   Table q = read_predict_rows(input);
   at::Tensor p = predict_table(*context_, q).contiguous();
   std::ostringstream out;
   const int64_t C = context_->classes();
-  for (int64_t c = 0; c < C; ++c) out << csv_field("p_" + context_->class_names[c]) << ",";
+  for (int64_t c = 0; c < C; ++c) out << tt::csv_field("p_" + context_->class_names[c]) << ",";
   out << "predicted\n";
   const double* pp = p.data_ptr<double>();
   for (int64_t i = 0; i < q.rows; ++i) {
@@ -537,9 +512,9 @@ void TabularIcl::predict(const std::filesystem::path& input, const std::filesyst
       out << pp[i * C + c] << ",";
       if (pp[i * C + c] > pp[i * C + best]) best = c;
     }
-    out << csv_field(context_->class_names[best]) << "\n";
+    out << tt::csv_field(context_->class_names[best]) << "\n";
   }
-  write_predictions(output, out.str());
+  write_file_atomic(output, out.str());  // a device (/dev/stdout) in place
   // The score: the rows labelled with a class of the training table (one it has not is predicted,
   // but cannot be scored).
   std::vector<double> probs;

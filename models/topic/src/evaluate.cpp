@@ -242,8 +242,7 @@ TopTerms top_terms(const torch::Tensor& F, const std::vector<std::string>& vocab
 }
 
 void write_top_terms(const fs::path& path, const TopTerms& terms) {
-  std::ofstream out(path);
-  TT_CHECK(out, "cannot write ", path.string());
+  std::ostringstream out;
   for (size_t t = 0; t < terms.size(); ++t) {
     out << "topic " << t << ":";
     for (size_t r = 0; r < terms[t].size(); ++r) {
@@ -253,41 +252,12 @@ void write_top_terms(const fs::path& path, const TopTerms& terms) {
     }
     out << '\n';
   }
-  TT_CHECK(out.flush(), "cannot write ", path.string());
+  write_file_atomic(path, out.str());  // whole or not at all, WriteError naming the file
 }
 
 void write_lines(const fs::path& path, const std::vector<std::string>& lines) {
   std::string text;
   for (const auto& l : lines) text += l + '\n';
-  write_file_atomic(path, text);
-}
-
-void write_csv_with_header(const fs::path& path, const std::vector<std::string>& names, const torch::Tensor& matrix) {
-  const torch::Tensor t = matrix.detach().to(torch::kCPU).to(torch::kDouble).contiguous();
-  TT_CHECK(t.dim() == 2 && t.size(1) == static_cast<int64_t>(names.size()), "write_csv_with_header: ", names.size(),
-           " names for a matrix of ", t.sizes());
-  std::string text;
-  for (size_t j = 0; j < names.size(); ++j) {
-    const std::string& s = names[j];
-    text += j ? "," : "";
-    if (s.find_first_of(",\"\r\n") == std::string::npos) {
-      text += s;
-      continue;
-    }
-    text += '"';
-    for (char c : s) text += c == '"' ? std::string("\"\"") : std::string(1, c);
-    text += '"';
-  }
-  text += '\n';
-  const double* d = t.data_ptr<double>();
-  char buf[32];
-  for (int64_t i = 0; i < t.size(0); ++i) {
-    for (int64_t j = 0; j < t.size(1); ++j) {
-      std::snprintf(buf, sizeof buf, j ? ",%.8g" : "%.8g", d[i * t.size(1) + j]);
-      text += buf;
-    }
-    text += '\n';
-  }
   write_file_atomic(path, text);
 }
 

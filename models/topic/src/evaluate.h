@@ -41,11 +41,6 @@ TopTerms top_terms(const torch::Tensor& F, const std::vector<std::string>& vocab
 void write_top_terms(const std::filesystem::path& path, const TopTerms& terms);
 // `lines`, one a line (vocab.txt, doc_ids.txt), whole or not at all (WriteError naming the file).
 void write_lines(const std::filesystem::path& path, const std::vector<std::string>& lines);
-// A k x m matrix as CSV under a header of its m column names (F.csv under the vocabulary; names
-// quoted as RFC 4180 does where they hold a comma, a quote or a line break), as write_csv writes
-// the values (%.8g); whole or not at all.
-void write_csv_with_header(const std::filesystem::path& path, const std::vector<std::string>& names,
-                           const torch::Tensor& matrix);
 
 // The whole-corpus tinytopics loss sum_ij (Xhat_ij - X_ij log(max(Xhat_ij, 1e-10))), Xhat = L F.
 struct CorpusLoss {

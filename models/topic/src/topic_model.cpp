@@ -16,6 +16,7 @@
 #include "tt/json_text.h"
 #include "tt/log.h"
 #include "tt/npy.h"
+#include "tt/report.h"
 #include "tt/state.h"
 
 namespace tt::topic {
@@ -158,7 +159,7 @@ void TopicModel::write_outputs(const std::filesystem::path& run_dir, State& stat
     write_csv(run_dir / "F.csv", F_fit);
   } else {  // F's columns named: vocab.txt in column order, and F.csv's header
     write_lines(run_dir / "vocab.txt", vocab);
-    write_csv_with_header(run_dir / "F.csv", vocab, F_fit);
+    write_csv(run_dir / "F.csv", F_fit, vocab);
   }
   const auto ids = data_->doc_ids();
   if (!ids.empty()) write_lines(run_dir / "doc_ids.txt", ids);  // L's rows named
@@ -190,7 +191,7 @@ void TopicModel::write_outputs(const std::filesystem::path& run_dir, State& stat
     state.metrics["aligned_cosine_mean"] = a.mean;
     state.metrics["aligned_cosine_min"] = a.min;
     nlohmann::json j{{"mean", a.mean}, {"min", a.min}, {"assignment", a.assignment}, {"cosine", a.cosine}};
-    std::ofstream(run_dir / "alignment.json") << tt::json_text(j, 2) << "\n";
+    write_file_atomic(run_dir / "alignment.json", tt::json_text(j, 2) + "\n");
     log().info("topic alignment with the true topics: mean cosine {:.4f}, min {:.4f}", a.mean, a.min);
   }
   plot_structure(L_fit, run_dir / "structure.png", "document-topic structure (" + std::to_string(k_) + " topics)",
