@@ -354,3 +354,33 @@ TEST(Planner, RecommendNeverGivesALargerBudgetAChoiceASmallerBudgetsChoiceBeats)
   }
   EXPECT_GE(found, 15);
 }
+
+// A configuration left unmeasured because max_probes was spent is labelled so, not "estimated
+// slower": only an estimate slower than the fastest measured fit is, and none when nothing fits.
+TEST(Planner, UnmeasuredConfigurationsLeftByTheProbeCapAreNotLabelledEstimatedSlower) {
+  int capped_rows = 0, slower_rows = 0;
+  for (int64_t budget = 200; budget <= 900; budget += 50) {
+    Table t;
+    auto s = settings();
+    s.max_probes = 1;
+    tt::plan::Planner planner(t.dims, s, t.probe());
+    const auto plan = planner.plan(budget);
+    for (const auto& r : plan.rows) {
+      if (r.measured) continue;
+      if (r.verdict == "not measured (estimated slower than the fastest fit)") {
+        ++slower_rows;
+        ASSERT_TRUE(plan.found) << budget << ": " << r.label;
+        EXPECT_GT(r.est_ms, plan.fastest_cost.step_ms) << budget << ": " << r.label;
+      } else if (r.verdict == "not measured: beyond --max-probes") {
+        ++capped_rows;
+        if (plan.found) {
+          EXPECT_LE(r.est_ms, plan.fastest_cost.step_ms * 1.02) << budget << ": " << r.label;
+        }
+      } else {
+        EXPECT_EQ(r.verdict, "pruned (estimate over)") << budget << ": " << r.label;
+      }
+    }
+  }
+  EXPECT_GT(capped_rows, 0);
+  EXPECT_GT(slower_rows, 0);
+}

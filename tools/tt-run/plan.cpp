@@ -224,16 +224,18 @@ json plan_json(const Plan& p) {
   return j;
 }
 
-void print_plan(const Plan& p) {
+void print_plan(const Plan& p, int max_probes) {
   std::printf("\nplan for a budget of %s (limit %s after the margin):\n", format_bytes(p.budget).c_str(),
               format_bytes(p.limit).c_str());
   std::printf("  %-58s %11s %11s %10s %16s %6s  %s\n", "configuration", "est. MiB", "peak MiB", "est. ms",
               "step ms", "probes", "verdict");
-  int unmeasured = 0, pruned = 0;
+  int unmeasured = 0, pruned = 0, slower = 0, capped = 0;
   for (const auto& r : p.rows) {
     if (!r.measured) {
       ++unmeasured;
-      if (r.verdict.rfind("pruned", 0) == 0) ++pruned;
+      pruned += r.verdict == kPruned;
+      slower += r.verdict == kEstimatedSlower;
+      capped += r.verdict == kBeyondMaxProbes;
       continue;
     }
     std::printf("  %-58s %11s %11s %10.1f %16s %6d  %s\n", r.label.c_str(), format_mib(r.est_peak).c_str(),
@@ -241,9 +243,16 @@ void print_plan(const Plan& p) {
                 r.cost.ok() ? (ms(r.cost.step_ms) + " +- " + ms(r.cost.noise_ms)).c_str() : "-", r.cost.probes,
                 r.verdict.c_str());
   }
-  std::printf("  (%d more configurations estimated and not measured: %d pruned as over the limit, %d estimated "
-              "slower than the choice)\n",
-              unmeasured, pruned, unmeasured - pruned);
+  if (unmeasured > 0) {
+    std::string parts;
+    auto part = [&](int n, const std::string& what) {
+      if (n > 0) parts += (parts.empty() ? "" : ", ") + std::to_string(n) + " " + what;
+    };
+    part(pruned, "pruned as estimated over the limit");
+    part(slower, "estimated slower than the fastest measured fit");
+    part(capped, "not reached: --max-probes (" + std::to_string(max_probes) + ") was spent; raise it to measure them");
+    std::printf("  (%d more configurations estimated and not measured: %s)\n", unmeasured, parts.c_str());
+  }
   std::printf("  step ms: the lowest median over a configuration's probes +- its noise; times within noise of each "
               "other are treated as equal, and then the fewer techniques win\n");
   for (const auto& e : p.excluded) std::printf("  excluded: %s\n", e.c_str());
@@ -343,7 +352,7 @@ Outcome run(const RunOptions& o) {
 
   const Plan pl = plan_or_explain(o.budget);
   std::ofstream(dir / "plan.json") << tt::json_text(plan_json(pl), 2) << "\n";
-  if (!o.quiet) print_plan(pl);
+  if (!o.quiet) print_plan(pl, o.max_probes);
   if (!pl.found) {
     std::fprintf(stderr, "tt-run: budget planner: %s (%s)\n", pl.why.c_str(), (dir / "plan.json").c_str());
     return {4, ""};

@@ -350,7 +350,10 @@ Plan Planner::plan(int64_t budget, const Candidate* at_least, bool search) {
       r.within_noise = fits(c) && chosen_cost && within_noise(*c, *chosen_cost);
       if (r.within_noise && !(r.candidate == best->candidate)) r.verdict = "fits, within noise of the choice";
     } else {
-      r.verdict = r.est_peak > prune_above ? "pruned (estimate over)" : "not measured (estimated slower)";
+      // The search stops at the first estimate slower than the fastest fit, or when max_probes is
+      // spent: an estimate no slower than that (or any, when nothing fits) was left by the cap.
+      const bool slower = fastest_row && r.est_ms > measured(fastest)->step_ms * (1.0 + s_.noise_floor);
+      r.verdict = r.est_peak > prune_above ? kPruned : slower ? kEstimatedSlower : kBeyondMaxProbes;
     }
   }
   if (best) {

@@ -79,13 +79,18 @@ struct Settings {
   int max_repeats = 3;               // probes of one configuration, re-measurements included
 };
 
+// The verdicts of a configuration that was not measured.
+inline constexpr const char* kPruned = "pruned (estimate over)";
+inline constexpr const char* kEstimatedSlower = "not measured (estimated slower than the fastest fit)";
+inline constexpr const char* kBeyondMaxProbes = "not measured: beyond --max-probes";
+
 struct Row {
   Candidate candidate;
   std::string label;
   double est_peak = 0, est_ms = 0;
   bool measured = false;
   Cost cost;
-  std::string verdict;  // chosen, fits, over budget, out of memory, failed, pruned (estimate)
+  std::string verdict;  // chosen, fits, over the limit, out of memory, failed, or one of the above
   bool within_noise = false;  // a fit whose time is within noise of the chosen one's
 };
 
