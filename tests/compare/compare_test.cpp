@@ -470,3 +470,37 @@ TEST(Compare, DryRunRefusesAVariantWhosePluginTheModelCannotTake) {
             std::string::npos)
       << r.output;
 }
+
+// A plugin that evaluates other weights in place of the trained ones (the ema example) reports
+// the metrics renamed <plugin>_<metric>: that variant's row shows its avg_val_loss under val_loss,
+// marked with a footnote, and names the metric in compare.json and compare.csv.
+TEST(Compare, ValidationColumnShowsAVariantsValLossThatItsPluginRenamed) {
+  Cmp c;
+  auto r = c.run("renamed", R"(compare:
+  steps: 3
+  warmup_steps: 0
+  variants:
+    baseline: {}
+    averaged: {plugins: [test-rename-eval]}
+)",
+                 "", c.base(true));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const json j = tt::test::read_json(c.dir / "renamed" / "compare.json");
+  EXPECT_EQ(j["validation_metric"], "val_loss");
+  auto v = by_name(j);
+  const json summary = tt::test::summary_of(c.dir / "renamed" / "averaged");
+  ASSERT_TRUE(summary["validation"].contains("avg_val_loss")) << summary.dump();
+  ASSERT_FALSE(summary["validation"].contains("val_loss")) << summary.dump();
+  const double loss = summary["validation"]["avg_val_loss"].get<double>();
+  EXPECT_EQ(v["averaged"]["validation_metric"], "avg_val_loss");
+  EXPECT_EQ(v["baseline"]["validation_metric"], "val_loss");
+  std::map<std::string, std::map<std::string, std::string>> rows;
+  for (const auto& row : csv_rows(c.dir / "renamed" / "compare.csv")) rows[row.at("variant")] = row;
+  ASSERT_FALSE(rows["averaged"]["val_loss"].empty());
+  EXPECT_NEAR(std::stod(rows["averaged"]["val_loss"]), loss, 1e-6);
+  EXPECT_EQ(rows["averaged"]["validation_metric"], "avg_val_loss");
+  char buf[32];
+  std::snprintf(buf, sizeof buf, " %.4f*\n", loss);
+  EXPECT_NE(r.output.find(buf), std::string::npos) << buf << r.output;
+  EXPECT_NE(r.output.find("* averaged: avg_val_loss"), std::string::npos) << r.output;
+}

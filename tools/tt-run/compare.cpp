@@ -159,21 +159,39 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   // A pipeline that evaluates gets a validation column
   // (val_loss when the model reports it, else the first of its metrics by name): a variant
   // that changes what is trained (EMA weights, LoRA) is judged there, not by the training loss.
+  // A plugin that evaluates other weights in place of the trained ones reports the metrics
+  // renamed <plugin>_<metric> (the ema example's ema_val_loss, docs/plugins.md): that variant's
+  // row shows it, marked with a footnote.
   const Result& b = results[base];
+  auto renamed = [](const std::string& key, const std::string& metric) {
+    return key.size() > metric.size() + 1 &&
+           key.compare(key.size() - metric.size() - 1, std::string::npos, "_" + metric) == 0;
+  };
   std::string val_key;
   for (const auto& r : results) {
     if (!r.ok || !r.summary.contains("validation") || r.summary["validation"].empty()) continue;
     const json& val = r.summary["validation"];
-    if (val.contains("val_loss")) {
+    bool has_loss = false;
+    for (auto it = val.begin(); it != val.end(); ++it)
+      has_loss = has_loss || it.key() == "val_loss" || renamed(it.key(), "val_loss");
+    if (has_loss) {
       val_key = "val_loss";
       break;
     }
     if (val_key.empty()) val_key = val.begin().key();
   }
+  // The key of r's figure under val_key: its own, else the one a plugin renamed (empty: none).
+  auto key_of = [&](const Result& r) -> std::string {
+    if (val_key.empty() || !r.ok || !r.summary.contains("validation")) return "";
+    const json& val = r.summary["validation"];
+    if (val.contains(val_key) && val[val_key].is_number()) return val_key;
+    for (auto it = val.begin(); it != val.end(); ++it)
+      if (renamed(it.key(), val_key) && it->is_number()) return it.key();
+    return "";
+  };
   auto val_of = [&](const Result& r) -> const json* {
-    if (val_key.empty() || !r.summary.contains("validation") || !r.summary["validation"].contains(val_key))
-      return nullptr;
-    return &r.summary["validation"][val_key];
+    const std::string k = key_of(r);
+    return k.empty() ? nullptr : &r.summary["validation"][k];
   };
   auto ratio = [](double x, double y) { return y > 0 ? fixed(x / y, 3) + "x" : std::string("-"); };
   auto quoted = [](std::string t) {
@@ -190,7 +208,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   std::ofstream csv(out / "compare.csv");
   csv << "variant,status,peak_tensor_bytes,peak_vs_baseline,peak_rss_bytes,parameters_bytes,gradients_bytes,"
          "optimizer_state_bytes,activations_bytes,rest_bytes,median_step_ms,step_vs_baseline,samples_per_s,final_loss,"
-      << (val_key.empty() ? "" : val_key + ",") << "plugins,reason\n";
+      << (val_key.empty() ? "" : val_key + ",validation_metric,") << "plugins,reason\n";
   int w = 8;
   for (const auto& v : spec.variants) w = std::max(w, static_cast<int>(v.name.size()));
   // rest: the peak less parameters, gradients, optimizer state and activations; what a plugin
@@ -200,6 +218,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
               "samples/s", "loss");
   if (!val_key.empty()) std::printf(" %*s", std::max(10, static_cast<int>(val_key.size())), val_key.c_str());
   std::printf("\n");
+  std::vector<std::string> footnotes;
   for (size_t i = 0; i < n; ++i) {
     const Result& r = results[i];
     const auto& v = spec.variants[i];
@@ -210,7 +229,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
     if (!r.ok) {
       j["reason"] = r.reason;
       std::printf("%-*s %-14s %s\n", w, v.name.c_str(), r.status.c_str(), first_line(r.reason).c_str());
-      csv << v.name << ',' << quoted(r.status) << ",,,,,,,,,,,,," << (val_key.empty() ? "" : ",") << ','
+      csv << v.name << ',' << quoted(r.status) << ",,,,,,,,,,,,," << (val_key.empty() ? "" : ",,") << ','
           << quoted(first_line(r.reason)) << '\n';
     } else {
       const bool with_base = b.ok;
@@ -221,9 +240,17 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
                   format_mib(rest).c_str(), r.step_ms, with_base ? ratio(r.step_ms, b.step_ms).c_str() : "-", r.samples_per_s,
                   r.loss);
       const json* val = val_of(r);
-      if (!val_key.empty())
-        std::printf(" %*s", std::max(10, static_cast<int>(val_key.size())), val ? fixed(val->get<double>(), 4).c_str() : "-");
+      const std::string used = key_of(r);
+      if (!val_key.empty()) {
+        std::string cell = val ? fixed(val->get<double>(), 4) : "-";
+        if (val && used != val_key) {
+          cell += "*";
+          footnotes.push_back(v.name + ": " + used + ", the validation of the weights its plugin evaluates in place of the trained ones");
+        }
+        std::printf(" %*s", std::max(10, static_cast<int>(val_key.size())), cell.c_str());
+      }
       std::printf("\n");
+      if (!used.empty()) j["validation_metric"] = used;
       j.update({{"peak_tensor_bytes", r.peak},
                 {"peak_rss_bytes", r.rss},
                 {"parameters_bytes", r.params},
@@ -246,11 +273,12 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
           << ',' << r.params << ',' << r.grads << ',' << r.optimizer << ',' << r.activations << ',' << rest << ','
           << fixed(r.step_ms, 3) << ',' << (with_base ? fixed(r.step_ms / b.step_ms, 4) : "") << ','
           << fixed(r.samples_per_s, 3) << ',' << fixed(r.loss, 6) << ',';
-      if (!val_key.empty()) csv << (val ? fixed(val->get<double>(), 6) : "") << ',';
+      if (!val_key.empty()) csv << (val ? fixed(val->get<double>(), 6) : "") << ',' << used << ',';
       csv << quoted(plugins) << ",\n";
     }
     doc["variants"].push_back(j);
   }
+  for (const auto& f : footnotes) std::printf("  * %s\n", f.c_str());
   std::ofstream(out / "compare.json") << tt::json_text(doc, 2) << "\n";
   pareto_plot(out, spec.variants, results);
 }
