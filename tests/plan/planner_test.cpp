@@ -233,7 +233,9 @@ TEST(Planner, WithinNoiseOfTheFastestTheSimplestConfigurationIsChosen) {
   EXPECT_EQ(plan.fastest_cost.probes, 3);
   EXPECT_EQ(plan.fastest_label, "quant @ micro 8");
   EXPECT_NE(plan.why.find("the simplest measured configuration within noise of the fastest that fits (quant @ micro "
-                          "8, 99.0 +- 2.0 ms/step, 3 probes; this one 100.0 +- 2.0 ms/step, 3 probes)"),
+                          "8, 99.0 ms/step, the lowest of 3 probes' medians (99.0, 99.0, 99.0), +- 2.0 (2% noise "
+                          "floor); this one 100.0 ms/step, the lowest of 3 probes' medians (100.0, 100.0, 100.0), +- "
+                          "2.0 (2% noise floor))"),
             std::string::npos)
       << plan.why;
   int within = 0;
@@ -383,4 +385,25 @@ TEST(Planner, UnmeasuredConfigurationsLeftByTheProbeCapAreNotLabelledEstimatedSl
   }
   EXPECT_GT(capped_rows, 0);
   EXPECT_GT(slower_rows, 0);
+}
+
+// A configuration measured twice reports both probes' medians (the lowest is its time: a slower
+// probe is load on the machine), and a noise that is the floor says so.
+TEST(Planner, TheWhyReportsEveryProbesMedianAndWhetherTheNoiseIsTheFloor) {
+  Table t;
+  int as_written_runs = 0;
+  tt::plan::Planner planner(t.dims, settings(), [&](const Candidate& c) {
+    Cost x = t.cost(c);
+    if (c.pick == std::vector<int>{-1, -1, -1, -1} && c.micro == 8 && ++as_written_runs == 1) x.step_ms = 2159.0;
+    x.steps = {x.step_ms * 0.999, x.step_ms, x.step_ms * 1.001};
+    return x;
+  });
+  const auto plan = planner.plan(10000);
+  ASSERT_TRUE(plan.found) << plan.why;
+  ASSERT_EQ(plan.chosen_label, "as written @ micro 8") << plan.why;
+  ASSERT_EQ(plan.chosen_cost.probes, 2) << plan.why;
+  EXPECT_EQ(plan.chosen_cost.step_ms, 100.0);
+  EXPECT_NE(plan.why.find("2159.0"), std::string::npos) << plan.why;
+  EXPECT_NE(plan.why.find("100.0"), std::string::npos) << plan.why;
+  EXPECT_NE(plan.why.find("noise floor"), std::string::npos) << plan.why;
 }

@@ -109,6 +109,9 @@ std::string ms(double x) {
   return buf;
 }
 
+// "+-2.0 floor" or "+-3.1 se": the noise and what it is.
+std::string noise(const Cost& c) { return "+-" + ms(c.noise_ms) + (c.noise_is_floor ? " floor" : " se"); }
+
 class Runner {
  public:
   Runner(const RunOptions& o, YAML::Node base, fs::path dir, std::vector<Dimension> dims)
@@ -196,7 +199,9 @@ json cost_json(const Cost& c) {
               {"optimizer_state_bytes", c.optimizer},
               {"median_step_ms", c.step_ms},
               {"noise_ms", c.noise_ms},
-              {"probes", c.probes}});
+              {"noise_basis", c.noise_is_floor ? "noise floor" : "standard error of the steps"},
+              {"probes", c.probes},
+              {"probe_medians_ms", c.probe_ms}});
   else
     j["reason"] = c.reason;
   return j;
@@ -227,8 +232,8 @@ json plan_json(const Plan& p) {
 void print_plan(const Plan& p, int max_probes) {
   std::printf("\nplan for a budget of %s (limit %s after the margin):\n", format_bytes(p.budget).c_str(),
               format_bytes(p.limit).c_str());
-  std::printf("  %-58s %11s %11s %10s %16s %6s  %s\n", "configuration", "est. MiB", "peak MiB", "est. ms",
-              "step ms", "probes", "verdict");
+  std::printf("  %-58s %11s %11s %10s %10s %12s  %-22s  %s\n", "configuration", "est. MiB", "peak MiB", "est. ms",
+              "step ms", "+- noise", "probe medians (ms)", "verdict");
   int unmeasured = 0, pruned = 0, slower = 0, capped = 0;
   for (const auto& r : p.rows) {
     if (!r.measured) {
@@ -238,10 +243,11 @@ void print_plan(const Plan& p, int max_probes) {
       capped += r.verdict == kBeyondMaxProbes;
       continue;
     }
-    std::printf("  %-58s %11s %11s %10.1f %16s %6d  %s\n", r.label.c_str(), format_mib(r.est_peak).c_str(),
-                r.cost.ok() ? format_mib(r.cost.peak).c_str() : "-", r.est_ms,
-                r.cost.ok() ? (ms(r.cost.step_ms) + " +- " + ms(r.cost.noise_ms)).c_str() : "-", r.cost.probes,
-                r.verdict.c_str());
+    std::string medians;
+    for (double x : r.cost.probe_ms) medians += (medians.empty() ? "" : " ") + ms(x);
+    std::printf("  %-58s %11s %11s %10.1f %10s %12s  %-22s  %s\n", r.label.c_str(), format_mib(r.est_peak).c_str(),
+                r.cost.ok() ? format_mib(r.cost.peak).c_str() : "-", r.est_ms, r.cost.ok() ? ms(r.cost.step_ms).c_str() : "-",
+                r.cost.ok() ? noise(r.cost).c_str() : "-", r.cost.ok() ? medians.c_str() : "-", r.verdict.c_str());
   }
   if (unmeasured > 0) {
     std::string parts;
@@ -253,8 +259,10 @@ void print_plan(const Plan& p, int max_probes) {
     part(capped, "not reached: --max-probes (" + std::to_string(max_probes) + ") was spent; raise it to measure them");
     std::printf("  (%d more configurations estimated and not measured: %s)\n", unmeasured, parts.c_str());
   }
-  std::printf("  step ms: the lowest median over a configuration's probes +- its noise; times within noise of each "
-              "other are treated as equal, and then the fewer techniques win\n");
+  std::printf("  step ms: the lowest of a configuration's probe medians (a slower probe is taken as load on the machine; "
+              "each probe's first step, the warm-up, is left out); +- noise: the standard error of that probe's steps "
+              "(se) or, where larger, the noise floor of 2%% of the time (floor); times within noise of each other are "
+              "treated as equal, and then the fewer techniques win\n");
   for (const auto& e : p.excluded) std::printf("  excluded: %s\n", e.c_str());
   std::fflush(stdout);
 }
@@ -323,10 +331,9 @@ Outcome run(const RunOptions& o) {
     for (const auto& pl : plans) doc["budgets"].push_back(plan_json(pl));
     std::ofstream(dir / "recommend.json") << tt::json_text(doc, 2) << "\n";
     const Cost& ref = plans.front().reference;
-    std::printf("\nrecommended settings for %s (measured; as written: peak %s MiB, %.1f +- %.1f ms/step at micro-batch "
-                "%lld, %d probe%s)\n",
-                o.file.c_str(), format_mib(ref.peak).c_str(), ref.step_ms, ref.noise_ms,
-                static_cast<long long>(settings.micro_sizes[0]), ref.probes, ref.probes == 1 ? "" : "s");
+    std::printf("\nrecommended settings for %s (measured; as written at micro-batch %lld: peak %s MiB, %s)\n",
+                o.file.c_str(), static_cast<long long>(settings.micro_sizes[0]), format_mib(ref.peak).c_str(),
+                timing(ref).c_str());
     std::printf("  %-8s %-58s %11s %16s %8s  %s\n", "budget", "configuration", "peak MiB", "step ms", "vs as", "note");
     for (size_t i = 0; i < plans.size(); ++i) {
       const Plan& pl = plans[i];
@@ -339,7 +346,7 @@ Outcome run(const RunOptions& o) {
                      ? "within noise of " + pl.fastest_label + " (" + ms(pl.fastest_cost.step_ms) + " ms): fewer techniques"
                      : "kept from the smaller budget";
         std::printf("  %-8s %-58s %11s %16s %7.2fx  %s\n", b, pl.chosen_label.c_str(), format_mib(pl.chosen_cost.peak).c_str(),
-                    (ms(pl.chosen_cost.step_ms) + " +- " + ms(pl.chosen_cost.noise_ms)).c_str(),
+                    (ms(pl.chosen_cost.step_ms) + " " + noise(pl.chosen_cost)).c_str(),
                     pl.chosen_cost.step_ms / ref.step_ms, note.c_str());
       } else {
         std::printf("  %-8s nothing fits: the smallest measured peak is %s MiB (%s)\n", b,

@@ -35,6 +35,25 @@ double standard_error(const std::vector<double>& v) {
 
 }  // namespace
 
+std::string timing(const Cost& c) {
+  auto f1 = [](double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f", x);
+    return std::string(buf);
+  };
+  std::string s = f1(c.step_ms) + " ms/step";
+  if (c.probe_ms.size() >= 2) {
+    s += ", the lowest of " + std::to_string(c.probe_ms.size()) + " probes' medians (";
+    for (size_t i = 0; i < c.probe_ms.size(); ++i) s += (i ? ", " : "") + f1(c.probe_ms[i]);
+    s += ")";
+  } else {
+    s += ", 1 probe";
+  }
+  const int floor_pct = c.step_ms > 0 ? static_cast<int>(std::lround(100.0 * c.noise_ms / c.step_ms)) : 0;
+  return s + ", +- " + f1(c.noise_ms) +
+         (c.noise_is_floor ? " (" + std::to_string(floor_pct) + "% noise floor)" : " (standard error of its steps)");
+}
+
 Planner::Planner(std::vector<Dimension> dims, Settings settings, Probe probe)
     : dims_(std::move(dims)), s_(std::move(settings)), probe_(std::move(probe)) {
   if (s_.micro_sizes.empty()) throw std::invalid_argument("planner: no micro-batch sizes");
@@ -63,6 +82,8 @@ bool Planner::beats(const Candidate& a, const Cost& ca, const Candidate& b, cons
 void Planner::absorb(Cost& into, Cost probe) const {
   if (probe.ok() && probe.step_ms <= 0 && !probe.steps.empty()) probe.step_ms = median(probe.steps);
   const int probes = into.probes + 1;
+  std::vector<double> probe_ms = into.ok() || into.probes == 0 ? into.probe_ms : std::vector<double>{};
+  if (probe.ok()) probe_ms.push_back(probe.step_ms);
   if (into.probes == 0 || !probe.ok() || !into.ok()) {
     if (into.probes == 0 || !probe.ok()) into = std::move(probe);
   } else {
@@ -74,7 +95,10 @@ void Planner::absorb(Cost& into, Cost probe) const {
     into.peak = peak;
   }
   into.probes = probes;
-  into.noise_ms = into.ok() ? std::max(s_.noise_floor * into.step_ms, standard_error(into.steps)) : 0;
+  into.probe_ms = into.ok() ? std::move(probe_ms) : std::vector<double>{};
+  const double floor = s_.noise_floor * into.step_ms, spread = standard_error(into.steps);
+  into.noise_ms = into.ok() ? std::max(floor, spread) : 0;
+  into.noise_is_floor = into.ok() && floor >= spread;
 }
 
 const Cost& Planner::measure(const Candidate& c, int& counter) {
@@ -377,12 +401,6 @@ Plan Planner::plan(int64_t budget, const Candidate* at_least, bool search) {
 
   const std::string lim = format_bytes(out.limit) + " (the budget " + format_bytes(budget) + " less a " +
                           std::to_string(static_cast<int>(std::lround(s_.margin * 100))) + "% margin)";
-  auto timing = [](const Cost& c) {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "%.1f +- %.1f ms/step, %d probe%s", c.step_ms, c.noise_ms, c.probes,
-                  c.probes == 1 ? "" : "s");
-    return std::string(buf);
-  };
   if (out.found) {
     if (!(out.chosen == fastest) && within_noise(out.chosen_cost, out.fastest_cost))
       out.why = "the simplest measured configuration within noise of the fastest that fits (" + out.fastest_label +

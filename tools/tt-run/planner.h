@@ -64,11 +64,17 @@ struct Cost {
   std::string reason;          // why a probe failed
   // Set by the planner:
   int probes = 0;              // how many times the configuration was measured
+  std::vector<double> probe_ms;  // each probe's median, in the order measured
   double noise_ms = 0;         // the time's noise (see above)
+  bool noise_is_floor = false;  // the noise is noise_floor x the time, not the steps' spread
   bool ok() const { return status == Status::Ok; }
 };
 
 using Probe = std::function<Cost(const Candidate&)>;
+
+// "100.0 ms/step, the lowest of 2 probes' medians (2159.0, 100.0), +- 2.0 (2% noise floor)": a
+// configuration's time as measured, for the plan's explanations.
+std::string timing(const Cost& c);
 
 struct Settings {
   std::vector<int64_t> micro_sizes;  // largest first; the first is the reference
