@@ -6,8 +6,11 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <cstring>
+#include <sstream>
 #include <tuple>
 
+#include "plan.h"
 #include "planner.h"
 
 namespace {
@@ -406,4 +409,41 @@ TEST(Planner, TheWhyReportsEveryProbesMedianAndWhetherTheNoiseIsTheFloor) {
   EXPECT_NE(plan.why.find("2159.0"), std::string::npos) << plan.why;
   EXPECT_NE(plan.why.find("100.0"), std::string::npos) << plan.why;
   EXPECT_NE(plan.why.find("noise floor"), std::string::npos) << plan.why;
+}
+
+// The table's columns stay aligned whatever the configurations' labels (an out-of-tree plugin's
+// alternatives, five techniques at once) and however many probes a configuration had.
+TEST(PlanTable, ColumnsStayAlignedWithLongConfigurationNames) {
+  tt::plan::Plan p;
+  p.budget = 1000, p.limit = 900, p.found = true;
+  auto row = [](const std::string& label, double ms, std::vector<double> probes, const std::string& verdict) {
+    tt::plan::Row r;
+    r.label = label, r.est_peak = 800, r.est_ms = ms, r.measured = true, r.verdict = verdict;
+    r.cost.status = Cost::Status::Ok, r.cost.peak = 800, r.cost.step_ms = ms, r.cost.noise_ms = ms * 0.02;
+    r.cost.probes = static_cast<int>(probes.size()), r.cost.probe_ms = std::move(probes);
+    return r;
+  };
+  p.rows.push_back(row("as written @ micro 8", 100, {100}, "chosen"));
+  p.rows.push_back(row("checkpoint(every 2) + amp(bf16) + attention(chunked) + adam8bit + offload(disk) @ micro 16",
+                       12345.6, {12345.6, 23456.7, 34567.8}, "fits"));
+  p.rows.push_back(row("x @ micro 1", 99999.9, {99999.9}, "over the limit"));
+  const std::string table = tt::plan::plan_table(p, 16);
+  std::istringstream in(table);
+  std::string line;
+  size_t verdict_at = std::string::npos;
+  int rows = 0;
+  while (std::getline(in, line)) {
+    if (line.find("configuration") != std::string::npos && line.find("verdict") != std::string::npos) {
+      verdict_at = line.find("verdict");
+      continue;
+    }
+    for (const char* v : {"chosen", "fits", "over the limit"}) {
+      if (line.size() < std::strlen(v) || line.compare(line.size() - std::strlen(v), std::string::npos, v) != 0) continue;
+      ASSERT_NE(verdict_at, std::string::npos) << table;
+      EXPECT_EQ(line.size() - std::strlen(v), verdict_at) << table;
+      ++rows;
+      break;
+    }
+  }
+  EXPECT_EQ(rows, 3) << table;
 }

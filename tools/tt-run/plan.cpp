@@ -229,11 +229,24 @@ json plan_json(const Plan& p) {
   return j;
 }
 
-void print_plan(const Plan& p, int max_probes) {
-  std::printf("\nplan for a budget of %s (limit %s after the margin):\n", format_bytes(p.budget).c_str(),
+template <typename... A>
+void appendf(std::string& out, const char* fmt, A... a) {
+  const int n = std::snprintf(nullptr, 0, fmt, a...);
+  std::string buf(static_cast<size_t>(n) + 1, '\0');
+  std::snprintf(buf.data(), buf.size(), fmt, a...);
+  out.append(buf.data(), static_cast<size_t>(n));
+}
+
+}  // namespace
+
+std::string plan_table(const Plan& p, int max_probes) {
+  std::string out;
+  appendf(out, "\nplan for a budget of %s (limit %s after the margin):\n", format_bytes(p.budget).c_str(),
               format_bytes(p.limit).c_str());
-  std::printf("  %-58s %11s %11s %10s %10s %12s  %-22s  %s\n", "configuration", "est. MiB", "peak MiB", "est. ms",
-              "step ms", "+- noise", "probe medians (ms)", "verdict");
+  // Each column as wide as its widest cell: labels and probe lists grow with the techniques and
+  // the probes.
+  std::vector<std::vector<std::string>> cells = {
+      {"configuration", "est. MiB", "peak MiB", "est. ms", "step ms", "+- noise", "probe medians (ms)", "verdict"}};
   int unmeasured = 0, pruned = 0, slower = 0, capped = 0;
   for (const auto& r : p.rows) {
     if (!r.measured) {
@@ -245,9 +258,19 @@ void print_plan(const Plan& p, int max_probes) {
     }
     std::string medians;
     for (double x : r.cost.probe_ms) medians += (medians.empty() ? "" : " ") + ms(x);
-    std::printf("  %-58s %11s %11s %10.1f %10s %12s  %-22s  %s\n", r.label.c_str(), format_mib(r.est_peak).c_str(),
-                r.cost.ok() ? format_mib(r.cost.peak).c_str() : "-", r.est_ms, r.cost.ok() ? ms(r.cost.step_ms).c_str() : "-",
-                r.cost.ok() ? noise(r.cost).c_str() : "-", r.cost.ok() ? medians.c_str() : "-", r.verdict.c_str());
+    const bool ok = r.cost.ok();
+    cells.push_back({r.label, format_mib(r.est_peak), ok ? format_mib(r.cost.peak) : "-", ms(r.est_ms),
+                     ok ? ms(r.cost.step_ms) : "-", ok ? noise(r.cost) : "-", ok ? medians : "-", r.verdict});
+  }
+  std::vector<size_t> width(cells[0].size(), 0);
+  for (const auto& row : cells)
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  for (const auto& row : cells) {
+    std::string line = "  " + row[0] + std::string(width[0] - row[0].size(), ' ');  // left-aligned
+    for (size_t i = 1; i + 2 < row.size(); ++i) line += "  " + std::string(width[i] - row[i].size(), ' ') + row[i];
+    const size_t m = row.size() - 2;  // probe medians, left-aligned; the verdict last
+    line += "  " + row[m] + std::string(width[m] - row[m].size(), ' ') + "  " + row.back() + "\n";
+    out += line;
   }
   if (unmeasured > 0) {
     std::string parts;
@@ -257,17 +280,15 @@ void print_plan(const Plan& p, int max_probes) {
     part(pruned, "pruned as estimated over the limit");
     part(slower, "estimated slower than the fastest measured fit");
     part(capped, "not reached: --max-probes (" + std::to_string(max_probes) + ") was spent; raise it to measure them");
-    std::printf("  (%d more configurations estimated and not measured: %s)\n", unmeasured, parts.c_str());
+    appendf(out, "  (%d more configurations estimated and not measured: %s)\n", unmeasured, parts.c_str());
   }
-  std::printf("  step ms: the lowest of a configuration's probe medians (a slower probe is taken as load on the machine; "
+  appendf(out, "  step ms: the lowest of a configuration's probe medians (a slower probe is taken as load on the machine; "
               "each probe's first step, the warm-up, is left out); +- noise: the standard error of that probe's steps "
               "(se) or, where larger, the noise floor of 2%% of the time (floor); times within noise of each other are "
               "treated as equal, and then the fewer techniques win\n");
-  for (const auto& e : p.excluded) std::printf("  excluded: %s\n", e.c_str());
-  std::fflush(stdout);
+  for (const auto& e : p.excluded) appendf(out, "  excluded: %s\n", e.c_str());
+  return out;
 }
-
-}  // namespace
 
 Outcome run(const RunOptions& o) {
   TT_CHECK_AS(ConfigError, o.probe_steps >= 1, "--probe-steps must be at least 1");
@@ -334,7 +355,11 @@ Outcome run(const RunOptions& o) {
     std::printf("\nrecommended settings for %s (measured; as written at micro-batch %lld: peak %s MiB, %s)\n",
                 o.file.c_str(), static_cast<long long>(settings.micro_sizes[0]), format_mib(ref.peak).c_str(),
                 timing(ref).c_str());
-    std::printf("  %-8s %-58s %11s %16s %8s  %s\n", "budget", "configuration", "peak MiB", "step ms", "vs as", "note");
+    int label_w = static_cast<int>(std::string("configuration").size());
+    for (const auto& pl : plans)
+      if (pl.found) label_w = std::max(label_w, static_cast<int>(pl.chosen_label.size()));
+    std::printf("  %-8s %-*s %11s %16s %8s  %s\n", "budget", label_w, "configuration", "peak MiB", "step ms", "vs as",
+                "note");
     for (size_t i = 0; i < plans.size(); ++i) {
       const Plan& pl = plans[i];
       char b[32];
@@ -345,7 +370,7 @@ Outcome run(const RunOptions& o) {
           note = Planner::within_noise(pl.chosen_cost, pl.fastest_cost)
                      ? "within noise of " + pl.fastest_label + " (" + ms(pl.fastest_cost.step_ms) + " ms): fewer techniques"
                      : "kept from the smaller budget";
-        std::printf("  %-8s %-58s %11s %16s %7.2fx  %s\n", b, pl.chosen_label.c_str(), format_mib(pl.chosen_cost.peak).c_str(),
+        std::printf("  %-8s %-*s %11s %16s %7.2fx  %s\n", b, label_w, pl.chosen_label.c_str(), format_mib(pl.chosen_cost.peak).c_str(),
                     (ms(pl.chosen_cost.step_ms) + " " + noise(pl.chosen_cost)).c_str(),
                     pl.chosen_cost.step_ms / ref.step_ms, note.c_str());
       } else {
@@ -359,7 +384,10 @@ Outcome run(const RunOptions& o) {
 
   const Plan pl = plan_or_explain(o.budget);
   std::ofstream(dir / "plan.json") << tt::json_text(plan_json(pl), 2) << "\n";
-  if (!o.quiet) print_plan(pl, o.max_probes);
+  if (!o.quiet) {
+    std::fputs(plan_table(pl, o.max_probes).c_str(), stdout);
+    std::fflush(stdout);
+  }
   if (!pl.found) {
     std::fprintf(stderr, "tt-run: budget planner: %s (%s)\n", pl.why.c_str(), (dir / "plan.json").c_str());
     return {4, ""};

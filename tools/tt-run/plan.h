@@ -40,6 +40,10 @@ struct Outcome {
 
 Outcome run(const RunOptions& o);
 
+// The plan's table as printed: the measured configurations, a line counting those not measured
+// by why, the legend and the excluded alternatives.
+std::string plan_table(const Plan& p, int max_probes);
+
 // The technique dimensions the planner weighs for pipeline p: every installed plugin's planner
 // offer (tt/registry.h; each module on the search path is loaded), in the offers' order, less the
 // plugins p already names and the alternatives for another device. `notes` says what was left
