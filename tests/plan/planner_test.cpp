@@ -447,3 +447,30 @@ TEST(PlanTable, ColumnsStayAlignedWithLongConfigurationNames) {
   }
   EXPECT_EQ(rows, 3) << table;
 }
+
+// The time factors of single probes multiply: a slow first probe of the pipeline as written (the
+// reference every factor divides by) made each technique look several times faster than it, and
+// their products estimated combinations at a small fraction of any measured time. An estimate
+// is no faster than the fastest configuration measured at its micro-batch or a larger one.
+TEST(Planner, NoEstimateIsFasterThanTheFastestMeasuredAtItsMicroBatchOrALargerOne) {
+  Table t;
+  int as_written_runs = 0;
+  auto s = settings();
+  s.max_probes = 4;  // the search stops before it has measured the combinations estimated fastest
+  tt::plan::Planner planner(t.dims, s, [&](const Candidate& c) {
+    Cost x = t.cost(c);
+    if (c.pick == std::vector<int>{-1, -1, -1, -1} && c.micro == 8 && ++as_written_runs == 1) x.step_ms *= 8;
+    return x;
+  });
+  const auto plan = planner.plan(500);
+  int checked = 0;
+  for (const auto& r : plan.rows) {
+    double floor = 1e300;
+    for (const auto& m : plan.rows)
+      if (m.measured && m.cost.ok() && m.candidate.micro >= r.candidate.micro) floor = std::min(floor, m.cost.step_ms);
+    if (floor == 1e300) continue;
+    EXPECT_GE(r.est_ms, floor * 0.9999) << r.label << " (" << r.verdict << ")";
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+}

@@ -210,7 +210,14 @@ void Planner::estimate(const Candidate& c, double& peak, double& ms) const {
   r *= std::pow(m, rest_exponent_);
   t *= std::pow(1.0 / m, time_exponent_);
   peak = p + g + o + r;
-  ms = t;
+  // Time factors of single probes multiply, and a slow reference probe (load, a cold start) makes
+  // every technique look faster than it is: no estimate is faster than the fastest configuration
+  // measured at its micro-batch or a larger one (techniques trade time for memory; a smaller
+  // micro-batch runs more micro-steps).
+  double fastest = std::numeric_limits<double>::infinity();
+  for (const auto& [k, x] : cache_)
+    if (x.ok() && k.micro >= c.micro) fastest = std::min(fastest, x.step_ms);
+  ms = std::isfinite(fastest) ? std::max(t, fastest) : t;
 }
 
 Plan Planner::plan(int64_t budget) { return plan(budget, nullptr, true); }

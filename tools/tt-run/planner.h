@@ -12,7 +12,9 @@
 //   2. estimates every configuration from the measured configuration with the most of its
 //      techniques (the reference at least) times the factors of the techniques that one lacks
 //      (per component; the rest of the peak and the step time follow the micro-batch by the
-//      exponents the two reference runs show, the time's within [0, 1]: batch/m micro-steps);
+//      exponents the two reference runs show, the time's within [0, 1]: batch/m micro-steps;
+//      the time no faster than the fastest configuration measured at that micro-batch or a
+//      larger one);
 //      estimates are redone after every measurement;
 //   3. prunes what cannot fit even with the estimate's slack, and measures the rest fastest
 //      estimate first, until the fastest measured fit is no slower than the next estimate
