@@ -219,6 +219,8 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   if (!val_key.empty()) std::printf(" %*s", std::max(10, static_cast<int>(val_key.size())), val_key.c_str());
   std::printf("\n");
   std::vector<std::string> footnotes;
+  bool marked = false;  // a row shows a plugin's metric: the others leave room for the mark
+  for (size_t i = 0; i < n; ++i) marked = marked || (!key_of(results[i]).empty() && key_of(results[i]) != val_key);
   for (size_t i = 0; i < n; ++i) {
     const Result& r = results[i];
     const auto& v = spec.variants[i];
@@ -243,6 +245,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
       const std::string used = key_of(r);
       if (!val_key.empty()) {
         std::string cell = val ? fixed(val->get<double>(), 4) : "-";
+        if (marked && !(val && used != val_key)) cell += " ";
         if (val && used != val_key) {
           cell += "*";
           footnotes.push_back(v.name + ": " + used + ", the validation of the weights its plugin evaluates in place of the trained ones");
