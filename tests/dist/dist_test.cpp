@@ -47,6 +47,18 @@ fs::path topic_pipeline(const fs::path& dir, const std::string& name, const std:
 
 std::string env_clean() { return "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u MASTER_ADDR -u MASTER_PORT "; }
 
+// Two ranks started by hand, as torchrun would, on loopback port `port`: rank 1 in the background
+// (its output to dir/r1.txt, its exit status to dir/r1.rc), rank 0 in the foreground; each runs
+// tt-run with its `args`, from its `cwd`. Returns rank 0's output, "rc0=N" after it.
+tt::test::RunResult two_ranks_by_hand(const fs::path& dir, int port, const fs::path& cwd0, const std::string& args0,
+                                      const fs::path& cwd1, const std::string& args1) {
+  const std::string common =
+      "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " TT_DIST_TIMEOUT=20 ";
+  return run("{ (cd " + cwd1.string() + " && RANK=1 " + common + tt_run_bin() + " " + args1 + " > " +
+             (dir / "r1.txt").string() + " 2>&1; echo $? > " + (dir / "r1.rc").string() + ") & cd " + cwd0.string() +
+             " && RANK=0 " + common + tt_run_bin() + " " + args0 + "; echo rc0=$?; wait; }");
+}
+
 }  // namespace
 
 TEST(Dist, TwoRanksStayBitwiseEqualOnTheLm) {
@@ -293,13 +305,9 @@ TEST(Dist, BadSettingsAreRefused) {
 TEST(Dist, MismatchedPipelinesAcrossRanksAreDetected) {
   const fs::path dir = tt::test::temp_dir("dist_mismatch");
   const fs::path y = topic_pipeline(dir, "m");
-  const std::string common = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29733 TT_DIST_TIMEOUT=20 ";
-  // rank 1 in the background with another learning rate
-  const std::string cmd = "(RANK=1 " + common + tt_run_bin() + " " + y.string() + " optimizer.lr=0.01 -q --run-dir " +
-                          (dir / "m").string() + " > " + (dir / "r1.txt").string() + " 2>&1; echo $? > " +
-                          (dir / "r1.rc").string() + ") & RANK=0 " + common + tt_run_bin() + " " + y.string() +
-                          " -q --run-dir " + (dir / "m").string() + "; echo rc0=$?; wait";
-  auto r = run("{ " + cmd + "; }");
+  // rank 1 with another learning rate
+  const std::string args = y.string() + " -q --run-dir " + (dir / "m").string();
+  auto r = two_ranks_by_hand(dir, 29733, dir, args, dir, args + " optimizer.lr=0.01");
   EXPECT_NE(r.output.find("rc0=2"), std::string::npos) << r.output;
   EXPECT_HAS(r.output, "distributed: the ranks' resolved pipelines differ (rank(s) 1 from rank 0");
   EXPECT_EQ(read_file(dir / "r1.rc"), "2\n") << read_file(dir / "r1.txt");
@@ -322,12 +330,8 @@ TEST(Dist, RanksWhoseModelsDifferInShapeAreRefusedBeforeTheyExchangeWeights) {
                                            "trainer: {epochs: 1, batch_size: 8, threads: 1, progress: off}\n"
                                            "output: {plots: false}\n";
   }
-  const std::string common = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29734 TT_DIST_TIMEOUT=20 ";
-  const std::string cmd = "(cd " + (dir / "b").string() + " && RANK=1 " + common + tt_run_bin() + " p.yaml -q --run-dir " +
-                          (dir / "run-b").string() + " > " + (dir / "r1.txt").string() + " 2>&1; echo $? > " +
-                          (dir / "r1.rc").string() + ") & cd " + (dir / "a").string() + " && RANK=0 " + common +
-                          tt_run_bin() + " p.yaml -q --run-dir " + (dir / "run-a").string() + "; echo rc0=$?; wait";
-  auto r = run("{ " + cmd + "; }");
+  auto r = two_ranks_by_hand(dir, 29734, dir / "a", "p.yaml -q --run-dir " + (dir / "run-a").string(), dir / "b",
+                             "p.yaml -q --run-dir " + (dir / "run-b").string());
   EXPECT_HAS(r.output, "rc0=2");
   EXPECT_HAS(r.output, "distributed: the ranks' models' parameter shapes differ (rank(s) 1 from rank 0");
   EXPECT_EQ(read_file(dir / "r1.rc"), "2\n") << read_file(dir / "r1.txt");
