@@ -150,8 +150,9 @@ struct Context::Impl {
 Context::Context(const Env& env) : env_(env), impl_(std::make_unique<Impl>(env_)) {
   const double secs = env.timeout.count() / 1000.0;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
-  // One deadline for the rendezvous (the store's wait for the workers returned early and the
-  // process group's wait for their addresses took the whole timeout again: twice in all).
+  // One deadline for the rendezvous: on LibTorch 1.13 the store's wait for the workers returns
+  // early and the process group's wait for their addresses took the whole timeout again (twice in
+  // all); 2.x's store waits itself and says how many joined.
   const auto deadline = std::chrono::steady_clock::now() + env.timeout;
   log().info("distributed: rank {} of {} {} {} (up to TT_DIST_TIMEOUT = {} s)", env.rank, env.world_size,
              env.rank == 0 ? "waiting for the other workers at" : "joining the master at", where, secs);

@@ -265,7 +265,13 @@ TEST(Dist, WithoutTheLauncherASurvivingRankFailsAfterTheTimeout) {
   EXPECT_LT(secs, 10.0) << r.output;
   EXPECT_HAS(r.output, "distributed: rank 0 of 2 waiting for the other workers at 127.0.0.1:29731 (up to "
                        "TT_DIST_TIMEOUT = 6 s)");
-  EXPECT_HAS(r.output, "distributed rendezvous: 1 of 2 workers joined at 127.0.0.1:29731 within 6 s (TT_DIST_TIMEOUT)");
+  // tt's check-in counts the workers where the store's own wait returns early (LibTorch 1.13);
+  // LibTorch 2.x's store waits for them itself and counts them in its message
+  const bool counted = r.output.find("distributed rendezvous: 1 of 2 workers joined at 127.0.0.1:29731 within 6 s "
+                                     "(TT_DIST_TIMEOUT)") != std::string::npos ||
+                       r.output.find("1/2 clients joined") != std::string::npos;
+  EXPECT_TRUE(counted) << r.output;
+  EXPECT_HAS(r.output, "TT_DIST_TIMEOUT");
 }
 
 TEST(Dist, UnreachableMasterIsAClearTimeoutError) {
