@@ -17,60 +17,25 @@ using Clock = std::chrono::steady_clock;
 namespace tt::dist {
 
 namespace {
-const char* getenv_or_null(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : nullptr;
+// FNV-1a 64 over bytes, continuing from `h`: the same on every machine (std::hash need not be).
+constexpr uint64_t kFnvOffset = 1469598103934665603ULL;
+uint64_t fnv1a(const unsigned char* p, size_t n, uint64_t h) {
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ULL;
+  return h;
 }
 
-int64_t parse_int_env(const char* name, const char* value, int64_t lo, int64_t hi, const char* fix) {
-  char* end = nullptr;
-  errno = 0;
-  long long v = std::strtoll(value, &end, 10);
-  TT_CHECK_AS(ConfigError, errno == 0 && end != value && *end == '\0' && v >= lo && v <= hi, name, "='", value,
-              "' is not an integer in [", lo, ", ", hi, "]: ", fix);
-  return v;
-}
-
-std::string hash_hex(const std::string& text) {
-  // FNV-1a 64: the same on every machine (std::hash need not be)
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+std::string hex(uint64_t h) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;
 }
 
+std::string hash_hex(const std::string& text) {
+  return hex(fnv1a(reinterpret_cast<const unsigned char*>(text.data()), text.size(), kFnvOffset));
+}
+
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 }  // namespace
-
-Env env_from_environment() {
-  Env e;
-  const char* ws = getenv_or_null("WORLD_SIZE");
-  const char* rk = getenv_or_null("RANK");
-  const char* how = "set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for every worker, or start them with "
-                    "tt-run --nproc N";
-  if (!ws) {
-    TT_CHECK_AS(ConfigError, !rk, "RANK is set (", rk, ") but WORLD_SIZE is not: ", how);
-    return e;
-  }
-  e.world_size = static_cast<int>(parse_int_env("WORLD_SIZE", ws, 1, 1 << 16, how));
-  if (e.world_size == 1 && !rk) return e;
-  TT_CHECK_AS(ConfigError, rk, "WORLD_SIZE is set (", ws, ") but RANK is not: ", how);
-  e.rank = static_cast<int>(parse_int_env("RANK", rk, 0, e.world_size - 1, "RANK must be below WORLD_SIZE"));
-  const char* lr = getenv_or_null("LOCAL_RANK");
-  e.local_rank = lr ? static_cast<int>(parse_int_env("LOCAL_RANK", lr, 0, 1 << 16, how)) : e.rank;
-  if (const char* a = getenv_or_null("MASTER_ADDR")) e.master_addr = a;
-  if (const char* p = getenv_or_null("MASTER_PORT"))
-    e.master_port = static_cast<int>(parse_int_env("MASTER_PORT", p, 1, 65535, "use a free TCP port, e.g. 29500"));
-  if (const char* t = getenv_or_null("TT_DIST_TIMEOUT")) {
-    char* end = nullptr;
-    double s = std::strtod(t, &end);
-    TT_CHECK_AS(ConfigError, end != t && *end == '\0' && s > 0, "TT_DIST_TIMEOUT='", t,
-                "' must be a positive number of seconds");
-    e.timeout = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
-  }
-  return e;
-}
 
 struct Context::Impl {
   explicit Impl(const Env& e) : env(e) {}
@@ -391,15 +356,12 @@ std::vector<std::string> Context::all_gather_strings(const std::string& value) {
 }
 
 std::string hash_tensors(const std::vector<at::Tensor>& tensors) {
-  uint64_t h = 1469598103934665603ULL;
+  uint64_t h = kFnvOffset;
   for (const auto& t0 : tensors) {
-    at::Tensor t = t0.detach().to(at::kCPU).contiguous();
-    const auto* p = static_cast<const unsigned char*>(t.data_ptr());
-    for (size_t i = 0, n = t.nbytes(); i < n; ++i) h = (h ^ p[i]) * 1099511628211ULL;
+    const at::Tensor t = t0.detach().to(at::kCPU).contiguous();
+    h = fnv1a(static_cast<const unsigned char*>(t.data_ptr()), t.nbytes(), h);
   }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
+  return hex(h);
 }
 
 namespace {
