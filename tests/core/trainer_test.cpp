@@ -422,6 +422,69 @@ TEST(Trainer, AResumeWithoutACheckpointStartsFromStepZeroAndAResumeNeedsNoInitFr
   fs::remove_all(out);
 }
 
+// A plugin whose state fails to save or load: `how` is "save", "load" (a tt::Error) or "read"
+// (another exception, as a damaged archive gives).
+class FailingState : public tt::Plugin {
+ public:
+  explicit FailingState(std::string how) : how_(std::move(how)) {}
+  void save_state(torch::serialize::OutputArchive& ar) const override {
+    if (how_ == "save") TT_FAIL("cannot save (test)");
+    ar.write("x", torch::ones({1}));
+  }
+  void load_state(torch::serialize::InputArchive&) override {
+    if (how_ == "load") TT_FAIL("bad state (test)");
+    if (how_ == "read") throw std::runtime_error("bad state (test)");
+  }
+
+ private:
+  std::string how_;
+};
+
+// A plugin's state that cannot be saved or read back is named as that plugin's failure, with
+// the checkpoint's step or file, not left to be taken for the trainer's own.
+TEST(Trainer, APluginsStateThatFailsToSaveOrLoadIsNamedWithItsCheckpoint) {
+  const auto out = tt::test::temp_dir("state_failure");
+  std::string extra = "  max_steps: 4\n  checkpoint_every: 2\n";
+  auto with = [&](const fs::path& dir, const std::string& how, bool resume) {
+    auto p = resume ? tt::Trainer::pipeline_of_run(dir, {"trainer.max_steps=4"})
+                    : tt::parse_pipeline(tt::test::topic_yaml(out, extra), "p.yaml");
+    auto t = std::make_unique<tt::Trainer>(p, tt::TrainerConfig{dir, resume, true});
+    auto plugin = std::make_unique<FailingState>(how);
+    plugin->set_name("stateful");
+    t->add_plugin(std::move(plugin));
+    return t;
+  };
+  std::string e = "no error";
+  try {
+    with(out / "save", "save", false)->fit();
+  } catch (const tt::Error& error) {
+    e = error.what();
+  }
+  EXPECT_HAS(e, "plugin 'stateful' failed in save_state (the checkpoint of step 2): cannot save (test)");
+
+  const fs::path dir = out / "load";
+  extra = "  max_steps: 2\n";  // a complete run, resumed for two more steps
+  with(dir, "", false)->fit();
+  e = "no error";
+  try {
+    with(dir, "load", true)->fit();
+  } catch (const tt::Error& error) {
+    e = error.what();
+  }
+  EXPECT_HAS(e, "plugin 'stateful' failed in load_state (" + (dir / "checkpoints" / "step-00000002.pt").string() +
+                    "): bad state (test)");
+  testing::internal::CaptureStderr();
+  e = "no error";
+  try {
+    with(dir, "read", true)->fit();
+  } catch (const tt::Error& error) {
+    e = error.what();
+  }
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_HAS(said, "is unreadable (plugin 'stateful' could not read its state: bad state (test))");
+  EXPECT_HAS(e, "no readable checkpoint");
+}
+
 TEST(Trainer, KeepsTheNewestCheckpoints) {
   auto out = tt::test::temp_dir("ckpt");
   auto p = tt::parse_pipeline(tt::test::topic_yaml(out, "  max_steps: 12\n  checkpoint_every: 2\n  keep_checkpoints: 2\n"),

@@ -67,7 +67,15 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
   for (size_t i = 0; i < plugins.size(); ++i) {
     torch::serialize::InputArchive pa;
     ar.read("plugin_" + std::to_string(i), pa);
-    plugins[i]->load_state(pa);  // what it throws makes the checkpoint unreadable: the one before is tried
+    // A tt::Error it throws stops the resume, naming the plugin; anything else makes this
+    // checkpoint unreadable (the one before is tried), the plugin named in the warning.
+    try {
+      plugins[i]->load_state(pa);
+    } catch (const Error&) {
+      PluginHost::rethrow_attributed(*plugins[i], "load_state (" + file.string() + ")", s);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("plugin '" + plugins[i]->name() + "' could not read its state: " + e.what());
+    }
   }
   at::Tensor rng;
   ar.read("trainer/rng_cpu", rng);
@@ -121,7 +129,8 @@ void save_checkpoint(Run& run) {
   const auto& plugins = run.host.plugins();
   for (size_t i = 0; i < plugins.size(); ++i) {
     torch::serialize::OutputArchive pa;
-    run.host.run_as(*plugins[i], "save_state", s, [&] { plugins[i]->save_state(pa); });
+    run.host.run_as(*plugins[i], "save_state (the checkpoint of step " + std::to_string(s.step) + ")", s,
+                    [&] { plugins[i]->save_state(pa); });
     ar.write("plugin_" + std::to_string(i), pa);
   }
   ar.write("trainer/plugins", c10::IValue(run.host.names()));
