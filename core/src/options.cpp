@@ -107,13 +107,25 @@ Schema& Schema::range(Range a, Range b) {
            spec.key, "' is ", type_name(spec.type), ": only numbers take a range");
   TT_CHECK(!(a.min && b.min) && !(a.max && b.max), "schema: option '", spec.key,
            "': give range() one lower and one upper bound, e.g. range(ge(0), lt(1))");
-  spec.range.min = a.min ? a.min : b.min;
-  spec.range.max = a.max ? a.max : b.max;
+  // Within what a field's member can hold (set by field()): the tighter bound of each end.
+  const std::optional<Bound> lo = a.min ? a.min : b.min, hi = a.max ? a.max : b.max;
+  if (lo && (!spec.range.min || lo->value > spec.range.min->value ||
+             (lo->value == spec.range.min->value && !lo->inclusive)))
+    spec.range.min = lo;
+  if (hi && (!spec.range.max || hi->value < spec.range.max->value ||
+             (hi->value == spec.range.max->value && !hi->inclusive)))
+    spec.range.max = hi;
   TT_CHECK(!spec.range.min || !spec.range.max || spec.range.min->value < spec.range.max->value ||
                (spec.range.min->value == spec.range.max->value && spec.range.min->inclusive &&
                 spec.range.max->inclusive),
            "schema: option '", spec.key, "': the range ", spec.range.text(), " is empty");
   check_default(spec);
+  return *this;
+}
+
+Schema& Schema::validate(std::function<void(const Options&)> check) {
+  TT_CHECK(check, "schema: validate() needs a function");
+  validations_.push_back(std::move(check));
   return *this;
 }
 
@@ -323,6 +335,7 @@ Options Options::parse(const YAML::Node& node, const Schema& schema, const std::
     o.values_[spec.key] = std::move(v);
     if (spec.field) o.fields_.push_back(spec.field);
   }
+  for (const auto& check : schema.validations()) check(o);
   return o;
 }
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "train/plugin_host.h"
 #include "tt/error.h"
 #include "tt/registry.h"
 #include "tt/text_file.h"
@@ -312,6 +313,15 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
                     "' again (it is plugins[", j, "], at ", p.plugins[j].where,
                     "); list each plugin once, with all its options in one entry ('", entry.name,
                     "' does not declare that repeats are meaningful)");
+    }
+    // Built as the run builds them (tt/plugin.h: a constructor only reads and declares), so
+    // what a factory or the plugins' declared order refuses is refused here: --dry-run too.
+    PluginHost host;
+    host.add_pipeline_plugins(p.plugins);
+    try {
+      host.check_ordering();
+    } catch (const ConfigError& e) {
+      throw ConfigError(where_of(file, plugins, overrides, "plugins") + ": " + e.what());
     }
   }
   return p;

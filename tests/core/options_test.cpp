@@ -95,6 +95,19 @@ TEST(Options, RangeChecksCarryLocation) {
   }
 }
 
+// A schema's check of options taken together runs when they are read, and names the option at
+// fault where it was written; options that pass are read as usual.
+TEST(Options, ASchemasCheckOfOptionsTogetherRunsWhenTheyAreRead) {
+  const Schema s = schema().validate([](const Options& o) {
+    o.check(o.get_int("batch_size") % 2 == 0 || !o.get_bool("shuffle"), "batch_size", "must be even when shuffled");
+  });
+  const std::string e =
+      tt::test::refusal_of([&] { Options::parse(YAML::Load("lr: 0.1\nbatch_size: 3"), s, "trainer", "x.yaml"); });
+  EXPECT_EQ(e, "x.yaml:2:13: trainer.batch_size must be even when shuffled");
+  EXPECT_EQ(Options::parse(YAML::Load("{batch_size: 3, shuffle: false}"), s, "trainer", "x.yaml").get_int("batch_size"), 3);
+  EXPECT_EQ(Options::defaults(s, "trainer").get_int("batch_size"), 16);
+}
+
 TEST(Options, ParseBytes) {
   EXPECT_EQ(tt::parse_bytes("4096"), 4096);
   EXPECT_EQ(tt::parse_bytes("1e9"), 1000000000);
@@ -226,6 +239,36 @@ TEST(Options, FieldDefaultsAreWrittenOnceAsYaml) {
   EXPECT_EQ(tt::detail::yaml_of(1e-8), "1e-8");
   EXPECT_EQ(tt::detail::yaml_of(0.1 + 0.2), "0.30000000000000004");  // reads back as the same double
   EXPECT_EQ(tt::detail::yaml_of(std::string("a: b")), "\"a: b\"");
+}
+
+// A field narrower than an int64_t or a double refuses, when read (--dry-run too), a value its
+// member cannot hold, naming the range, rather than narrowing it or failing only in the factory.
+TEST(Options, AFieldRefusesValuesItsMemberCannotHold) {
+  struct Narrow {
+    uint32_t count;
+    float scale;
+    int32_t workers;
+    std::optional<uint64_t> seed;
+  };
+  const Schema s = Schema()
+                       .field("count", &Narrow::count, 3u, "")
+                       .field("scale", &Narrow::scale, 1.0f, "")
+                       .field("workers", &Narrow::workers, 2, "")
+                       .range(tt::ge(1))
+                       .field("seed", &Narrow::seed, std::nullopt, "");
+  const auto error = [&](const std::string& yaml) {
+    return tt::test::refusal_of([&] { Options::parse(YAML::Load(yaml), s, "plugins[0] (x)", "x.yaml"); });
+  };
+  EXPECT_EQ(error("count: -1"), "x.yaml:1:8: plugins[0] (x).count must be in [0, 4294967295], got -1");
+  EXPECT_EQ(error("count: 4294967296"), "x.yaml:1:8: plugins[0] (x).count must be in [0, 4294967295], got 4294967296");
+  EXPECT_HAS(error("scale: 1e300"), "plugins[0] (x).scale must be in [-3.4028234663852886e38, 3.4028234663852886e38], got 1e300");
+  EXPECT_HAS(error("workers: 0"), "plugins[0] (x).workers must be in [1, 2147483647], got 0");
+  EXPECT_HAS(error("seed: -5"), "plugins[0] (x).seed must be >= 0, got -5");
+  const Narrow n = Options::parse(YAML::Load("{count: 4294967295, scale: 0.5, workers: 7, seed: 9}"), s, "p", "x.yaml").to<Narrow>();
+  EXPECT_EQ(n.count, 4294967295u);
+  EXPECT_EQ(n.scale, 0.5f);
+  EXPECT_EQ(n.workers, 7);
+  EXPECT_EQ(n.seed, uint64_t{9});
 }
 
 TEST(Options, ToFillsTheBoundStructFromDefaultsAndValues) {

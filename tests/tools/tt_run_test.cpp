@@ -138,6 +138,31 @@ TEST(TtRun, DryRunPrintsResolvedPipelineWithOverrides) {
   EXPECT_NE(r.output.find("beta2: 0.999"), std::string::npos) << r.output;  // defaults filled in
 }
 
+// --dry-run refuses what the run would refuse before training, though it reads no data: a
+// model's options that contradict each other, a plugin's factory's check of its options, and
+// plugins listed in an order their declarations forbid.
+TEST(TtRun, DryRunRefusesContradictoryOptionsAndAPluginOrderTheRunWouldRefuse) {
+  const std::string lm = "cd " + tt::test::source_dir() + " && " + tt_run() + " --dry-run configs/lm-brown.yaml ";
+  struct Case {
+    std::string overrides, expect;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"model.d_model=65", "model.n_heads (4) must divide d_model (65)"},
+           {"model.d_model=100 model.n_heads=4 model.positions=rotary", "rotary needs an even head dimension"},
+           {"model.target_params=100000", "cannot be set together with target_params"},
+           {"'plugins=[offload, adam8bit]'",
+            "plugins: 'offload' must be listed after 'adam8bit' (it moves the state and step of the optimizer it is "
+            "given, e.g. adam8bit's; 'adam8bit' replaces the optimizer), but the list is [offload, adam8bit]"},
+           {"'plugins=[{name: lora, targets: []}]'", "targets is empty"},
+       }) {
+    const auto r = run(lm + c.overrides);
+    EXPECT_EQ(r.rc, 2) << c.overrides << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.overrides << "\n" << r.output;
+  }
+  const auto ok = run(lm + "'plugins=[adam8bit, offload]' model.d_model=96 model.n_heads=3 model.positions=rotary");
+  EXPECT_EQ(ok.rc, 0) << ok.output;
+}
+
 // A pipeline loads the modules it names, not every installed one: the model's module brings its
 // datasets (glibc's loader lists the files it opens under LD_DEBUG=files).
 TEST(TtRun, APipelineLoadsOnlyTheModulesItNames) {

@@ -24,6 +24,7 @@
 // A field of type std::optional<T> is unset ("~") when its default is std::nullopt.
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -101,16 +102,27 @@ class TT_API Schema {
   template <class T, class M>
   Schema& bytes_field(std::string key, M T::*member, std::string default_yaml, std::string doc);
   // Constrain the option declared last; its default is checked at once.
+  // A field's range starts as what its member can hold (an int32_t's, a float's); range()
+  // narrows it.
   Schema& range(Range a, Range b = {});  // range(gt(0)), range(ge(0), lt(1))
   Schema& choices(std::vector<std::string> allowed);
+  // A check of the options taken together (one against another: n_heads divides d_model), run
+  // by Options::parse once each value is read. So the pipeline's reading refuses what the
+  // component would refuse when built (--dry-run, a comparison's variants, the planner), before
+  // any data is read. It reports with Options::check / fail, naming the option at fault:
+  //   .validate([](const Options& o) { o.check(o.get_int("lo") <= o.get_int("hi"), "lo", "must be at most hi"); })
+  // What needs the data (a vocabulary's size) stays in the component's factory.
+  Schema& validate(std::function<void(const Options&)> check);
 
   const std::vector<OptionSpec>& specs() const { return specs_; }
+  const std::vector<std::function<void(const Options&)>>& validations() const { return validations_; }
   const OptionSpec* find(const std::string& key) const;
   std::vector<std::string> keys() const;
 
  private:
   void check_default(const OptionSpec& spec) const;
   std::vector<OptionSpec> specs_;
+  std::vector<std::function<void(const Options&)>> validations_;
 };
 
 // Where a value came from, for error messages: "configs/x.yaml:12:5" or "command line 'k=v'".
@@ -201,6 +213,18 @@ struct FieldType {
   static constexpr Type type = std::is_same<M, bool>::value ? Type::Bool
                                : std::is_integral<M>::value ? Type::Int
                                                             : Type::Float;
+  // The values the member can hold, as the option's range (none where an int64_t or a double
+  // holds them all): a value outside is refused when read, naming the range, not narrowed.
+  static Range limits() {
+    if constexpr (std::is_same<M, bool>::value || std::is_same<M, int64_t>::value || std::is_same<M, double>::value) {
+      return {};
+    } else if constexpr (std::is_integral<M>::value && std::is_unsigned<M>::value && sizeof(M) >= sizeof(int64_t)) {
+      return {Bound{0, true}, std::nullopt};
+    } else {
+      return {Bound{static_cast<double>(std::numeric_limits<M>::lowest()), true},
+              Bound{static_cast<double>(std::numeric_limits<M>::max()), true}};
+    }
+  }
   static std::string yaml(M v) {
     if constexpr (std::is_same<M, bool>::value) return yaml_of(v);
     else if constexpr (std::is_integral<M>::value) return yaml_of(static_cast<int64_t>(v));
@@ -221,18 +245,21 @@ struct FieldType {
 template <>
 struct FieldType<std::string> {
   static constexpr Type type = Type::String;
+  static Range limits() { return {}; }
   static std::string yaml(const std::string& v) { return yaml_of(v); }
   static std::string read(const Options& o, const std::string& key) { return o.get_string(key); }
 };
 template <>
 struct FieldType<std::vector<std::string>> {
   static constexpr Type type = Type::List;
+  static Range limits() { return {}; }
   static std::string yaml(const std::vector<std::string>& v) { return yaml_of(v); }
   static std::vector<std::string> read(const Options& o, const std::string& key) { return o.get_list(key); }
 };
 template <class M>
 struct FieldType<std::optional<M>> {
   static constexpr Type type = FieldType<M>::type;
+  static Range limits() { return FieldType<M>::limits(); }
   static std::string yaml(const std::optional<M>& v) { return v ? FieldType<M>::yaml(*v) : "~"; }
   static std::optional<M> read(const Options& o, const std::string& key) {
     if (!o.is_set(key)) return std::nullopt;
@@ -255,6 +282,7 @@ Schema& Schema::field(std::string key, M T::*member, const typename detail::Same
   auto binding = detail::bind(member, key, &detail::FieldType<M>::read);
   add(std::move(key), detail::FieldType<M>::type, detail::FieldType<M>::yaml(default_value), std::move(doc));
   specs_.back().field = std::move(binding);
+  specs_.back().range = detail::FieldType<M>::limits();  // range() below narrows it further
   return *this;
 }
 

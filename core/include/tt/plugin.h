@@ -11,7 +11,12 @@
 //  - react to out-of-memory           on OOM: set state.retry_batch (e.g. after shrinking
 //                                      state.micro_batch_size)
 //  - keep state across checkpoints    save_state / load_state
-//  - declare its place in the list    must_come_after / must_wrap_the_final_optimizer
+//  - declare its place in the list    must_come_after / must_wrap_the_final_optimizer /
+//                                      replaces_the_optimizer
+//
+// A plugin is built (its factory called) when the pipeline is read, --dry-run included, so that
+// what its factory or its place in the list would refuse is refused before any data is read: a
+// constructor reads its options and declares, and does nothing else; the work starts at INIT.
 //
 // Built-in callbacks (metrics lines, progress, checkpoint saving, the run report) are Plugins
 // too; they run after every plugin on every event, so they see what the plugins did.
@@ -60,6 +65,8 @@ class TT_API Plugin {
     std::string why;
   };
   const std::vector<Ordering>& ordering() const { return ordering_; }
+  // Whether it declares that it assigns state.optimizer on OPTIMIZER (replacing or wrapping it).
+  bool assigns_the_optimizer() const { return assigns_optimizer_; }
 
  protected:
   // When `plugin` is listed too, it must come earlier (checked before INIT).
@@ -67,11 +74,19 @@ class TT_API Plugin {
   // Every plugin that replaces state.optimizer on OPTIMIZER must come earlier: for a plugin that
   // wraps the optimizer it is given (offload, zero1). Checked after OPTIMIZER, so it also covers
   // plugins built out of tree.
-  void must_wrap_the_final_optimizer(std::string why) { ordering_.push_back({"", std::move(why)}); }
+  void must_wrap_the_final_optimizer(std::string why) {
+    ordering_.push_back({"", std::move(why)});
+    assigns_optimizer_ = true;
+  }
+  // It assigns state.optimizer an optimizer of its own on OPTIMIZER (adam8bit): the plugins that
+  // must wrap the final optimizer are then checked to come after it when the pipeline is read.
+  // Undeclared, the same check happens only when OPTIMIZER fires.
+  void replaces_the_optimizer() { assigns_optimizer_ = true; }
 
  private:
   std::string name_;
   std::vector<Ordering> ordering_;
+  bool assigns_optimizer_ = false;
 };
 
 }  // namespace tt

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "tt/error.h"
+#include "tt/registry.h"
 #include "tt/state.h"
 
 namespace tt {
@@ -26,12 +27,34 @@ std::string list_of(const std::vector<std::unique_ptr<Plugin>>& plugins) {
 }
 }  // namespace
 
+void PluginHost::add_pipeline_plugins(const std::vector<ComponentSpec>& plugins) {
+  Registry& reg = Registry::global();
+  for (const auto& spec : plugins) {
+    const auto& comp = reg.plugin(spec.name);
+    std::unique_ptr<Plugin> pl;
+    try {
+      pl = comp.factory(spec.options);
+    } catch (const ConfigError&) {
+      throw;  // the plugin's own check of its options: already names the option and the fix
+    } catch (const std::exception& e) {
+      TT_FAIL_AS(ModuleError, "plugin '", spec.name, "' (", comp.origin, "): factory threw: ", e.what());
+    }
+    TT_CHECK_AS(ModuleError, pl, "plugin '", spec.name, "' (", comp.origin, "): factory returned nothing");
+    pl->set_name(spec.name);
+    add_plugin(std::move(pl));
+  }
+}
+
 void PluginHost::check_ordering() const {
-  for (size_t i = 0; i < plugins_.size(); ++i)
+  std::vector<size_t> assigners;
+  for (size_t i = 0; i < plugins_.size(); ++i) {
+    if (plugins_[i]->assigns_the_optimizer()) assigners.push_back(i);
     for (const auto& rule : plugins_[i]->ordering())
       for (size_t j = i + 1; j < plugins_.size() && !rule.after.empty(); ++j)
         TT_CHECK_AS(ConfigError, plugins_[j]->name() != rule.after, "plugins: '", plugins_[i]->name(),
                     "' must be listed after '", rule.after, "' (", rule.why, "), but the list is ", list_of(plugins_));
+  }
+  check_optimizer_order(assigners);
 }
 
 void PluginHost::check_optimizer_order(const std::vector<size_t>& replacers) const {
@@ -74,7 +97,9 @@ void PluginHost::fire(Event e, State& s) {
   auto call = [&](Plugin& p) {
     try {
       const Calling in(p);
+      const bool stopping = s.stop;
       p.on(e, s);
+      if (s.stop && !stopping && stopped_by_.empty()) stopped_by_ = p.name();
     } catch (...) {
       rethrow_attributed(p, std::string(to_string(e)) + " " + where(e, s), s);
     }
@@ -87,6 +112,8 @@ void PluginHost::fire(Event e, State& s) {
       if (s.optimizer.get() != before) replacers.push_back(i);
     }
     check_optimizer_order(replacers);
+    optimizer_assigned_by_.clear();
+    for (size_t i : replacers) optimizer_assigned_by_ += (optimizer_assigned_by_.empty() ? "" : ", ") + plugins_[i]->name();
   } else if (runs_in_reverse(e)) {
     for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it) call(**it);
   } else {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tt/event.h"
+#include "tt/pipeline.h"
 #include "tt/plugin.h"
 
 namespace tt {
@@ -27,8 +28,13 @@ class PluginHost {
   // Callbacks run after every plugin, in the order added, for every event.
   void add_callback(std::unique_ptr<Plugin> callback);
 
-  // Checks the plugins' must_come_after declarations against the list (ConfigError naming
-  // both); must_wrap_the_final_optimizer is checked when OPTIMIZER fires.
+  // The pipeline's plugins, built by their factories and named, in list order: what a factory
+  // throws other than a ConfigError (its own check of its options), or a null plugin, is a
+  // ModuleError naming the plugin and its module.
+  void add_pipeline_plugins(const std::vector<ComponentSpec>& plugins);
+  // Checks the plugins' declared order against the list (ConfigError naming both):
+  // must_come_after, and must_wrap_the_final_optimizer against the plugins that declare they
+  // assign the optimizer. When OPTIMIZER fires, the plugins that did assign it are checked too.
   void check_ordering() const;
   void fire(Event event, State& state);
   // Every plugin's forward scope, entered in list order; destroy back to front to exit.
@@ -45,6 +51,11 @@ class PluginHost {
   }
 
   const std::vector<std::unique_ptr<Plugin>>& plugins() const { return plugins_; }
+  // The plugins that assigned state.optimizer when OPTIMIZER fired, in list order ("" when none):
+  // the run's optimizer is then theirs, not the pipeline's optimizer: section alone.
+  const std::string& optimizer_assigned_by() const { return optimizer_assigned_by_; }
+  // The plugin that set state.stop (ended the fit before its step or epoch limit), "" if none.
+  const std::string& stopped_by() const { return stopped_by_; }
   std::string names() const;  // "a,b" in list order
 
   // The plugin whose handler runs on this thread now (nullptr outside one): the hooks it adds
@@ -57,6 +68,8 @@ class PluginHost {
   void check_optimizer_order(const std::vector<size_t>& replacers) const;
   std::vector<std::unique_ptr<Plugin>> plugins_;
   std::vector<std::unique_ptr<Plugin>> callbacks_;
+  std::string optimizer_assigned_by_;
+  std::string stopped_by_;
 };
 
 }  // namespace tt

@@ -309,26 +309,6 @@ void claim_run_dir(Run& run) {
   run.log_file = std::make_shared<LogFileSink>(s.run_dir / "log.txt");
   log().sinks().push_back(run.log_file);
 }
-
-// The pipeline's plugins, in list order, from their registered factories.
-void make_plugins(Run& run) {
-  Registry& reg = Registry::global();
-  for (const auto& spec : run.pipeline.plugins) {
-    const auto& comp = reg.plugin(spec.name);
-    std::unique_ptr<Plugin> pl;
-    try {
-      pl = comp.factory(spec.options);
-    } catch (const ConfigError&) {
-      throw;  // the plugin's own check of its options: already names the option and the fix
-    } catch (const std::exception& e) {
-      TT_FAIL_AS(ModuleError, "plugin '", spec.name, "' (", comp.origin, "): factory threw: ", e.what());
-    }
-    TT_CHECK_AS(ModuleError, pl, "plugin '", spec.name, "' (", comp.origin, "): factory returned nothing");
-    pl->set_name(spec.name);
-    run.host.add_plugin(std::move(pl));
-  }
-}
-
 }  // namespace
 
 void write_pipeline_file(Run& run) {
@@ -368,7 +348,7 @@ void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins) {
   s.model->to(s.device);
   s.model->train();
 
-  make_plugins(run);
+  run.host.add_pipeline_plugins(p.plugins);
   for (auto& pl : extra_plugins) run.host.add_plugin(std::move(pl));
   run.host.check_ordering();
   run.host.fire(Event::INIT, s);

@@ -255,6 +255,17 @@ std::string PriorDataset::describe() const {
                      " features, ", o_.min_classes, "-", o_.max_classes, " classes");
 }
 
+namespace {
+void check_prior(const Options& o) {
+  const auto p = o.to<PriorOptions>();
+  o.check(p.min_features <= p.max_features, "min_features", "must be between 1 and max_features");
+  o.check(p.min_classes <= p.max_classes, "min_classes", "must be between 2 and max_classes");
+  o.check(p.max_classes * 2 <= p.rows, "max_classes", "needs at least 2 rows per class: raise rows");
+  o.check(p.support_min <= p.support_max, "support_min",
+          "and support_max must satisfy 0 < support_min <= support_max < 1");
+}
+}  // namespace
+
 Schema prior_schema() {
   using P = PriorOptions;
   return Schema()
@@ -274,16 +285,12 @@ Schema prior_schema() {
       .field("class_cause_share", &P::class_cause_share, 0.0, "share of tables whose class causes the features (class means in a few latent factors, features noisy mixtures of them: correlated features carrying the same evidence)").range(ge(0), le(1))
       .field("max_informative", &P::max_informative, 8, "most features a feature-function target depends on (drawn uniformly from 1 to this, at most the table's)").range(ge(1))
       .field("max_layers", &P::max_layers, 4, "deepest random MLP").range(ge(1))
-      .field("max_width", &P::max_width, 48, "widest random MLP layer").range(ge(4));
+      .field("max_width", &P::max_width, 48, "widest random MLP layer").range(ge(4))
+      .validate(check_prior);
 }
 
 Datasets make_prior(const Options& o, uint64_t seed) {
-  const auto p = o.to<PriorOptions>();
-  o.check(p.min_features <= p.max_features, "min_features", "must be between 1 and max_features");
-  o.check(p.min_classes <= p.max_classes, "min_classes", "must be between 2 and max_classes");
-  o.check(p.max_classes * 2 <= p.rows, "max_classes", "needs at least 2 rows per class: raise rows");
-  o.check(p.support_min <= p.support_max, "support_min",
-          "and support_max must satisfy 0 < support_min <= support_max < 1");
+  const auto p = o.to<PriorOptions>();  // checked together when read (check_prior)
   Datasets d;
   d.train = std::make_shared<PriorDataset>(p, p.tables, seed);
   if (p.validation_tables > 0) d.validation = std::make_shared<PriorDataset>(p, p.validation_tables, mix(seed, 0xC0FFEE));

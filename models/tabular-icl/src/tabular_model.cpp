@@ -568,6 +568,19 @@ std::optional<TabularIcl::Preprocess> parse_preprocess(const std::string& value)
   return views;
 }
 
+namespace {
+// The shape's and the views' checks, run when the pipeline is read.
+void check_model(const Options& o) {
+  const auto mo = o.to<ModelOptions>();
+  const Shape p = preset(mo.size);
+  const int64_t d_model = mo.d_model.value_or(p.d_model), n_heads = mo.n_heads.value_or(p.n_heads);
+  o.check(d_model % n_heads == 0, "d_model", detail::cat("(", d_model, ") must be a multiple of n_heads (", n_heads, ")"));
+  if (!parse_preprocess(mo.preprocess))
+    o.fail("preprocess", detail::cat("must be standard, quantile, pca or quantile-pca, or several of them joined by + "
+                                     "(mixed: standard+quantile), got '", mo.preprocess, "'"));
+}
+}  // namespace
+
 Schema model_schema() {
   using M = ModelOptions;
   return Schema()
@@ -585,7 +598,8 @@ Schema model_schema() {
       .field("max_members", &M::max_members, 64, "evaluation and prediction: the most members a table may need (its features / member_features; more than 10 classes add members until every pair of classes is told apart twice)").range(ge(1))
       .field("preprocess", &M::preprocess, "standard+quantile-pca", "evaluation and prediction: the members' views of the values, taken in turn: standard (standardized by the support rows), quantile (each feature through the support's empirical CDF onto a normal), pca (the support's principal components of the standardized values), quantile-pca (those of the quantile transform); several joined by + (mixed: standard+quantile)")
       .field("readout_temperature", &M::readout_temperature, 0.5, "evaluation and prediction: the readout attention's temperature (its logits divided by it; below 1 sharpens the class probabilities, which training at 1 leaves too soft on real tables)").range(gt(0))
-      .field("pca_variance", &M::pca_variance, 0.99, "evaluation and prediction: the pca views keep the leading components that hold this share of the support's variance (at most member_features)").range(gt(0), le(1));
+      .field("pca_variance", &M::pca_variance, 0.99, "evaluation and prediction: the pca views keep the leading components that hold this share of the support's variance (at most member_features)").range(gt(0), le(1))
+      .validate(check_model);
 }
 
 std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
@@ -599,15 +613,11 @@ std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
   take(mo.d_model, s.d_model);
   take(mo.n_layers, s.n_layers);
   take(mo.n_heads, s.n_heads);
-  take(mo.d_ff, s.d_ff);
-  o.check(s.d_model % s.n_heads == 0, "d_model", detail::cat("(", s.d_model, ") must be a multiple of n_heads (", s.n_heads, ")"));
+  take(mo.d_ff, s.d_ff);  // the shape and preprocess were checked when the options were read (check_model)
   std::shared_ptr<const Table> context;
   if (auto* ev = dynamic_cast<EvalSet*>(data.validation.get())) context = ev->shared_context();
   // a table the ensemble cannot take is refused before any work
   const auto views = parse_preprocess(mo.preprocess);
-  if (!views)
-    o.fail("preprocess", detail::cat("must be standard, quantile, pca or quantile-pca, or several of them joined by + "
-                                     "(mixed: standard+quantile), got '", mo.preprocess, "'"));
   if (context) plan_members(*context, mo.ensemble, mo.member_features, *views, mo.max_members);
   auto m = std::make_shared<TabularIcl>(s, context, mo.eval_chunk);
   m->set_ensemble(mo.ensemble, *views, mo.member_features, mo.max_members, mo.pca_variance);

@@ -114,13 +114,13 @@ Schema synthetic_schema() {
              "mean words per document (Poisson, at least 1)")
       .range(gt(0), le(1e9))
       // Any integer: a negative one has always been taken as its two's complement.
-      .field("seed", &SyntheticOptions::seed, std::nullopt, "generator seed (default: the pipeline seed)");
+      .field("seed", &SyntheticOptions::seed, std::nullopt, "generator seed (default: the pipeline seed)")
+      .validate([](const Options& o) { o.check(o.get_int("k") <= o.get_int("n_terms"), "k", "must not exceed n_terms"); });
   return add_batch_format_option(s);
 }
 
 Datasets make_synthetic(const Options& o, uint64_t pipeline_seed) {
   const auto a = o.to<SyntheticOptions>();
-  o.check(a.k <= a.n_terms, "k", "must not exceed n_terms");
   const uint64_t seed = a.seed ? static_cast<uint64_t>(*a.seed) : pipeline_seed;
   Datasets d;
   auto ds = std::make_shared<SyntheticDataset>(a.n_docs, a.n_terms, a.k, a.avg_doc_length, seed);

@@ -225,7 +225,8 @@ Schema model_schema() {
              "a row is next used (same result to float rounding, O(batch) instead of O(n) per step); false: "
              "every row every step, bitwise as a dense gradient")
       .field("lazy", &C::lazy, false,
-             "update only the batch's rows of L (sparse gradient, as sparse Adam); not tinytopics' semantics");
+             "update only the batch's rows of L (sparse gradient, as sparse Adam); not tinytopics' semantics")
+      .validate([](const Options& o) { o.check(!o.get_bool("lazy") || o.get_bool("fused"), "lazy", "needs fused: true"); });
 }
 
 std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
@@ -236,7 +237,6 @@ std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
   const auto c = o.to<TopicModel::Config>();
   o.check(c.k <= source->n_terms(), "k",
           "(" + std::to_string(c.k) + ") must not exceed the number of terms (" + std::to_string(source->n_terms()) + ")");
-  o.check(!c.lazy || c.fused, "lazy", "needs fused: true");
   return std::make_shared<TopicModel>(source->size(), source->n_terms(), c, source);
 }
 

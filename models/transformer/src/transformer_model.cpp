@@ -259,6 +259,23 @@ std::string TransformerLM::describe() const {
 
 // ---------------------------------------------------------------- options
 
+namespace {
+// The shape's checks that need no data, run when the pipeline is read (the factory adds those
+// against the tokenizer and the data's seq_len).
+void check_shape(const Options& o) {
+  const auto a = o.to<ModelOptions>();
+  if (a.target_params) {
+    for (const char* k : {"d_model", "n_layers", "n_heads", "d_ff"})
+      o.check(!o.is_set(k), k, "cannot be set together with target_params (which picks the shape); drop one");
+    return;
+  }
+  const int64_t d_model = a.d_model.value_or(Shape{}.d_model), n_heads = a.n_heads.value_or(heads_for(d_model));
+  o.check(d_model % n_heads == 0, "n_heads", detail::cat("(", n_heads, ") must divide d_model (", d_model, ")"));
+  o.check(a.positions == "learned" || (d_model / n_heads) % 2 == 0, "positions",
+          "rotary needs an even head dimension (d_model / n_heads)");
+}
+}  // namespace
+
 Schema model_schema() {
   const Shape base;  // d_model's and n_layers' defaults when neither they nor target_params are set
   return Schema()
@@ -288,7 +305,8 @@ Schema model_schema() {
              "text sampled at the end of training starts with this")
       .field("sample_tokens", &ModelOptions::sample_tokens, 200, "tokens sampled at the end (0: none)").range(ge(0))
       .field("temperature", &ModelOptions::temperature, 0.8, "sampling temperature (0: greedy)").range(ge(0))
-      .field("top_k", &ModelOptions::top_k, 40, "sample among the k most likely tokens (0: all)").range(ge(0));
+      .field("top_k", &ModelOptions::top_k, 40, "sample among the k most likely tokens (0: all)").range(ge(0))
+      .validate(check_shape);
 }
 
 std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
@@ -313,9 +331,7 @@ std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
   s.bias = a.bias;
   s.dropout = a.dropout;
 
-  if (a.target_params) {
-    for (const char* k : {"d_model", "n_layers", "n_heads", "d_ff"})
-      o.check(!o.is_set(k), k, "cannot be set together with target_params (which picks the shape); drop one");
+  if (a.target_params) {  // the shape's own checks ran when the options were read (check_shape)
     const int64_t target = *a.target_params;
     const auto picked = shape_for_parameters(target, s);
     o.check(picked.has_value(), "target_params",
@@ -327,9 +343,6 @@ std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {
     s.d_model = a.d_model.value_or(s.d_model);
     s.n_layers = a.n_layers.value_or(s.n_layers);
     s.n_heads = a.n_heads.value_or(heads_for(s.d_model));
-    o.check(s.d_model % s.n_heads == 0, "n_heads", detail::cat("(", s.n_heads, ") must divide d_model (", s.d_model, ")"));
-    o.check(s.learned_positions || (s.d_model / s.n_heads) % 2 == 0, "positions",
-            "rotary needs an even head dimension (d_model / n_heads)");
     s.d_ff = a.d_ff.value_or(4 * s.d_model);
   }
   Sampling sampling{};

@@ -25,7 +25,9 @@ class Adam8bitPlugin final : public tt::Plugin {
  public:
   // embeddings_32bit: 1 yes, 0 no, -1 auto (yes when the model has embedding tables).
   Adam8bitPlugin(tt::Options options, int64_t min_size, int embeddings_32bit)
-      : options_(std::move(options)), min_size_(min_size), embeddings_32bit_(embeddings_32bit) {}
+      : options_(std::move(options)), min_size_(min_size), embeddings_32bit_(embeddings_32bit) {
+    replaces_the_optimizer();
+  }
 
   void on(tt::Event event, tt::State& s) override {
     if (event == tt::Event::OPTIMIZER) replace(s);
