@@ -244,7 +244,8 @@ void ModuleLoader::load_file(const fs::path& file_in) {
     if (std::string why = misregistered(file, kind, name, added); !why.empty()) refusal = f + ": " + why;
   }
   if (!refusal.empty()) {
-    refused_.emplace(f, refusal);  // loading it again would register the same names twice
+    reg.remove_origin(f);           // nothing of a refused module is listed or used
+    refused_.emplace(f, refusal);  // and it is not loaded again
     throw ModuleError(refusal);
   }
   loaded_files_.push_back(f);

@@ -200,6 +200,18 @@ std::vector<Registry::Entry> Registry::entries(Kind k) const {
   return out;
 }
 
+void Registry::remove_origin(const std::string& origin) {
+  const auto from = [&origin](auto& table) {
+    for (auto it = table.begin(); it != table.end();) it = it->second.origin == origin ? table.erase(it) : std::next(it);
+  };
+  from(models_);
+  from(datasets_);
+  from(plugins_);
+  from(optimizers_);
+  from(schedules_);
+  from(data_tools_);
+}
+
 std::vector<std::string> Registry::names(Kind k) const {
   std::vector<std::string> out;
   for (const auto& e : entries(k)) out.push_back(e.name);

@@ -156,6 +156,8 @@ TEST(Loader, RefusesAModuleRegisteringAnotherNameThanItsOwn) {
   EXPECT_EQ(refusal("tt_plugin_test-wrong-registration.so"), expected);
   EXPECT_EQ(refusal("tt_plugin_test-wrong-registration.so"), expected);  // again: the same, not "already registered"
   EXPECT_FALSE(plugin_registered("test-wrong-registration"));
+  // what the refused module registered is neither listed nor usable
+  EXPECT_FALSE(plugin_registered("test-registered-name"));
 }
 
 TEST(Loader, ExplainsThrowingRegistration) {
@@ -250,11 +252,8 @@ TEST(Loader, PipelineFailsBeforeAndWorksAfterPluginPathIsSet) {
 TEST(Loader, ThrowingFactoryIsExplained) {
   PluginPath path(kDir.c_str());
   auto out = tt::test::temp_dir("loader");
-  auto p = tt::parse_pipeline(tt::test::topic_yaml(out, "  max_steps: 1\n", "plugins: [test-throwing-factory]\n"),
-                              "p.yaml");
-  tt::Trainer t(p, {out / "run", false, true});
-  try {
-    t.fit();
+  try {  // when the pipeline is read (each plugin is built then), before any run
+    tt::parse_pipeline(tt::test::topic_yaml(out, "  max_steps: 1\n", "plugins: [test-throwing-factory]\n"), "p.yaml");
     FAIL();
   } catch (const tt::ModuleError& e) {
     std::string m = e.what();

@@ -166,6 +166,9 @@ class TT_API Registry {
 
   // Set by the module loader while a module registers, so entries know their origin.
   void set_current_origin(std::string origin) { origin_ = std::move(origin); }
+  // Removes every entry `origin` registered (a module the loader refused after it registered:
+  // what it added is neither listed nor used).
+  void remove_origin(const std::string& origin);
 
  private:
   Registry();
