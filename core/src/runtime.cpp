@@ -203,7 +203,7 @@ const char* hex(uintptr_t v, char* buf) {
 // "  what 0x… (library+0x…, symbol+0x…)": where an address lies. dladdr is not on the list of
 // async-signal-safe functions, but it only reads the loader's tables; a crash inside the loader
 // itself may hang here, which the plain stack printed first does not depend on.
-void describe(const char* what, uintptr_t addr) {
+void describe(const char* what, uintptr_t addr, bool data = false) {
   char buf[24];
   Dl_info info{};
   const bool found = addr != 0 && ::dladdr(reinterpret_cast<void*>(addr), &info) != 0 && info.dli_fname;
@@ -211,8 +211,10 @@ void describe(const char* what, uintptr_t addr) {
   write_str(what);
   write_str(" ");
   write_str(hex(addr, buf));
-  if (!found) {
-    write_str(" (in no loaded library: a call through a bad or stale function pointer?)\n");
+  if (!found) {  // a data address is seldom in a library; code should be
+    write_str(!data        ? " (in no loaded library: a call through a bad or stale function pointer?)\n"
+              : addr < 4096 ? " (a null pointer: the code read or wrote through a pointer that is null)\n"
+                            : " (memory that is not mapped: a pointer freed, out of bounds, or never set)\n");
     return;
   }
   write_str(" (");
@@ -272,7 +274,10 @@ void on_crash(int sig, siginfo_t* si, void* context) {
     sp = static_cast<uintptr_t>(uc->uc_mcontext.sp);
   }
 #endif
-  if ((sig == SIGSEGV || sig == SIGBUS) && si) describe("fault address", reinterpret_cast<uintptr_t>(si->si_addr));
+  if ((sig == SIGSEGV || sig == SIGBUS) && si) {  // data unless it is the instruction's own (a bad call)
+    const auto fault = reinterpret_cast<uintptr_t>(si->si_addr);
+    describe("fault address", fault, fault != pc);
+  }
   if (pc) describe("instruction", pc);
   if (sp) {
     // Return addresses among the words above the stack pointer, nearest first (some may be

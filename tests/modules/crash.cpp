@@ -1,9 +1,11 @@
 // A test plugin that crashes its process (SIGSEGV) when training starts: tt-run's compare
 // mode must report such a variant as crashed and go on with the others. `how: bad-call` crashes
 // by calling through a function pointer that points nowhere (the unwinder then finds no frame
-// past the signal: the crash report must still say where the call came from).
+// past the signal: the crash report must still say where the call came from); `how: null-write`
+// writes through a null pointer.
 #include <csignal>
 #include <cstdint>
+#include <string>
 
 #include "tt/module.h"
 #include "tt/plugin.h"
@@ -13,10 +15,14 @@
 namespace {
 class Crash final : public tt::Plugin {
  public:
-  explicit Crash(bool bad_call) : bad_call_(bad_call) {}
+  explicit Crash(std::string how) : how_(std::move(how)) {}
   void on(tt::Event e, tt::State&) override {
     if (e != tt::Event::FIT_START) return;
-    if (!bad_call_) std::raise(SIGSEGV);
+    if (how_ == "raise") std::raise(SIGSEGV);
+    if (how_ == "null-write") {
+      int* volatile null = nullptr;
+      *null = 1;
+    }
     // a volatile pointer: the compiler can neither see the call is undefined nor drop it
     void (*volatile nowhere)() = reinterpret_cast<void (*)()>(std::uintptr_t{0x10});
     nowhere();
@@ -24,16 +30,17 @@ class Crash final : public tt::Plugin {
   }
 
  private:
-  bool bad_call_;
+  std::string how_;
   volatile int calls_ = 0;
 };
 
 void reg(tt::Registry& r) {
   r.add_plugin("test-crash", "test plugin that crashes at FIT_START",
                tt::Schema()
-                   .add("how", tt::Type::String, "raise", "raise: raise(SIGSEGV); bad-call: call the address 0x10")
-                   .choices({"raise", "bad-call"}),
-               [](const tt::Options& o) { return std::make_unique<Crash>(o.get_string("how") == "bad-call"); });
+                   .add("how", tt::Type::String, "raise",
+                        "raise: raise(SIGSEGV); bad-call: call the address 0x10; null-write: write through null")
+                   .choices({"raise", "bad-call", "null-write"}),
+               [](const tt::Options& o) { return std::make_unique<Crash>(o.get_string("how")); });
 }
 }  // namespace
 

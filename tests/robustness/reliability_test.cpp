@@ -658,5 +658,14 @@ TEST(Reliability, ACrashThroughABadFunctionPointerIsReportedWithItsCaller) {
   const auto first = r.output.find('\n', stack) + 1;
   const std::string line = r.output.substr(first, r.output.find('\n', first) - first);
   EXPECT_NE(line.find("tt_plugin_test-crash.so+0x"), std::string::npos) << r.output;
+  // a write through a null pointer is said to be one, not taken for a bad call
+  std::ofstream(dir / "n.yaml") << topic_yaml(dir, "  max_steps: 2\n", "plugins: [{name: test-crash, how: null-write}]\n");
+  const auto n = run(std::string("TT_PLUGIN_PATH=") + TT_TEST_MODULE_DIR + " " + tt_run_bin() + " " +
+                     (dir / "n.yaml").string() + " -q --run-dir " + (dir / "n").string());
+  EXPECT_EQ(n.rc, 128 + SIGSEGV) << n.output;
+  EXPECT_NE(n.output.find("fault address 0x0 (a null pointer: the code read or wrote through a pointer that is null)"),
+            std::string::npos) << n.output;
+  EXPECT_NE(n.output.find("instruction 0x"), std::string::npos) << n.output;
+  EXPECT_NE(n.output.find("tt_plugin_test-crash.so+0x"), std::string::npos) << n.output;
   fs::remove_all(dir);
 }
