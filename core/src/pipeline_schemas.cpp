@@ -12,7 +12,8 @@ const Schema& trainer_schema() {
           .range(ge(1))
           .add("max_steps", Type::Int, "~", "stop after this many optimizer steps (0: none: evaluate and write outputs only)")
           .range(ge(0))
-          .add("batch_size", Type::Int, "16", "examples per optimizer step")
+          .add("batch_size", Type::Int, "16", "examples per optimizer step, on each rank (as DDP's: a data-parallel step "
+               "takes this many times the world size)")
           .range(ge(1))
           .add("micro_batch_size", Type::Int, "~",
                "examples per forward/backward; gradients accumulate up to batch_size (default: batch_size)")

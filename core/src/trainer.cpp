@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <fstream>
+#include <limits>
 
 #include "train/callbacks.h"
 #include "train/checkpoints.h"
@@ -24,6 +25,26 @@
 namespace fs = std::filesystem;
 
 namespace tt {
+
+namespace {
+// Puts a module in eval mode while it lives, then gives each of its modules its mode back (in
+// the order modules() lists them, parents first: train(bool) sets the children too).
+class EvalMode {
+ public:
+  explicit EvalMode(torch::nn::Module& m) {
+    for (const auto& x : m.modules()) modes_.emplace_back(x, x->is_training());
+    m.eval();
+  }
+  ~EvalMode() {
+    for (const auto& [x, training] : modes_) x->train(training);
+  }
+  EvalMode(const EvalMode&) = delete;
+  EvalMode& operator=(const EvalMode&) = delete;
+
+ private:
+  std::vector<std::pair<std::shared_ptr<torch::nn::Module>, bool>> modes_;
+};
+}  // namespace
 
 struct Trainer::Impl {
   Run run;
@@ -57,7 +78,13 @@ struct Trainer::Impl {
     run.flush_optimizer();
     fire(Event::BEFORE_EVAL);
     PhaseScope phase("evaluating");
-    const Run::Peaks own = run.measure_apart([&] { s.metrics = s.model->evaluate(*run.data.validation, batch_size); });
+    // In eval mode (dropout off) and without autograd, as a model's own evaluate() may not set
+    // either; every module's mode (a part the model keeps in eval mode too) comes back after.
+    const Run::Peaks own = run.measure_apart([&] {
+      const torch::NoGradGuard no_grad;
+      const EvalMode eval_mode(*s.model);
+      s.metrics = s.model->evaluate(*run.data.validation, batch_size);
+    });
     run.eval_peaks = {std::max(run.eval_peaks.tensor, own.tensor), std::max(run.eval_peaks.rss, own.rss)};
     fire(Event::EVAL);
     fire(Event::AFTER_EVAL);
@@ -108,7 +135,8 @@ struct Trainer::Impl {
         }
       }
       if (run.done() && s.batch_in_epoch + 1 < s.batches_per_epoch) break;  // stopped mid-epoch
-      run.record.epoch_losses.push_back(run.epoch_batches ? run.epoch_loss_sum / run.epoch_batches : 0);
+      run.record.epoch_losses.push_back(run.epoch_batches ? run.epoch_loss_sum / run.epoch_batches
+                                                          : std::numeric_limits<double>::quiet_NaN());
       run.record.epoch_times.push_back(seconds_since(run.record.epoch_started));
       run.flush_optimizer();
       fire(Event::EPOCH_END);
@@ -143,6 +171,7 @@ struct Trainer::Impl {
     State& s = run.state;
     RunRecord& rec = run.record;
     rec.started = Clock::now();
+    rec.started_on_disk = fs::file_time_type::clock::now();
     set_phase("in setup");
     add_callbacks();
     setup_run(run, std::move(extra_plugins));
@@ -196,9 +225,11 @@ struct Trainer::Impl {
     }
     run.start_step = s.step;
     rec.setup_seconds = seconds_since(rec.started);
-    log().info("{}: {} | data {} | {} optimizer, {} schedule | plugins [{}] | {} threads | run dir {}",
+    const std::string& assigned_by = run.host.optimizer_assigned_by();
+    log().info("{}: {} | data {} | {} optimizer{}, {} schedule | plugins [{}] | {} threads | run dir {}",
                run.pipeline.name, s.model->describe(), run.data.train->describe(), run.pipeline.optimizer.name,
-               run.pipeline.schedule.name, run.host.names(), run.threads, s.run_dir.string());
+               assigned_by.empty() ? "" : " as replaced or wrapped by " + assigned_by, run.pipeline.schedule.name,
+               run.host.names(), run.threads, s.run_dir.string());
     if (run.resumed) log().info("resumed from {} at step {}", run.resumed_from, s.step);
     if (run.config.resume) write_pipeline_file(run);  // the overrides it was resumed with, now that they fit and it trains
 
@@ -235,6 +266,13 @@ struct Trainer::Impl {
     run.meter.set_cap(0);
     Meter::set_device_cap(0);
     end_training_measurements();
+    const int64_t steps_here = s.step - run.start_step;
+    TT_CHECK_AS(NumericError, steps_here == 0 || rec.dropped_batches < steps_here, "every one of the ", steps_here,
+                " steps had a loss that is not finite and was dropped (trainer.on_nan=skip): nothing was trained. "
+                "Check the data and the model's loss for NaN/inf, lower optimizer.lr, or set trainer.grad_clip");
+    if (rec.dropped_batches > 0)
+      log().warn("{} of {} steps had a loss that is not finite and were dropped (trainer.on_nan=skip)",
+                 rec.dropped_batches, steps_here);
     finish();
   }
 

@@ -195,5 +195,13 @@ TEST(Host, DeclaredOrderingIsCheckedWithOneMessageFormat) {
     EXPECT_EQ(fit_error(t), "");
     EXPECT_EQ(wrapper->wrapped, static_cast<const void*>(t.state().optimizer.get()));
     EXPECT_NE(dynamic_cast<torch::optim::SGD*>(t.state().optimizer.get()), nullptr);
+    // the run says whose optimizer it trained with, and estimates no state for the pipeline's
+    EXPECT_HAS(tt::test::read_file(out / "d" / "log.txt"), "sgd optimizer as replaced or wrapped by replacer,");
+    const json summary = tt::test::summary_of(out / "d");
+    EXPECT_FALSE(summary["memory_estimate"].contains("optimizer_state_bytes")) << summary["memory_estimate"];
+    EXPECT_EQ(summary["memory_estimate"]["plugins_not_counted"], json::parse(R"(["replacer", "wrapper"])"));
+    // the whole process's peak RSS beside the training loop's, never below it
+    EXPECT_GE(summary["memory"]["process_peak_rss_bytes"].get<int64_t>(),
+              summary["memory"]["peak_rss_bytes"].get<int64_t>());
   }
 }

@@ -473,16 +473,23 @@ TEST(Trainer, APluginsStateThatFailsToSaveOrLoadIsNamedWithItsCheckpoint) {
   }
   EXPECT_HAS(e, "plugin 'stateful' failed in load_state (" + (dir / "checkpoints" / "step-00000002.pt").string() +
                     "): bad state (test)");
+  // what is not a tt::Error (a key its version reads that the checkpoint lacks) is the plugin's
+  // too: the checkpoint is whole, so no older one is tried and no --overwrite is advised
   testing::internal::CaptureStderr();
   e = "no error";
+  int code = 0;
   try {
     with(dir, "read", true)->fit();
   } catch (const tt::Error& error) {
     e = error.what();
+    code = error.exit_code();
   }
   const std::string said = testing::internal::GetCapturedStderr();
-  EXPECT_HAS(said, "is unreadable (plugin 'stateful' could not read its state: bad state (test))");
-  EXPECT_HAS(e, "no readable checkpoint");
+  EXPECT_HAS(e, "plugin 'stateful' failed in load_state (" + (dir / "checkpoints" / "step-00000002.pt").string() +
+                    "): bad state (test) (its state in the checkpoint is not what this version of the plugin reads");
+  EXPECT_EQ(code, 2);
+  EXPECT_EQ(said.find("unreadable"), std::string::npos) << said;
+  EXPECT_EQ(e.find("--overwrite"), std::string::npos) << e;
 }
 
 TEST(Trainer, KeepsTheNewestCheckpoints) {
@@ -495,6 +502,85 @@ TEST(Trainer, KeepsTheNewestCheckpoints) {
   ASSERT_EQ(ckpts.size(), 2u);
   EXPECT_EQ(ckpts[0].filename(), "step-00000010.pt");
   EXPECT_EQ(ckpts[1].filename(), "step-00000012.pt");
+}
+
+// A model's own evaluate() runs in eval mode without autograd, as PyTorch users expect of a
+// trainer (dropout off, no graph), and training resumes in training mode after it.
+TEST(Trainer, EvaluationRunsInEvalModeWithoutGradientsAndTrainingResumesInTrainingMode) {
+  tt::test::register_test_components();
+  const auto out = tt::test::temp_dir("eval_mode");
+  const std::string yaml =
+      "model: test-eval-mode\ndata: {name: test-regression-data, n: 32}\noptimizer: sgd\n"
+      "trainer: {batch_size: 8, max_steps: 4, eval_every: 2, threads: 1, progress: off}\noutput: {plots: false}\n";
+  tt::Trainer t(tt::parse_pipeline(yaml, "p.yaml"), {out / "run", false, true});
+  std::vector<bool> training_at_batch;
+  t.add_plugin(std::make_unique<tt::test::OnEvent>(
+      Event::BATCH_START, [&](tt::State& s) { training_at_batch.push_back(s.model->is_training()); }));
+  t.fit();
+  const auto validation = tt::test::summary_of(out / "run")["validation"];
+  EXPECT_EQ(validation["in_training_mode"], 0.0) << validation;
+  EXPECT_EQ(validation["grad_enabled"], 0.0) << validation;
+  EXPECT_EQ(training_at_batch, std::vector<bool>(4, true));
+}
+
+// A loss the trainer cannot step on names the model and what is wrong with it.
+TEST(Trainer, ALossThatIsNotAScalarOrHasNoGraphIsNamedForWhatItIs) {
+  tt::test::register_test_components();
+  const auto out = tt::test::temp_dir("bad_loss");
+  for (const auto& [how, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"vector", "model (test-bad-loss) returned a loss of shape [8], not a scalar: reduce it"},
+           {"detached", "model (test-bad-loss) returned a loss at step 1 that no gradient flows from: it was detached"}}) {
+    const std::string yaml = "model: {name: test-bad-loss, how: " + how +
+                             "}\ndata: {name: test-regression-data, n: 32}\noptimizer: sgd\n"
+                             "trainer: {batch_size: 8, max_steps: 2, threads: 1, progress: off}\noutput: {plots: false}\n";
+    tt::Trainer t(tt::parse_pipeline(yaml, "p.yaml"), {out / how, false, true});
+    std::string e = "no error";
+    try {
+      t.fit();
+    } catch (const tt::Error& error) {
+      e = error.what();
+    }
+    EXPECT_HAS(e, expect);
+  }
+}
+
+// A metric a plugin names as one of the trainer's fields does not replace the trainer's loss in
+// metrics.jsonl; a warning says so, once.
+TEST(Trainer, APluginsMetricNamedLossLeavesTheTrainersLossInPlace) {
+  const auto out = tt::test::temp_dir("metric_loss");
+  tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 3\n"), {out / "run", false, true});
+  t.add_plugin(std::make_unique<tt::test::OnEvent>(Event::AFTER_STEP, [](tt::State& s) {
+    s.metrics["loss"] = 12345;
+    s.metrics["mine"] = 7;
+  }));
+  testing::internal::CaptureStderr();
+  t.fit();
+  const std::string said = testing::internal::GetCapturedStderr();
+  const auto lines = tt::test::step_lines(out / "run" / "metrics.jsonl");
+  ASSERT_EQ(lines.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const auto line = nlohmann::json::parse(lines[i]);
+    EXPECT_DOUBLE_EQ(line["loss"].get<double>(), t.step_losses()[i]) << lines[i];
+    EXPECT_EQ(line["mine"], 7) << lines[i];
+  }
+  const std::string warning = "set state.metrics[\"loss\"], a field of the trainer's own in metrics.jsonl";
+  EXPECT_HAS(said, warning);
+  EXPECT_EQ(said.find(warning), said.rfind(warning)) << said;
+}
+
+// A plugin that ends the fit early (state.stop, as early stopping does) is named in the summary:
+// the run completed, but not to its step limit.
+TEST(Trainer, AnEarlyStopNamesThePluginThatStoppedTheRun) {
+  const auto out = tt::test::temp_dir("early_stop");
+  tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 6\n"), {out / "run", false, true});
+  auto stopper = std::make_unique<tt::test::OnEvent>(Event::AFTER_STEP, [](tt::State& s) { s.stop = s.step == 2; });
+  stopper->set_name("early-stop");
+  t.add_plugin(std::move(stopper));
+  t.fit();
+  const auto summary = tt::test::summary_of(out / "run");
+  EXPECT_EQ(summary["status"], "completed");
+  EXPECT_EQ(summary["steps"], 2);
+  EXPECT_EQ(summary["stopped_early_by"], "early-stop");
 }
 
 TEST(Trainer, NanLossIsAClearErrorOrSkipped) {
@@ -516,7 +602,34 @@ TEST(Trainer, NanLossIsAClearErrorOrSkipped) {
   s.fit();
   auto summary = tt::test::summary_of(out / "b");
   EXPECT_EQ(summary["skipped_steps"], 1);
+  EXPECT_EQ(summary["dropped_batches"], 1);
   EXPECT_EQ(summary["steps"], 4);
+  // The dropped batch has no loss (null), and the epoch's mean is that of the three others:
+  // a 0 in its place would pull it down as if the batch had fitted perfectly.
+  const auto lines = tt::test::step_lines(out / "b" / "metrics.jsonl");
+  ASSERT_EQ(lines.size(), 4u);
+  const auto first = nlohmann::json::parse(lines[0]);
+  EXPECT_TRUE(first["loss"].is_null()) << lines[0];
+  EXPECT_EQ(first["dropped"], true) << lines[0];
+  double sum = 0;
+  for (size_t i = 1; i < 4; ++i) sum += nlohmann::json::parse(lines[i])["loss"].get<double>();
+  EXPECT_DOUBLE_EQ(summary["first_epoch_loss"].get<double>(), sum / 3);
+  EXPECT_EQ(summary["final_loss"], nlohmann::json::parse(lines[3])["loss"]);
+
+  // A run whose every step was dropped trained nothing: a numeric error, not "completed".
+  tt::Trainer none(tt::parse_pipeline(yaml, "p.yaml", {"trainer.on_nan=skip", "trainer.max_steps=1"}),
+                   {out / "c", false, true});
+  int code = 0;
+  std::string e;
+  try {
+    none.fit();
+  } catch (const tt::Error& error) {
+    code = error.exit_code();
+    e = error.what();
+  }
+  EXPECT_EQ(code, 5) << e;
+  EXPECT_HAS(e, "every one of the 1 steps had a loss that is not finite and was dropped");
+  EXPECT_EQ(tt::test::summary_of(out / "c")["status"], "failed");
 }
 
 TEST(Trainer, WritesRunDirectory) {
@@ -530,6 +643,17 @@ TEST(Trainer, WritesRunDirectory) {
   t.fit();
   const fs::path dir = t.run_dir();
   EXPECT_EQ(dir.parent_path(), out);
+  {  // a file the user left in a run directory before its run is not listed among its outputs
+    fs::create_directories(out / "own");
+    std::ofstream(out / "own" / "notes.txt") << "mine\n";
+    fs::last_write_time(out / "own" / "notes.txt", fs::file_time_type::clock::now() - std::chrono::hours(1));
+    tt::Trainer own(tt::parse_pipeline(yaml, "p.yaml"), {out / "own", false, true});
+    own.fit();
+    const auto outputs = tt::test::summary_of(out / "own")["outputs"].dump();
+    EXPECT_EQ(outputs.find("notes.txt"), std::string::npos) << outputs;
+    EXPECT_HAS(outputs, "metrics.jsonl");
+    EXPECT_HAS(outputs, "loss.png");
+  }
   EXPECT_EQ(dir.filename().string().rfind("reg-", 0), 0u);
   for (const char* f : {"pipeline.yaml", "metrics.jsonl", "summary.json", "log.txt"}) EXPECT_TRUE(fs::exists(dir / f)) << f;
   auto summary = tt::test::summary_of(dir);

@@ -152,6 +152,32 @@ class Regression : public Model {
   torch::nn::Linear lin_{nullptr};
 };
 
+// Regression whose evaluate() reports the mode it was called in (a model's own evaluate that
+// sets neither eval mode nor no-grad itself, as a user's may not).
+class ModeReporting : public Regression {
+ public:
+  using Regression::Regression;
+  std::map<std::string, double> evaluate(Dataset&, int64_t) override {
+    return {{"val_loss", 1.0}, {"in_training_mode", is_training() ? 1.0 : 0.0},
+            {"grad_enabled", torch::GradMode::is_enabled() ? 1.0 : 0.0}};
+  }
+};
+
+// Regression whose loss is wrong as `how` says: "vector" (per example, not reduced) or
+// "detached" (no graph).
+class BadLoss : public Regression {
+ public:
+  BadLoss(int64_t d, std::string how) : Regression(d), how_(std::move(how)) {}
+  ModelOutput forward_loss(const Batch& b) override {
+    ModelOutput o = Regression::forward_loss(b);
+    o.loss = how_ == "vector" ? o.loss.expand({b.size}) : o.loss.detach();
+    return o;
+  }
+
+ private:
+  std::string how_;
+};
+
 }  // namespace
 
 void register_test_components() {
@@ -174,6 +200,15 @@ void register_test_components() {
   r.add_model("test-regression", "linear regression, mean squared error", Schema(),
               [](const Options&, const Datasets& d) {
                 return std::make_shared<Regression>(d.train->info().at("features"));
+              });
+  r.add_model("test-bad-loss", "linear regression returning a wrong loss",
+              Schema().add("how", Type::String, "vector", "vector or detached").choices({"vector", "detached"}),
+              [](const Options& o, const Datasets& d) {
+                return std::make_shared<BadLoss>(d.train->info().at("features"), o.get_string("how"));
+              });
+  r.add_model("test-eval-mode", "linear regression whose evaluate() reports its mode", Schema(),
+              [](const Options&, const Datasets& d) {
+                return std::make_shared<ModeReporting>(d.train->info().at("features"));
               });
 }
 

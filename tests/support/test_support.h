@@ -88,7 +88,9 @@ struct RunResult {
 // Runs a shell command, stdout and stderr together.
 RunResult run(const std::string& command);
 
-// Registers "test-regression" (model, mean-reduced MSE) and "test-regression-data".
+// Registers "test-regression" (model, mean-reduced MSE), "test-eval-mode" (the same, its
+// evaluate() reporting in_training_mode and grad_enabled), "test-bad-loss" (its loss not reduced
+// or detached, as its option `how` says) and "test-regression-data".
 void register_test_components();
 
 // A pipeline of the test-regression model with validation data (64 examples, batch 16, SGD),

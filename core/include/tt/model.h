@@ -48,7 +48,8 @@ class TT_API Model : public torch::nn::Module {
  public:
   ~Model() override;
   virtual ModelOutput forward_loss(const Batch& batch) = 0;
-  // Validation metrics; by default the example-weighted mean loss over the dataset.
+  // Validation metrics; by default the example-weighted mean loss over the dataset. The trainer
+  // calls it in eval mode under torch::NoGradGuard and puts the model back in training mode after.
   virtual std::map<std::string, double> evaluate(Dataset& data, int64_t batch_size);
   // Called once at the end of training: write fitted parameters, samples, tables.
   virtual void write_outputs(const std::filesystem::path& run_dir, State& state);

@@ -36,6 +36,8 @@ struct StepReport {
   int64_t examples = 0;                    // examples of the batch, over all ranks
   double lr = 0;                           // the learning rate the step used
   bool skipped = false;                    // no update applied (a plugin vetoed it, or NaN with on_nan: skip)
+  bool dropped = false;                    // its loss was not finite (on_nan: skip): batch_loss is NaN and
+                                           // the epoch's mean loss leaves it out
   std::optional<double> grad_norm;         // before clipping, when trainer.grad_clip is set
   std::optional<double> optimizer_seconds; // when the optimizer stepped
   std::optional<double> comm_seconds;      // in collectives (data-parallel runs)

@@ -4,6 +4,7 @@
 #include "train/callbacks.h"
 #include "train/checkpoints.h"
 #include "tt/json_text.h"
+#include "tt/log.h"
 
 namespace tt {
 
@@ -31,12 +32,13 @@ void MetricsLog::on(Event event, State& s) {
     if (r.optimizer_seconds) line["optimizer_seconds"] = *r.optimizer_seconds;
     if (r.comm_seconds) line["comm_seconds"] = *r.comm_seconds;
     if (r.skipped) line["skipped"] = true;
-    for (const auto& [k, v] : s.metrics) line[k] = v;
+    if (r.dropped) line["dropped"] = true;  // its loss, not finite, is written null
+    add_metrics(line, s);
     file_.write(json_text(line));
   }
   if (event == Event::AFTER_EVAL) {
     json line{{"step", s.step}};
-    for (const auto& [k, v] : s.metrics) line[k] = v;
+    add_metrics(line, s);
     file_.write(json_text(line));
   }
   if (event == Event::EPOCH_END) {
@@ -47,6 +49,17 @@ void MetricsLog::on(Event event, State& s) {
                      {"rss", Meter::rss()},
                      {"rss_anon", Meter::rss_anon()}}
                     .dump());  // numbers only
+  }
+}
+
+void MetricsLog::add_metrics(json& line, const State& s) {
+  for (const auto& [k, v] : s.metrics) {
+    if (!line.contains(k)) {
+      line[k] = v;
+    } else if (warned_.insert(k).second) {
+      log().warn("a plugin or the model set state.metrics[\"{}\"], a field of the trainer's own in metrics.jsonl: the "
+                 "trainer's is kept; give the metric a name of its own (e.g. prefixed with the plugin's)", k);
+    }
   }
 }
 

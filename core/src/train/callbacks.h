@@ -9,6 +9,7 @@
 //                    run's summary.json (status "failed") through write_failure
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "train/run.h"
@@ -23,9 +24,13 @@ class MetricsLog final : public Plugin {
   void on(Event event, State& state) override;
 
  private:
+  // Adds state.metrics to a line; a metric named as a field the trainer wrote in it (loss,
+  // step, lr, ...) leaves the trainer's in place, with a warning the first time.
+  void add_metrics(nlohmann::json& line, const State& state);
   const Run& run_;
   MetricsFile file_;
   int64_t log_every_ = 1;
+  std::set<std::string> warned_;
 };
 
 class ProgressDisplay final : public Plugin {

@@ -67,14 +67,20 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
   for (size_t i = 0; i < plugins.size(); ++i) {
     torch::serialize::InputArchive pa;
     ar.read("plugin_" + std::to_string(i), pa);
-    // A tt::Error it throws stops the resume, naming the plugin; anything else makes this
-    // checkpoint unreadable (the one before is tried), the plugin named in the warning.
+    // The file is whole (checked above): what load_state throws is the plugin's, not damage, and
+    // stops the resume naming it (an older checkpoint would fail alike, or lose the steps since).
+    // A LibTorch error here is most often a key the plugin's version reads that the one which
+    // wrote the checkpoint did not write.
     try {
       plugins[i]->load_state(pa);
     } catch (const Error&) {
       PluginHost::rethrow_attributed(*plugins[i], "load_state (" + file.string() + ")", s);
     } catch (const std::exception& e) {
-      throw std::runtime_error("plugin '" + plugins[i]->name() + "' could not read its state: " + e.what());
+      std::string what = e.what();  // LibTorch appends its C++ stack after the first line
+      what = what.substr(0, what.find('\n'));
+      TT_FAIL_AS(ConfigError, "plugin '", plugins[i]->name(), "' failed in load_state (", file.string(), "): ", what,
+                 " (its state in the checkpoint is not what this version of the plugin reads: resume with the "
+                 "version that wrote it, or have load_state read the older state)");
     }
   }
   at::Tensor rng;

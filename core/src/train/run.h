@@ -56,9 +56,11 @@ auto with_context(const std::string& what, F&& f) -> decltype(f()) {
 
 // What the loop recorded, for metrics lines and the summary.
 struct RunRecord {
-  std::vector<double> step_losses, step_times, optimizer_times, comm_times;
-  std::vector<double> epoch_losses, epoch_times;
+  std::vector<double> step_losses, step_times, optimizer_times, comm_times;  // a dropped batch's loss is NaN
+  std::vector<double> epoch_losses, epoch_times;  // NaN: every batch of the epoch was dropped
+  int64_t dropped_batches = 0;                     // by this process: non-finite losses (on_nan: skip)
   Clock::time_point started, train_started, epoch_started;
+  std::filesystem::file_time_type started_on_disk;  // the files this process writes are newer
   double setup_seconds = 0, train_seconds = 0;
   struct rusage usage_start {}, usage_end {};  // around the training loop
   std::map<std::string, double> validation;    // the last evaluation's metrics

@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -36,9 +38,15 @@ void RunReport::on(Event event, State&) {
   summary_["status"] = "completed";
   write_plots();
   const fs::path dir = run_.state.run_dir;
+  // The files this run wrote: a file left in the directory before it started (a user's notes,
+  // an earlier run's predictions.csv) is not one of its outputs. A second of slack: the file
+  // system stamps with a coarser clock.
   std::vector<std::string> files{"summary.json"};
+  const auto since = run_.record.started_on_disk - std::chrono::seconds(1);
+  std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir))
-    if (e.is_regular_file() && e.path().extension() != ".dat" && e.path().filename() != "summary.json")
+    if (e.is_regular_file() && e.path().extension() != ".dat" && e.path().filename() != "summary.json" &&
+        e.last_write_time(ec) >= since && !ec)
       files.push_back(e.path().filename().string());
   std::sort(files.begin(), files.end());
   const auto ckpts = list_checkpoints(dir / "checkpoints");
@@ -125,7 +133,16 @@ json RunReport::build() const {
         {"measured_on", s.device.is_cuda() ? "cuda caching allocator" : "cpu tracking allocator"}}},
       {"outputs", json::array()},
   };
-  if (!rec.step_losses.empty()) sum["final_loss"] = rec.step_losses.back();  // none without a step (max_steps: 0)
+  // The last step's loss that is finite: none without a step (max_steps: 0) or where every step
+  // was dropped for a loss that is not (on_nan: skip; dropped_batches says how many were).
+  const auto last_finite = std::find_if(rec.step_losses.rbegin(), rec.step_losses.rend(),
+                                        [](double l) { return std::isfinite(l); });
+  if (last_finite != rec.step_losses.rend()) sum["final_loss"] = *last_finite;
+  if (rec.dropped_batches > 0) sum["dropped_batches"] = rec.dropped_batches;
+  // The whole process's high-water mark (set-up, evaluation, checkpoint writes included), beside
+  // the training loop's peak_rss_bytes: what a container or a cgroup must allow.
+  struct rusage self {};
+  if (getrusage(RUSAGE_SELF, &self) == 0) sum["memory"]["process_peak_rss_bytes"] = int64_t{self.ru_maxrss} * 1024;
   if (outputs_only_) {  // the training's figures are the stopped run's, where it wrote them; else not measured
     sum["outputs_only"] = true;
     for (const char* k : {"memory", "train_seconds", "final_loss", "median_step_seconds", "median_optimizer_seconds",
@@ -157,6 +174,7 @@ json RunReport::build() const {
     sum["final_epoch_loss"] = rec.epoch_losses.back();
   }
   if (!rec.validation.empty()) sum["validation"] = rec.validation;
+  if (!run_.host.stopped_by().empty()) sum["stopped_early_by"] = run_.host.stopped_by();  // state.stop, before the limit
   if (run_.dist) {
     sum["median_comm_seconds"] = median(rec.comm_times);
     sum["replica_parameter_hashes"] = rec.replica_hashes;
@@ -177,8 +195,13 @@ json RunReport::memory_estimate() const {
   int64_t trainable_bytes = 0;
   for (const auto& t : run_.trainable) trainable_bytes += static_cast<int64_t>(t.nbytes());
   json e = {{"parameters_bytes", s.memory.parameters}, {"gradients_bytes", trainable_bytes}};
+  // What plugins change (checkpointing's activations, adam8bit's state, offload) is not in it.
+  if (!run_.host.plugins().empty()) e["plugins_not_counted"] = json::parse("[]");
+  for (const auto& pl : run_.host.plugins()) e["plugins_not_counted"].push_back(pl->name());
+  // The pipeline's optimizer's estimate, unless a plugin assigned the run another (adam8bit's
+  // 8-bit state, an optimizer of a plugin's own): then there is none.
   const auto& optimizer = Registry::global().optimizer(run_.pipeline.optimizer.name);
-  if (optimizer.state_bytes)
+  if (optimizer.state_bytes && run_.host.optimizer_assigned_by().empty())
     e["optimizer_state_bytes"] = optimizer.state_bytes(run_.pipeline.optimizer.options, trainable_bytes);
   const int64_t act = s.model->estimate_activation_bytes(s.micro_batch_size);
   if (act >= 0) e["activations_bytes"] = act;
@@ -186,16 +209,18 @@ json RunReport::memory_estimate() const {
 }
 
 void RunReport::write_plots() const {
-  const auto& losses = run_.record.step_losses;
+  std::vector<std::pair<int64_t, double>> losses;  // steps with a loss: a dropped batch's is NaN
+  for (size_t i = 0; i < run_.record.step_losses.size(); ++i)
+    if (std::isfinite(run_.record.step_losses[i]))
+      losses.emplace_back(run_.start_step + static_cast<int64_t>(i) + 1, run_.record.step_losses[i]);
   if (!run_.pipeline.output.get_bool("plots") || losses.empty()) return;
   const fs::path data_file = run_.state.run_dir / "loss.dat";
   {
     std::ostringstream out;
-    for (size_t i = 0; i < losses.size(); ++i)
-      out << (run_.start_step + static_cast<int64_t>(i) + 1) << ' ' << losses[i] << '\n';
+    for (const auto& [step, loss] : losses) out << step << ' ' << loss << '\n';
     write_file_atomic(data_file, out.str());
   }
-  const bool logy = *std::min_element(losses.begin(), losses.end()) > 0;
+  const bool logy = std::all_of(losses.begin(), losses.end(), [](const auto& l) { return l.second > 0; });
   plot_png(data_file, run_.state.run_dir / "loss.png", run_.pipeline.name + ": training loss", "step", "loss", "1:2",
            logy);
 }
@@ -213,6 +238,8 @@ void RunReport::print() const {
   if (summary_.contains("steps_per_second"))
     out += fmt::format(", {:.1f} steps/s, median step {:.2f} ms", summary_["steps_per_second"].get<double>(),
                        1e3 * summary_["median_step_seconds"].get<double>());
+  if (summary_.contains("stopped_early_by"))
+    out += fmt::format("; stopped early by plugin '{}'", summary_["stopped_early_by"].get<std::string>());
   out += outputs_only_ ? "; trained before, this run wrote the outputs\n" : "\n";
   if (run_.record.epoch_losses.size() > 1)
     out += fmt::format("  loss       epoch {}: {:.6g}  ->  epoch {}: {:.6g}\n", summary_["first_epoch"].get<int64_t>(),
@@ -229,10 +256,14 @@ void RunReport::print() const {
                        m["gradients_bytes"].get<int64_t>() - m["optimizer_state_bytes"].get<int64_t>() -
                        m["activations_bytes"].get<int64_t>();
   out += fmt::format("  memory     peak tensors {} = params {} + grads {} + optimizer {} + activations {} + rest {}; "
-                     "peak RSS {}\n",
+                     "peak RSS {}{}\n",
                      format_bytes(m["peak_tensor_bytes"]), format_bytes(m["parameters_bytes"]),
                      format_bytes(m["gradients_bytes"]), format_bytes(m["optimizer_state_bytes"]),
-                     format_bytes(m["activations_bytes"]), format_bytes(rest), format_bytes(m["peak_rss_bytes"]));
+                     format_bytes(m["activations_bytes"]), format_bytes(rest), format_bytes(m["peak_rss_bytes"]),
+                     m.contains("process_peak_rss_bytes")
+                         ? " (training; the process's " + format_bytes(m["process_peak_rss_bytes"]) + ")"
+                         : std::string());
+
   if (rest < 0)
     out += "             (rest < 0: each part is its own largest, and they were not all live at the peak: gradients "
            "are freed before each forward, the optimizer's state is made by the first step)\n";

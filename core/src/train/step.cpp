@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
 
 #include "train/grad_sync.h"
 #include "tt/extension.h"
@@ -71,7 +72,9 @@ Accumulated forward_backward(Run& run) {
       while (!scopes.empty()) scopes.pop_back();  // exit in reverse order
     }
     run.host.fire(Event::AFTER_FORWARD, s);
-    TT_CHECK(s.output.loss.defined() && s.output.loss.numel() == 1, "model (", model_name, ") returned no scalar loss");
+    TT_CHECK(s.output.loss.defined(), "model (", model_name, ") returned no loss (ModelOutput::loss is undefined)");
+    TT_CHECK(s.output.loss.numel() == 1, "model (", model_name, ") returned a loss of shape ", s.output.loss.sizes(),
+             ", not a scalar: reduce it (mean or sum) and say which in ModelOutput::reduction");
     acc.sum_reduced = s.output.reduction != Reduction::Mean;
     const double weight = acc.sum_reduced ? 1.0 : static_cast<double>(s.micro.size) / static_cast<double>(batch.size);
     const double raw = s.output.loss.item<double>();
@@ -85,6 +88,9 @@ Accumulated forward_backward(Run& run) {
     run.host.fire(Event::AFTER_LOSS, s);
     s.memory.activations = std::max(s.memory.activations, run.live_foreground() - before);
     run.host.fire(Event::BEFORE_BACKWARD, s);
+    TT_CHECK(s.loss.requires_grad(), "model (", model_name, ") returned a loss at step ", s.step + 1,
+             " that no gradient flows from: it was detached (.item(), .detach()), computed under torch::NoGradGuard, "
+             "or from no trainable parameter");
     run.gradient_ready.arm(s.micro_index + 1 == s.micro_count);
     with_context(detail::cat("backward at step ", s.step + 1), [&] {
       s.loss.backward();
@@ -191,8 +197,8 @@ bool fused_step(Run& run) {
   TT_CHECK(f.output.loss.defined() && f.output.loss.numel() == 1, "model (", run.pipeline.model.name,
            ") returned no scalar loss from its fused step");
   const double loss = f.output.loss.item<double>();
-  s.skip_step = !finite_or_dropped(run, loss);  // the model left its parameters as they were
-  s.batch_loss = s.skip_step ? 0.0 : loss;
+  s.skip_step = s.last_step.dropped = !finite_or_dropped(run, loss);  // the model left its parameters as they were
+  s.batch_loss = loss;
   // The first step of this process: what it left live is the optimizer state it created (all
   // of it in a new run; none after a resume, whose checkpoint brought the state) and the model's
   // workspace for that step's batch (the activations figure).
@@ -228,7 +234,7 @@ void usual_step(Run& run) {
     run.gradients_measured = true;
   }
   if (acc.ok && run.gradient_ready.active()) run.gradient_ready.complete();
-  if (!acc.ok) s.skip_step = true;
+  if (!acc.ok) s.skip_step = s.last_step.dropped = true;
   run.host.fire(Event::BEFORE_STEP, s);
   optimizer_step(run);
   run.host.fire(Event::AFTER_STEP, s);
@@ -277,9 +283,14 @@ void train_step(Run& run, Batch batch, Clock::time_point started) {
   s.last_step.seconds = seconds_since(started);
   s.last_step.examples = run.sync ? run.sync->global_examples() : examples;  // the whole run's throughput
   run.record.step_times.push_back(s.last_step.seconds);
+  if (s.last_step.dropped) {  // no loss to report or average (metrics.jsonl: null)
+    s.batch_loss = std::numeric_limits<double>::quiet_NaN();
+    ++run.record.dropped_batches;
+  } else {
+    run.epoch_loss_sum += s.batch_loss;
+    ++run.epoch_batches;
+  }
   run.record.step_losses.push_back(s.batch_loss);
-  run.epoch_loss_sum += s.batch_loss;
-  ++run.epoch_batches;
   run.host.fire(Event::BATCH_END, s);
 }
 
