@@ -191,6 +191,24 @@ TEST(Planner, BelowAnythingPossibleItSaysSoAndByHowMuch) {
   EXPECT_NE(plan.why.find("over"), std::string::npos) << plan.why;
 }
 
+// With the search cut short (max_probes 0: calibration only), nothing measured fits; the
+// configuration estimated smallest is then measured, and where its peak fits it is the choice,
+// not the shortfall of a plan that found nothing.
+TEST(Planner, TheSmallestEstimateMeasuredWhenNothingFitsIsChosenWhereItFits) {
+  Table t;
+  auto s = settings();
+  s.max_probes = 0;
+  tt::plan::Planner planner(t.dims, s, t.probe());
+  const auto plan = planner.plan(400);  // limit 360: no calibration probe (520 and up) fits
+  ASSERT_TRUE(plan.found) << plan.why;
+  EXPECT_LE(plan.chosen_cost.peak, plan.limit);
+  EXPECT_EQ(plan.chosen_cost.peak, t.cost(plan.chosen).peak);  // measured
+  EXPECT_EQ(plan.shortfall, 0);
+  EXPECT_EQ(plan.why.find("nothing fits"), std::string::npos) << plan.why;
+  for (const auto& r : plan.rows)
+    if (r.verdict == "fits") ADD_FAILURE() << r.label << " fits and is not the choice";
+}
+
 TEST(Planner, AWrongEstimateNeverLetsAConfigurationOverTheLimitBeChosen) {
   Table t;
   t.interaction = 1.6;  // ckpt-all with quant holds more than the product of their factors

@@ -340,6 +340,16 @@ Plan Planner::plan(int64_t budget, const Candidate* at_least, bool search) {
     }
   }
   const Row* best = best_fit();
+  if (!best) {
+    // Nothing measured fits: measure the configuration estimated smallest (estimates can be low,
+    // and --max-probes may have stopped the search before it). If it fits, it is the choice;
+    // otherwise its peak is the measured shortfall below.
+    const Row* smallest = nullptr;
+    for (const auto& r : rows)
+      if (!smallest || r.est_peak < smallest->est_peak) smallest = &r;
+    if (smallest && !measured(smallest->candidate)) measure(smallest->candidate, counter);
+    best = best_fit();
+  }
   if (best && at_least) {
     const Cost* floor = measured(*at_least);
     if (fits(floor) && beats(*at_least, *floor, best->candidate, *measured(best->candidate)))
@@ -349,12 +359,7 @@ Plan Planner::plan(int64_t budget, const Candidate* at_least, bool search) {
   const Row* fastest_row = fastest_fit();
   const Candidate fastest = fastest_row ? fastest_row->candidate : Candidate{};
   if (!best) {
-    // Nothing fits: measure the configuration estimated smallest, so that the shortfall is a
-    // measured figure, not an estimate.
-    const Row* smallest = nullptr;
-    for (const auto& r : rows)
-      if (!smallest || r.est_peak < smallest->est_peak) smallest = &r;
-    if (smallest && !measured(smallest->candidate)) measure(smallest->candidate, counter);
+    // Nothing fits, the smallest estimate measured too: the shortfall is a measured figure.
     const Cost* least = nullptr;
     for (const auto& r : rows) {
       const Cost* c = measured(r.candidate);
