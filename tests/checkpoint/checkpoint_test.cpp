@@ -171,22 +171,76 @@ TEST(Checkpoint, SelectiveAndBudgetChoicesOnMeasuredSizes) {
   EXPECT_EQ(tt::ckpt::choose_selective(held, 0.75), (std::set<int64_t>{1, 2, 3}));
   EXPECT_EQ(tt::ckpt::choose_selective(held, 1.0).size(), 4u);
   EXPECT_THROW(tt::ckpt::choose_selective(held, 0), tt::Error);
-  // four equal blocks of 100; the all-checkpointed step peaks at 1000 (900 + one re-run)
-  const std::vector<int64_t> eq{100, 100, 100, 100};
-  auto c = tt::ckpt::choose_budget(eq, 1000, 1150);
+  // predict_peak: blocks run in order; a re-run comes after the later blocks' backward, while
+  // the earlier blocks left alone still keep theirs
+  const std::vector<int64_t> k2{100, 100}, r2{80, 80};
+  EXPECT_EQ(tt::ckpt::predict_peak(k2, r2, 10, {}), 210);
+  EXPECT_EQ(tt::ckpt::predict_peak(k2, r2, 10, {0}), 110);  // block 1's 100 at the end of forward
+  EXPECT_EQ(tt::ckpt::predict_peak(k2, r2, 10, {1}), 190);  // block 0's 100 + block 1's re-run
+  EXPECT_EQ(tt::ckpt::predict_peak(k2, r2, 10, {0, 1}), 90);
+  // four equal blocks keeping 100 each, 80 while re-run; base 900
+  const std::vector<int64_t> eq{100, 100, 100, 100}, eq_re{80, 80, 80, 80};
+  auto c = tt::ckpt::choose_budget(eq, eq_re, 900, 1150);
   EXPECT_TRUE(c.fits);
-  EXPECT_EQ(c.which.size(), 3u);  // one block left alone: 900 + 100 + 100 re-run = 1100
+  EXPECT_EQ(c.which, (std::set<int64_t>{0, 1}));  // the first two re-run after the last two's backward
   EXPECT_EQ(c.predicted_peak, 1100);
-  c = tt::ckpt::choose_budget(eq, 1000, 950);
+  c = tt::ckpt::choose_budget(eq, eq_re, 900, 950);
   EXPECT_FALSE(c.fits);
-  EXPECT_EQ(c.predicted_peak, 1000);
-  c = tt::ckpt::choose_budget(eq, 1000, 1 << 20);
+  EXPECT_EQ(c.which.size(), 4u);
+  EXPECT_EQ(c.predicted_peak, 980);
+  c = tt::ckpt::choose_budget(eq, eq_re, 900, 1 << 20);
   EXPECT_TRUE(c.which.empty());
   EXPECT_EQ(c.predicted_peak, 1300);
-  // unequal: the small blocks are left alone first (fewest checkpointed)
-  c = tt::ckpt::choose_budget({10, 500, 20, 500}, 1500, 1530);
-  EXPECT_EQ(c.which, (std::set<int64_t>{1, 3}));
+  // unequal: one checkpointed block is enough (the fewest), and it is the one that fits
+  c = tt::ckpt::choose_budget({10, 500, 20, 500}, {10, 500, 20, 500}, 1000, 1530);
+  EXPECT_EQ(c.which, (std::set<int64_t>{1}));
   EXPECT_EQ(c.predicted_peak, 1530);
+}
+
+// The budget policy's prediction is what the run then measures, and it recomputes no more blocks
+// than needed: budgets just under the plain peak and just over the peak with the first half of
+// the blocks checkpointed.
+TEST(Checkpoint, BudgetPolicyPredictsTheMeasuredPeakAndRecomputesTheFewestBlocks) {
+  const tt::test::TinyLm lm("ckpt-budget-predict");
+  auto run = [&](const std::string& plugins, const std::string& tag) {
+    return lm.run(tag, plugins, "batch_size: 8, max_steps: 4, threads: 1");
+  };
+  auto peak = [&](const std::string& tag) {
+    return tt::test::summary_of(lm.dir / tag)["memory"]["peak_tensor_bytes"].get<int64_t>();
+  };
+  // "budget B: k of n blocks of 'blocks' recomputed in backward (...), predicted peak X MiB"
+  auto logged = [&](const std::string& tag, int64_t& recomputed, double& predicted_mib) {
+    const std::string log = tt::test::read_file(lm.dir / tag / "log.txt");
+    const auto at = log.find("checkpoint: budget ");
+    ASSERT_NE(at, std::string::npos) << log;
+    const std::string line = log.substr(at, log.find('\n', at) - at);
+    const auto colon = line.find(": ", std::string("checkpoint: ").size());
+    recomputed = std::stoll(line.substr(colon + 2));
+    const auto p = line.find("predicted peak ");
+    ASSERT_NE(p, std::string::npos) << line;
+    predicted_mib = std::stod(line.substr(p + 15));
+    ASSERT_NE(line.find(" MiB", p), std::string::npos) << line;
+  };
+  ASSERT_EQ(run("[]", "base").rc, 0);
+  ASSERT_EQ(run("[{name: checkpoint, policy: blocks, blocks: [0, 1]}]", "half").rc, 0);
+  const int64_t hi = peak("base"), half = peak("half");
+  ASSERT_LT(half, hi);
+  struct Case {
+    std::string tag;
+    int64_t budget, most_recomputed;
+  };
+  for (const Case& k : {Case{"under-plain", hi * 97 / 100, 4}, Case{"over-half", half * 104 / 100, 2}}) {
+    auto r = run("[{name: checkpoint, policy: budget, budget: " + std::to_string(k.budget) + "}]", k.tag);
+    ASSERT_EQ(r.rc, 0) << r.output;
+    int64_t recomputed = -1;
+    double predicted = 0;
+    logged(k.tag, recomputed, predicted);
+    const double measured = static_cast<double>(peak(k.tag)) / 1048576.0;
+    EXPECT_LE(peak(k.tag), k.budget) << k.tag << ": predicted " << predicted << " MiB, measured " << measured;
+    EXPECT_NEAR(predicted, measured, 0.04 * measured) << k.tag;
+    EXPECT_GE(recomputed, 1) << k.tag;
+    EXPECT_LE(recomputed, k.most_recomputed) << k.tag << ": plain " << hi << ", first half checkpointed " << half;
+  }
 }
 
 // The budget policy through tt-run: with a budget halfway between the all-checkpointed and the

@@ -79,7 +79,8 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
       const int64_t before = tt::Meter::global().current();
       at::Tensor y = block->forward(input);
       if (auto* probe = reinterpret_cast<CheckpointRunner*>(ctx->saved_data["probe"].toInt()))
-        probe->record(ctx->saved_data["index"].toInt(), tt::Meter::global().current() - before);
+        probe->record(ctx->saved_data["index"].toInt(), tt::Meter::global().current() - before,
+                      ctx->saved_data["lean"].toBool());
       TT_CHECK(y.requires_grad(), "checkpoint: block ", ctx->saved_data["index"].toInt(),
                " recomputed an output that does not require grad");
       root = torch::autograd::impl::gradient_edge(y);
@@ -101,25 +102,41 @@ at::Tensor checkpoint(tt::nn::Block& block, const at::Tensor& x, bool recompute_
 
 at::Tensor CheckpointRunner::run(int64_t index, tt::nn::Block& block, const at::Tensor& x) {
   if (!torch::GradMode::is_enabled() || which_.count(index) == 0) return block.forward(x);
-  if (probing_)
+  if (probing_) {
+    // the re-run in full first (what a block left alone keeps), then as checkpointed runs make it
+    const bool lean = recompute_activation_ && kept_.at(static_cast<size_t>(index)) >= 0;
     return CheckpointFunction::apply(x, reinterpret_cast<int64_t>(&block), reinterpret_cast<int64_t>(this), index,
-                                     recompute_activation_);
+                                     lean);
+  }
   return checkpoint(block, x, recompute_activation_);
 }
 
 void CheckpointRunner::start_probe(int64_t n) {
   which_.clear();
   for (int64_t i = 0; i < n; ++i) which_.insert(i);
-  held_.assign(static_cast<size_t>(n), -1);
+  recomputed_.assign(static_cast<size_t>(n), -1);
+  kept_.assign(static_cast<size_t>(n), -1);
   probing_ = true;
 }
 
 bool CheckpointRunner::measured() const {
-  return !held_.empty() && std::all_of(held_.begin(), held_.end(), [](int64_t b) { return b >= 0; });
+  auto known = [](const std::vector<int64_t>& v) {
+    return !v.empty() && std::all_of(v.begin(), v.end(), [](int64_t b) { return b >= 0; });
+  };
+  return known(recomputed_) && known(kept_);
 }
 
-void CheckpointRunner::record(int64_t index, int64_t bytes) {
-  if (index >= 0 && index < static_cast<int64_t>(held_.size())) held_[static_cast<size_t>(index)] = std::max<int64_t>(0, bytes);
+void CheckpointRunner::record(int64_t index, int64_t bytes, bool lean) {
+  if (index < 0 || index >= static_cast<int64_t>(kept_.size())) return;
+  const auto i = static_cast<size_t>(index);
+  bytes = std::max<int64_t>(0, bytes);
+  if (lean) {
+    recomputed_[i] = bytes;
+  } else if (!recompute_activation_) {
+    recomputed_[i] = kept_[i] = bytes;  // one re-run, in full either way
+  } else {
+    kept_[i] = bytes;
+  }
   if (measured()) probing_ = false;
 }
 
@@ -139,36 +156,58 @@ std::set<int64_t> choose_selective(const std::vector<int64_t>& held, double frac
   return std::set<int64_t>(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(std::min(count, order.size())));
 }
 
-BudgetChoice choose_budget(const std::vector<int64_t>& held, int64_t base_peak, int64_t budget) {
-  const int64_t largest = held.empty() ? 0 : *std::max_element(held.begin(), held.end());
-  const int64_t base = base_peak - largest;  // without any block's recomputation in flight
-  auto predict = [&](const std::set<int64_t>& ckpt) {
-    int64_t peak = base, recompute = 0;
-    for (size_t i = 0; i < held.size(); ++i) {
-      if (ckpt.count(static_cast<int64_t>(i)))
-        recompute = std::max(recompute, held[i]);
-      else
-        peak += held[i];
-    }
-    return peak + recompute;
-  };
-  BudgetChoice c;
-  for (size_t i = 0; i < held.size(); ++i) c.which.insert(static_cast<int64_t>(i));
-  c.predicted_peak = predict(c.which);
-  c.fits = c.predicted_peak <= budget;
-  if (!c.fits) return c;
-  // leave the smallest blocks alone first: the most blocks un-checkpointed within the budget
-  auto order = by_size_descending(held);
-  std::reverse(order.begin(), order.end());
-  for (int64_t i : order) {
-    auto trial = c.which;
-    trial.erase(i);
-    const int64_t p = predict(trial);
-    if (p > budget) break;
-    c.which = std::move(trial);
-    c.predicted_peak = p;
+int64_t predict_peak(const std::vector<int64_t>& kept, const std::vector<int64_t>& recomputed, int64_t base,
+                     const std::set<int64_t>& checkpointed) {
+  int64_t held = 0, top = 0;  // bytes the blocks left alone keep so far; the highest point
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (checkpointed.count(static_cast<int64_t>(i)))
+      top = std::max(top, held + recomputed[i]);
+    else
+      held += kept[i];
   }
-  return c;
+  return base + std::max(top, held);
+}
+
+BudgetChoice choose_budget(const std::vector<int64_t>& kept, const std::vector<int64_t>& recomputed, int64_t base,
+                           int64_t budget) {
+  TT_CHECK(kept.size() == recomputed.size(), "choose_budget: ", kept.size(), " kept and ", recomputed.size(),
+           " recomputed sizes");
+  const size_t n = kept.size();
+  const int64_t room = budget - base;
+  // best[i][c]: over the first i blocks with c of them left alone, every re-run so far within
+  // the room, the least bytes those c keep (less is never worse for the blocks after); -1 none.
+  std::vector<std::vector<int64_t>> best(n + 1, std::vector<int64_t>(n + 1, -1));
+  std::vector<std::vector<char>> alone(n + 1, std::vector<char>(n + 1, 0));
+  if (room >= 0) best[0][0] = 0;
+  for (size_t i = 0; i < n; ++i)
+    for (size_t c = 0; c <= i; ++c) {
+      const int64_t h = best[i][c];
+      if (h < 0) continue;
+      if (h + recomputed[i] <= room && (best[i + 1][c] < 0 || h < best[i + 1][c])) {
+        best[i + 1][c] = h;
+        alone[i + 1][c] = 0;
+      }
+      if (h + kept[i] <= room && (best[i + 1][c + 1] < 0 || h + kept[i] < best[i + 1][c + 1])) {
+        best[i + 1][c + 1] = h + kept[i];
+        alone[i + 1][c + 1] = 1;
+      }
+    }
+  BudgetChoice choice;
+  for (size_t i = 0; i < n; ++i) choice.which.insert(static_cast<int64_t>(i));
+  for (size_t c = n + 1; c-- > 0;) {
+    if (best[n][c] < 0) continue;
+    choice.which.clear();
+    for (size_t i = n, k = c; i > 0; --i) {
+      if (alone[i][k])
+        --k;
+      else
+        choice.which.insert(static_cast<int64_t>(i - 1));
+    }
+    choice.fits = true;
+    break;
+  }
+  choice.predicted_peak = predict_peak(kept, recomputed, base, choice.which);
+  return choice;
 }
 
 std::set<int64_t> select_blocks(const std::string& policy, int64_t n, int64_t every,

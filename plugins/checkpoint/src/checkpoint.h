@@ -28,8 +28,12 @@ at::Tensor checkpoint(tt::nn::Block& block, const at::Tensor& x, bool recompute_
 //
 // Probing (the selective and budget policies): every block is checkpointed and each
 // recomputation in backward records the bytes the block holds once re-run with gradients
-// (tt's meter: live bytes after its forward minus before), i.e. what the block would keep
-// if it were not checkpointed. After one backward every block is measured (measured()).
+// (tt's meter: live bytes after its forward minus before). The first backward re-runs the
+// blocks in full, as a block that is not checkpointed runs (kept_bytes(): what it keeps from
+// its forward to its backward); the next re-runs them as checkpointed runs will
+// (recomputed_bytes(): with recompute_activation, the lean re-run), so that the second step's
+// peak is the all-checkpointed peak. Without recompute_activation the two are one re-run.
+// measured(): both known for every block.
 class CheckpointRunner : public tt::nn::BlockRunner {
  public:
   explicit CheckpointRunner(std::set<int64_t> which) : which_(std::move(which)) {}
@@ -40,13 +44,14 @@ class CheckpointRunner : public tt::nn::BlockRunner {
   void set_recompute_activation(bool on) { recompute_activation_ = on; }
 
   void start_probe(int64_t n);  // checkpoint all n blocks and measure them
-  bool measured() const;        // every block's bytes known
-  const std::vector<int64_t>& held_bytes() const { return held_; }
-  void record(int64_t index, int64_t bytes);  // from the recomputation in backward
+  bool measured() const;        // every block's bytes known, both ways
+  const std::vector<int64_t>& recomputed_bytes() const { return recomputed_; }
+  const std::vector<int64_t>& kept_bytes() const { return kept_; }
+  void record(int64_t index, int64_t bytes, bool lean);  // from the recomputation in backward
 
  private:
   std::set<int64_t> which_;
-  std::vector<int64_t> held_;  // per block, -1 until measured
+  std::vector<int64_t> recomputed_, kept_;  // per block, -1 until measured
   bool probing_ = false;
   bool recompute_activation_ = true;
 };
@@ -54,15 +59,23 @@ class CheckpointRunner : public tt::nn::BlockRunner {
 // selective: the ceil(fraction * n) blocks holding the most bytes (ties: lower index first).
 std::set<int64_t> choose_selective(const std::vector<int64_t>& held, double fraction);
 
-// budget: the fewest checkpointed blocks whose predicted peak fits `budget`. `base_peak` is
-// the step peak with every block checkpointed; a block left alone adds its held bytes, and
-// the largest checkpointed block is recomputed (held) once at a time during backward.
+// budget: the fewest checkpointed blocks whose predicted peak fits `budget`. `base` is the
+// step peak without any block's activations (every block checkpointed, none re-running);
+// blocks run in index order. A block left alone keeps kept[i] from its forward until its
+// backward; a checkpointed block holds recomputed[i] while it re-runs in backward, when the
+// blocks after it have finished their backward and the blocks before it that are not
+// checkpointed still hold theirs. The predicted peak is base plus the larger of the bytes the
+// blocks left alone keep at the end of forward and, over the checkpointed blocks, those kept
+// before one plus its re-run.
 struct BudgetChoice {
   std::set<int64_t> which;
   int64_t predicted_peak = 0;
   bool fits = false;  // false: even checkpointing every block is predicted above the budget
 };
-BudgetChoice choose_budget(const std::vector<int64_t>& held, int64_t base_peak, int64_t budget);
+int64_t predict_peak(const std::vector<int64_t>& kept, const std::vector<int64_t>& recomputed, int64_t base,
+                     const std::set<int64_t>& checkpointed);
+BudgetChoice choose_budget(const std::vector<int64_t>& kept, const std::vector<int64_t>& recomputed, int64_t base,
+                           int64_t budget);
 
 // The blocks a policy picks in a stack of `n`: "all"; "every" k (0, k, 2k, ...); "blocks" (a
 // list). The plugin's schema and its INIT check the settings; here a bad one is a precondition

@@ -1,5 +1,6 @@
 // checkpoint: activation checkpointing on every tt::nn::BlockStack of the model (see
 // checkpoint.h). Options: policy all | every (k) | blocks (a list).
+#include <algorithm>
 #include <optional>
 
 #include "checkpoint.h"
@@ -83,26 +84,31 @@ class CheckpointPlugin final : public tt::Plugin {
     decided_ = true;
     auto& meter = tt::Meter::global();
     for (auto& [name, r] : runners_) {
-      const auto& held = r->held_bytes();
+      const auto& kept = r->kept_bytes();
+      const auto& recomputed = r->recomputed_bytes();
       std::string sizes;
-      for (size_t i = 0; i < held.size(); ++i)
-        sizes += (i ? ", " : "") + std::to_string(i) + ": " + tt::format_bytes(held[i]);
+      for (size_t i = 0; i < kept.size(); ++i)
+        sizes += (i ? ", " : "") + std::to_string(i) + ": " + tt::format_bytes(kept[i]) +
+                 (recomputed[i] != kept[i] ? " (" + tt::format_bytes(recomputed[i]) + " re-run checkpointed)" : "");
       tt::log().info("checkpoint: activation bytes per block of '{}' (measured on re-run): {}", name, sizes);
       if (policy_ == "selective") {
-        auto which = tt::ckpt::choose_selective(held, fraction_);
+        auto which = tt::ckpt::choose_selective(kept, fraction_);
         tt::log().info("checkpoint: selective (fraction {}): blocks {} of '{}' recomputed in backward", fraction_,
                        list(which), name);
         r->set_blocks(std::move(which));
         continue;
       }
-      const int64_t base = meter.peak();  // the training loop's peak so far: every block checkpointed
-      auto c = tt::ckpt::choose_budget(held, base, budget_);
+      // The training loop's peak so far: every block checkpointed and, in the second step (the
+      // first had no optimizer state yet, and its re-runs were in full), re-run as they will be.
+      const int64_t base =
+          meter.peak() - (recomputed.empty() ? 0 : *std::max_element(recomputed.begin(), recomputed.end()));
+      auto c = tt::ckpt::choose_budget(kept, recomputed, base, budget_);
       options_.check(c.fits, "budget",
                      tt::format_bytes(budget_) + " is below the predicted peak with every block checkpointed (" +
                          tt::format_bytes(c.predicted_peak) + ", " + tt::format_bytes(c.predicted_peak - budget_) +
                          " over). Raise the budget, lower trainer.micro_batch_size, or add plugins such as amp.");
       tt::log().info("checkpoint: budget {}: {} of {} blocks of '{}' recomputed in backward ({}), predicted peak {}",
-                     tt::format_bytes(budget_), c.which.size(), held.size(), name, list(c.which),
+                     tt::format_bytes(budget_), c.which.size(), kept.size(), name, list(c.which),
                      tt::format_bytes(c.predicted_peak));
       r->set_blocks(std::move(c.which));
     }
