@@ -385,6 +385,25 @@ TEST(ProfileMemory, BreakdownPerBlockTableAndTimelineOfOneStep) {
   for (size_t i = 0; i < 2; ++i)
     EXPECT_LT(k["blocks"][i]["activation_bytes"].get<int64_t>(), j["blocks"][i]["activation_bytes"].get<int64_t>() / 3);
 
+  // With micro-batches the per-block bytes are per micro-batch (each one's are freed before the
+  // next runs): two micro-batches of 2 keep about half of what one batch of 4 keeps, and the
+  // table says so.
+  auto rm = tt::test::run(tt::test::tt_run_bin() + " --profile-memory " + (c.dir / "p.yaml").string() + " --run-dir " +
+                          (c.dir / "profm").string() + " trainer.micro_batch_size=2");
+  ASSERT_EQ(rm.rc, 0) << rm.output;
+  const json mj = tt::test::read_json(c.dir / "profm" / "memory_profile.json");
+  EXPECT_EQ(mj["micro_batches"], 2);
+  ASSERT_EQ(mj["blocks"].size(), 2u);
+  int64_t micro_blocks = 0;
+  for (size_t i = 0; i < 2; ++i) {
+    const double half = j["blocks"][i]["activation_bytes"].get<double>() / 2;
+    EXPECT_NEAR(mj["blocks"][i]["activation_bytes"].get<double>(), half, 0.1 * half) << i;
+    micro_blocks += mj["blocks"][i]["activation_bytes"].get<int64_t>();
+  }
+  EXPECT_LE(micro_blocks, mj["memory"]["activations_bytes"].get<int64_t>()) << rm.output;
+  EXPECT_NE(rm.output.find("activations are per micro-batch (the step ran 2;"), std::string::npos) << rm.output;
+  EXPECT_EQ(r.output.find("per micro-batch"), std::string::npos) << "one batch: no note";
+
   // The plugin itself, listed in any pipeline: the same files, for the step it names.
   std::ofstream(c.dir / "pp.yaml") << c.base() << "plugins: [{name: profile-memory, step: 2}]\n";
   auto rp = tt::test::run(tt::test::tt_run_bin() + " -q " + (c.dir / "pp.yaml").string() + " --run-dir " +

@@ -102,6 +102,10 @@ int run(const Options& o) {
                   b["forward_ms"].get<double>(), backward);
     }
     std::printf("%-14s %10s MiB\n", "all blocks", format_mib(total, 2).c_str());
+    const int64_t micro = prof.value("micro_batches", int64_t{1});
+    if (micro > 1)
+      std::printf("activations are per micro-batch (the step ran %lld; each one's are freed before the next runs);\n"
+                  "forward and backward ms are the step's, over all of them\n", static_cast<long long>(micro));
   }
   if (fused)
     std::printf("\nnote: model.fused_step is on, and a run of this pipeline takes the model's fused step (no gradient\n"

@@ -3,8 +3,9 @@
 // On INIT it wraps every tt::nn::BlockStack's runner (keeping the one another plugin set, via
 // shared_runner()). On the profiled step (option `step`) it starts the meter's trace (every
 // allocation and free records the live tensor bytes), marks the phases at the trainer's events,
-// measures the foreground bytes each block's forward adds (what the block keeps for backward)
-// and its forward time, and times its backward with gradient hooks on the block's output and
+// measures the foreground bytes each block's forward adds (what the block keeps for backward;
+// with micro-batches, the largest over them: each micro-batch's are freed before the next runs)
+// and its forward time (summed over the step's micro-batches), and times its backward with gradient hooks on the block's output and
 // input. At the end of the fit it writes, in the run directory (rank 0):
 //   memory_profile.json   the breakdown, the blocks, the phases, the step's peak
 //   memory_timeline.dat   ms since the step started, live MiB after each allocation or free
@@ -40,7 +41,7 @@ struct ProfileOptions {
 
 struct BlockRecord {
   std::string name;
-  int64_t bytes = 0;  // live tensor bytes the block's forward added (what it keeps)
+  int64_t bytes = 0;  // live tensor bytes the block's forward added (what it keeps), per micro-batch: the largest
   double forward_ms = 0, backward_ms = 0;
   bool backward_seen = false;
   double backward_start = -1;  // of the current micro-batch
@@ -72,6 +73,7 @@ class Profiler final : public tt::Plugin {
   explicit Profiler(ProfileOptions o) : o_(o) {}
   bool active = false;
   std::vector<BlockRecord> blocks;
+  int64_t micro_batches = 1;  // of the profiled step
 
   double now_ms() const { return 1e3 * tt::Meter::global().trace_time(); }
 
@@ -97,6 +99,7 @@ class Profiler final : public tt::Plugin {
       return;
     }
     if (!active) return;
+    micro_batches = std::max<int64_t>(1, s.micro_count);
     const std::string micro = s.micro_count > 1 ? " (micro-batch " + std::to_string(s.micro_index + 1) + ")" : "";
     if (e == Event::AFTER_FORWARD) marks_.push_back({now_ms(), "forward done" + micro});
     if (e == Event::AFTER_BACKWARD) marks_.push_back({now_ms(), "backward done" + micro});
@@ -147,6 +150,7 @@ class Profiler final : public tt::Plugin {
                       {"step_peak_tensor_bytes", step_peak},
                       {"step_start_tensor_bytes", trace_.front().bytes},
                       {"block_stacks", stacks_},
+                      {"micro_batches", micro_batches},
                       {"blocks", jb},
                       {"phases", marks},
                       {"trace_events", trace_.size()}};
@@ -195,7 +199,8 @@ at::Tensor ProfilingRunner::run(int64_t index, tt::nn::Block& block, const at::T
   const int64_t b0 = m.foreground_current();
   at::Tensor y = inner_ ? inner_->run(index, block, x) : block.forward(x);
   r->forward_ms += p_->now_ms() - t0;
-  r->bytes += m.foreground_current() - b0;
+  // per micro-batch: each one's activations are freed in its backward, before the next runs
+  r->bytes = std::max(r->bytes, m.foreground_current() - b0);
   if (y.requires_grad() && x.requires_grad()) {
     Profiler* p = p_;
     // The gradient reaching the block's output starts its backward; reaching its input ends it.
