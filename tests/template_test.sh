@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs tt into a temporary prefix, builds plugins/template against the installed CMake
-# package exactly as a user would, and runs a pipeline that names the plugin.
+# Installs tt into a temporary prefix, builds plugins/template and models/template against the
+# installed CMake package exactly as a user would, and runs pipelines that name them.
 set -euo pipefail
 BUILD="$1"
 SRC="$2"
@@ -98,6 +98,31 @@ if TT_PLUGIN_PATH="$WORK/ema/build/lib/tt" "$WORK/prefix/bin/tt-run" -q "$WORK/e
 fi
 grep -q "(ema).decay must be in (0, 1), got 1.5" "$WORK/ema-bad.log" || { cat "$WORK/ema-bad.log"; exit 1; }
 
+# The model template (docs/models.md): built out of tree, its own pipeline run from its folder on
+# its own table for a few steps, reporting val_accuracy beside val_loss; its validate() check
+# refuses dropout without hidden layers when the pipeline is read (--dry-run).
+cp -r "$WORK/prefix/share/tt/model-template" "$WORK/my-model"
+cmake -S "$WORK/my-model" -B "$WORK/my-model/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$WORK/prefix" "${launcher[@]}" > "$WORK/model-configure.log" 2>&1 ||
+  { cat "$WORK/model-configure.log"; exit 1; }
+cmake --build "$WORK/my-model/build" > "$WORK/model-build.log" || { cat "$WORK/model-build.log"; exit 1; }
+MODEL_DIR="$WORK/my-model/build/lib/tt"
+test -f "$MODEL_DIR/tt_model_mlp.so"
+TT_PLUGIN_PATH="$MODEL_DIR" "$WORK/prefix/bin/tt-run" --list > "$WORK/model-list.txt"
+grep -q "csv-table" "$WORK/model-list.txt" || { echo "FAIL: --list does not show the template's dataset"; exit 1; }
+(cd "$WORK/my-model" && TT_PLUGIN_PATH="$MODEL_DIR" "$WORK/prefix/bin/tt-run" -q pipeline.yaml trainer.max_steps=6 \
+  trainer.eval_every=3 output.dir="$WORK/runs" output.run_name=model output.plots=false) > "$WORK/model.log" 2>&1 ||
+  { cat "$WORK/model.log"; echo "FAIL: the model template's pipeline did not run"; exit 1; }
+grep -q '"status": "completed"' "$WORK/runs/model/summary.json" || { cat "$WORK/model.log"; exit 1; }
+grep -q '"val_accuracy"' "$WORK/runs/model/summary.json" ||
+  { cat "$WORK/runs/model/summary.json"; echo "FAIL: no val_accuracy in the model template's summary"; exit 1; }
+if (cd "$WORK/my-model" && TT_PLUGIN_PATH="$MODEL_DIR" "$WORK/prefix/bin/tt-run" --dry-run pipeline.yaml \
+  model.layers=0 model.dropout=0.5) > "$WORK/model-bad.log" 2>&1; then
+  echo "FAIL: the model template's dropout without hidden layers was accepted"; exit 1
+fi
+grep -q "dropout needs layers >= 1" "$WORK/model-bad.log" || { cat "$WORK/model-bad.log"; exit 1; }
+
 echo "the installed tabular-inference config ran from another folder on the installed model;" \
   "template plugin built out of tree and ran: $n grad_l2 lines; --recommend weighed and measured grad-stats(every 4);" \
-  "the ema example built, ran and refused decay 1.5"
+  "the ema example built, ran and refused decay 1.5; the model template built, ran (val_accuracy) and refused" \
+  "dropout without hidden layers"
