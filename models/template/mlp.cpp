@@ -147,7 +147,7 @@ class Mlp final : public tt::Model {
   }
 
   // The trainer calls this in eval mode under torch::NoGradGuard and restores the modes after.
-  // Metrics are named val_*: val_loss is what tt-run --compare ranks variants by.
+  // Metrics are named val_*; keep val_loss, which tt-run --compare shows for each variant.
   std::map<std::string, double> evaluate(tt::Dataset& data, int64_t batch_size) override {
     const auto device = head_->weight.device();
     double loss = 0, correct = 0;
