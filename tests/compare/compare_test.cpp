@@ -526,3 +526,32 @@ TEST(Compare, ValidationColumnShowsAVariantsValLossThatItsPluginRenamed) {
   std::snprintf(buf, sizeof buf, " %.4f \n", v["baseline"]["validation"]["val_loss"].get<double>());
   EXPECT_NE(r.output.find(buf), std::string::npos) << buf << r.output;
 }
+
+// samples/s is the throughput at the step time shown beside it: the examples a step takes over
+// the median step time (with an even count of steps, the median of the steps' own rates is not
+// that), and with repeats over the median of the runs, not the last run's rate.
+TEST(Compare, SamplesPerSecondIsTheBatchOverTheStepTimeShown) {
+  Cmp c;
+  auto r = c.run("rate", R"(compare:
+  steps: 2
+  warmup_steps: 1
+  repeats: 2
+  variants:
+    baseline: {}
+    checkpoint: {plugins: [checkpoint]}
+)");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  auto v = by_name(tt::test::read_json(c.dir / "rate" / "compare.json"));
+  std::map<std::string, std::map<std::string, std::string>> csv;
+  for (const auto& row : csv_rows(c.dir / "rate" / "compare.csv")) csv[row.at("variant")] = row;
+  for (const char* name : {"baseline", "checkpoint"}) {
+    const json& x = v[name];
+    ASSERT_TRUE(x["ok"].get<bool>()) << r.output;
+    const double ms = x["median_step_ms"].get<double>(), expected = 4 * 1e3 / ms;  // batch_size 4
+    EXPECT_NEAR(x["samples_per_s"].get<double>(), expected, 1e-9 * expected) << name << "\n" << r.output;
+    EXPECT_NEAR(std::stod(csv[name].at("samples_per_s")), expected, 1e-3) << name;
+    char cell[32];
+    std::snprintf(cell, sizeof cell, " %.2f ", expected);  // the table's samples/s column
+    EXPECT_NE(r.output.find(cell), std::string::npos) << name << ": " << cell << "\n" << r.output;
+  }
+}

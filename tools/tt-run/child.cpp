@@ -106,6 +106,10 @@ int run(const std::string& tt_run, const fs::path& yaml, const fs::path& run_dir
   }
 }
 
+double samples_per_s(double examples_per_step, double step_ms) {
+  return step_ms > 0 ? examples_per_step * 1e3 / step_ms : 0;
+}
+
 Measured collect(const fs::path& run_dir, int warmup) {
   Measured r;
   r.summary = json::parse(std::ifstream(run_dir / "summary.json"));
@@ -117,17 +121,20 @@ Measured collect(const fs::path& run_dir, int warmup) {
   r.optimizer = m["optimizer_state_bytes"].get<int64_t>();
   r.activations = m["activations_bytes"].get<int64_t>();
   r.loss = r.summary.value("final_loss", std::nan(""));  // absent: the run took no step
-  std::vector<double> times, rates;
+  std::vector<double> times, examples;
   std::ifstream in(run_dir / "metrics.jsonl");
   for (std::string line; std::getline(in, line);) {
     auto j = json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.contains("step_seconds") || j["step"].get<int64_t>() <= warmup) continue;
-    times.push_back(1e3 * j["step_seconds"].get<double>());
-    if (j.contains("samples_per_s")) rates.push_back(j["samples_per_s"].get<double>());
+    const double seconds = j["step_seconds"].get<double>();
+    times.push_back(1e3 * seconds);
+    // a step line's rate is its examples over its own time: the examples a step takes
+    if (j.contains("samples_per_s")) examples.push_back(std::round(j["samples_per_s"].get<double>() * seconds));
   }
   r.step_times_ms = times;
   r.step_ms = median(times);
-  r.samples_per_s = median(rates);
+  r.examples_per_step = examples.empty() ? 0 : median(examples);
+  r.samples_per_s = samples_per_s(r.examples_per_step, r.step_ms);
   return r;
 }
 

@@ -27,14 +27,19 @@ std::string status_of(int wait_status);
 // The last line of a log that says "error" (else its last line).
 std::string last_error_line(const std::filesystem::path& log);
 
-// What a finished run measured: summary.json's memory figures, and the median step time and
-// throughput of the metrics.jsonl step lines after `warmup` steps.
+// What a finished run measured: summary.json's memory figures, and the median step time of the
+// metrics.jsonl step lines after `warmup` steps, with the throughput at that time (the examples
+// a step takes over the median step time, not the median of the steps' own rates, which differs
+// from it with an even count of steps).
 struct Measured {
   nlohmann::json summary;
   double step_ms = 0, samples_per_s = 0, loss = 0;
+  double examples_per_step = 0;
   std::vector<double> step_times_ms;  // each step after the warm-up
   int64_t peak = 0, rss = 0, params = 0, grads = 0, optimizer = 0, activations = 0;
 };
 Measured collect(const std::filesystem::path& run_dir, int warmup);
+// Examples per second at a step time: what a table shows beside that time.
+double samples_per_s(double examples_per_step, double step_ms);
 
 }  // namespace tt::child

@@ -483,7 +483,10 @@ int run(const Options& o) {
     }
   }
   for (auto& r : results) {
-    if (r.ok) r.step_ms = median(r.repeat_step_ms);
+    if (r.ok) {  // the median run's step time, and the throughput at that time (not the last run's)
+      r.step_ms = median(r.repeat_step_ms);
+      r.samples_per_s = child::samples_per_s(r.examples_per_step, r.step_ms);
+    }
     if (interrupted && r.status == "not run") r.reason = "the comparison was interrupted before this variant";
   }
 
