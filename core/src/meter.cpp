@@ -68,7 +68,7 @@ void raise_to(std::atomic<int64_t>& peak, int64_t now) {
 
 class TrackingAllocator final : public c10::Allocator {
  public:
-  std::atomic<int64_t> current{0}, peak{0}, count{0}, cap{0}, cached{0}, background{0};
+  std::atomic<int64_t> current{0}, peak{0}, count{0}, cap{0}, cached{0}, background{0}, marked_peak{0};
   // Reserved: the pool's pages (live and idle) plus the live blocks malloc holds.
   std::atomic<int64_t> pooled{0}, unpooled{0}, reserved_peak{0};
   std::atomic<bool> caching{false};
@@ -141,6 +141,7 @@ class TrackingAllocator final : public c10::Allocator {
     if (t_background) background.fetch_add(static_cast<int64_t>(n));
     const int64_t now = current.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
     raise_to(peak, now);
+    raise_to(marked_peak, now);
     count.fetch_add(1);
     if (tracing.load(std::memory_order_relaxed)) record(now);
     void* data = static_cast<char*>(base) + kHeader;
@@ -212,6 +213,10 @@ void Meter::reset_peak() {
   g_alloc->peak.store(g_alloc->current.load());
   g_alloc->reserved_peak.store(g_alloc->reserved());
 }
+void Meter::mark_peak() {
+  if (g_alloc) g_alloc->marked_peak.store(g_alloc->current.load());
+}
+int64_t Meter::peak_since_mark() const { return g_alloc ? g_alloc->marked_peak.load() : 0; }
 int64_t Meter::reserved() const { return g_alloc ? g_alloc->reserved() : 0; }
 int64_t Meter::reserved_peak() const { return g_alloc ? g_alloc->reserved_peak.load() : 0; }
 int64_t Meter::allocations() const { return g_alloc ? g_alloc->count.load() : 0; }

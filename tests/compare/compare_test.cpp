@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "test_support.h"
+#include "tt/options.h"
 
 namespace {
 using nlohmann::json;
@@ -554,4 +555,56 @@ TEST(Compare, SamplesPerSecondIsTheBatchOverTheStepTimeShown) {
     std::snprintf(cell, sizeof cell, " %.2f ", expected);  // the table's samples/s column
     EXPECT_NE(r.output.find(cell), std::string::npos) << name << ": " << cell << "\n" << r.output;
   }
+}
+
+// Under a cap the whole batch does not fit: oom-guard runs out at the first step, halves the
+// micro-batch and trains on. Its row's peak is the one since that retry (what the micro-batch it
+// kept holds, as a run set to that micro-batch does), marked, with the process's peak (the
+// attempt that ran out) beside it, not the failed attempt's as if it were the technique's.
+TEST(Compare, OomGuardsRowShowsThePeakSinceItsRetryAndSaysSo) {
+  Cmp c;
+  auto sizes = c.run("sizes", R"(compare:
+  steps: 2
+  warmup_steps: 1
+  variants:
+    whole: {}
+    half: {set: {trainer.micro_batch_size: 2}}
+)");
+  ASSERT_EQ(sizes.rc, 0) << sizes.output;
+  auto s = by_name(tt::test::read_json(c.dir / "sizes" / "compare.json"));
+  const int64_t whole = s["whole"]["peak_tensor_bytes"].get<int64_t>(), half = s["half"]["peak_tensor_bytes"].get<int64_t>();
+  ASSERT_LT(half, whole);
+  const int64_t cap = (half + whole) / 2;
+  auto r = c.run("guard", "compare:\n  steps: 2\n  warmup_steps: 1\n  baseline: whole\n  variants:\n    whole: {}\n"
+                 "    half: {set: {trainer.micro_batch_size: 2}}\n"
+                 "    guarded: {plugins: [oom-guard], set: {trainer.memory_cap: " + std::to_string(cap) + "}}\n");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  auto v = by_name(tt::test::read_json(c.dir / "guard" / "compare.json"));
+  const json& g = v["guarded"];
+  ASSERT_TRUE(g["ok"].get<bool>()) << r.output;
+  ASSERT_EQ(g["micro_batch_size"], 2) << r.output;
+  const int64_t shown = g["peak_tensor_bytes"].get<int64_t>(), process = g.value("process_peak_tensor_bytes", int64_t{-1});
+  const int64_t half_now = v["half"]["peak_tensor_bytes"].get<int64_t>();
+  // the micro-batch it kept holds what a run set to it holds; the failed attempt reached more
+  EXPECT_NEAR(static_cast<double>(shown), static_cast<double>(half_now), 0.03 * half_now) << r.output;
+  EXPECT_GT(process, shown) << r.output;
+  EXPECT_TRUE(g.value("peak_since_oom_retry", false));
+  EXPECT_FALSE(v["half"].value("peak_since_oom_retry", true));
+  EXPECT_EQ(v["half"]["process_peak_tensor_bytes"], v["half"]["peak_tensor_bytes"]);
+  // the ratio and the rest are of the peak shown
+  EXPECT_NEAR(g["peak_vs_baseline"].get<double>(), double(shown) / v["whole"]["peak_tensor_bytes"].get<double>(), 1e-9);
+  EXPECT_EQ(g["rest_bytes"].get<int64_t>(), shown - g["parameters_bytes"].get<int64_t>() -
+                                                g["gradients_bytes"].get<int64_t>() -
+                                                g["optimizer_state_bytes"].get<int64_t>() -
+                                                g["activations_bytes"].get<int64_t>());
+  std::map<std::string, std::map<std::string, std::string>> csv;
+  for (const auto& row : csv_rows(c.dir / "guard" / "compare.csv")) csv[row.at("variant")] = row;
+  EXPECT_EQ(std::stoll(csv["guarded"].at("peak_tensor_bytes")), shown);
+  EXPECT_EQ(std::stoll(csv["guarded"].at("process_peak_tensor_bytes")), process);
+  // the table marks the row and says what the peak is, and the process's peak
+  EXPECT_NE(r.output.find(tt::format_mib(shown) + "+"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  + guarded: peak since its out-of-memory retry, at micro-batch 2; the process's peak, the "
+                          "attempt that ran out included, was " + tt::format_mib(process) + " MiB"),
+            std::string::npos)
+      << r.output;
 }

@@ -7,5 +7,5 @@ set_target_properties(tt_plugin_test-hold PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${
 # test-rename-eval renames the evaluation's metrics avg_<metric>, as the ema example does
 tt_add_plugin(test-rename-eval SOURCES ${CMAKE_CURRENT_LIST_DIR}/rename_plugin.cpp NO_INSTALL)
 set_target_properties(tt_plugin_test-rename-eval PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${TT_TEST_MODULE_DIR})
-add_dependencies(tt_compare_tests tt_plugin_profile-memory tt_plugin_checkpoint tt_plugin_test-crash tt_plugin_test-wrong-api tt_plugin_test-hold tt_plugin_test-rename-eval
+add_dependencies(tt_compare_tests tt_plugin_profile-memory tt_plugin_checkpoint tt_plugin_oom-guard tt_plugin_test-crash tt_plugin_test-wrong-api tt_plugin_test-hold tt_plugin_test-rename-eval
                  tt_model_transformer)

@@ -125,7 +125,10 @@ Measured collect(const fs::path& run_dir, int warmup) {
   std::ifstream in(run_dir / "metrics.jsonl");
   for (std::string line; std::getline(in, line);) {
     auto j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.contains("step_seconds") || j["step"].get<int64_t>() <= warmup) continue;
+    if (j.is_discarded() || !j.contains("step_seconds")) continue;
+    if (j.contains("oom_guard_peak_tensor_bytes"))  // since the last retry: the last line's
+      r.peak_since_retry = static_cast<int64_t>(j["oom_guard_peak_tensor_bytes"].get<double>());
+    if (j["step"].get<int64_t>() <= warmup) continue;
     const double seconds = j["step_seconds"].get<double>();
     times.push_back(1e3 * seconds);
     // a step line's rate is its examples over its own time: the examples a step takes

@@ -37,6 +37,9 @@ struct Measured {
   double examples_per_step = 0;
   std::vector<double> step_times_ms;  // each step after the warm-up
   int64_t peak = 0, rss = 0, params = 0, grads = 0, optimizer = 0, activations = 0;
+  // oom-guard's tensor peak since its last out-of-memory retry (-1: no retry, or not measured);
+  // `peak` is the process's, the failed attempt's included.
+  int64_t peak_since_retry = -1;
 };
 Measured collect(const std::filesystem::path& run_dir, int warmup);
 // Examples per second at a step time: what a table shows beside that time.

@@ -52,6 +52,11 @@ struct Result : child::Measured {
   std::string reason;              // why a variant was refused, or the last error line of a failed run
   bool ok = false;
   std::vector<double> repeat_step_ms;
+  // The process's tensor peak. `peak` is the row's: the same, or where oom-guard retried after
+  // running out of memory, the peak since that retry (the micro-batch that fits; the failed
+  // attempt's bytes are not what the technique holds).
+  int64_t process_peak = 0;
+  bool peak_since_retry_shown() const { return peak_since_retry >= 0 && peak_since_retry != process_peak; }
 };
 
 int as_int(const YAML::Node& n, const std::string& where) {
@@ -206,7 +211,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
               {"variants", json::array()}};
   if (!val_key.empty()) doc["validation_metric"] = val_key;
   std::ofstream csv(out / "compare.csv");
-  csv << "variant,status,peak_tensor_bytes,peak_vs_baseline,peak_rss_bytes,parameters_bytes,gradients_bytes,"
+  csv << "variant,status,peak_tensor_bytes,peak_vs_baseline,process_peak_tensor_bytes,peak_rss_bytes,parameters_bytes,gradients_bytes,"
          "optimizer_state_bytes,activations_bytes,rest_bytes,median_step_ms,step_vs_baseline,samples_per_s,final_loss,"
       << (val_key.empty() ? "" : val_key + ",validation_metric,") << "plugins,reason\n";
   int w = 8;
@@ -218,7 +223,9 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
               "samples/s", "loss");
   if (!val_key.empty()) std::printf(" %*s", std::max(10, static_cast<int>(val_key.size())), val_key.c_str());
   std::printf("\n");
-  std::vector<std::string> footnotes;
+  std::vector<std::string> footnotes, peak_notes;
+  bool peak_marked = false;  // a row's peak is the one since an out-of-memory retry: marked '+'
+  for (const auto& r : results) peak_marked = peak_marked || (r.ok && r.peak_since_retry_shown());
   bool marked = false;  // a row shows a plugin's metric: the others leave room for the mark
   for (size_t i = 0; i < n; ++i) marked = marked || (!key_of(results[i]).empty() && key_of(results[i]) != val_key);
   for (size_t i = 0; i < n; ++i) {
@@ -231,13 +238,22 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
     if (!r.ok) {
       j["reason"] = r.reason;
       std::printf("%-*s %-14s %s\n", w, v.name.c_str(), r.status.c_str(), first_line(r.reason).c_str());
-      csv << v.name << ',' << quoted(r.status) << ",,,,,,,,,,,,," << (val_key.empty() ? "" : ",,") << ','
+      csv << v.name << ',' << quoted(r.status) << ",,,,,,,,,,,,,," << (val_key.empty() ? "" : ",,") << ','
           << quoted(first_line(r.reason)) << '\n';
     } else {
       const bool with_base = b.ok;
       const int64_t rest = r.peak - r.params - r.grads - r.optimizer - r.activations;
+      std::string peak_cell = format_mib(r.peak);
+      if (r.peak_since_retry_shown()) {
+        peak_cell += "+";
+        peak_notes.push_back(v.name + ": peak since its out-of-memory retry, at micro-batch " +
+                             r.summary.value("micro_batch_size", json()).dump() + "; the process's peak, the attempt "
+                             "that ran out included, was " + format_mib(r.process_peak) + " MiB");
+      } else if (peak_marked) {
+        peak_cell += " ";
+      }
       std::printf("%-*s %-14s %11s %8s %9s %9s %9s %9s %11s %9s %9.1f %8s %10.2f %9.4f", w, v.name.c_str(), "ok",
-                  format_mib(r.peak).c_str(), with_base ? ratio(r.peak, b.peak).c_str() : "-", format_mib(r.rss).c_str(),
+                  peak_cell.c_str(), with_base ? ratio(r.peak, b.peak).c_str() : "-", format_mib(r.rss).c_str(),
                   format_mib(r.params).c_str(), format_mib(r.grads).c_str(), format_mib(r.optimizer).c_str(), format_mib(r.activations).c_str(),
                   format_mib(rest).c_str(), r.step_ms, with_base ? ratio(r.step_ms, b.step_ms).c_str() : "-", r.samples_per_s,
                   r.loss);
@@ -255,6 +271,8 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
       std::printf("\n");
       if (!used.empty()) j["validation_metric"] = used;
       j.update({{"peak_tensor_bytes", r.peak},
+                {"process_peak_tensor_bytes", r.process_peak},
+                {"peak_since_oom_retry", r.peak_since_retry_shown()},
                 {"peak_rss_bytes", r.rss},
                 {"parameters_bytes", r.params},
                 {"gradients_bytes", r.grads},
@@ -272,7 +290,8 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
         j["peak_vs_baseline"] = static_cast<double>(r.peak) / static_cast<double>(b.peak);
         j["step_vs_baseline"] = r.step_ms / b.step_ms;
       }
-      csv << v.name << ",ok," << r.peak << ',' << (with_base ? fixed(double(r.peak) / b.peak, 4) : "") << ',' << r.rss
+      csv << v.name << ",ok," << r.peak << ',' << (with_base ? fixed(double(r.peak) / b.peak, 4) : "") << ','
+          << r.process_peak << ',' << r.rss
           << ',' << r.params << ',' << r.grads << ',' << r.optimizer << ',' << r.activations << ',' << rest << ','
           << fixed(r.step_ms, 3) << ',' << (with_base ? fixed(r.step_ms / b.step_ms, 4) : "") << ','
           << fixed(r.samples_per_s, 3) << ',' << fixed(r.loss, 6) << ',';
@@ -281,6 +300,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
     }
     doc["variants"].push_back(j);
   }
+  for (const auto& f : peak_notes) std::printf("  + %s\n", f.c_str());
   for (const auto& f : footnotes) std::printf("  * %s\n", f.c_str());
   std::ofstream(out / "compare.json") << tt::json_text(doc, 2) << "\n";
   pareto_plot(out, spec.variants, results);
@@ -468,6 +488,8 @@ int run(const Options& o) {
       }
       try {
         static_cast<child::Measured&>(r) = child::collect(dir, spec.warmup);
+        r.process_peak = r.peak;
+        if (r.peak_since_retry >= 0) r.peak = r.peak_since_retry;
         r.repeat_step_ms.push_back(r.step_ms);
         r.ok = true;
         fs::remove_all(dir / "checkpoints");  // measurements only: the weights are not kept

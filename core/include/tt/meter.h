@@ -56,6 +56,11 @@ class TT_API Meter {
   };
   int64_t peak() const;
   void reset_peak();        // peak := current, reserved_peak := reserved
+  // A second peak of live tensor bytes, from a mark on, that leaves peak() alone: a plugin's
+  // own measure of a phase (oom-guard's peak since its out-of-memory retry). Before any mark,
+  // the peak since install().
+  void mark_peak();         // peak_since_mark := current
+  int64_t peak_since_mark() const;
   // Memory held for tensors: their blocks (whole pages while caching) and the cached ones;
   // with the tensors' peak, it tells the allocator's share of the process's RSS.
   int64_t reserved() const;

@@ -7,11 +7,14 @@
 // smaller micro-batches accumulate to it), the step count and data position do not move, so
 // nothing is skipped or counted twice. The size that worked stays for the rest of the run and
 // is stored in checkpoints (trainer/micro_batch_size). Below min_micro_batch it stops with a
-// clear error instead.
+// clear error instead. From a retry on, each metrics.jsonl step line has
+// oom_guard_peak_tensor_bytes: the tensor peak since that retry (CPU meter), the size that fits
+// without the failed attempt, whose bytes stay in the run's peak_tensor_bytes.
 #include <torch/serialize/archive.h>
 
 #include "tt/error.h"
 #include "tt/log.h"
+#include "tt/meter.h"
 #include "tt/module.h"
 #include "tt/plugin.h"
 #include "tt/registry.h"
@@ -25,6 +28,11 @@ class OomGuard final : public tt::Plugin {
 
   void on(tt::Event event, tt::State& s) override {
     if (event == tt::Event::OOM) shrink(s);
+    // The tensor peak since the last retry: the micro-batch that fits, without the attempt that
+    // ran out (the run's peak_tensor_bytes keeps that). Measured by the CPU meter; on CUDA the
+    // caching allocator keeps one peak only, the run's, and there is none of this.
+    if (event == tt::Event::BATCH_END && retries_ > 0 && marked_ && !s.device.is_cuda())
+      s.metrics["oom_guard_peak_tensor_bytes"] = static_cast<double>(tt::Meter::global().peak_since_mark());
     if (event == tt::Event::BATCH_END && pending_report_) {
       pending_report_ = false;
       const int64_t micro_batches = (s.batch_size + s.micro_batch_size - 1) / s.micro_batch_size;
@@ -54,6 +62,9 @@ class OomGuard final : public tt::Plugin {
                  "[checkpoint] / [amp] / [adam8bit] to need less memory per example");
     }
     ++retries_;
+    // the trainer has freed what the failed attempt held: the retry's own peak starts here
+    tt::Meter::global().mark_peak();
+    marked_ = tt::Meter::global().installed();
     s.micro_batch_size = next;
     s.retry_batch = true;
     pending_report_ = true;
@@ -64,6 +75,7 @@ class OomGuard final : public tt::Plugin {
   int64_t min_micro_;
   int64_t retries_ = 0;
   bool pending_report_ = false;
+  bool marked_ = false;  // this process marked the meter's peak at a retry
 };
 
 struct OomGuardOptions {
