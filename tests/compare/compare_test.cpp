@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "test_support.h"
+#include "tt/meter.h"
 #include "tt/options.h"
 
 namespace {
@@ -607,4 +608,37 @@ TEST(Compare, OomGuardsRowShowsThePeakSinceItsRetryAndSaysSo) {
                           "attempt that ran out included, was " + tt::format_mib(process) + " MiB"),
             std::string::npos)
       << r.output;
+}
+
+// A variant's child gives back its library pages before training as a run of its own does: the
+// compare process gives back its own first (the kernel leaves a page that another process maps),
+// so the child's release and peak RSS are what the pipeline has alone. Where other processes map
+// the same libraries meanwhile (tests in parallel), a run alone releases little too: skipped.
+// (The test process maps them too and gives its pages back before each run.)
+TEST(Compare, AVariantReleasesItsLibraryPagesAsARunAloneDoes) {
+  Cmp c;
+  std::ofstream(c.dir / "alone.yaml") << c.base();
+  // this test process maps the libraries too: its pages go first, before each run
+  tt::Meter::release_library_pages();
+  auto a = tt::test::run(tt::test::tt_run_bin() + " " + (c.dir / "alone.yaml").string() +
+                         " trainer.max_steps=3 -q --run-dir " + (c.dir / "alone").string());
+  ASSERT_EQ(a.rc, 0) << a.output;
+  const json alone = tt::test::summary_of(c.dir / "alone")["memory"];
+  const int64_t released_alone = alone["library_pages_released_bytes"].get<int64_t>();
+  if (released_alone < (20 << 20))
+    GTEST_SKIP() << "a run alone released " << released_alone
+                 << " bytes of library pages: other processes map the same libraries now";
+  tt::Meter::release_library_pages();
+  auto r = c.run("pages", R"(compare:
+  steps: 2
+  warmup_steps: 1
+  variants:
+    baseline: {}
+)");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const json in_compare = tt::test::summary_of(c.dir / "pages" / "baseline")["memory"];
+  EXPECT_GT(in_compare["library_pages_released_bytes"].get<int64_t>(), released_alone / 2)
+      << "alone: " << alone.dump() << "\nin compare: " << in_compare.dump();
+  EXPECT_LT(in_compare["peak_rss_bytes"].get<double>(), 1.15 * alone["peak_rss_bytes"].get<double>())
+      << "alone: " << alone.dump() << "\nin compare: " << in_compare.dump();
 }

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "tt/error.h"
+#include "tt/meter.h"
 #include "tt/yaml_util.h"
 #include "tt/report.h"
 #include "tt/runtime.h"
@@ -65,6 +66,11 @@ std::string last_error_line(const fs::path& log) {
 }
 
 int run(const std::string& tt_run, const fs::path& yaml, const fs::path& run_dir, const fs::path& log) {
+  // The child gives back its library pages before it trains (trainer.release_library_pages),
+  // but the kernel leaves a page alone that another process maps too: this one, which maps the
+  // same LibTorch. Giving back this process's first lets the child's release work as it does
+  // in a run of its own, so a variant's or probe's peak RSS is what that pipeline alone has.
+  Meter::release_library_pages();
   std::fflush(nullptr);
   const pid_t pid = fork();
   TT_CHECK(pid >= 0, "cannot start a tt-run process for ", yaml.string());
