@@ -642,3 +642,22 @@ TEST(Compare, AVariantReleasesItsLibraryPagesAsARunAloneDoes) {
   EXPECT_LT(in_compare["peak_rss_bytes"].get<double>(), 1.15 * alone["peak_rss_bytes"].get<double>())
       << "alone: " << alone.dump() << "\nin compare: " << in_compare.dump();
 }
+
+// README's count of configs/compare-lm.yaml's variants is the file's.
+TEST(Compare, ReadmeCountsTheVariantsOfCompareLm) {
+  std::ifstream cfg(tt::test::source_dir() + "/configs/compare-lm.yaml");
+  int variants = 0;
+  bool in_variants = false;
+  for (std::string line; std::getline(cfg, line);) {
+    if (line == "  variants:") in_variants = true;
+    else if (in_variants && line.rfind("    ", 0) == 0 && line.size() > 4 && line[4] != ' ' && line[4] != '#') ++variants;
+  }
+  ASSERT_GT(variants, 1);
+  std::ifstream readme(tt::test::source_dir() + "/README.md");
+  std::string said;
+  for (std::string line; std::getline(readme, line);)
+    if (line.find("tt-run configs/compare-lm.yaml") != std::string::npos && line.find(" variants") != std::string::npos)
+      said = line;
+  EXPECT_NE(said.find("# " + std::to_string(variants) + " variants"), std::string::npos)
+      << "configs/compare-lm.yaml has " << variants << " variants; README says: " << said;
+}
