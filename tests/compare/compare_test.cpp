@@ -661,3 +661,28 @@ TEST(Compare, ReadmeCountsTheVariantsOfCompareLm) {
   EXPECT_NE(said.find("# " + std::to_string(variants) + " variants"), std::string::npos)
       << "configs/compare-lm.yaml has " << variants << " variants; README says: " << said;
 }
+
+// A slow run's steps/s is printed to three significant digits (0.083 was '0.1').
+TEST(Compare, ARunsStepsPerSecondIsPrintedToThreeSignificantDigits) {
+  Cmp c;
+  std::ofstream(c.dir / "slow.yaml") << c.base() << "plugins: [{name: test-hold, bytes: 1KiB, step_sleep_ms: 150}]\n";
+  auto r = tt::test::run("TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR " " + tt::test::tt_run_bin() + " " +
+                         (c.dir / "slow.yaml").string() + " trainer.max_steps=3 trainer.progress=off --run-dir " +
+                         (c.dir / "slow").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const double sps = tt::test::summary_of(c.dir / "slow")["steps_per_second"].get<double>();
+  ASSERT_LT(sps, 10.0) << r.output;  // below 10: one decimal is two significant digits or fewer
+  const size_t at = r.output.find(" steps/s");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const size_t from = r.output.rfind(' ', at - 1) + 1;
+  const std::string printed = r.output.substr(from, at - from);
+  int significant = 0;
+  bool leading = true;
+  for (char ch : printed)
+    if (std::isdigit(static_cast<unsigned char>(ch))) {
+      leading = leading && ch == '0';
+      if (!leading) ++significant;
+    }
+  EXPECT_GE(significant, 3) << printed << "\n" << r.output;
+  EXPECT_NEAR(std::stod(printed), sps, 0.005 * sps) << printed << "\n" << r.output;
+}

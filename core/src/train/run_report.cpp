@@ -235,9 +235,13 @@ void RunReport::print() const {
   out += fmt::format("  plugins    [{}]\n", run_.host.names());
   out += fmt::format("  steps      {} ({} batches of {} per epoch, {} epochs done)", s.step, s.batches_per_epoch,
                      s.batch_size, s.epoch);
-  if (summary_.contains("steps_per_second"))
-    out += fmt::format(", {:.1f} steps/s, median step {:.2f} ms", summary_["steps_per_second"].get<double>(),
+  if (summary_.contains("steps_per_second")) {
+    // three significant digits at least: a slow run's 0.083 steps/s is not '0.1'
+    const double sps = summary_["steps_per_second"].get<double>();
+    const int decimals = sps > 0 ? std::clamp(2 - static_cast<int>(std::floor(std::log10(sps))), 1, 6) : 1;
+    out += fmt::format(", {:.{}f} steps/s, median step {:.2f} ms", sps, decimals,
                        1e3 * summary_["median_step_seconds"].get<double>());
+  }
   if (summary_.contains("stopped_early_by"))
     out += fmt::format("; stopped early by plugin '{}'", summary_["stopped_early_by"].get<std::string>());
   out += outputs_only_ ? "; trained before, this run wrote the outputs\n" : "\n";
