@@ -20,7 +20,7 @@ class Crash final : public tt::Plugin {
     if (e != tt::Event::FIT_START) return;
     if (how_ == "raise") std::raise(SIGSEGV);
     if (how_ == "null-write") {
-      int* volatile null = nullptr;
+      volatile int* volatile null = nullptr;  // volatile both: the store is neither dropped nor proven null
       *null = 1;
     }
     // a volatile pointer: the compiler can neither see the call is undefined nor drop it

@@ -147,7 +147,7 @@ TEST(TtRun, DryRunRefusesContradictoryOptionsAndAPluginOrderTheRunWouldRefuse) {
     std::string overrides, expect;
   };
   for (const Case& c : std::vector<Case>{
-           {"model.d_model=65", "model.n_heads (4) must divide d_model (65)"},
+           {"model.d_model=65", "configs/lm-brown.yaml:23:12: model (transformer).n_heads (4) must divide d_model (65)"},
            {"model.d_model=100 model.n_heads=4 model.positions=rotary", "rotary needs an even head dimension"},
            {"model.target_params=100000", "cannot be set together with target_params"},
            {"'plugins=[offload, adam8bit]'",
