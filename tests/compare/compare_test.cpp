@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -616,6 +617,9 @@ TEST(Compare, OomGuardsRowShowsThePeakSinceItsRetryAndSaysSo) {
 // the same libraries meanwhile (tests in parallel), a run alone releases little too: skipped.
 // (The test process maps them too and gives its pages back before each run.)
 TEST(Compare, AVariantReleasesItsLibraryPagesAsARunAloneDoes) {
+  if (!std::getenv("TT_TEST_ALONE"))
+    GTEST_SKIP() << "run by ctest's serial entry Compare.LibraryPagesWithNoOtherTestRunning (TT_TEST_ALONE=1): "
+                    "tests running beside it map the same libraries";
   Cmp c;
   std::ofstream(c.dir / "alone.yaml") << c.base();
   // this test process maps the libraries too: its pages go first, before each run

@@ -9,3 +9,9 @@ tt_add_plugin(test-rename-eval SOURCES ${CMAKE_CURRENT_LIST_DIR}/rename_plugin.c
 set_target_properties(tt_plugin_test-rename-eval PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${TT_TEST_MODULE_DIR})
 add_dependencies(tt_compare_tests tt_plugin_profile-memory tt_plugin_checkpoint tt_plugin_oom-guard tt_plugin_test-crash tt_plugin_test-wrong-api tt_plugin_test-hold tt_plugin_test-rename-eval
                  tt_model_transformer)
+# Library pages are given back only where no other process maps them: the test that compares a
+# variant's release with a run alone runs once more, alone (its discovered entry skips itself).
+add_test(NAME Compare.LibraryPagesWithNoOtherTestRunning
+         COMMAND tt_compare_tests --gtest_filter=Compare.AVariantReleasesItsLibraryPagesAsARunAloneDoes)
+set_tests_properties(Compare.LibraryPagesWithNoOtherTestRunning PROPERTIES RUN_SERIAL ON ENVIRONMENT TT_TEST_ALONE=1
+                     TIMEOUT 600 SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
