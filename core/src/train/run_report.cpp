@@ -196,8 +196,7 @@ json RunReport::memory_estimate() const {
   for (const auto& t : run_.trainable) trainable_bytes += static_cast<int64_t>(t.nbytes());
   json e = {{"parameters_bytes", s.memory.parameters}, {"gradients_bytes", trainable_bytes}};
   // What plugins change (checkpointing's activations, adam8bit's state, offload) is not in it.
-  if (!run_.host.plugins().empty()) e["plugins_not_counted"] = json::parse("[]");
-  for (const auto& pl : run_.host.plugins()) e["plugins_not_counted"].push_back(pl->name());
+  for (const auto& pl : run_.host.plugins()) e["plugins_not_counted"].push_back(pl->name());  // a null becomes a list
   // The pipeline's optimizer's estimate, unless a plugin assigned the run another (adam8bit's
   // 8-bit state, an optimizer of a plugin's own): then there is none.
   const auto& optimizer = Registry::global().optimizer(run_.pipeline.optimizer.name);
