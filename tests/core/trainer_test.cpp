@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <fstream>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "test_support.h"
@@ -581,6 +582,25 @@ TEST(Trainer, AnEarlyStopNamesThePluginThatStoppedTheRun) {
   EXPECT_EQ(summary["status"], "completed");
   EXPECT_EQ(summary["steps"], 2);
   EXPECT_EQ(summary["stopped_early_by"], "early-stop");
+}
+
+// summary.json's median step leaves the run's first step (its warm-up) out, as compare does: with
+// two steps, a slow first one no longer makes the median the mean of both.
+TEST(Trainer, TheMedianStepLeavesTheWarmUpStepOut) {
+  const auto out = tt::test::temp_dir("median_step");
+  tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 2\n"), {out / "run", false, true});
+  t.add_plugin(std::make_unique<tt::test::OnEvent>(Event::BATCH_START, [](tt::State& s) {
+    if (s.step == 0) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  }));
+  t.fit();
+  const auto summary = tt::test::summary_of(out / "run");
+  const auto lines = tt::test::step_lines(out / "run" / "metrics.jsonl");
+  ASSERT_EQ(lines.size(), 2u);
+  const double first = nlohmann::json::parse(lines[0])["step_seconds"].get<double>();
+  const double second = nlohmann::json::parse(lines[1])["step_seconds"].get<double>();
+  EXPECT_GE(first, 0.6);
+  EXPECT_LT(second, 0.3);
+  EXPECT_DOUBLE_EQ(summary["median_step_seconds"].get<double>(), second);
 }
 
 TEST(Trainer, NanLossIsAClearErrorOrSkipped) {

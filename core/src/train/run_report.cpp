@@ -28,6 +28,12 @@ int64_t count_elements(const std::vector<at::Tensor>& ts) {
 double seconds_between(const timeval& a, const timeval& b) {
   return static_cast<double>(b.tv_sec - a.tv_sec) + 1e-6 * static_cast<double>(b.tv_usec - a.tv_usec);
 }
+// The first step (epoch) of a run holds its warm-up (the allocator's first requests, the
+// kernels' first calls, a resume's page-ins): left out of the median where there are others, as
+// compare leaves its warm-up steps out.
+double median_after_warm_up(const std::vector<double>& times) {
+  return median(std::vector<double>(times.begin() + (times.size() > 1 ? 1 : 0), times.end()));
+}
 }  // namespace
 
 void RunReport::on(Event event, State&) {
@@ -114,8 +120,8 @@ json RunReport::build() const {
       {"wall_seconds", seconds_since(rec.started)},
       {"setup_seconds", rec.setup_seconds},
       {"train_seconds", train_seconds},
-      {"median_step_seconds", median(rec.step_times)},
-      {"median_optimizer_seconds", median(rec.optimizer_times)},
+      {"median_step_seconds", median_after_warm_up(rec.step_times)},
+      {"median_optimizer_seconds", median_after_warm_up(rec.optimizer_times)},
       {"world_size", s.world_size},
       {"steps_per_second", train_seconds > 0 ? steps_here / train_seconds : 0.0},
       {"memory",
@@ -161,11 +167,7 @@ json RunReport::build() const {
                     {"system_cpu_seconds", seconds_between(rec.usage_start.ru_stime, rec.usage_end.ru_stime)},
                     {"minor_page_faults", rec.usage_end.ru_minflt - rec.usage_start.ru_minflt},
                     {"major_page_faults", rec.usage_end.ru_majflt - rec.usage_start.ru_majflt}};
-  const auto& et = rec.epoch_times;
-  if (!et.empty()) {  // the first epoch's time holds the warm-up: left out where there are others
-    const auto from = et.begin() + (et.size() > 1 ? 1 : 0);
-    sum["median_epoch_seconds"] = median(std::vector<double>(from, et.end()));
-  }
+  if (!rec.epoch_times.empty()) sum["median_epoch_seconds"] = median_after_warm_up(rec.epoch_times);
   if (!rec.epoch_losses.empty()) {
     // Each epoch ended pushes one loss, up to the last one (s.epoch): a resumed run's list starts
     // at epoch 1 unless its checkpoint predates the saved list, then at the first epoch ended here.
@@ -176,7 +178,7 @@ json RunReport::build() const {
   if (!rec.validation.empty()) sum["validation"] = rec.validation;
   if (!run_.host.stopped_by().empty()) sum["stopped_early_by"] = run_.host.stopped_by();  // state.stop, before the limit
   if (run_.dist) {
-    sum["median_comm_seconds"] = median(rec.comm_times);
+    sum["median_comm_seconds"] = median_after_warm_up(rec.comm_times);
     sum["replica_parameter_hashes"] = rec.replica_hashes;
   }
   if (!rec.model_metrics.empty()) sum["model_metrics"] = rec.model_metrics;
