@@ -103,7 +103,13 @@ std::string format_bytes(int64_t bytes) {
 
 std::string format_mib(double bytes, int decimals) {
   char buf[48];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, bytes / 1048576.0);
+  const double mib = bytes / 1048576.0;
+  // A figure the decimals would show as 0.0 (a model of a few KiB) keeps 3 significant digits:
+  // 0.00763, not 0.0 beside a peak that is not 0.
+  if (bytes != 0 && std::fabs(mib) < 0.5 * std::pow(10.0, -decimals))
+    std::snprintf(buf, sizeof buf, "%.3g", mib);
+  else
+    std::snprintf(buf, sizeof buf, "%.*f", decimals, mib);
   return buf;
 }
 

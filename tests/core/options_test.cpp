@@ -117,6 +117,14 @@ TEST(Options, ParseBytes) {
   EXPECT_THROW(tt::parse_bytes("lots"), tt::ConfigError);
   EXPECT_THROW(tt::parse_bytes("-1GiB"), tt::ConfigError);
   EXPECT_EQ(tt::format_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(tt::format_mib(1572864), "1.5");
+  EXPECT_EQ(tt::format_mib(1572864, 2), "1.50");
+  EXPECT_EQ(tt::format_mib(0), "0.0");
+  EXPECT_EQ(tt::format_mib(8000), "0.00763");  // not 0.0: a model of a few KiB
+  EXPECT_EQ(tt::format_mib(-8000), "-0.00763");
+  EXPECT_EQ(tt::format_mib(8000, 2), "0.01");
+  EXPECT_EQ(tt::format_mib(4000, 2), "0.00381");
+  EXPECT_EQ(tt::format_mib(60000, 1), "0.1");
 }
 
 TEST(Options, Nearest) {
@@ -263,10 +271,18 @@ TEST(Options, AFieldRefusesValuesItsMemberCannotHold) {
   EXPECT_EQ(error("count: 4294967296"), "x.yaml:1:8: plugins[0] (x).count must be in [0, 4294967295], got 4294967296");
   EXPECT_HAS(error("scale: 1e300"), "plugins[0] (x).scale must be in [-3.4028234663852886e38, 3.4028234663852886e38], got 1e300");
   EXPECT_HAS(error("workers: 0"), "plugins[0] (x).workers must be in [1, 2147483647], got 0");
+  const auto to = [&](const std::string& yaml) {
+    return tt::test::refusal_of([&] { Options::parse(YAML::Load(yaml), s, "plugins[0] (x)", "x.yaml").to<Narrow>(); });
+  };
+  EXPECT_HAS(to("scale: 1e-50"), "plugins[0] (x).scale is too close to 0 for its 32-bit float: give 0 or a magnitude of "
+                                 "at least 1.1754943508222875e-38, got 1e-50");
+  EXPECT_HAS(to("scale: -1e-45"), "got -1e-45");
   EXPECT_HAS(error("seed: -5"), "plugins[0] (x).seed must be >= 0, got -5");
   const Narrow n = Options::parse(YAML::Load("{count: 4294967295, scale: 0.5, workers: 7, seed: 9}"), s, "p", "x.yaml").to<Narrow>();
   EXPECT_EQ(n.count, 4294967295u);
   EXPECT_EQ(n.scale, 0.5f);
+  EXPECT_EQ(Options::parse(YAML::Load("scale: 0"), s, "p", "x.yaml").to<Narrow>().scale, 0.0f);
+  EXPECT_EQ(Options::parse(YAML::Load("scale: 2e-38"), s, "p", "x.yaml").to<Narrow>().scale, 2e-38f);
   EXPECT_EQ(n.workers, 7);
   EXPECT_EQ(n.seed, uint64_t{9});
 }

@@ -193,7 +193,8 @@ TT_API int64_t parse_bytes(const std::string& text);
 // and "abc" are refused with the forms that work.
 TT_API int64_t parse_budget(const std::string& text);
 TT_API std::string format_bytes(int64_t bytes);  // "1.50 GiB"
-// Bytes in MiB as a bare number for tables: format_mib(1572864) == "1.5", format_mib(b, 2) == "1.50".
+// Bytes in MiB as a bare number for tables: format_mib(1572864) == "1.5", format_mib(b, 2) == "1.50";
+// one those decimals would show as 0 keeps 3 significant digits: format_mib(8000) == "0.00763".
 TT_API std::string format_mib(double bytes, int decimals = 1);
 // Levenshtein-nearest candidate, or "" if nothing is reasonably close.
 TT_API std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
@@ -238,7 +239,12 @@ struct FieldType {
       if (static_cast<int64_t>(static_cast<M>(v)) != v) o.fail(key, "is too large: " + std::to_string(v));
       return static_cast<M>(v);
     } else {
-      return static_cast<M>(o.get_float(key));
+      const double v = o.get_float(key);
+      // a magnitude the member cannot hold but as 0 (a float's 1e-50) is refused, not flushed to 0
+      if (v != 0 && (v > 0 ? v : -v) < static_cast<double>(std::numeric_limits<M>::min()))
+        o.fail(key, "is too close to 0 for its " + std::to_string(sizeof(M) * 8) + "-bit float: give 0 or a magnitude of at least " +
+                        yaml_of(static_cast<double>(std::numeric_limits<M>::min())) + ", got " + yaml_of(v));
+      return static_cast<M>(v);
     }
   }
 };
