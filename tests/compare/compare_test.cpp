@@ -284,16 +284,17 @@ TEST(Compare, ARefusedVariantIsNamedInItsRowAndTheOthersRun) {
   ASSERT_EQ(v.size(), 5u);
   struct Refusal {
     const char* name;
+    const char* line;  // of the variant in refused.yaml: base()'s 6 lines, then the section
     const char* reason;
   };
-  for (const Refusal& k : {Refusal{"typo", "unknown key 'everry' in plugins[0] (checkpoint)"},
-                           Refusal{"old-api", "built for tt module API version 999"},
-                           Refusal{"bad-index", "compare.variants.bad-index.set 'plugins.x.every': 'x' indexes a list"}}) {
+  for (const Refusal& k : {Refusal{"typo", "12:5", "unknown key 'everry' in plugins[0] (checkpoint)"},
+                           Refusal{"old-api", "13:5", "built for tt module API version 999"},
+                           Refusal{"bad-index", "14:5", "compare.variants.bad-index.set 'plugins.x.every': 'x' indexes a list"}}) {
     EXPECT_EQ(v[k.name]["status"], "refused") << k.name;
     EXPECT_FALSE(v[k.name]["ok"].get<bool>()) << k.name;
     EXPECT_NE(v[k.name]["reason"].get<std::string>().find(k.reason), std::string::npos) << v[k.name]["reason"];
-    // said of the user's file and the variant, not of the pipeline written out for it
-    const std::string said = (c.dir / "refused.yaml").string() + ": compare.variants." + k.name;
+    // said of the user's file, the variant's line and its name, not of the pipeline written out for it
+    const std::string said = (c.dir / "refused.yaml").string() + ":" + k.line + ": compare.variants." + k.name;
     EXPECT_EQ(v[k.name]["reason"].get<std::string>().rfind(said, 0), 0u) << v[k.name]["reason"];
     // the table's row names the variant and its reason
     const std::string row = std::string(k.name) + " ";
@@ -324,12 +325,12 @@ TEST(Compare, BadSectionsAreClearErrors) {
   for (const Case& k : std::vector<Case>{
            {"compare: {variants: {a: {plugins: [no-such-plugin]}}}\n", "variant 'a'"},
            {"compare: {variants: {a: {}, b: {plugins: [checkpoint]}, a: {}}}\n", "'a' appears twice in this map (first at "},
-           {"compare: {variants: {a: {plugin: [checkpoint]}}}\n", "unknown key 'plugin'"},
+           {"compare: {variants: {a: {plugin: [checkpoint]}}}\n", "bad.yaml:7:26: compare.variants.a: unknown key 'plugin'"},
            {"compare: {steps: 0, variants: {a: {}}}\n", "steps must be at least 1"},
            {"compare: {baseline: z, variants: {a: {}}}\n", "baseline 'z' is not a variant"},
            {"compare: {variants: {a: {set: {trainer.batch_size: abc}}}}\n",
-            "bad.yaml: compare.variants.a: trainer.batch_size must be an integer, got 'abc' (at "},
-           {"compare: {varients: {a: {}}}\n", "unknown key 'varients'"},
+            "bad.yaml:7:22: compare.variants.a: trainer.batch_size must be an integer, got 'abc' (at "},
+           {"compare: {varients: {a: {}}}\n", "bad.yaml:7:11: compare: unknown key 'varients'"},
            {"compare: [a, b]\n", "compare must be a map"},
        }) {
     auto r = c.run("bad", k.section);
@@ -484,10 +485,18 @@ TEST(Compare, DryRunRefusesAVariantWhosePluginTheModelCannotTake) {
   std::ofstream(c.dir / "t.yaml") << tt::test::topic_yaml(
       c.dir / "runs", "", "compare:\n  variants:\n    plain: {}\n    ckpt: {plugins: [checkpoint]}\n");
   auto r = tt::test::run(tt::test::tt_run_bin() + " --dry-run " + (c.dir / "t.yaml").string());
+  int ckpt_line = 0;  // the variant's line in t.yaml
+  {
+    std::ifstream in(c.dir / "t.yaml");
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n)
+      if (line.rfind("    ckpt:", 0) == 0) ckpt_line = n;
+  }
+  ASSERT_GT(ckpt_line, 0);
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find("compare: variant 'plain': valid"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("compare: variant 'ckpt': refused: " + (c.dir / "t.yaml").string() +
-                          ": compare.variants.ckpt: plugins[0] (checkpoint) acts on a model's block_stack, and model "
+                          ":" + std::to_string(ckpt_line) + ":5: compare.variants.ckpt: plugins[0] (checkpoint) acts on a model's block_stack, and model "
                           "'topic' has none"),
             std::string::npos)
       << r.output;

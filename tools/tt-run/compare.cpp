@@ -25,6 +25,7 @@
 #include "tt/report.h"
 #include "tt/runtime.h"
 #include "tt/temp_dir.h"
+#include "tt/yaml_util.h"
 
 namespace tt::compare {
 
@@ -36,6 +37,7 @@ namespace {
 struct Variant {
   std::string name;
   std::string file;      // the pipeline it starts from
+  std::string at;        // where the compare: section names it (FILE:LINE:COL), or the file named
   bool replaces_plugins = false;  // plugins: given: it replaces the pipeline's list
   YAML::Node plugins;
   std::vector<std::pair<std::string, YAML::Node>> set;
@@ -72,7 +74,7 @@ Spec parse_section(const YAML::Node& c, const std::string& file) {
   static const std::set<std::string> keys = {"baseline", "steps", "warmup_steps", "repeats", "variants"};
   for (const auto& kv : c) {
     const std::string k = kv.first.Scalar();
-    TT_CHECK_AS(ConfigError, keys.count(k), file, ": compare: unknown key '", k,
+    TT_CHECK_AS(ConfigError, keys.count(k), location(file, kv.first), ": compare: unknown key '", k,
                 "' (valid: baseline, steps, warmup_steps, repeats, variants)");
   }
   if (c["steps"]) spec.steps = as_int(c["steps"], file + ": compare.steps");
@@ -87,26 +89,27 @@ Spec parse_section(const YAML::Node& c, const std::string& file) {
     Variant var;
     var.name = kv.first.Scalar();
     var.file = file;
-    TT_CHECK_AS(ConfigError, !var.name.empty(), file, ": compare.variants: a variant without a name");
-    TT_CHECK_AS(ConfigError, var.name.find_first_of("/ \t") == std::string::npos, file, ": compare.variants: '",
+    var.at = location(file, kv.first);
+    TT_CHECK_AS(ConfigError, !var.name.empty(), var.at, ": compare.variants: a variant without a name");
+    TT_CHECK_AS(ConfigError, var.name.find_first_of("/ \t") == std::string::npos, var.at, ": compare.variants: '",
                 var.name, "': a variant name must not contain '/' or spaces (it names files)");
     const YAML::Node body = kv.second;
     if (body && !body.IsNull()) {
-      TT_CHECK_AS(ConfigError, body.IsMap(), file, ": compare.variants.", var.name,
+      TT_CHECK_AS(ConfigError, body.IsMap(), var.at, ": compare.variants.", var.name,
                   " must be a map ({plugins: [...], set: {...}})");
       for (const auto& b : body) {
         const std::string k = b.first.Scalar();
-        TT_CHECK_AS(ConfigError, k == "plugins" || k == "set", file, ": compare.variants.", var.name,
+        TT_CHECK_AS(ConfigError, k == "plugins" || k == "set", location(file, b.first), ": compare.variants.", var.name,
                     ": unknown key '", k, "' (valid: plugins, set)");
       }
       if (body["plugins"]) {
-        TT_CHECK_AS(ConfigError, body["plugins"].IsSequence(), file, ": compare.variants.", var.name,
+        TT_CHECK_AS(ConfigError, body["plugins"].IsSequence(), location(file, body["plugins"]), ": compare.variants.", var.name,
                     ".plugins must be a list, e.g. [checkpoint, {name: amp, dtype: bf16}]");
         var.plugins = YAML::Clone(body["plugins"]);
         var.replaces_plugins = true;
       }
       if (body["set"]) {
-        TT_CHECK_AS(ConfigError, body["set"].IsMap(), file, ": compare.variants.", var.name,
+        TT_CHECK_AS(ConfigError, body["set"].IsMap(), location(file, body["set"]), ": compare.variants.", var.name,
                     ".set must be a map of dotted keys, e.g. {trainer.micro_batch_size: 4}");
         for (const auto& s : body["set"]) var.set.emplace_back(s.first.Scalar(), YAML::Clone(s.second));
       }
@@ -331,7 +334,7 @@ int run(const Options& o) {
       TT_CHECK_AS(ConfigError, fs::is_regular_file(f), "--compare: ", f,
                   fs::exists(f) ? " is not a file" : ": no such file", " (each pipeline compared is a YAML file)");
       Variant v;
-      v.file = f;
+      v.file = v.at = f;
       v.name = fs::path(f).stem().string();
       TT_CHECK_AS(ConfigError, seen.insert(v.name).second, "compare: two pipelines are named '", v.name,
                   "' (", f, "): variants are named by file name; rename one");
@@ -385,7 +388,7 @@ int run(const Options& o) {
       YAML::Node root = child::load_yaml(v.file);
       TT_CHECK_AS(ConfigError, root.IsMap(), v.file, ": a pipeline is a YAML map");
       root.remove("compare");
-      const std::string where = v.file + (o.files.size() == 1 ? ": compare.variants." + v.name : std::string());
+      const std::string where = v.at + (o.files.size() == 1 ? ": compare.variants." + v.name : std::string());
       if (v.replaces_plugins) root["plugins"] = YAML::Clone(v.plugins);
       for (const auto& ov : overrides) apply_override(root, ov);
       for (const auto& [k, val] : v.set) set_dotted(root, k, val, where + ".set '" + k + "'");
