@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -11,6 +14,7 @@
 #include "test_support.h"
 #include "transformer_model.h"
 #include "tt/error.h"
+#include "tt/extension.h"
 #include "tt/meter.h"
 #include "tt/pipeline.h"
 #include "tt/trainer.h"
@@ -31,15 +35,17 @@ tt::lm::Shape shape(double dropout) {
   return s;
 }
 
-// Loss and parameter gradients of one forward/backward from the same random state.
+// Loss and parameter gradients of one forward/backward from the same random state;
+// `between` runs after the forward, before the backward.
 std::pair<double, std::vector<at::Tensor>> loss_and_grads(tt::lm::TransformerLM& m, const at::Tensor& ids,
-                                                          uint64_t seed) {
+                                                          uint64_t seed, const std::function<void()>& between = {}) {
   m.zero_grad();
   torch::manual_seed(seed);
   tt::Batch b;
   b.set("input", ids.slice(1, 0, -1));
   b.set("target", ids.slice(1, 1));
   auto out = m.forward_loss(b);
+  if (between) between();
   out.loss.backward();
   std::vector<at::Tensor> grads;
   for (const auto& p : m.parameters()) grads.push_back(p.grad().clone());
@@ -50,6 +56,59 @@ double max_abs_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tens
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
   return worst;
+}
+
+bool bitwise_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!torch::equal(a[i], b[i])) return false;
+  return true;
+}
+
+double max_abs(const std::vector<at::Tensor>& a) {
+  double m = 0;
+  for (const auto& t : a) m = std::max(m, t.abs().max().item<double>());
+  return m;
+}
+
+// A block runner as an activation-compression plugin installs one: saved-tensor hooks around each
+// block's call pack what autograd saves (leaves aside) as the tensor itself (exact) or rounded to
+// bfloat16. Records the blocks it ran with and without grad mode, in order, and counts the packed tensors.
+class PackingRunner final : public tt::nn::BlockRunner {
+ public:
+  explicit PackingRunner(bool bf16) : bf16_(bf16) {}
+  std::string name() const override { return bf16_ ? "packing(bf16)" : "packing(exact)"; }
+  at::Tensor run(int64_t index, tt::nn::Block& block, const at::Tensor& x) override {
+    (torch::GradMode::is_enabled() ? with_grad : without_grad).push_back(index);
+    tt::nn::SavedTensorHooks hooks([this](const at::Tensor& saved, bool leaf) -> tt::nn::SavedTensorUnpack {
+      if (leaf) return nullptr;
+      ++packed;
+      if (!bf16_ || !saved.is_floating_point()) return [saved] { return saved; };
+      return [rounded = saved.to(torch::kBFloat16), dtype = saved.scalar_type()] { return rounded.to(dtype); };
+    });
+    return block.forward(x);
+  }
+  void clear() {
+    with_grad.clear();
+    without_grad.clear();
+    packed = 0;
+  }
+  std::vector<int64_t> with_grad, without_grad;
+  int64_t packed = 0;
+
+ private:
+  bool bf16_;
+};
+
+// Installs `inner` on the stack, then a checkpoint runner over `which` that wraps it, as the
+// plugin does when a plugin listed before it set a runner.
+std::shared_ptr<tt::ckpt::CheckpointRunner> checkpoint_over(tt::lm::TransformerLM& m,
+                                                            const std::shared_ptr<tt::nn::BlockRunner>& inner,
+                                                            std::set<int64_t> which) {
+  m.blocks->set_runner(inner);
+  auto runner = std::make_shared<tt::ckpt::CheckpointRunner>(std::move(which), m.blocks->shared_runner());
+  m.blocks->set_runner(runner);
+  return runner;
 }
 
 }  // namespace
@@ -69,6 +128,99 @@ TEST(Checkpoint, GradientsEqualTheBaselineWithDropoutOn) {
     ASSERT_EQ(base.size(), ckpt.size());
     EXPECT_LE(max_abs_diff(base, ckpt), 1e-6) << policy;
   }
+  m.blocks->set_runner(nullptr);
+}
+
+// A runner set on the stack before checkpoint's (by a plugin listed before it) is kept: each
+// checkpointed block is called through it in the no-grad forward and again in the re-run in
+// backward, so the saved-tensor hooks it opens act on what the re-run saves; blocks not
+// checkpointed, the probing steps and no-grad calls go through it too. An exact pack leaves the
+// gradients bitwise those of checkpoint alone; bfloat16 packing moves them within its rounding.
+TEST(Checkpoint, TheRunnerItReplacesCallsEachBlockInForwardAndInTheReRun) {
+  torch::manual_seed(0);
+  tt::lm::TransformerLM m(shape(0.1), nullptr, {}, "");
+  m.train();
+  auto ids = torch::randint(0, 64, {4, 25}, torch::kLong);
+  const std::set<int64_t> all = tt::ckpt::select_blocks("all", 3, 1, {});
+  auto [loss_base, base] = loss_and_grads(m, ids, 7);
+  m.blocks->set_runner(std::make_shared<tt::ckpt::CheckpointRunner>(all));
+  auto [loss_ckpt, ckpt] = loss_and_grads(m, ids, 7);
+  m.blocks->set_runner(std::make_shared<tt::ckpt::CheckpointRunner>(std::set<int64_t>{1}));
+  auto [loss_ckpt1, ckpt1] = loss_and_grads(m, ids, 7);
+  ASSERT_EQ(loss_base, loss_ckpt);
+
+  auto exact = std::make_shared<PackingRunner>(false);
+  auto runner = checkpoint_over(m, exact, all);
+  EXPECT_EQ(runner->inner(), exact);
+  std::vector<int64_t> forward_with_grad, forward_without_grad;
+  int64_t forward_packed = -1;
+  auto after_forward = [&](PackingRunner& r) {  // what it saw in the forward; then counts the backward
+    return [&, seen = &r] {
+      forward_with_grad = seen->with_grad;
+      forward_without_grad = seen->without_grad;
+      forward_packed = seen->packed;
+      seen->clear();
+    };
+  };
+  auto [loss_exact, grads_exact] = loss_and_grads(m, ids, 7, after_forward(*exact));
+  // forward: each block once, in checkpoint's no-grad forward (nothing saved)
+  EXPECT_EQ(forward_without_grad, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_TRUE(forward_with_grad.empty());
+  EXPECT_EQ(forward_packed, 0);
+  // backward: each block re-run through it with grad, the last first; what the re-runs save is packed
+  EXPECT_EQ(exact->with_grad, (std::vector<int64_t>{2, 1, 0})) << "the re-run did not call the block through it";
+  EXPECT_TRUE(exact->without_grad.empty());
+  EXPECT_GT(exact->packed, 0) << "the inner runner's saved-tensor hooks saw nothing of the re-run";
+  EXPECT_EQ(loss_exact, loss_ckpt);
+  EXPECT_TRUE(bitwise_equal(grads_exact, ckpt)) << "max difference " << max_abs_diff(grads_exact, ckpt);
+  EXPECT_LE(max_abs_diff(grads_exact, base), 1e-6);
+
+  // one block checkpointed: the others run through it with grad in the forward (and pack there)
+  exact->clear();
+  checkpoint_over(m, exact, {1});
+  auto [loss_one, grads_one] = loss_and_grads(m, ids, 7, after_forward(*exact));
+  EXPECT_EQ(forward_with_grad, (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(forward_without_grad, (std::vector<int64_t>{1}));
+  EXPECT_GT(forward_packed, 0);
+  EXPECT_EQ(exact->with_grad, (std::vector<int64_t>{1}));
+  EXPECT_EQ(loss_one, loss_ckpt1);
+  EXPECT_TRUE(bitwise_equal(grads_one, ckpt1)) << "max difference " << max_abs_diff(grads_one, ckpt1);
+
+  // no grad mode (evaluation): straight through it
+  exact->clear();
+  {
+    torch::NoGradGuard no_grad;
+    m.blocks->forward(torch::randn({2, 5, 32}));
+  }
+  EXPECT_EQ(exact->without_grad, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(exact->packed, 0);
+
+  // probing (selective, budget): the re-runs that measure the blocks go through it too
+  exact->clear();
+  runner = checkpoint_over(m, exact, {});
+  runner->start_probe(3);
+  for (int step = 0; step < 2; ++step) {
+    auto [loss_probe, grads_probe] = loss_and_grads(m, ids, 7, after_forward(*exact));
+    EXPECT_EQ(forward_without_grad, (std::vector<int64_t>{0, 1, 2})) << "probing step " << step;
+    EXPECT_EQ(exact->with_grad, (std::vector<int64_t>{2, 1, 0})) << "probing step " << step;
+    EXPECT_GT(exact->packed, 0) << "probing step " << step;
+    EXPECT_EQ(loss_probe, loss_ckpt) << "probing step " << step;
+    EXPECT_LE(max_abs_diff(grads_probe, base), 1e-6) << "probing step " << step;
+    exact->clear();
+  }
+  EXPECT_TRUE(runner->measured());
+
+  // bfloat16 packing: the forward is untouched (nothing saved there), the re-run's saved tensors
+  // are rounded, so the gradients move from checkpoint alone's, within bfloat16's rounding
+  auto bf16 = std::make_shared<PackingRunner>(true);
+  checkpoint_over(m, bf16, all);
+  auto [loss_bf16, grads_bf16] = loss_and_grads(m, ids, 7);
+  EXPECT_EQ(bf16->with_grad, (std::vector<int64_t>{2, 1, 0}));
+  EXPECT_GT(bf16->packed, 0);
+  EXPECT_EQ(loss_bf16, loss_ckpt);
+  const double moved = max_abs_diff(grads_bf16, ckpt), scale = max_abs(base);
+  EXPECT_GT(moved, 0) << "bfloat16 packing in the re-run left the gradients bitwise those of checkpoint alone";
+  EXPECT_LE(moved, 2e-2 * scale) << "largest gradient " << scale;
   m.blocks->set_runner(nullptr);
 }
 
@@ -274,4 +426,83 @@ TEST(Checkpoint, BudgetPolicyFitsItsBudgetOnTheMeter) {
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_NE(tt::test::read_file(dir / "selective" / "log.txt").find("selective (fraction 0.5): blocks"),
             std::string::npos);
+}
+
+namespace {
+
+// "test-act-compress: forward: C calls, P packed; backward: C calls, P packed" from a run's log.txt
+struct Compressed {
+  long forward_calls = -1, forward_packed = -1, backward_calls = -1, backward_packed = -1;
+};
+Compressed compressed(const fs::path& run_dir) {
+  const std::string log = tt::test::read_file(run_dir / "log.txt");
+  Compressed c;
+  const auto at = log.find("test-act-compress: forward: ");
+  if (at != std::string::npos)
+    std::sscanf(log.c_str() + at, "test-act-compress: forward: %ld calls, %ld packed; backward: %ld calls, %ld packed",
+                &c.forward_calls, &c.forward_packed, &c.backward_calls, &c.backward_packed);
+  return c;
+}
+
+}  // namespace
+
+// A plugin listed before checkpoint that runs each block through a runner of its own (here one
+// packing what autograd saves, as an activation-compression plugin does) keeps it: checkpoint
+// calls the block through that runner in its no-grad forward and in the re-run in backward, so
+// the packing acts on what the re-run saves. Listed after checkpoint, it wraps checkpoint's runner
+// and sees the forward only (what checkpoint keeps: the block inputs).
+TEST(Checkpoint, APluginsBlockRunnerListedBeforeRunsInsideCheckpointInForwardAndReRun) {
+  const char* had = std::getenv("TT_PLUGIN_PATH");
+  const std::string previous = had ? had : "";
+  setenv("TT_PLUGIN_PATH", TT_TEST_MODULE_DIR, 1);
+  struct Restore {
+    bool had;
+    std::string value;
+    ~Restore() { had ? setenv("TT_PLUGIN_PATH", value.c_str(), 1) : unsetenv("TT_PLUGIN_PATH"); }
+  } restore{had != nullptr, previous};
+
+  const tt::test::TinyLm lm("ckpt-wrap");
+  const int64_t steps = 2, blocks = 4;  // TinyLm's transformer has 4 blocks
+  auto run = [&](const std::string& plugins, const std::string& tag) {
+    auto r = lm.run(tag, plugins, "batch_size: 8, max_steps: " + std::to_string(steps) + ", threads: 1");
+    EXPECT_EQ(r.rc, 0) << plugins << "\n" << r.output;
+    return lm.summary(tag)["final_loss"].get<double>();
+  };
+  const double base = run("[]", "base"), ckpt = run("[checkpoint]", "ckpt");
+  EXPECT_EQ(base, ckpt);
+
+  // alone: every block call in forward, with grad, packs; nothing runs in backward
+  run("[{name: test-act-compress, pack: exact}]", "alone");
+  auto c = compressed(lm.dir / "alone");
+  EXPECT_EQ(c.forward_calls, steps * blocks);
+  EXPECT_GT(c.forward_packed, 0);
+  EXPECT_EQ(c.backward_calls, 0);
+
+  // before checkpoint, exact packing: its runner runs in checkpoint's no-grad forward (nothing
+  // saved) and in each re-run (what the re-run saves is packed); the trajectory is bitwise the same
+  const double exact = run("[{name: test-act-compress, pack: exact}, checkpoint]", "exact");
+  c = compressed(lm.dir / "exact");
+  EXPECT_EQ(c.forward_calls, steps * blocks) << "the runner of the plugin listed before checkpoint was dropped";
+  EXPECT_EQ(c.forward_packed, 0);
+  EXPECT_EQ(c.backward_calls, steps * blocks) << "the re-run in backward did not call the block through it";
+  EXPECT_GT(c.backward_packed, 0);
+  EXPECT_EQ(exact, ckpt);
+
+  // before checkpoint, bf16 packing: the re-run's saved tensors are rounded, so the trajectory
+  // moves, a little
+  const double bf16 = run("[{name: test-act-compress, pack: bf16}, checkpoint]", "bf16");
+  c = compressed(lm.dir / "bf16");
+  EXPECT_EQ(c.backward_calls, steps * blocks);
+  EXPECT_GT(c.backward_packed, 0);
+  EXPECT_NE(bf16, ckpt) << "bf16 packing in the re-run left the losses bitwise those of checkpoint alone";
+  EXPECT_NEAR(bf16, ckpt, 1e-2 * std::abs(ckpt));
+
+  // after checkpoint: it wraps checkpoint's runner, so it sees the forward only, where autograd
+  // saves what checkpoint keeps (each block's input)
+  const double after = run("[checkpoint, {name: test-act-compress, pack: exact}]", "after");
+  c = compressed(lm.dir / "after");
+  EXPECT_EQ(c.forward_calls, steps * blocks);
+  EXPECT_GT(c.forward_packed, 0);
+  EXPECT_EQ(c.backward_calls, 0);
+  EXPECT_EQ(after, ckpt);
 }

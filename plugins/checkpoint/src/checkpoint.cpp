@@ -36,15 +36,23 @@ void set_rng_state(at::Generator& gen, const at::Tensor& state) {
   gen.set_state(state);
 }
 
+// The block's call: through the runner checkpoint wraps (the one it replaced), or directly.
+at::Tensor call_block(tt::nn::BlockRunner* inner, int64_t index, tt::nn::Block& block, const at::Tensor& x) {
+  return inner ? inner->run(index, block, x) : block.forward(x);
+}
+
 struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t block_address, int64_t probe_address,
-                            int64_t index, bool recompute_activation) {
+  // Addresses: the block, the runner it is called through (0: directly), the probing runner
+  // that records the re-run's bytes (0: none).
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t block_address, int64_t inner_address,
+                            int64_t probe_address, int64_t index, bool recompute_activation) {
     ctx->saved_data["probe"] = probe_address;
     ctx->saved_data["lean"] = recompute_activation;
     ctx->saved_data["index"] = index;
     at::Generator gen = generator_for(x);
     ctx->saved_data["rng"] = rng_state(gen);
     ctx->saved_data["block"] = block_address;
+    ctx->saved_data["inner"] = inner_address;
     // autocast as the forward ran (amp): the recomputation in backward re-enters it
     const tt::amp::AutocastState ac = tt::amp::current_autocast();
     ctx->saved_data["ac_cpu"] = ac.cpu;
@@ -53,12 +61,15 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
     ctx->saved_data["ac_cuda_dtype"] = static_cast<int64_t>(ac.cuda_dtype);
     ctx->save_for_backward({x});
     torch::NoGradGuard no_grad;  // nothing inside the block is recorded
-    return reinterpret_cast<tt::nn::Block*>(block_address)->forward(x);
+    return call_block(reinterpret_cast<tt::nn::BlockRunner*>(inner_address), index,
+                      *reinterpret_cast<tt::nn::Block*>(block_address), x);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const at::Tensor x = ctx->get_saved_variables().at(0);
     auto* block = reinterpret_cast<tt::nn::Block*>(ctx->saved_data["block"].toInt());
+    auto* inner = reinterpret_cast<tt::nn::BlockRunner*>(ctx->saved_data["inner"].toInt());
+    const int64_t index = ctx->saved_data["index"].toInt();
     at::Generator gen = generator_for(x);
     const at::Tensor now = rng_state(gen);
     set_rng_state(gen, ctx->saved_data["rng"].toTensor());  // the forward's random draws again
@@ -77,12 +88,11 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
       std::optional<tt::nn::LeanRecompute> lean;
       if (ctx->saved_data["lean"].toBool()) lean.emplace(*block);
       const int64_t before = tt::Meter::global().current();
-      at::Tensor y = block->forward(input);
+      // through the inner runner as in the forward: saved-tensor hooks it opens act on what this re-run saves
+      at::Tensor y = call_block(inner, index, *block, input);
       if (auto* probe = reinterpret_cast<CheckpointRunner*>(ctx->saved_data["probe"].toInt()))
-        probe->record(ctx->saved_data["index"].toInt(), tt::Meter::global().current() - before,
-                      ctx->saved_data["lean"].toBool());
-      TT_CHECK(y.requires_grad(), "checkpoint: block ", ctx->saved_data["index"].toInt(),
-               " recomputed an output that does not require grad");
+        probe->record(index, tt::Meter::global().current() - before, ctx->saved_data["lean"].toBool());
+      TT_CHECK(y.requires_grad(), "checkpoint: block ", index, " recomputed an output that does not require grad");
       root = torch::autograd::impl::gradient_edge(y);
       // y's values are not needed for backward, only its graph: letting them go here keeps one
       // block output less alive through the block's backward (the graph holds no reference to them)
@@ -90,25 +100,28 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
     set_rng_state(gen, now);
     torch::autograd::Engine::get_default_engine().execute({root}, {grad_outputs.at(0)}, /*keep_graph=*/false,
                                                           /*create_graph=*/false, /*accumulate_grad=*/true);
-    return {x.requires_grad() ? input.grad() : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {x.requires_grad() ? input.grad() : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 };
 
 }  // namespace
 
-at::Tensor checkpoint(tt::nn::Block& block, const at::Tensor& x, bool recompute_activation) {
-  return CheckpointFunction::apply(x, reinterpret_cast<int64_t>(&block), int64_t{0}, int64_t{0}, recompute_activation);
+at::Tensor checkpoint(tt::nn::Block& block, const at::Tensor& x, bool recompute_activation, tt::nn::BlockRunner* inner,
+                      int64_t index) {
+  return CheckpointFunction::apply(x, reinterpret_cast<int64_t>(&block), reinterpret_cast<int64_t>(inner), int64_t{0},
+                                   index, recompute_activation);
 }
 
 at::Tensor CheckpointRunner::run(int64_t index, tt::nn::Block& block, const at::Tensor& x) {
-  if (!torch::GradMode::is_enabled() || which_.count(index) == 0) return block.forward(x);
+  if (!torch::GradMode::is_enabled() || which_.count(index) == 0) return call_block(inner_.get(), index, block, x);
   if (probing_) {
     // the re-run in full first (what a block left alone keeps), then as checkpointed runs make it
     const bool lean = recompute_activation_ && kept_.at(static_cast<size_t>(index)) >= 0;
-    return CheckpointFunction::apply(x, reinterpret_cast<int64_t>(&block), reinterpret_cast<int64_t>(this), index,
-                                     lean);
+    return CheckpointFunction::apply(x, reinterpret_cast<int64_t>(&block), reinterpret_cast<int64_t>(inner_.get()),
+                                     reinterpret_cast<int64_t>(this), index, lean);
   }
-  return checkpoint(block, x, recompute_activation_);
+  return checkpoint(block, x, recompute_activation_, inner_.get(), index);
 }
 
 void CheckpointRunner::start_probe(int64_t n) {

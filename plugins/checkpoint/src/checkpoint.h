@@ -21,10 +21,17 @@ namespace tt::ckpt {
 // y = block(x), keeping only x for backward (see above). With recompute_activation, the re-run
 // in backward also keeps its MLPs' GELU outputs unsaved (tt::nn::MLPImpl::recompute_activation):
 // the block's backward then holds one [B, T, d_ff] tensor less at its peak.
-at::Tensor checkpoint(tt::nn::Block& block, const at::Tensor& x, bool recompute_activation = true);
+// With `inner`, the block is called as inner->run(index, block, x), in the forward (no grad) and
+// in the re-run (with grad, so saved-tensor hooks inner opens act on what the re-run saves);
+// inner must outlive the backward.
+at::Tensor checkpoint(tt::nn::Block& block, const at::Tensor& x, bool recompute_activation = true,
+                      tt::nn::BlockRunner* inner = nullptr, int64_t index = 0);
 
 // Runs the blocks whose index is in `which` through checkpoint(), the others as usual.
-// Without grad mode (evaluation, sampling) every block runs directly.
+// Without grad mode (evaluation, sampling) no block is checkpointed.
+// `inner`: the runner this one replaces on the stack (the stack's shared_runner() before
+// set_runner), or nullptr. Every block call goes through it: a block not checkpointed, one
+// without grad mode, and a checkpointed block's forward and re-run in backward.
 //
 // Probing (the selective and budget policies): every block is checkpointed and each
 // recomputation in backward records the bytes the block holds once re-run with gradients
@@ -36,9 +43,11 @@ at::Tensor checkpoint(tt::nn::Block& block, const at::Tensor& x, bool recompute_
 // measured(): both known for every block.
 class CheckpointRunner : public tt::nn::BlockRunner {
  public:
-  explicit CheckpointRunner(std::set<int64_t> which) : which_(std::move(which)) {}
+  explicit CheckpointRunner(std::set<int64_t> which, std::shared_ptr<tt::nn::BlockRunner> inner = nullptr)
+      : which_(std::move(which)), inner_(std::move(inner)) {}
   std::string name() const override { return "checkpoint"; }
   at::Tensor run(int64_t index, tt::nn::Block& block, const at::Tensor& x) override;
+  const std::shared_ptr<tt::nn::BlockRunner>& inner() const { return inner_; }
   const std::set<int64_t>& blocks() const { return which_; }
   void set_blocks(std::set<int64_t> which) { which_ = std::move(which); }
   void set_recompute_activation(bool on) { recompute_activation_ = on; }
@@ -51,6 +60,7 @@ class CheckpointRunner : public tt::nn::BlockRunner {
 
  private:
   std::set<int64_t> which_;
+  std::shared_ptr<tt::nn::BlockRunner> inner_;
   std::vector<int64_t> recomputed_, kept_;  // per block, -1 until measured
   bool probing_ = false;
   bool recompute_activation_ = true;

@@ -48,12 +48,19 @@ class CheckpointPlugin final : public tt::Plugin {
                        "); use selective or blocks");
     for (auto& [name, stack] : stacks) {
       const auto n = static_cast<int64_t>(stack->size());
+      // The runner a plugin listed before this one set (activation compression, offload): kept,
+      // and every block call goes through it, the no-grad forward and the re-run included.
+      std::shared_ptr<tt::nn::BlockRunner> inner = stack->shared_runner();
+      if (inner)
+        tt::log().info("checkpoint: the blocks of '{}' are called through the runner '{}' set before it, in the "
+                       "forward and in the re-run in backward",
+                       name, inner->name());
       for (int64_t i : blocks_)
         options_.check(policy_ != "blocks" || i < n, "blocks",
                        "block " + std::to_string(i) + " does not exist (the stack '" + name + "' has " +
                            std::to_string(n) + " blocks: 0.." + std::to_string(n - 1) + ")");
       if (probing()) {
-        auto runner = std::make_shared<tt::ckpt::CheckpointRunner>(std::set<int64_t>{});
+        auto runner = std::make_shared<tt::ckpt::CheckpointRunner>(std::set<int64_t>{}, inner);
         runner->set_recompute_activation(recompute_activation_);
         runner->start_probe(n);
         runners_.emplace_back(name, runner);
@@ -65,7 +72,7 @@ class CheckpointPlugin final : public tt::Plugin {
       auto which = tt::ckpt::select_blocks(policy_, n, every_, blocks_);
       tt::log().info("checkpoint: {} of {} blocks of '{}' recomputed in backward ({})", which.size(), n, name,
                      list(which));
-      auto runner = std::make_shared<tt::ckpt::CheckpointRunner>(std::move(which));
+      auto runner = std::make_shared<tt::ckpt::CheckpointRunner>(std::move(which), inner);
       runner->set_recompute_activation(recompute_activation_);
       stack->set_runner(runner);
     }
