@@ -349,10 +349,15 @@ int64_t Meter::release_library_pages() {
   return 0;
 #endif
 }
+namespace {
+std::atomic<int64_t> g_rss_peak_before_reset{0};  // the highest mark a reset cleared
+}  // namespace
 void Meter::reset_rss_peak() {
+  raise_to(g_rss_peak_before_reset, rss_peak());
   std::ofstream out("/proc/self/clear_refs");
   if (out) out << "5";
 }
+int64_t Meter::process_rss_peak() { return std::max(g_rss_peak_before_reset.load(), rss_peak()); }
 
 #if TT_WITH_CUDA
 // Until the first CUDA allocation the caching allocator has no state for any device: its

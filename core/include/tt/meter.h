@@ -108,7 +108,11 @@ class TT_API Meter {
   // again; pages another process maps too are left alone, and written (copied) pages are never
   // dropped. Returns how far RSS fell (0 where the kernel refuses).
   static int64_t release_library_pages();
-  static void reset_rss_peak();  // via /proc/self/clear_refs; no-op where refused
+  // Starts a new peak RSS (via /proc/self/clear_refs; a no-op where refused). The kernel's
+  // high-water mark, and so getrusage's ru_maxrss and /usr/bin/time's figure, then counts from
+  // here: the mark reached before is kept for process_rss_peak().
+  static void reset_rss_peak();
+  static int64_t process_rss_peak();  // the process's peak RSS since it started, across resets
   // What can be allocated without swapping or pushing out working memory: the system's
   // MemAvailable (/proc/meminfo: free memory plus reclaimable page cache), or less where this
   // process's memory cgroup (a container's limit; v2 or v1) leaves less; 0 if unknown.

@@ -146,9 +146,9 @@ json RunReport::build() const {
   if (last_finite != rec.step_losses.rend()) sum["final_loss"] = *last_finite;
   if (rec.dropped_batches > 0) sum["dropped_batches"] = rec.dropped_batches;
   // The whole process's high-water mark (set-up, evaluation, checkpoint writes included), beside
-  // the training loop's peak_rss_bytes: what a container or a cgroup must allow.
-  struct rusage self {};
-  if (getrusage(RUSAGE_SELF, &self) == 0) sum["memory"]["process_peak_rss_bytes"] = int64_t{self.ru_maxrss} * 1024;
+  // the training loop's peak_rss_bytes: what a container or a cgroup must allow. Not getrusage's
+  // ru_maxrss: the resets that start the loop's and evaluation's own peaks clear that too.
+  sum["memory"]["process_peak_rss_bytes"] = Meter::process_rss_peak();
   if (outputs_only_) {  // the training's figures are the stopped run's, where it wrote them; else not measured
     sum["outputs_only"] = true;
     for (const char* k : {"memory", "train_seconds", "final_loss", "median_step_seconds", "median_optimizer_seconds",
