@@ -158,6 +158,14 @@ class Replacer : public tt::Plugin {
     s.optimizer = std::make_shared<torch::optim::SGD>(params, torch::optim::SGDOptions(0.1));
   }
 };
+// A replacer that declares it (as adam8bit does), so the order is checked when the pipeline is read.
+class DeclaredReplacer : public Replacer {
+ public:
+  explicit DeclaredReplacer(const std::string& name) {
+    set_name(name);
+    replaces_the_optimizer();
+  }
+};
 std::string fit_error(tt::Trainer& t) {
   return tt::test::refusal_of([&] { t.fit(); });
 }
@@ -178,6 +186,15 @@ TEST(Host, DeclaredOrderingIsCheckedWithOneMessageFormat) {
     t.add_plugin(std::make_unique<After>("late", "early"));
     EXPECT_EQ(fit_error(t), "");
     EXPECT_EQ(t.state().step, 1);
+  }
+  {  // two plugins that each declare an optimizer of their own: the later would discard the earlier's
+    tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 1\n"), {out / "two", false, true});
+    t.add_plugin(std::make_unique<DeclaredReplacer>("in-backward"));
+    t.add_plugin(std::make_unique<Wrapper>());
+    t.add_plugin(std::make_unique<DeclaredReplacer>("eight-bit"));
+    EXPECT_EQ(fit_error(t), "plugins: 'in-backward' and 'eight-bit' both replace the optimizer with one of their own, "
+                            "and the later would discard the earlier's: list one of them, but the list is "
+                            "[in-backward, wrapper, eight-bit]");
   }
   {  // a wrapper listed before a plugin that replaces the optimizer
     tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 1\n"), {out / "c", false, true});

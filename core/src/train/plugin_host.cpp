@@ -47,8 +47,17 @@ void PluginHost::add_pipeline_plugins(const std::vector<ComponentSpec>& plugins)
 
 void PluginHost::check_ordering() const {
   std::vector<size_t> assigners;
+  const Plugin* replacer = nullptr;  // the first that declares an optimizer of its own (not a wrapper)
   for (size_t i = 0; i < plugins_.size(); ++i) {
     if (plugins_[i]->assigns_the_optimizer()) assigners.push_back(i);
+    const auto& rules = plugins_[i]->ordering();
+    const bool wraps = std::any_of(rules.begin(), rules.end(), [](const Plugin::Ordering& r) { return r.after.empty(); });
+    if (plugins_[i]->assigns_the_optimizer() && !wraps) {
+      TT_CHECK_AS(ConfigError, !replacer, "plugins: '", replacer ? replacer->name() : "", "' and '", plugins_[i]->name(),
+                  "' both replace the optimizer with one of their own, and the later would discard the earlier's: "
+                  "list one of them, but the list is ", list_of(plugins_));
+      replacer = plugins_[i].get();
+    }
     for (const auto& rule : plugins_[i]->ordering())
       for (size_t j = i + 1; j < plugins_.size() && !rule.after.empty(); ++j)
         TT_CHECK_AS(ConfigError, plugins_[j]->name() != rule.after, "plugins: '", plugins_[i]->name(),
