@@ -4,6 +4,8 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
+
 #include "train/run.h"
 
 namespace tt {
@@ -47,6 +49,16 @@ void GradientReady::complete() {
   armed_ = false;
   for (size_t i = 0; i < run_.trainable.size(); ++i)
     if (run_.trainable[i].grad().defined()) fire(i);
+  released_ = 0;
+  for (size_t i = 0; i < fired_.size(); ++i)
+    if (fired_[i] && !run_.trainable[i].grad().defined()) ++released_;
+  std::fill(fired_.begin(), fired_.end(), 0);
+}
+
+size_t GradientReady::fired_count() const { return static_cast<size_t>(std::count(fired_.begin(), fired_.end(), 1)); }
+
+void GradientReady::reset() {
+  armed_ = false;
   std::fill(fired_.begin(), fired_.end(), 0);
 }
 

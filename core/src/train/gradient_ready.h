@@ -26,11 +26,19 @@ class GradientReady {
   // hooks have not run yet, in parameter order.
   void complete();
   void fire(size_t index);  // the hooks of one parameter (once per step)
+  // Parameters whose hooks ran in this step's backward so far (an out-of-memory error cuts it
+  // short: the batch cannot be re-run over work the hooks did), and a new start for the batch.
+  size_t fired_count() const;
+  void reset();
+  // Of the last complete() step: parameters whose hooks left them no gradient (the optimizer
+  // step in backward frees each one), which gradient clipping cannot see.
+  size_t released() const { return released_; }
 
  private:
   Run& run_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they hold the hooks
   std::vector<char> fired_;
+  size_t released_ = 0;
   bool armed_ = false;
   bool all_after_sync_ = false;
 };

@@ -123,12 +123,22 @@ Accumulated forward_backward_retrying(Run& run) {
     } catch (const c10::OutOfMemoryError& e) {
       std::string what = e.what();
       s.oom_message = what.substr(0, what.find('\n'));
+      const size_t fired = run.gradient_ready.fired_count();
+      run.gradient_ready.reset();
       s.loss = at::Tensor();
       s.output = {};
       s.micro = {};
       run.zero_grads();
       run.meter.release_cache();
       s.retry_batch = false;
+      // Hooks that acted on gradients as they landed (the optimizer step in backward) did work
+      // that a re-run of the batch would do again: no retry then.
+      TT_CHECK_AS(OutOfMemory, fired == 0, "out of memory at step ", s.step + 1, " in backward (micro-batch ",
+                  s.micro_batch_size, "): ", s.oom_message, ", after the gradient-ready hooks (plugins: ",
+                  run.host.names(), ") had run for ", fired, " of ", run.trainable.size(),
+                  " parameters, so the batch cannot be re-run without doing their work twice. Peak tensor bytes "
+                  "so far ", format_bytes(run.peak()), ". Fixes: lower trainer.micro_batch_size, or use [checkpoint] "
+                  "/ [amp] to need less activation memory.");
       run.host.fire(Event::OOM, s);
       if (!s.retry_batch || attempt >= 16) {
         TT_FAIL_AS(OutOfMemory, "out of memory at step ", s.step + 1, " (epoch ", s.epoch, ", batch ", s.batch_in_epoch,
@@ -159,6 +169,11 @@ void next_step(Run& run) {
 void optimizer_step(Run& run) {
   State& s = run.state;
   const Options& T = run.pipeline.trainer;
+  if (!s.skip_step && T.is_set("grad_clip"))
+    TT_CHECK_AS(ConfigError, run.gradient_ready.released() == 0, "trainer.grad_clip is set, but gradient-ready hooks "
+                "(tt::add_gradient_ready_hook; plugins: ", run.host.names(), ") released ", run.gradient_ready.released(),
+                " of ", run.trainable.size(), " gradients as they landed, before the step: the clipping norm cannot "
+                "cover them (it would read 0). Unset trainer.grad_clip, or clip where the hook uses the gradient.");
   if (!s.skip_step && T.is_set("grad_clip"))
     s.last_step.grad_norm = torch::nn::utils::clip_grad_norm_(run.trainable, T.get_float("grad_clip"));
   s.last_step.lr = s.lr;
