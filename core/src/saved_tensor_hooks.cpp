@@ -31,7 +31,9 @@ class Packed final : public torch::autograd::SavedVariableHooks {
     // a pack function that keeps it) would make a reference cycle through its grad_fn.
     // detach() shares storage and version counter, so unpacking rebuilds the same variable.
     at::Tensor detached = saved.detach();
-    unpack_ = (*pack_)(detached, saved.is_leaf());
+    // a view of a leaf (weight.t(), which linear layers save) is the leaf's memory too
+    const bool leaf = saved.is_leaf() || (saved.is_view() && saved._base().is_leaf());
+    unpack_ = (*pack_)(detached, leaf);
     if (!unpack_) kept_ = std::move(detached);
     pack_.reset();
   }

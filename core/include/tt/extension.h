@@ -58,8 +58,8 @@ class TT_API LeanRecompute {
 // 9. Saved-tensor hooks, as torch.autograd.graph.saved_tensors_hooks in Python. While a scope
 // is alive, every tensor that autograd saves for backward in this thread's forward is given to
 // `pack` as `saved` (detached: the same storage, no graph; never modify it in place) with
-// `leaf` true for a leaf of the graph (a parameter, the input, a constant: memory held
-// elsewhere anyway, so moving it frees nothing). pack returns how to get it back: a function
+// `leaf` true for a leaf of the graph or a view of one (a parameter or its weight.t(), the input,
+// a constant: memory held elsewhere anyway, so moving it frees nothing). pack returns how to get it back: a function
 // called in backward (possibly on autograd's thread, more than once with retain_graph) that
 // returns a tensor equal to `saved` (shape, dtype, device, values), e.g. read back from host
 // memory or disk. Returning an empty function keeps the tensor as autograd would. What pack
