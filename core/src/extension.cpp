@@ -2,6 +2,12 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
 #include "train/plugin_host.h"
 #include "tt/error.h"
 #include "tt/state.h"
@@ -35,6 +41,14 @@ LeanRecompute::~LeanRecompute() {
 
 }  // namespace nn
 
+namespace {
+// Who registered each State's loss hooks, in order ("" outside a plugin): named when a hook
+// that computes the loss itself leaves the hooks after it uncalled.
+std::mutex g_owners_mutex;
+std::unordered_map<const State*, std::vector<std::string>> g_loss_hook_owners;
+
+}  // namespace
+
 // A hook added in a plugin's handler throws as that plugin's ("plugin 'x' failed in its loss
 // hook at step N: ..."), as its handlers do; what the hook's `next` throws (the model, a later
 // hook) passes through as it was.
@@ -53,6 +67,13 @@ void add_gradient_ready_hook(State& state, GradientReadyHook hook) {
 
 void add_loss_hook(State& state, LossHook hook) {
   TT_CHECK(hook, "add_loss_hook: an empty hook");
+  {
+    const std::lock_guard<std::mutex> lock(g_owners_mutex);
+    auto& owners = g_loss_hook_owners[&state];
+    owners.resize(state.loss_hooks.size());  // a State at the address of one gone: its names dropped
+    const Plugin* owner = PluginHost::calling();
+    owners.push_back(owner ? owner->name() : std::string());
+  }
   if (const Plugin* owner = PluginHost::calling())
     hook = [owner, inner = std::move(hook), &state](const Batch& micro,
                                                     const std::function<ModelOutput(const Batch&)>& next) {
@@ -76,16 +97,38 @@ void add_loss_hook(State& state, LossHook hook) {
 }
 
 namespace {
-ModelOutput forward_loss_from(State& state, size_t hook, const Batch& micro) {
+ModelOutput forward_loss_from(State& state, size_t hook, const Batch& micro, size_t& reached) {
+  reached = std::max(reached, hook);
   if (hook == state.loss_hooks.size()) return state.model->forward_loss(micro);
-  const std::function<ModelOutput(const Batch&)> next = [&state, hook](const Batch& b) {
-    return forward_loss_from(state, hook + 1, b);
+  const std::function<ModelOutput(const Batch&)> next = [&state, hook, &reached](const Batch& b) {
+    return forward_loss_from(state, hook + 1, b, reached);
   };
   return state.loss_hooks[hook](micro, next);
 }
 }  // namespace
 
-ModelOutput forward_loss(State& state, const Batch& micro) { return forward_loss_from(state, 0, micro); }
+ModelOutput forward_loss(State& state, const Batch& micro) {
+  size_t reached = 0;
+  ModelOutput out = forward_loss_from(state, 0, micro, reached);
+  // The last hook may compute the loss itself (the model's forward_loss then does not run); an
+  // earlier one that does leaves the hooks after it out: two plugins replacing the loss.
+  if (reached + 1 < state.loss_hooks.size()) {
+    std::vector<std::string> owners;
+    {
+      const std::lock_guard<std::mutex> lock(g_owners_mutex);
+      owners = g_loss_hook_owners[&state];
+    }
+    owners.resize(state.loss_hooks.size());
+    const auto named = [&](size_t i) { return owners[i].empty() ? "#" + std::to_string(i + 1) : "'" + owners[i] + "'"; };
+    std::string skipped;
+    for (size_t i = reached + 1; i < owners.size(); ++i) skipped += (skipped.empty() ? "" : ", ") + named(i);
+    TT_FAIL_AS(ConfigError, "plugins: the loss hook of ", named(reached), " computed the loss without calling next, so ",
+               "the loss hooks after it (of ", skipped, ") never ran at step ", state.step + 1,
+               ": list a plugin that replaces the loss last, after those that wrap it, or use one plugin that "
+               "replaces it");
+  }
+  return out;
+}
 
 void freeze_teacher(State& state) {
   if (!state.teacher) return;
