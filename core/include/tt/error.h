@@ -87,8 +87,14 @@ class TT_API Interrupted : public Error {
   int exit_code() const override { return 130; }
 };
 
+// So that TT_FAIL_AS and TT_CHECK_AS take the error type as tt's code writes it (ConfigError)
+// and as code outside namespace tt does (tt::ConfigError): ::tt::tt::ConfigError is ::tt::ConfigError.
+namespace tt = ::tt;
+
 }  // namespace tt
 
+// Throw (if `cond` is false) an error of `Type`, one of the above (ConfigError or
+// tt::ConfigError), whose message is the arguments streamed together.
 #define TT_FAIL_AS(Type, ...) throw ::tt::Type(::tt::detail::cat(__VA_ARGS__))
 #define TT_CHECK_AS(Type, cond, ...)           \
   do {                                         \
