@@ -83,8 +83,19 @@ struct Trainer::Impl {
     const Run::Peaks own = run.measure_apart([&] {
       const torch::NoGradGuard no_grad;
       const EvalMode eval_mode(*s.model);
-      s.metrics = s.model->evaluate(*run.data.validation, batch_size);
+      try {
+        s.metrics = s.model->evaluate(*run.data.validation, batch_size);
+      } catch (const c10::OutOfMemoryError& e) {
+        const std::string what = e.what();
+        TT_FAIL_AS(OutOfMemory, "out of memory in the evaluation after step ", s.step, " (evaluation batch ", batch_size,
+                   "): ", what.substr(0, what.find('\n')), ". Lower trainer.eval_batch_size.");
+      }
     });
+    if (run.memory_cap > 0 && own.tensor > run.memory_cap && run.eval_peaks.tensor <= run.memory_cap)
+      log().warn("evaluation at step {} peaked at {} of tensors, above the training steps' memory cap of {}: it is "
+                 "measured apart (evaluation_peak_tensor_bytes) and not capped, but a device of that size would run "
+                 "out of memory; lower trainer.eval_batch_size (now {})",
+                 s.step, format_bytes(own.tensor), format_bytes(run.memory_cap), batch_size);
     run.eval_peaks = {std::max(run.eval_peaks.tensor, own.tensor), std::max(run.eval_peaks.rss, own.rss)};
     fire(Event::EVAL);
     fire(Event::AFTER_EVAL);
@@ -158,13 +169,8 @@ struct Trainer::Impl {
       log().warn("trainer.memory_budget is planned by tt-run (tt-run --budget); here it only caps memory");
       cap = parse_budget(T.get_string("memory_budget"));
     }
-    if (cap == 0) return;
-    // On a GPU the cap is the device's: the CPU holds little besides the batch being loaded
-    if (run.state.device.is_cuda()) {
-      Meter::set_device_cap(cap);
-    } else {
-      run.meter.set_cap(cap);
-    }
+    run.memory_cap = cap;
+    run.set_capping(true);
   }
 
   void fit() {
@@ -261,10 +267,8 @@ struct Trainer::Impl {
       TT_FAIL_AS(OutOfMemory, "out of memory at step ", s.step + 1, " (epoch ", s.epoch, ", batch ", s.batch_in_epoch,
                  ", outside forward/backward: loading the batch or the optimizer step): ",
                  what.substr(0, what.find('\n')), ". Raise trainer.memory_cap or lower trainer.batch_size.");
-    }
-    progress->finish();
-    run.meter.set_cap(0);
-    Meter::set_device_cap(0);
+    }    progress->finish();
+    run.set_capping(false);
     end_training_measurements();
     const int64_t steps_here = s.step - run.start_step;
     TT_CHECK_AS(NumericError, steps_here == 0 || rec.dropped_batches < steps_here, "every one of the ", steps_here,

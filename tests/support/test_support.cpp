@@ -163,6 +163,20 @@ class ModeReporting : public Regression {
   }
 };
 
+// Regression whose evaluate() holds `bytes` of tensors at once (an evaluation larger than a
+// training step).
+class BigEvaluation : public Regression {
+ public:
+  BigEvaluation(int64_t d, int64_t bytes) : Regression(d), bytes_(bytes) {}
+  std::map<std::string, double> evaluate(Dataset&, int64_t) override {
+    const at::Tensor held = torch::ones({bytes_ / 4});
+    return {{"val_loss", held.sum().item<double>() / static_cast<double>(held.numel())}};
+  }
+
+ private:
+  int64_t bytes_;
+};
+
 // Regression whose loss is wrong as `how` says: "vector" (per example, not reduced) or
 // "detached" (no graph).
 class BadLoss : public Regression {
@@ -205,6 +219,11 @@ void register_test_components() {
               Schema().add("how", Type::String, "vector", "vector or detached").choices({"vector", "detached"}),
               [](const Options& o, const Datasets& d) {
                 return std::make_shared<BadLoss>(d.train->info().at("features"), o.get_string("how"));
+              });
+  r.add_model("test-big-eval", "linear regression whose evaluate() holds eval_bytes of tensors",
+              Schema().add("eval_bytes", Type::Int, "4194304", "bytes of tensors evaluate() holds"),
+              [](const Options& o, const Datasets& d) {
+                return std::make_shared<BigEvaluation>(d.train->info().at("features"), o.get_int("eval_bytes"));
               });
   r.add_model("test-eval-mode", "linear regression whose evaluate() reports its mode", Schema(),
               [](const Options&, const Datasets& d) {

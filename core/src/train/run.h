@@ -119,8 +119,9 @@ struct Run {
   void reset_peak();
   // The process's RSS high-water mark, the resets of measure_apart carried over.
   int64_t rss_peak() const;
-  // Runs `f` with the tensor and RSS peaks reset for it and returns its own; the run's peaks so
-  // far are carried over it (peak() and rss_peak() stay the run's). Evaluation, prediction.
+  // Runs `f` with the tensor and RSS peaks reset for it and returns its own; the run's peaks
+  // are not raised by it (peak() and rss_peak() stay the training steps'), and the training
+  // steps' memory cap is lifted while it runs. Evaluation, prediction.
   struct Peaks {
     int64_t tensor = 0, rss = 0;
   };
@@ -128,6 +129,11 @@ struct Run {
   // The evaluations' highest peaks in this process (-1 before any).
   Peaks eval_peaks{-1, -1};
   int64_t peak_floor = 0, rss_peak_floor = 0;
+  // The training steps' cap (trainer.memory_cap, or a budget tt-run did not plan): on the CPU
+  // meter or the CUDA device. `capping` while it applies.
+  int64_t memory_cap = 0;
+  bool capping = false;
+  void set_capping(bool on);
   void set_lr(double lr);
   bool done() const { return state.step >= state.total_steps || state.stop; }
   // An optimizer that defers updates (FusedAdamW::defer_rows) brings every parameter up to

@@ -97,13 +97,27 @@ int64_t Run::peak() const {
 int64_t Run::rss_peak() const { return std::max(rss_peak_floor, Meter::rss_peak()); }
 Run::Peaks Run::measure_apart(const std::function<void()>& f) {
   const int64_t peak_before = peak(), rss_before = rss_peak();
+  struct Uncapped {  // evaluation is not a training step: measured apart, not capped
+    Run& run;
+    const bool was = run.capping;
+    explicit Uncapped(Run& r) : run(r) { run.set_capping(false); }
+    ~Uncapped() { run.set_capping(was); }
+  } uncapped(*this);
   reset_peak();
   Meter::reset_rss_peak();
   f();
   const Peaks own{peak(), Meter::rss_peak()};
-  peak_floor = std::max(peak_before, own.tensor);
-  rss_peak_floor = std::max(rss_before, own.rss);
+  reset_peak();
+  Meter::reset_rss_peak();
+  peak_floor = peak_before;
+  rss_peak_floor = rss_before;
   return own;
+}
+void Run::set_capping(bool on) {
+  capping = on && memory_cap > 0;
+  const int64_t bytes = capping ? memory_cap : 0;
+  if (state.device.is_cuda()) Meter::set_device_cap(bytes);  // the device's: the CPU holds little besides the batch
+  else meter.set_cap(bytes);
 }
 void Run::reset_peak() {
   peak_floor = 0;
