@@ -228,12 +228,13 @@ int64_t TransformerLM::estimate_activation_bytes(int64_t micro_batch_size) const
   // What autograd keeps per block for backward (fp32), per token: the norms' outputs (2 d),
   // qkv's output (3 d), the attention output made contiguous for proj (d), the residual
   // sum (d), the block output (d), fc1's output and GELU's (2 d_ff), and per head one row
-  // of softmax probabilities (T); then the logits and their log-softmax (2 vocab).
+  // of softmax probabilities (T); then the logits (vocab: tt::nn::cross_entropy keeps them
+  // alone and recomputes the softmax in backward).
   const double B = static_cast<double>(micro_batch_size), T = static_cast<double>(s_.seq_len);
   const double d = static_cast<double>(s_.d_model), f = static_cast<double>(s_.d_ff);
   const double per_token_block = 8 * d + 2 * f + static_cast<double>(s_.n_heads) * T;
   const double per_token = static_cast<double>(s_.n_layers) * per_token_block + 2 * d /* embedding sum, ln_f */ +
-                           2 * static_cast<double>(s_.vocab);
+                           static_cast<double>(s_.vocab);
   return static_cast<int64_t>(B * T * per_token * 4.0);
 }
 
