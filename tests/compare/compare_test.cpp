@@ -541,8 +541,9 @@ TEST(Compare, ValidationColumnShowsAVariantsValLossThatItsPluginRenamed) {
 
 // samples/s is the throughput at the step time shown beside it: the examples a step takes over
 // the median step time (with an even count of steps, the median of the steps' own rates is not
-// that), and with repeats over the median of the runs, not the last run's rate.
-TEST(Compare, SamplesPerSecondIsTheBatchOverTheStepTimeShown) {
+// that), and with repeats over the median of the runs, not the last run's rate. The row's other
+// columns are the median run's (of two, the faster), each run's RSS listed in compare.json.
+TEST(Compare, SamplesPerSecondIsTheBatchOverTheStepTimeShownAndTheRowIsTheMedianRuns) {
   Cmp c;
   auto r = c.run("rate", R"(compare:
   steps: 2
@@ -565,6 +566,12 @@ TEST(Compare, SamplesPerSecondIsTheBatchOverTheStepTimeShown) {
     char cell[32];
     std::snprintf(cell, sizeof cell, " %.2f ", expected);  // the table's samples/s column
     EXPECT_NE(r.output.find(cell), std::string::npos) << name << ": " << cell << "\n" << r.output;
+    const auto per_run_ms = x["step_ms_per_run"].get<std::vector<double>>();
+    const auto per_run_rss = x["peak_rss_bytes_per_run"].get<std::vector<int64_t>>();
+    ASSERT_EQ(per_run_ms.size(), 2u);
+    ASSERT_EQ(per_run_rss.size(), 2u);
+    const size_t faster = per_run_ms[0] <= per_run_ms[1] ? 0 : 1;
+    EXPECT_EQ(x["peak_rss_bytes"].get<int64_t>(), per_run_rss[faster]) << name << " " << x.dump();
   }
 }
 
