@@ -4,7 +4,9 @@
 #include <torch/torch.h>
 
 #include <fstream>
+#include <map>
 #include <optional>
+#include <set>
 
 #include "test_support.h"
 #include "tt/autocast.h"
@@ -61,6 +63,65 @@ TEST(Extension, GradientReadyFiresOncePerParameterWithTheCompleteGradient) {
   }
 }
 
+// A hook that releases each gradient as it lands (the optimizer step in backward) leaves
+// gradient clipping nothing to measure: trainer.grad_clip is refused at the first step, not
+// applied to no gradient with a norm of 0.
+TEST(Extension, GradientReadyHooksThatReleaseGradientsRefuseGradientClipping) {
+  const auto run = [](const std::string& trainer) {
+    auto out = tt::test::temp_dir("ext");
+    tt::Trainer t(tt::test::regression_pipeline(out, trainer), {out / "run", false, true});
+    auto releaser = std::make_unique<OnEvent>(Event::INIT, [](tt::State& s) {
+      tt::add_gradient_ready_hook(s, [](size_t, at::Tensor& p) { p.mutable_grad() = at::Tensor(); });
+    });
+    releaser->set_name("in-backward");
+    t.add_plugin(std::move(releaser));
+    const std::string error = tt::test::refusal_of([&] { t.fit(); });
+    return std::make_pair(error, t.state().step);
+  };
+  const auto [clipped, clipped_steps] = run("  max_steps: 2\n  grad_clip: 1.0\n");
+  EXPECT_HAS(clipped, "trainer.grad_clip is set, but gradient-ready hooks (tt::add_gradient_ready_hook; plugins: "
+                      "in-backward) released ");
+  EXPECT_HAS(clipped, "gradients as they landed, before the step");
+  EXPECT_EQ(clipped_steps, 0);
+  const auto [plain, plain_steps] = run("  max_steps: 2\n");
+  EXPECT_EQ(plain, "");
+  EXPECT_EQ(plain_steps, 2);
+}
+
+// An out-of-memory error in backward after gradient-ready hooks ran for some parameters is not
+// retried (a re-run would do their work twice, e.g. apply an update again), whatever a plugin
+// would say on OOM.
+TEST(Extension, AnOutOfMemoryAfterGradientReadyHooksRanIsNotRetried) {
+  const auto run = [](int throw_at_call) {
+    auto out = tt::test::temp_dir("ext");
+    tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 2\n"), {out / "run", false, true});
+    auto calls = std::make_shared<int>(0);
+    auto retries = std::make_shared<int>(0);
+    t.add_plugin(std::make_unique<OnEvent>(Event::INIT, [calls, throw_at_call](tt::State& s) {
+      tt::add_gradient_ready_hook(s, [calls, throw_at_call](size_t, at::Tensor&) {
+        if (++*calls == throw_at_call) TORCH_CHECK_WITH(OutOfMemoryError, false, "test: out of memory in a hook");
+      });
+    }));
+    t.add_plugin(std::make_unique<OnEvent>(Event::OOM, [retries](tt::State& s) {
+      ++*retries;
+      s.retry_batch = *retries < 3;
+    }));
+    std::string error;
+    try {
+      t.fit();
+    } catch (const tt::OutOfMemory& e) {
+      error = e.what();
+    }
+    return std::make_tuple(error, *retries, t.state().step);
+  };
+  const auto [error, retries, steps] = run(2);
+  EXPECT_HAS(error, "out of memory at step 1 in backward (micro-batch 16): test: out of memory in a hook, after the "
+                    "gradient-ready hooks (plugins: ");
+  EXPECT_HAS(error, ") had run for 2 of ");
+  EXPECT_EQ(retries, 0) << "no plugin was offered a retry";
+  EXPECT_EQ(steps, 0);
+}
+
 TEST(Extension, LossHooksWrapOrReplaceTheModelsLoss) {
   auto grads_with = [](const std::function<void(tt::State&)>& register_hooks) {
     auto out = tt::test::temp_dir("ext");
@@ -101,6 +162,45 @@ TEST(Extension, LossHooksWrapOrReplaceTheModelsLoss) {
   });
   EXPECT_DOUBLE_EQ(loss0, 7.0);
   for (const auto& g : g0) EXPECT_EQ(g.abs().max().item<double>(), 0.0);
+}
+
+// A loss hook may compute the loss without calling next (chunked cross-entropy) only as the
+// last one: listed before another plugin's loss hook, it would leave that one out unseen.
+TEST(Extension, ALossHookThatReplacesTheLossLeavingLaterHooksOutIsRefused) {
+  const auto run = [](bool replacer_first) {
+    auto out = tt::test::temp_dir("ext");
+    tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 2\n"), {out / "run", false, true});
+    auto replacer = std::make_unique<OnEvent>(Event::INIT, [](tt::State& s) {
+      tt::add_loss_hook(s, [&s](const tt::Batch& b, const std::function<tt::ModelOutput(const tt::Batch&)>&) {
+        return s.model->forward_loss(b);  // its own loss, next not called
+      });
+    });
+    replacer->set_name("chunked");
+    auto wrapper = std::make_unique<OnEvent>(Event::INIT, [](tt::State& s) {
+      tt::add_loss_hook(s, [](const tt::Batch& b, const std::function<tt::ModelOutput(const tt::Batch&)>& next) {
+        tt::ModelOutput o = next(b);
+        o.loss = o.loss * 0.5;
+        return o;
+      });
+    });
+    wrapper->set_name("distill");
+    if (replacer_first) {
+      t.add_plugin(std::move(replacer));
+      t.add_plugin(std::move(wrapper));
+    } else {
+      t.add_plugin(std::move(wrapper));
+      t.add_plugin(std::move(replacer));
+    }
+    return std::make_pair(tt::test::refusal_of([&] { t.fit(); }), t.state().step);
+  };
+  const auto [refused, refused_steps] = run(true);
+  EXPECT_EQ(refused, "plugins: the loss hook of 'chunked' computed the loss without calling next, so the loss hooks "
+                     "after it (of 'distill') never ran at step 1: list a plugin that replaces the loss last, after "
+                     "those that wrap it, or use one plugin that replaces it");
+  EXPECT_EQ(refused_steps, 0);
+  const auto [ok, ok_steps] = run(false);
+  EXPECT_EQ(ok, "");
+  EXPECT_EQ(ok_steps, 2);
 }
 
 TEST(Extension, TeacherIsFrozenAndKeptOutOfTrainingAndCheckpoints) {
@@ -214,10 +314,15 @@ struct DiskPack {
   fs::path dir;
   int packed = 0, kept = 0, unpacked = 0;
   int64_t packed_bytes = 0;
+  // Leaves the forward made (LayerNorm's mean and rstd need no gradient, so autograd sees them
+  // as leaves): kept, and counted here, apart from the parameters and the input (`held`).
+  std::set<const void*> held;
+  int64_t kept_made_bytes = 0;
   tt::nn::SavedTensorPack fn() {
     return [this](const at::Tensor& saved, bool leaf) -> tt::nn::SavedTensorUnpack {
       if (leaf) {
         ++kept;
+        if (!held.count(saved.data_ptr())) kept_made_bytes += saved.numel() * static_cast<int64_t>(saved.element_size());
         return nullptr;
       }
       const fs::path file = dir / ("t" + std::to_string(packed++));
@@ -245,6 +350,8 @@ TEST(Extension, SavedTensorHooksPackWhatAutogradSavesFreeItsMemoryAndKeepTheGrad
   auto run = [&](bool hooks, int64_t* held) {
     block.zero_grad();
     at::Tensor in = x.clone().requires_grad_(true);
+    disk.held = {in.data_ptr()};
+    for (const auto& p : block.parameters()) disk.held.insert(p.data_ptr());
     at::Tensor y;
     const int64_t before = tt::Meter::global().current();
     {
@@ -269,12 +376,48 @@ TEST(Extension, SavedTensorHooksPackWhatAutogradSavesFreeItsMemoryAndKeepTheGrad
   EXPECT_GE(disk.packed, 3);
   EXPECT_GE(disk.packed_bytes, int64_t{8} * 128 * (64 + 256 + 256) * 4);
   EXPECT_EQ(disk.unpacked, disk.packed);
-  EXPECT_GE(disk.kept, 4);  // fc1 and fc2 weights, LayerNorm's weight, the input
-  // A tensor saved by two nodes is written twice: the files hold at least what the graph kept.
-  EXPECT_GE(disk.packed_bytes, held_plain);
+  EXPECT_GE(disk.kept, 4);  // fc1 and fc2 weights (and their views), LayerNorm's weight, the input
+  // A tensor saved by two nodes is written twice: the files and the leaves the forward made hold
+  // at least what the graph kept.
+  EXPECT_GE(disk.packed_bytes + disk.kept_made_bytes, held_plain);
+  EXPECT_LE(disk.kept_made_bytes, held_plain / 100);
   EXPECT_LE(held_packed, held_plain / 100) << held_plain << " " << held_packed;
   ASSERT_EQ(plain.size(), packed.size());
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::equal(plain[i], packed[i])) << i;
+}
+
+// `leaf` is true for a parameter and for a view of one (weight.t(), which a linear layer saves):
+// memory held elsewhere; false for what forward computed and its views.
+TEST(Extension, SavedTensorHooksOfferAParametersViewAsALeafAndAnActivationsViewAsNot) {
+  const at::Tensor w = torch::randn({4, 3}).requires_grad_(true), x = torch::randn({5, 3}).requires_grad_(true),
+                   v = torch::ones({5, 2}).requires_grad_(true);
+  std::vector<std::pair<std::string, bool>> offered;  // what each saved tensor is, and its leaf flag
+  at::Tensor h;
+  const auto what = [&](const at::Tensor& t) -> std::string {
+    if (t.data_ptr() == w.data_ptr()) return t.sizes() == w.sizes() ? "w" : "w.t()";
+    if (t.data_ptr() == x.data_ptr()) return "x";
+    if (h.defined() && t.data_ptr() == h.data_ptr()) return t.sizes() == h.sizes() ? "h" : "h.t()";
+    return "other";
+  };
+  at::Tensor y;
+  {
+    tt::nn::SavedTensorHooks hooks([&](const at::Tensor& saved, bool leaf) -> tt::nn::SavedTensorUnpack {
+      offered.emplace_back(what(saved), leaf);
+      return {};
+    });
+    h = x * 2;                                         // saves nothing (a constant factor)
+    const at::Tensor a = torch::mm(x, w.t());          // saves x and w.t()
+    const at::Tensor b = torch::mm(h.t(), v);               // saves h.t() and v
+    y = a.sum() + b.sum();
+  }
+  std::map<std::string, bool> leaf_of;
+  for (const auto& [name, leaf] : offered) leaf_of[name] = leaf;
+  ASSERT_TRUE(leaf_of.count("x") && leaf_of.count("w.t()") && leaf_of.count("h.t()")) << offered.size();
+  EXPECT_TRUE(leaf_of["x"]);
+  EXPECT_TRUE(leaf_of["w.t()"]) << "a parameter's view is memory the parameter holds anyway";
+  EXPECT_FALSE(leaf_of["h.t()"]) << "a view of an activation is the activation's memory";
+  y.backward();
+  EXPECT_TRUE(w.grad().defined() && x.grad().defined());
 }
 
 TEST(Extension, SavedTensorHooksNestInnermostFirstAndKeepWhatPackDeclines) {

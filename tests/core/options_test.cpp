@@ -334,3 +334,14 @@ TEST(Options, TrainerSchemaRefusesValuesOutsideTheirRanges) {
   // what 0 means stays allowed: default threads, only the final checkpoint, keep all, no training
   EXPECT_EQ(error("threads: 0\ncheckpoint_every: 0\nkeep_checkpoints: 0\nmax_steps: 0\neval_every: 0"), "");
 }
+
+// Code outside namespace tt (a plugin's own) names the error type with its namespace; tt's own
+// code without: both compile to the same throw.
+TEST(Errors, TheCheckMacrosTakeTheErrorTypeWithItsNamespaceOutsideTt) {
+  EXPECT_THROW(TT_CHECK_AS(tt::ConfigError, 1 + 1 == 3, "plugins[0] (mine).every must be ", 2), tt::ConfigError);
+  try {
+    TT_FAIL_AS(tt::ModuleError, "module ", 1, " refused");
+  } catch (const tt::ModuleError& e) {
+    EXPECT_STREQ(e.what(), "module 1 refused");
+  }
+}

@@ -603,6 +603,50 @@ TEST(Trainer, TheMedianStepLeavesTheWarmUpStepOut) {
   EXPECT_DOUBLE_EQ(summary["median_step_seconds"].get<double>(), second);
 }
 
+// process_peak_rss_bytes is the process's high-water mark from its start: what set-up touched
+// before the training loop started its own peak (clear_refs, which also clears getrusage's
+// ru_maxrss) counts in it, not in peak_rss_bytes.
+TEST(Trainer, TheProcessPeakRssKeepsWhatSetUpTouchedBeforeTheLoopsOwnPeak) {
+  const auto out = tt::test::temp_dir("process_rss");
+  tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 2\n"), {out / "run", false, true});
+  constexpr int64_t kSetUp = int64_t{256} << 20;
+  t.add_plugin(std::make_unique<tt::test::OnEvent>(Event::INIT, [](tt::State&) {
+    std::vector<char> touched(static_cast<size_t>(kSetUp), 1);  // mapped, written, unmapped when freed
+    EXPECT_EQ(touched[touched.size() / 2], 1);
+  }));
+  t.fit();
+  const auto memory = tt::test::summary_of(out / "run")["memory"];
+  const int64_t process = memory["process_peak_rss_bytes"].get<int64_t>(), loop = memory["peak_rss_bytes"].get<int64_t>();
+  EXPECT_GE(process, kSetUp) << memory;
+  EXPECT_LT(loop, process - kSetUp / 2) << memory;  // the loop's own peak started after set-up's
+}
+
+// trainer.memory_cap caps the training steps: evaluations, periodic and final alike, are
+// measured apart and not capped (a warning says when one went over the cap), and they do not
+// raise the training figures.
+TEST(Trainer, EvaluationIsMeasuredApartFromTheCappedTrainingSteps) {
+  tt::test::register_test_components();
+  const auto out = tt::test::temp_dir("eval_cap");
+  const std::string yaml = "name: cap\nseed: 1\ndata: {name: test-regression-data}\nmodel: {name: test-big-eval, "
+                           "eval_bytes: 4194304}\noptimizer: {name: sgd, lr: 0.05}\ntrainer:\n  batch_size: 16\n  "
+                           "threads: 1\n  progress: off\n  max_steps: 3\n  eval_every: 1\n  memory_cap: 1MiB\n"
+                           "output:\n  dir: " + out.string() + "\n  plots: false\n";
+  tt::Trainer t(tt::parse_pipeline(yaml, "cap.yaml"), {out / "run", false, true});
+  testing::internal::CaptureStderr();
+  t.fit();
+  const std::string said = testing::internal::GetCapturedStderr();
+  const auto summary = tt::test::summary_of(out / "run");
+  EXPECT_EQ(summary["status"], "completed");
+  EXPECT_EQ(summary["steps"], 3);
+  const auto& m = summary["memory"];
+  EXPECT_LT(m["peak_tensor_bytes"].get<int64_t>(), int64_t{1} << 20) << m;
+  EXPECT_GE(m["evaluation_peak_tensor_bytes"].get<int64_t>(), int64_t{4} << 20) << m;
+  const std::string warning = "evaluation at step 1 peaked at 4.00 MiB of tensors, above the training steps' memory cap "
+                              "of 1.00 MiB";
+  EXPECT_HAS(said, warning);
+  EXPECT_EQ(said.find(warning), said.rfind(warning)) << "warned once";
+}
+
 TEST(Trainer, NanLossIsAClearErrorOrSkipped) {
   tt::test::register_test_components();
   auto out = tt::test::temp_dir("nan");
