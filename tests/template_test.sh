@@ -64,6 +64,10 @@ TT_PLUGIN_PATH="$PLUGIN_DIR" "$WORK/prefix/bin/tt-run" "$WORK/pipeline.yaml"
 TT_PLUGIN_PATH="$WORK/from-build/build/lib/tt" "$BUILD/bin/tt-run" -q "$WORK/pipeline.yaml" output.run_name=from-build ||
   { echo "FAIL: the module built against the build tree did not run"; exit 1; }
 grep -q '"grad_l2"' "$WORK/runs/from-build/metrics.jsonl" || { echo "FAIL: no grad_l2 from the build tree's module"; exit 1; }
+# The template's own pipeline, run from its folder as its first lines say.
+(cd "$WORK/my-plugin" && TT_PLUGIN_PATH="$PLUGIN_DIR" "$WORK/prefix/bin/tt-run" -q pipeline.yaml trainer.max_steps=4 \
+  output.run_name=shipped > "$WORK/shipped.log" 2>&1) || { cat "$WORK/shipped.log"; echo "FAIL: the template's pipeline.yaml"; exit 1; }
+grep -q '"grad_l2"' "$WORK/my-plugin/runs/shipped/metrics.jsonl" || { echo "FAIL: no grad_l2 from the template's pipeline"; exit 1; }
 TT_PLUGIN_PATH="$PLUGIN_DIR" "$WORK/prefix/bin/tt-run" --list > "$WORK/list.txt"
 grep -q "grad-stats" "$WORK/list.txt" || { echo "FAIL: --list does not show grad-stats"; exit 1; }
 n=$(grep -c '"grad_l2"' "$WORK/runs/r/metrics.jsonl")
@@ -81,9 +85,9 @@ grep -Eq "probe +[0-9]+ +grad-stats\(every 4\) @ micro 16 +[0-9.]+ ms/step" "$WO
 grep -q '"configuration": "grad-stats(every 4) @ micro 16"' "$WORK/rec-plan/recommend.json" ||
   { echo "FAIL: recommend.json has no grad-stats(every 4) configuration"; exit 1; }
 
-# The worked example of docs/plugins.md (an EMA of the weights) builds and runs the same way, and
-# its declared option range refuses a decay outside (0, 1).
-cp -r "$SRC/docs/examples/ema" "$WORK/ema"
+# The worked example of docs/plugins.md (an EMA of the weights), installed to share/tt/examples,
+# builds and runs the same way, and its declared option range refuses a decay outside (0, 1).
+cp -r "$WORK/prefix/share/tt/examples/ema" "$WORK/ema"
 cmake -S "$WORK/ema" -B "$WORK/ema/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$WORK/prefix" "${launcher[@]}" > "$WORK/ema-configure.log"
 cmake --build "$WORK/ema/build" > "$WORK/ema-build.log" || { cat "$WORK/ema-build.log"; exit 1; }
