@@ -492,3 +492,28 @@ TEST(Planner, NoEstimateIsFasterThanTheFastestMeasuredAtItsMicroBatchOrALargerOn
   }
   EXPECT_GT(checked, 0);
 }
+
+// estimates(): the reference probes only, then every configuration's estimate, as a search would
+// start from them (tt-run --plan-estimates).
+TEST(Planner, EstimatesRunOnlyTheReferenceProbesAndCoverEveryConfiguration) {
+  Table t;
+  tt::plan::Planner planner(t.dims, settings(), t.probe());
+  const auto rows = planner.estimates();
+  EXPECT_EQ(t.probes, 2 + 5);  // as written at micro 8 and 4, each alternative alone at 8
+  EXPECT_EQ(rows.size(), t.all().size());
+  int measured = 0;
+  for (const auto& r : rows) {
+    EXPECT_EQ(r.label.find("broken"), std::string::npos) << r.label;
+    if (!r.measured) continue;
+    ++measured;
+    EXPECT_EQ(r.cost.peak, t.cost(r.candidate).peak) << r.label;
+  }
+  EXPECT_EQ(measured, 6);  // the broken alternative failed and is no configuration
+  tt::plan::Planner again(t.dims, settings(), t.probe());
+  const auto plan = again.plan(10000);  // as written fits: no probe beyond the reference ones
+  for (const auto& r : rows)
+    for (const auto& p : plan.rows)
+      if (p.candidate == r.candidate) {
+        EXPECT_DOUBLE_EQ(p.est_peak, r.est_peak) << r.label;
+      }
+}

@@ -199,6 +199,10 @@ int main(int argc, char** argv) {
                  "plugins and micro-batch that fit, then train under that cap with oom-guard");
   app.add_flag("--recommend", recommend,
                "print the planned settings for budgets of 0.5, 1, 2, 4, 8 and 16 GiB (probe runs; no training)");
+  app.add_flag("--plan-estimates", plan_opts.estimates_only,
+               "budget planner check: only the reference probe runs, then every configuration's estimate "
+               "(estimates.json; tools/bench-planner-estimates.sh measures them)")
+      ->group("");  // hidden: for checking the planner, not for planning
   app.add_option("--probe-steps", plan_opts.probe_steps, "budget: measured steps per probe run")->capture_default_str();
   app.add_option("--max-probes", plan_opts.max_probes, "budget: probe runs per budget beyond the reference ones")
       ->capture_default_str();
@@ -318,7 +322,7 @@ int main(int argc, char** argv) {
       co.dry_run = dry_run;
       return tt::compare::run(co);
     };
-    const bool planning = recommend || !budget_text.empty();
+    const bool planning = recommend || plan_opts.estimates_only || !budget_text.empty();
     if (!budget_text.empty()) {
       try {
         plan_opts.budget = tt::parse_budget(budget_text);
@@ -365,6 +369,8 @@ int main(int argc, char** argv) {
     }
     TT_CHECK_AS(ConfigError, !(recommend && !budget_text.empty()),
                 "--recommend plans for 0.5 to 16 GiB itself; leave out --budget");
+    TT_CHECK_AS(ConfigError, !(plan_opts.estimates_only && (recommend || !budget_text.empty())),
+                "--plan-estimates only estimates, for no budget: leave out --budget and --recommend");
     const char* one_model_options =
         "--sample and --predict use one trained model, and a comparison trains one model per variant (and keeps "
         "no weights): give them to a run of the variant's pipeline (its pipeline.yaml in the comparison's folder)";
@@ -392,7 +398,8 @@ int main(int argc, char** argv) {
                   "tabular-icl}");
     }
     const bool plans = !budget_text.empty() ||
-                       (pipeline.trainer.is_set("memory_budget") && resume_dir.empty() && !dry_run) || recommend;
+                       (pipeline.trainer.is_set("memory_budget") && resume_dir.empty() && !dry_run) || recommend ||
+                       plan_opts.estimates_only;
     for (const char* o : {"--probe-steps", "--max-probes", "--margin"})
       TT_CHECK_AS(ConfigError, plans || app.count(o) == 0, o, " sets the budget planner, which runs for --budget "
                   "SIZE, --recommend or a pipeline's trainer.memory_budget; give one of them");
@@ -412,9 +419,9 @@ int main(int argc, char** argv) {
       plan_opts.recommend = recommend;
       if (!run_dir.empty()) plan_opts.out_dir = run_dir + "-plan";  // beside the run
       plan_opts.quiet = quiet;
-      if (!recommend && budget_text.empty()) plan_opts.budget = tt::parse_budget(pipeline.trainer.get_string("memory_budget"));
+      if (!recommend && !plan_opts.estimates_only && budget_text.empty()) plan_opts.budget = tt::parse_budget(pipeline.trainer.get_string("memory_budget"));
       const auto outcome = tt::plan::run(plan_opts);
-      if (outcome.exit_code != 0 || recommend) return outcome.exit_code;
+      if (outcome.exit_code != 0 || recommend || plan_opts.estimates_only) return outcome.exit_code;
       pipeline = tt::load_pipeline(outcome.planned_yaml);
     }
     if (dry_run) {

@@ -328,27 +328,41 @@ Outcome run(const RunOptions& o) {
     for (const auto& n : notes) std::printf("  %s\n", n.c_str());
   }
 
-  auto plan_or_explain = [&](int64_t budget) {
+  // The planner's own failures (the pipeline does not run) as tt's errors.
+  auto explained = [&](auto f) {
     try {
-      return planner.plan(budget);
+      return f();
     } catch (const std::runtime_error& e) {
       if (dynamic_cast<const Error*>(&e)) throw;
       TT_FAIL_AS(Error, "budget planner: ", e.what());
     }
   };
 
+  if (o.estimates_only) {
+    const std::vector<Row> rows = explained([&] { return planner.estimates(); });
+    json doc = {{"pipeline", o.file}, {"configurations", json::array()}};
+    for (const auto& r : rows) {
+      YAML::Emitter plugins;
+      YAML::Node list = runner.pipeline(r.candidate, false)["plugins"];
+      list.SetStyle(YAML::EmitterStyle::Flow);
+      plugins << list;
+      json row = {{"configuration", r.label}, {"micro_batch_size", r.candidate.micro}, {"plugins", plugins.c_str()},
+                  {"estimated_peak_bytes", std::llround(r.est_peak)}, {"estimated_step_ms", r.est_ms}};
+      if (r.measured) row["measured"] = cost_json(r.cost);  // a reference run
+      doc["configurations"].push_back(row);
+    }
+    std::ofstream(dir / "estimates.json") << tt::json_text(doc, 2) << "\n";
+    std::printf("\n%zu configurations estimated from %d probe runs; %s\n", rows.size(), planner.total_probes(),
+                (dir / "estimates.json").c_str());
+    return {0, ""};
+  }
+
   if (o.recommend) {
     const std::vector<double> gib = {0.5, 1, 2, 4, 8, 16};
     json doc = {{"pipeline", o.file}, {"budgets", json::array()}};
     std::vector<int64_t> budgets;
     for (double g : gib) budgets.push_back(static_cast<int64_t>(g * (1LL << 30)));
-    std::vector<Plan> plans;
-    try {
-      plans = planner.recommend(budgets);
-    } catch (const std::runtime_error& e) {
-      if (dynamic_cast<const Error*>(&e)) throw;
-      TT_FAIL_AS(Error, "budget planner: ", e.what());
-    }
+    const std::vector<Plan> plans = explained([&] { return planner.recommend(budgets); });
     for (const auto& pl : plans) doc["budgets"].push_back(plan_json(pl));
     std::ofstream(dir / "recommend.json") << tt::json_text(doc, 2) << "\n";
     const Cost& ref = plans.front().reference;
@@ -382,7 +396,7 @@ Outcome run(const RunOptions& o) {
     return {0, ""};
   }
 
-  const Plan pl = plan_or_explain(o.budget);
+  const Plan pl = explained([&] { return planner.plan(o.budget); });
   std::ofstream(dir / "plan.json") << tt::json_text(plan_json(pl), 2) << "\n";
   if (!o.quiet) {
     std::fputs(plan_table(pl, o.max_probes).c_str(), stdout);

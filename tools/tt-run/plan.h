@@ -8,6 +8,10 @@
 //       oom-guard as the safety net.
 //   tt-run --recommend PIPELINE.yaml
 //       the chosen settings for budgets of 0.5, 1, 2, 4, 8 and 16 GiB (recommend.json); no training.
+//   tt-run --plan-estimates PIPELINE.yaml
+//       only the reference probes, then every configuration's estimated peak and step time
+//       (estimates.json, with each configuration's plugins list), to check the estimates against
+//       measurements (tools/bench-planner-estimates.sh); no search, no training.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,6 +30,7 @@ struct RunOptions {
   std::vector<std::string> overrides;  // key=value, applied to every probe and to the plan
   int64_t budget = 0;                  // bytes (0 with recommend)
   bool recommend = false;
+  bool estimates_only = false;         // --plan-estimates: the reference runs and every estimate, no search
   std::string out_dir;                 // default <output.dir>/<name>-plan-<time>
   int probe_steps = 3;                 // measured steps per probe, after one warm-up step
   int max_probes = 16;                 // per budget, beyond the reference probes

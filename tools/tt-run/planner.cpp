@@ -220,6 +220,43 @@ void Planner::estimate(const Candidate& c, double& peak, double& ms) const {
   ms = std::isfinite(fastest) ? std::max(t, fastest) : t;
 }
 
+// Every configuration: the usable alternatives of each dimension (or none) x micro-batch sizes
+// from the reference's down.
+std::vector<Row> Planner::configurations() const {
+  std::vector<Row> rows;
+  std::vector<int> pick(dims_.size(), -1);
+  std::function<void(size_t)> enumerate = [&](size_t d) {
+    if (d == dims_.size()) {
+      for (int64_t m : s_.micro_sizes) {
+        if (m > ref_.micro) continue;
+        Row row;
+        row.candidate = {pick, m};
+        row.label = label(row.candidate);
+        estimate(row.candidate, row.est_peak, row.est_ms);
+        rows.push_back(std::move(row));
+      }
+      return;
+    }
+    for (int a = -1; a < static_cast<int>(dims_[d].alternatives.size()); ++a) {
+      if (a >= 0 && !factors_[d][static_cast<size_t>(a)].usable) continue;
+      pick[d] = a;
+      enumerate(d + 1);
+    }
+    pick[d] = -1;
+  };
+  enumerate(0);
+  return rows;
+}
+
+std::vector<Row> Planner::estimates() {
+  int counter = 0;
+  if (!calibrated_) calibrate(counter);
+  std::vector<Row> rows = configurations();
+  for (auto& r : rows)
+    if (auto it = cache_.find(r.candidate); it != cache_.end()) r.measured = true, r.cost = it->second;
+  return rows;
+}
+
 Plan Planner::plan(int64_t budget) { return plan(budget, nullptr, true); }
 
 std::vector<Plan> Planner::recommend(std::vector<int64_t> budgets) {
@@ -247,30 +284,7 @@ Plan Planner::plan(int64_t budget, const Candidate* at_least, bool search) {
     for (const auto& f : per_dim)
       if (!f.usable) out.excluded.push_back(f.reason);
 
-  // Every configuration: the usable alternatives of each dimension (or none) x micro-batch
-  // sizes from the reference's down.
-  std::vector<Row> rows;
-  std::vector<int> pick(dims_.size(), -1);
-  std::function<void(size_t)> enumerate = [&](size_t d) {
-    if (d == dims_.size()) {
-      for (int64_t m : s_.micro_sizes) {
-        if (m > ref_.micro) continue;
-        Row row;
-        row.candidate = {pick, m};
-        row.label = label(row.candidate);
-        estimate(row.candidate, row.est_peak, row.est_ms);
-        rows.push_back(std::move(row));
-      }
-      return;
-    }
-    for (int a = -1; a < static_cast<int>(dims_[d].alternatives.size()); ++a) {
-      if (a >= 0 && !factors_[d][static_cast<size_t>(a)].usable) continue;
-      pick[d] = a;
-      enumerate(d + 1);
-    }
-    pick[d] = -1;
-  };
-  enumerate(0);
+  std::vector<Row> rows = configurations();
 
   const double limit = static_cast<double>(out.limit);
   const double prune_above = limit * (1.0 + s_.slack);

@@ -128,6 +128,10 @@ class Planner {
   // A plan per budget (ascending), each chosen from all the measurements made for all of them,
   // so that no budget's choice is beaten by a smaller budget's.
   std::vector<Plan> recommend(std::vector<int64_t> budgets);
+  // Every configuration with its estimate from the reference runs alone (they are made first if
+  // no plan has made them): what a search starts from, for checking the estimates against
+  // measurements (tt-run --plan-estimates). The reference runs' rows are marked measured.
+  std::vector<Row> estimates();
   std::string label(const Candidate& c) const;
   int total_probes() const { return probe_runs_; }  // every probe run, re-measurements included
   const std::vector<Dimension>& dimensions() const { return dims_; }
@@ -144,6 +148,7 @@ class Planner {
   void absorb(Cost& into, Cost probe) const;
   void calibrate(int& counter);
   void estimate(const Candidate& c, double& peak, double& ms) const;
+  std::vector<Row> configurations() const;  // estimated, in enumeration order
 
   std::vector<Dimension> dims_;
   Settings s_;
