@@ -130,6 +130,33 @@ TEST(Budget, RecommendPrintsASettingForEachBudget) {
   EXPECT_FALSE(fs::exists(b.lm.dir / "rec" / "summary.json"));  // no training
 }
 
+// --plan-estimates (tools/bench-planner-estimates.sh): the reference probes only, every
+// configuration's estimate and the plugins list that trains it; no search, no training.
+TEST(Budget, PlanEstimatesWritesEveryConfigurationsEstimateFromTheReferenceProbes) {
+  Budget b;
+  auto r = b.run("base", "--plan-estimates --run-dir " + (b.lm.dir / "est").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("configurations estimated from 8 probe runs"), std::string::npos) << r.output;
+  const json est = tt::test::read_json(b.lm.dir / "est-plan" / "estimates.json");
+  int measured = 0;
+  for (const auto& c : est["configurations"]) {
+    EXPECT_GT(c["estimated_peak_bytes"].get<int64_t>(), 0) << c;
+    const std::string plugins = c["plugins"].get<std::string>();
+    ASSERT_TRUE(plugins.size() >= 2 && plugins.front() == '[' && plugins.back() == ']') << c;
+    if (!c.contains("measured")) continue;
+    ++measured;
+    // A reference probe's estimate is its own measurement.
+    EXPECT_EQ(c["estimated_peak_bytes"].get<int64_t>(), c["measured"]["peak_tensor_bytes"].get<int64_t>()) << c;
+  }
+  EXPECT_EQ(measured, 8);  // as written at micro-batch 8 and 4, the six alternatives alone at 8
+  EXPECT_GT(est["configurations"].size(), 100u);
+  EXPECT_FALSE(fs::exists(b.lm.dir / "est-plan" / "plan.json"));  // no search
+  EXPECT_FALSE(fs::exists(b.lm.dir / "est" / "summary.json"));  // no training
+  r = b.run("base", "--plan-estimates --recommend");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("--plan-estimates only estimates"), std::string::npos) << r.output;
+}
+
 TEST(Budget, BadBudgetsAreRefusedBeforeAnythingRuns) {
   Budget b;
   for (const std::string bad : {"'1.5 GB'", "abc", "0", "-1GiB"}) {
