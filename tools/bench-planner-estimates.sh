@@ -4,10 +4,11 @@
 # two largest micro-batches, each technique alternative alone at the largest) and writes every
 # configuration's estimate; each configuration below is then trained for as many steps as a probe
 # (1 warm-up + 3) in a tt-run process of its own, and its peak tensor bytes (tt's meter) are set
-# against the estimate. Peaks are byte counts: the same on any machine with the same build.
+# against the estimate. Peaks are byte counts, not timings: they repeat run to run (bf16 ones may
+# differ by a fraction of a per cent between CPUs).
 #   tools/bench-planner-estimates.sh [--d-model 64] [--layers 2] [--seq-len 128] [--batch 16]
 #                                    [--threads 2] [--build DIR] [--keep DIR]
-# About 3 minutes on 2 cores with the defaults.
+# About 8 minutes with the defaults on 2 cores shared with other work.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="$ROOT/build"; DMODEL=64; LAYERS=2; SEQ=128; BATCH=16; THREADS=2; KEEP=""
