@@ -59,7 +59,8 @@ class TT_API LeanRecompute {
 // is alive, every tensor that autograd saves for backward in this thread's forward is given to
 // `pack` as `saved` (detached: the same storage, no graph; never modify it in place) with
 // `leaf` true for a leaf of the graph or a view of one (a parameter or its weight.t(), the input,
-// a constant: memory held elsewhere anyway, so moving it frees nothing). pack returns how to get it back: a function
+// a constant: memory held elsewhere anyway, so moving it frees nothing; a tensor that needs no
+// gradient is a leaf too, even one forward made, as LayerNorm's mean and rstd). pack returns how to get it back: a function
 // called in backward (possibly on autograd's thread, more than once with retain_graph) that
 // returns a tensor equal to `saved` (shape, dtype, device, values), e.g. read back from host
 // memory or disk. Returning an empty function keeps the tensor as autograd would. What pack
@@ -98,7 +99,9 @@ TT_API void add_gradient_ready_hook(State& state, GradientReadyHook hook);
 // 7. Wraps the model's forward_loss for every micro-batch. `next` computes the loss of the
 // hooks registered after this one and finally the model's; a hook may call it and change the
 // result (scale it, add a term, e.g. distillation against state.teacher), or not call it and
-// compute the loss itself (chunked cross-entropy). Hooks registered first are outermost.
+// compute the loss itself (chunked cross-entropy): only the last hook may, as the hooks after
+// one that does not call next never run (refused at the first step). Hooks registered first
+// are outermost.
 // Forward scopes (amp's autocast) are active around all of them.
 using LossHook = std::function<ModelOutput(const Batch& micro, const std::function<ModelOutput(const Batch&)>& next)>;
 TT_API void add_loss_hook(State& state, LossHook hook);
