@@ -346,7 +346,8 @@ TEST(Extension, SavedTensorHooksPackWhatAutogradSavesFreeItsMemoryAndKeepTheGrad
   torch::manual_seed(0);
   ResidualBlock block(64, 256);
   const at::Tensor x = torch::randn({8, 128, 64});
-  DiskPack disk{tt::test::temp_dir("saved-hooks")};
+  DiskPack disk;
+  disk.dir = tt::test::temp_dir("saved-hooks");
   auto run = [&](bool hooks, int64_t* held) {
     block.zero_grad();
     at::Tensor in = x.clone().requires_grad_(true);
