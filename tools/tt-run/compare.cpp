@@ -504,12 +504,13 @@ int run(const Options& o) {
         continue;
       }
       try {
-        static_cast<child::Measured&>(r) = child::collect(dir, spec.warmup);
+        const child::Measured measured = child::collect(dir, spec.warmup);
+        r.runs.push_back(measured);  // as measured: `peak` the process's
+        static_cast<child::Measured&>(r) = measured;
         r.process_peak = r.peak;
         if (r.peak_since_retry >= 0) r.peak = r.peak_since_retry;
         r.repeat_step_ms.push_back(r.step_ms);
         r.repeat_rss.push_back(r.rss);
-        r.runs.push_back(r);
         r.ok = true;
         fs::remove_all(dir / "checkpoints");  // measurements only: the weights are not kept
       } catch (const std::exception& e) {
