@@ -267,7 +267,8 @@ struct Trainer::Impl {
       TT_FAIL_AS(OutOfMemory, "out of memory at step ", s.step + 1, " (epoch ", s.epoch, ", batch ", s.batch_in_epoch,
                  ", outside forward/backward: loading the batch or the optimizer step): ",
                  what.substr(0, what.find('\n')), ". Raise trainer.memory_cap or lower trainer.batch_size.");
-    }    progress->finish();
+    }
+    progress->finish();
     run.set_capping(false);
     end_training_measurements();
     const int64_t steps_here = s.step - run.start_step;

@@ -56,7 +56,11 @@ struct Result : child::Measured {
   std::vector<double> repeat_step_ms;
   // Every run's measurements (repeats); the row is the run whose step time is the median.
   std::vector<child::Measured> runs;
-  std::vector<int64_t> repeat_rss;
+  std::vector<int64_t> rss_per_run() const {
+    std::vector<int64_t> v;
+    for (const auto& m : runs) v.push_back(m.rss);
+    return v;
+  }
   // The process's tensor peak. `peak` is the row's: the same, or where oom-guard retried after
   // running out of memory, the peak since that retry (the micro-batch that fits; the failed
   // attempt's bytes are not what the technique holds).
@@ -287,7 +291,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
                 {"rest_bytes", rest},
                 {"median_step_ms", r.step_ms},
                 {"step_ms_per_run", r.repeat_step_ms},
-                {"peak_rss_bytes_per_run", r.repeat_rss},
+                {"peak_rss_bytes_per_run", r.rss_per_run()},
                 {"samples_per_s", r.samples_per_s},
                 {"final_loss", r.loss},
                 {"plugins", r.summary["plugins"]},
@@ -309,7 +313,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   }
   for (const auto& f : peak_notes) std::printf("  + %s\n", f.c_str());
   for (size_t i = 0; i < results.size(); ++i) {  // RSS depends on what other processes map: said where it moved
-    const auto& rss = results[i].repeat_rss;
+    const std::vector<int64_t> rss = results[i].rss_per_run();
     if (!results[i].ok || rss.size() < 2) continue;
     const auto [lo, hi] = std::minmax_element(rss.begin(), rss.end());
     if (*hi > *lo + *lo / 10)
@@ -510,7 +514,6 @@ int run(const Options& o) {
         r.process_peak = r.peak;
         if (r.peak_since_retry >= 0) r.peak = r.peak_since_retry;
         r.repeat_step_ms.push_back(r.step_ms);
-        r.repeat_rss.push_back(r.rss);
         r.ok = true;
         fs::remove_all(dir / "checkpoints");  // measurements only: the weights are not kept
       } catch (const std::exception& e) {

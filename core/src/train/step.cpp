@@ -169,13 +169,13 @@ void next_step(Run& run) {
 void optimizer_step(Run& run) {
   State& s = run.state;
   const Options& T = run.pipeline.trainer;
-  if (!s.skip_step && T.is_set("grad_clip"))
+  if (!s.skip_step && T.is_set("grad_clip")) {
     TT_CHECK_AS(ConfigError, run.gradient_ready.released() == 0, "trainer.grad_clip is set, but gradient-ready hooks "
                 "(tt::add_gradient_ready_hook; plugins: ", run.host.names(), ") released ", run.gradient_ready.released(),
                 " of ", run.trainable.size(), " gradients as they landed, before the step: the clipping norm cannot "
                 "cover them (it would read 0). Unset trainer.grad_clip, or clip where the hook uses the gradient.");
-  if (!s.skip_step && T.is_set("grad_clip"))
     s.last_step.grad_norm = torch::nn::utils::clip_grad_norm_(run.trainable, T.get_float("grad_clip"));
+  }
   s.last_step.lr = s.lr;
   if (!s.skip_step) {
     const int64_t before = run.live_foreground();
