@@ -46,6 +46,12 @@ void Model::predict(const std::filesystem::path& input, const std::filesystem::p
              " needs a model that implements it (tabular-icl)");
 }
 
+OutputHead Model::output_head(const Batch&) {
+  TT_FAIL_AS(ConfigError, "the model (", describe(), ") does not expose its output head: a plugin that computes the loss "
+             "from the head (chunked cross-entropy, distillation) needs a model that declares the part 'output_head' "
+             "(transformer)");
+}
+
 std::string Model::generate(const std::string&, const GenerateOptions&) {
   TT_FAIL_AS(ConfigError, "the model (", describe(), ") does not generate text: --sample needs a language model "
              "such as model: {name: transformer}");

@@ -1,21 +1,27 @@
 // The transformer LM: causality, parameter counts and sizing, training through tt's trainer
 // on a text stream (learning, bitwise resume of the stream, memory estimate vs meter),
-// sampling, and the errors a user meets first.
+// sampling, the errors a user meets first, its output head (extension point 10) and building a
+// finished run's model again (tt::load_model).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
 
 #include "test_support.h"
 #include "text_stream.h"
 #include "transformer_model.h"
+#include "tt/dataset.h"
 #include "tt/error.h"
+#include "tt/extension.h"
+#include "tt/nn.h"
 #include "tt/plugin.h"
 #include "tt/registry.h"
 #include "tt/runtime.h"
 #include "tt/trainer.h"
+#include "tt/weights.h"
 
 namespace fs = std::filesystem;
 using tt::lm::Shape;
@@ -297,4 +303,176 @@ TEST(TransformerLM, TtRunSamplesFromAFinishedRunWithoutTouchingIt) {
   // bad sampling options are a command-line error
   r = tt::test::run(tt::test::tt_run_bin() + " --resume " + run + " --sample x --tokens 0 -q");
   EXPECT_EQ(r.rc, 2) << r.output;
+}
+
+namespace {
+tt::Batch random_batch(const Shape& s, int64_t rows) {
+  tt::Batch b;
+  b.tensors["input"] = torch::randint(0, s.vocab, {rows, s.seq_len}, torch::kLong);
+  b.tensors["target"] = torch::randint(0, s.vocab, {rows, s.seq_len}, torch::kLong);
+  b.size = rows;
+  return b;
+}
+
+std::vector<at::Tensor> trainable(torch::nn::Module& m) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : m.parameters())
+    if (p.requires_grad()) out.push_back(p);
+  return out;
+}
+
+// Cross-entropy over the output head's rows, `chunk` rows' logits at a time, as a chunked loss
+// computes it: the mean over all rows.
+at::Tensor chunked_loss(const tt::OutputHead& h, int64_t chunk) {
+  const int64_t n = h.hidden.size(0);
+  at::Tensor total = torch::zeros({}, h.hidden.options());
+  for (int64_t i = 0; i < n; i += chunk) {
+    const int64_t e = std::min(n, i + chunk);
+    total = total + torch::nn::functional::cross_entropy(
+                        h.project(h.hidden.slice(0, i, e)), h.target.slice(0, i, e),
+                        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+  }
+  return total / static_cast<double>(n);
+}
+
+// Adds x A^T to a Linear's output (what LoRA's adapter does, with one matrix).
+struct ProductAdapter : tt::nn::LinearAdapter {
+  ProductAdapter(int64_t in, int64_t out) { a = register_parameter("a", torch::randn({out, in}) * 0.1); }
+  at::Tensor forward(const at::Tensor& x) override { return x.matmul(a.t()); }
+  at::Tensor a;
+};
+
+// A loss hook that computes the LM's loss from its output head, 7 rows at a time.
+class ChunkedHeadLoss : public tt::Plugin {
+ public:
+  void on(tt::Event e, tt::State& s) override {
+    if (e != tt::Event::INIT) return;
+    tt::State* st = &s;
+    tt::add_loss_hook(s, [this, st](const tt::Batch& b, const std::function<tt::ModelOutput(const tt::Batch&)>&) {
+      ++calls;
+      const tt::OutputHead h = st->model->output_head(b);
+      tt::ModelOutput o;
+      o.loss = chunked_loss(h, 7);
+      o.reduction = h.reduction;
+      o.items = h.items;
+      return o;
+    });
+  }
+  int calls = 0;
+};
+}  // namespace
+
+TEST(TransformerLM, OutputHeadGivesTheModelsLossAndGradientsAFewRowsAtATime) {
+  for (int variant = 0; variant < 3; ++variant) {  // tied head, its own head, its own head with an adapter
+    torch::manual_seed(0);
+    Shape s = small_shape();
+    s.tie_embeddings = variant == 0;
+    TransformerLM m(s, nullptr, {}, "");
+    auto head = std::dynamic_pointer_cast<tt::nn::LinearImpl>(m.named_children()["head"]);
+    if (variant == 2) head->add_adapter("product", std::make_shared<ProductAdapter>(s.d_model, s.vocab));
+    const tt::Batch b = random_batch(s, 3);
+    const std::vector<at::Tensor> params = trainable(m);
+    const at::Tensor ref = m.forward_loss(b).loss;
+    const std::vector<at::Tensor> gref = torch::autograd::grad({ref}, params);
+
+    const tt::OutputHead h = m.output_head(b);
+    ASSERT_EQ(h.hidden.sizes(), (std::vector<int64_t>{3 * s.seq_len, s.d_model})) << "variant " << variant;
+    ASSERT_TRUE(torch::equal(h.target, b.at("target").reshape({-1})));
+    const auto named = m.named_parameters();
+    EXPECT_TRUE(h.weight.is_same(named[variant == 0 ? "tok.weight" : "head.weight"])) << "variant " << variant;
+    EXPECT_FALSE(h.bias.defined());
+    EXPECT_EQ(h.items, 3 * s.seq_len);
+    EXPECT_EQ(h.plain, variant != 2);
+    const at::Tensor logits = h.project(h.hidden), product = h.hidden.matmul(h.weight.t());
+    EXPECT_EQ(torch::allclose(logits, product, 1e-5, 1e-6), variant != 2) << "variant " << variant;
+    EXPECT_TRUE(torch::allclose(logits.view({3, s.seq_len, s.vocab}), m.logits(b.at("input")), 1e-6, 1e-7));
+
+    const at::Tensor loss = chunked_loss(h, 10);  // 48 rows: 4 chunks of 10 and one of 8
+    EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-6) << "variant " << variant;
+    const std::vector<at::Tensor> g = torch::autograd::grad({loss}, params);
+    ASSERT_EQ(g.size(), gref.size());
+    for (size_t i = 0; i < g.size(); ++i)
+      EXPECT_TRUE(torch::allclose(g[i], gref[i], 1e-5, 1e-7))
+          << "variant " << variant << ", parameter " << i << ": max |diff| " << (g[i] - gref[i]).abs().max().item<double>();
+  }
+}
+
+TEST(TransformerLM, ALossHookOverTheOutputHeadTrainsAsTheModelsOwnLoss) {
+  register_lm();
+  auto dir = tt::test::temp_dir("lm-head-hook");
+  write_corpus(dir, "train.txt", 120, 11);
+  write_corpus(dir, "val.txt", 20, 12);
+  const std::string yaml = lm_yaml(dir, "  max_steps: 4\n");
+  tt::Trainer plain(tt::parse_pipeline(yaml, "p.yaml"), {dir / "plain", false, true});
+  plain.fit();
+  tt::Trainer hooked(tt::parse_pipeline(yaml, "p.yaml"), {dir / "hooked", false, true});
+  auto plugin = std::make_unique<ChunkedHeadLoss>();
+  ChunkedHeadLoss* seen = plugin.get();
+  hooked.add_plugin(std::move(plugin));
+  hooked.fit();
+  EXPECT_EQ(seen->calls, 4);  // one micro-batch a step: the hook computed every step's loss
+  ASSERT_EQ(hooked.step_losses().size(), plain.step_losses().size());
+  for (size_t i = 0; i < plain.step_losses().size(); ++i)
+    EXPECT_NEAR(hooked.step_losses()[i], plain.step_losses()[i], 1e-5 * plain.step_losses()[i]) << "step " << i + 1;
+}
+
+TEST(TransformerLM, LoadModelBuildsARunsModelOverOtherDataWithTheShapeItsCheckpointRecords) {
+  register_lm();
+  auto dir = tt::test::temp_dir("lm-load-model");
+  const fs::path train = write_corpus(dir, "train.txt", 120, 13);
+  write_corpus(dir, "val.txt", 20, 14);
+  // The run's model takes seq_len 32 from its data (the model's own is left unset).
+  tt::Trainer run(tt::parse_pipeline(lm_yaml(dir, "  max_steps: 2\n  checkpoint_every: 2\n"), "p.yaml"),
+                  {dir / "teacher", false, true});
+  run.fit();
+  const auto parse_data = [&](int64_t seq_len) {
+    return tt::lm::make_text(tt::Options::parse(YAML::Load("train: [" + train.string() + "]\nseq_len: " +
+                                                           std::to_string(seq_len)),
+                                                tt::lm::text_schema(), "data", "s.yaml", {"name"}),
+                             1);
+  };
+  const tt::Datasets other = parse_data(16), own = parse_data(32);
+  const auto same_weights = [&](tt::Model& m) {
+    const auto want = run.state().model->named_parameters();
+    const auto got = m.named_parameters();
+    if (got.size() != want.size()) return false;
+    for (const auto& p : want)
+      if (!got.contains(p.key()) || !torch::equal(got[p.key()], p.value())) return false;
+    return true;
+  };
+
+  auto m = tt::load_model((dir / "teacher").string(), other, "plugins.distill.teacher");
+  auto* lm = dynamic_cast<TransformerLM*>(m.get());
+  ASSERT_NE(lm, nullptr);
+  EXPECT_EQ(lm->shape().seq_len, 32) << "the checkpoint's shape, not the one the other data would derive";
+  EXPECT_TRUE(same_weights(*m));
+  const fs::path ckpt = dir / "teacher" / "checkpoints" / "step-00000002.pt";
+  ASSERT_TRUE(fs::exists(ckpt));
+  EXPECT_TRUE(same_weights(*tt::load_model(ckpt.string(), other, "teacher")));
+
+  // A checkpoint that records only the weights (as tt wrote them before) takes its run's
+  // pipeline.yaml: over the other data the derived seq_len does not fit the weights.
+  fs::create_directories(dir / "old" / "checkpoints");
+  fs::copy_file(dir / "teacher" / "pipeline.yaml", dir / "old" / "pipeline.yaml");
+  {
+    torch::serialize::OutputArchive ar, model_ar;
+    run.state().model->save(model_ar);
+    ar.write("model", model_ar);
+    ar.save_to((dir / "old" / "checkpoints" / "step-00000002.pt").string());
+  }
+  std::string msg = tt::test::config_error([&] { tt::load_model((dir / "old").string(), other, "teacher"); });
+  EXPECT_EQ(msg.rfind("teacher: ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("pos.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("give it the data it was trained on"), std::string::npos) << msg;
+  EXPECT_TRUE(same_weights(*tt::load_model((dir / "old").string(), own, "teacher")));
+
+  // What cannot give a model says what would.
+  msg = tt::test::config_error([&] { tt::load_model((dir / "nowhere").string(), own, "teacher"); });
+  EXPECT_NE(msg.find("does not exist (give a run directory or one of its checkpoint files)"), std::string::npos) << msg;
+  fs::create_directories(dir / "empty");
+  msg = tt::test::config_error([&] { tt::load_model((dir / "empty").string(), own, "teacher"); });
+  EXPECT_NE(msg.find("has no checkpoints"), std::string::npos) << msg;
+  tt::write_safetensors(dir / "w.safetensors", tt::module_tensors(*run.state().model));
+  msg = tt::test::config_error([&] { tt::load_model((dir / "w.safetensors").string(), own, "teacher"); });
+  EXPECT_NE(msg.find("holds weights but not the model's options"), std::string::npos) << msg;
 }

@@ -1,7 +1,8 @@
 #pragma once
 // Every place a technique acts on training, with its contract. A plugin uses these (and the
 // events of tt/event.h); it never flips a model's private flag. Each has a test
-// (tests/core/extension_test.cpp; the model-side ones also tests/nn).
+// (tests/core/extension_test.cpp; the model-side ones also tests/nn, the output head
+// tests/transformer).
 //
 // Model side: the building blocks of tt/nn.h. A model built from them gets every technique;
 // a model of plain torch modules still gets the model-agnostic ones.
@@ -16,6 +17,9 @@
 //  8. teacher          State::teacher                        a second, frozen model (distillation)
 //  9. saved tensors    nn::SavedTensorHooks                  what autograd keeps for backward, packed
 //                                                            and unpacked (activation offload)
+// 10. output head      Model::output_head (tt/model.h)       the final hidden states, the head and the
+//                                                            targets, for a loss hook (chunked
+//                                                            cross-entropy, distillation)
 // Plus: the optimizer (assign state.optimizer on OPTIMIZER), forward scopes (tt/plugin.h), the
 // loss before backward (AFTER_LOSS), a step veto (BEFORE_STEP), OOM handling (OOM).
 #include <torch/nn/module.h>
@@ -99,9 +103,9 @@ TT_API void add_gradient_ready_hook(State& state, GradientReadyHook hook);
 // 7. Wraps the model's forward_loss for every micro-batch. `next` computes the loss of the
 // hooks registered after this one and finally the model's; a hook may call it and change the
 // result (scale it, add a term, e.g. distillation against state.teacher), or not call it and
-// compute the loss itself (chunked cross-entropy): only the last hook may, as the hooks after
-// one that does not call next never run (refused at the first step). Hooks registered first
-// are outermost.
+// compute the loss itself (chunked cross-entropy, from state.model->output_head(micro), 10):
+// only the last hook may, as the hooks after one that does not call next never run (refused at
+// the first step). Hooks registered first are outermost.
 // Forward scopes (amp's autocast) are active around all of them.
 using LossHook = std::function<ModelOutput(const Batch& micro, const std::function<ModelOutput(const Batch&)>& next)>;
 TT_API void add_loss_hook(State& state, LossHook hook);
@@ -109,9 +113,9 @@ TT_API void add_loss_hook(State& state, LossHook hook);
 // The micro-batch's loss through the registered loss hooks (the trainer's call).
 TT_API ModelOutput forward_loss(State& state, const Batch& micro);
 
-// 8. State::teacher: a plugin may set it on INIT (built from the registry like any model, e.g.
-// Registry::global().model(name).factory(options, *state.datasets), with weights loaded from a
-// checkpoint). The trainer then freezes it: moved to the training device, eval mode, no
+// 8. State::teacher: a plugin may set it on INIT, usually to tt::load_model(path,
+// *state.datasets, "plugins.NAME.teacher") (tt/weights.h: a finished run's model, built with the
+// shape its checkpoint records), or to any model the registry builds. The trainer then freezes it: moved to the training device, eval mode, no
 // parameter requires grad; it is never in the optimizer, the checkpoints or the parameter
 // count; its bytes are reported as memory.teacher_bytes. Use it under torch::NoGradGuard.
 TT_API void freeze_teacher(State& state);

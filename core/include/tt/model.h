@@ -3,6 +3,7 @@
 #include <torch/nn/module.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -28,6 +29,26 @@ struct ModelOutput {
   Reduction reduction = Reduction::Mean;
   int64_t items = 0;                       // tokens/examples processed, for throughput
   std::map<std::string, at::Tensor> extra; // anything plugins or metrics may want
+};
+
+// What a model's output layer reads and does (extension point 10 of tt/extension.h), for a loss
+// hook that computes the loss from it: chunked cross-entropy (the logits a few rows at a time,
+// never all at once), distillation (a teacher's distribution beside the student's). A model
+// that declares the part "output_head" (tt/registry.h) returns it from Model::output_head, and
+// its forward_loss is then cross-entropy(project(hidden), target) with `reduction` over the rows.
+struct OutputHead {
+  at::Tensor hidden;  // [N, d]: what the head reads, one row per prediction, in the autograd graph
+  at::Tensor target;  // [N] int64: each row's class
+  at::Tensor weight;  // [C, d]: the head's weight (a parameter, or the one it is tied to)
+  at::Tensor bias;    // [C], or undefined: the head has none
+  // The head itself on any rows of hidden, [n, d] -> [n, C] logits, exactly as the model's forward
+  // computes them: adapters on the head (lora) and its keep_fp32 switch (amp) included.
+  std::function<at::Tensor(const at::Tensor& rows)> project;
+  // project(rows) is rows weight^T + bias and nothing else (no adapter on the head): a loss may
+  // then compute the logits from weight and bias itself. When false it must call project.
+  bool plain = true;
+  Reduction reduction = Reduction::Mean;  // the model's loss: the mean (or sum) over the N rows
+  int64_t items = 0;                      // as ModelOutput::items
 };
 
 // Text generation settings (tt-run --sample PROMPT --tokens N --temperature T --top-k K).
@@ -84,6 +105,15 @@ class TT_API Model : public torch::nn::Module {
   // optimizer the model does not know). With a loss that is not finite, the parameters and the
   // optimizer's state must be left as they were (the trainer applies trainer.on_nan).
   virtual FusedStep fused_step(const Batch& /*batch*/, torch::optim::Optimizer& /*optimizer*/) { return {}; }
+  // The output head for this batch (OutputHead above), the forward pass up to the head done with
+  // autograd recording as usual. The default refuses (ConfigError): this model exposes none;
+  // a model that implements it declares the part "output_head" when it registers.
+  virtual OutputHead output_head(const Batch& batch);
+  // The values the factory chose for options the pipeline left unset (~) or derived (from the
+  // data, from target_params), by option key, as YAML text. Checkpoints record them beside the
+  // model's options, so tt::load_model (tt/weights.h) builds this model again over other data
+  // (a teacher over its student's). Default: none derived.
+  virtual std::map<std::string, std::string> derived_options() const { return {}; }
   // One line for the summary ("topic model: 1000 docs x 1000 terms, k=10").
   virtual std::string describe() const { return name(); }
 };

@@ -76,7 +76,7 @@ enum class Repeats { Once, Allowed };
 // that declares nothing, the plugin finds out when it starts, as before. tt's parts (a model and
 // plugin of one's own may agree on others): "block_stack" (tt::nn::BlockStack; checkpoint needs
 // it), "attention" (tt::nn::Attention; attention), "linear" (tt::nn::Linear; lora), "embedding"
-// (tt::nn::Embedding).
+// (tt::nn::Embedding), "output_head" (Model::output_head; losses computed from the head).
 //
 // A model may also declare what it does beyond training, for tt-run's options that use it:
 // "generate" (Model::generate: tt-run --sample) and "predict" (Model::predict: tt-run --predict).

@@ -13,6 +13,7 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +25,9 @@ class Module;
 }
 
 namespace tt {
+
+class Model;
+struct Datasets;
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
@@ -63,5 +67,18 @@ TT_API NamedTensors read_weights(const std::filesystem::path& file, WeightsFileK
 // exactly the module's and that every shape and dtype matches; otherwise a ConfigError naming
 // `file` and every name missing, unexpected or mis-shaped, and nothing is changed.
 TT_API void load_weights(torch::nn::Module& module, const NamedTensors& tensors, const std::string& file);
+
+// A model built again from a checkpoint, its weights loaded: a teacher for distillation, a model
+// to evaluate beside the one training. `path` is a run directory (its newest readable
+// checkpoint) or a checkpoint file. The model's name and options are those the checkpoint
+// records: what its run resolved and what its factory derived from that run's data
+// (Model::derived_options), so the shape is the checkpoint's whatever `data` is; a checkpoint
+// written before tt recorded them takes its run's pipeline.yaml beside checkpoints/ (then a shape
+// derived from data is derived from `data`). The model is built over `data`, which must be data
+// that model reads (an LM's text with the same tokenizer): a plugin gives *State::datasets. It
+// comes in training mode with gradients on, as built: set it as State::teacher on INIT and the
+// trainer freezes it. Errors are ConfigErrors that begin with `option` (what gave the path,
+// "plugins.distill.teacher") and name the file and the fix.
+TT_API std::shared_ptr<Model> load_model(const std::string& path, const Datasets& data, const std::string& option);
 
 }  // namespace tt

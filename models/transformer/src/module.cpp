@@ -10,7 +10,7 @@ namespace {
 void register_transformer(tt::Registry& r) {
   r.add_model("transformer", "GPT-style decoder-only LM (pre-norm, causal attention, GELU MLP) from core's blocks",
               tt::lm::model_schema(), &tt::lm::make_model,
-              std::vector<std::string>{"block_stack", "attention", "linear", "embedding"},
+              std::vector<std::string>{"block_stack", "attention", "linear", "embedding", "output_head"},
               std::vector<std::string>{"generate"});
   r.add_dataset("text", "text files streamed, tokenized on the fly (bytes or SentencePiece), seq_len windows",
                 tt::lm::text_schema(), &tt::lm::make_text);

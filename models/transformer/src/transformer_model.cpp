@@ -130,7 +130,7 @@ TransformerLM::TransformerLM(const Shape& s, std::shared_ptr<Tokenizer> tokenize
   }
 }
 
-at::Tensor TransformerLM::logits(const at::Tensor& ids) {
+at::Tensor TransformerLM::hidden(const at::Tensor& ids) {
   TT_CHECK(ids.dim() == 2, "transformer: token ids must be [batch, time], got ", ids.sizes());
   const int64_t T = ids.size(1);
   TT_CHECK(T <= s_.seq_len || !s_.learned_positions, "transformer: ", T,
@@ -139,20 +139,46 @@ at::Tensor TransformerLM::logits(const at::Tensor& ids) {
   if (s_.learned_positions) x = x + pos->forward(torch::arange(T, torch::dtype(torch::kLong).device(ids.device())));
   if (s_.dropout > 0) x = torch::dropout(x, s_.dropout, is_training());
   x = blocks->forward(x);
-  x = s_.rms_norm ? static_cast<tt::nn::RMSNormImpl&>(*ln_f).forward(x)
-                  : static_cast<tt::nn::LayerNormImpl&>(*ln_f).forward(x);
-  return s_.tie_embeddings ? tied_head->forward(x) : head->forward(x);
+  return s_.rms_norm ? static_cast<tt::nn::RMSNormImpl&>(*ln_f).forward(x)
+                     : static_cast<tt::nn::LayerNormImpl&>(*ln_f).forward(x);
+}
+
+at::Tensor TransformerLM::project(const at::Tensor& h) {
+  return s_.tie_embeddings ? tied_head->forward(h) : head->forward(h);
+}
+
+at::Tensor TransformerLM::logits(const at::Tensor& ids) { return project(hidden(ids)); }
+
+OutputHead TransformerLM::output_head(const Batch& batch) {
+  const at::Tensor& target = batch.at("target");
+  OutputHead h;
+  h.hidden = hidden(batch.at("input")).reshape({-1, s_.d_model});
+  h.target = target.reshape({-1});
+  h.weight = s_.tie_embeddings ? tied_head->weight : head->weight;
+  h.project = [this](const at::Tensor& rows) { return project(rows); };
+  h.plain = s_.tie_embeddings || head->adapters().empty();
+  h.reduction = Reduction::Mean;
+  h.items = target.numel();
+  return h;
 }
 
 ModelOutput TransformerLM::forward_loss(const Batch& batch) {
-  const at::Tensor& input = batch.at("input");
-  const at::Tensor& target = batch.at("target");
-  at::Tensor out = logits(input);
+  OutputHead h = output_head(batch);
   ModelOutput o;
-  o.loss = tt::nn::cross_entropy(out.view({-1, s_.vocab}), target.reshape({-1}));
-  o.reduction = Reduction::Mean;
-  o.items = target.numel();
+  o.loss = tt::nn::cross_entropy(h.project(h.hidden), h.target);
+  o.reduction = h.reduction;
+  o.items = h.items;
   return o;
+}
+
+std::map<std::string, std::string> TransformerLM::derived_options() const {
+  return {{"target_params", "~"},
+          {"d_model", std::to_string(s_.d_model)},
+          {"n_layers", std::to_string(s_.n_layers)},
+          {"n_heads", std::to_string(s_.n_heads)},
+          {"d_ff", std::to_string(s_.d_ff)},
+          {"seq_len", std::to_string(s_.seq_len)},
+          {"vocab", std::to_string(s_.vocab)}};
 }
 
 std::map<std::string, double> TransformerLM::evaluate(Dataset& data, int64_t batch_size) {

@@ -64,7 +64,15 @@ class TransformerLM : public Model {
  public:
   TransformerLM(const Shape& s, std::shared_ptr<Tokenizer> tokenizer, Sampling sampling, std::string sample_prompt);
   at::Tensor logits(const at::Tensor& ids);  // [B, T] -> [B, T, vocab]
+  // The final hidden states (after ln_f) [B, T] -> [B, T, d_model], and the head on them.
+  at::Tensor hidden(const at::Tensor& ids);
+  at::Tensor project(const at::Tensor& hidden);
   ModelOutput forward_loss(const Batch& batch) override;  // mean cross-entropy over tokens (nats)
+  // Over every position of the batch: hidden [B*T, d_model], target [B*T], the head's weight
+  // [vocab, d_model] (tok's with tied embeddings), no bias.
+  OutputHead output_head(const Batch& batch) override;
+  // The shape (d_model, n_layers, n_heads, d_ff, seq_len, vocab) with target_params left unset.
+  std::map<std::string, std::string> derived_options() const override;
   // Over a text stream: val_loss (nats/token), val_bits_per_char, val_perplexity, val_tokens.
   std::map<std::string, double> evaluate(Dataset& data, int64_t batch_size) override;
   std::string generate(const std::string& prompt, const GenerateOptions& o) override;
