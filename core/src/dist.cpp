@@ -11,29 +11,13 @@
 #include "dist_compat.h"
 #include "tt/error.h"
 #include "tt/log.h"
+#include "tt/runtime.h"
 
 using Clock = std::chrono::steady_clock;
 
 namespace tt::dist {
 
 namespace {
-// FNV-1a 64 over bytes, continuing from `h`: the same on every machine (std::hash need not be).
-constexpr uint64_t kFnvOffset = 1469598103934665603ULL;
-uint64_t fnv1a(const unsigned char* p, size_t n, uint64_t h) {
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ULL;
-  return h;
-}
-
-std::string hex(uint64_t h) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
-
-std::string hash_hex(const std::string& text) {
-  return hex(fnv1a(reinterpret_cast<const unsigned char*>(text.data()), text.size(), kFnvOffset));
-}
-
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 }  // namespace
 
@@ -356,12 +340,12 @@ std::vector<std::string> Context::all_gather_strings(const std::string& value) {
 }
 
 std::string hash_tensors(const std::vector<at::Tensor>& tensors) {
-  uint64_t h = kFnvOffset;
+  uint64_t h = kFnv1aOffset;
   for (const auto& t0 : tensors) {
     const at::Tensor t = t0.detach().to(at::kCPU).contiguous();
-    h = fnv1a(static_cast<const unsigned char*>(t.data_ptr()), t.nbytes(), h);
+    h = fnv1a(t.data_ptr(), t.nbytes(), h);
   }
-  return hex(h);
+  return hex16(h);
 }
 
 namespace {
@@ -384,7 +368,7 @@ std::string first_difference(const std::string& theirs, const std::string& mine)
 }  // namespace
 
 void Context::check_same(const std::string& what, const std::string& text, const std::string& fix) {
-  const std::string mine = hash_hex(text);
+  const std::string mine = fnv1a_hex(text);
   const std::vector<std::string> hashes = all_gather_strings(mine);
   std::string differ;
   for (int r = 0; r < world_size(); ++r)

@@ -3,11 +3,14 @@
 #include <torch/torch.h>
 #include <yaml-cpp/yaml.h>
 
+#include "model_record.h"
 #include "tt/checkpoint.h"
 #include "tt/error.h"
 #include "tt/log.h"
 #include "tt/model.h"
+#include "tt/pipeline.h"
 #include "tt/registry.h"
+#include "tt/state.h"
 #include "tt/weights.h"
 
 namespace fs = std::filesystem;
@@ -24,13 +27,37 @@ std::string first_line(const std::exception& e) {
 }
 }  // namespace
 
+void record_model(torch::serialize::OutputArchive& archive, const State& state) {
+  TT_CHECK(state.pipeline && state.model, "record_model: the state has no pipeline or model yet");
+  const std::map<std::string, std::string> derived = state.model->derived_options();
+  YAML::Emitter out;
+  out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << state.pipeline->model.name;
+  for (const auto& [k, v] : state.pipeline->model.options.resolved()) {
+    auto d = derived.find(k);
+    out << YAML::Key << k << YAML::Value << YAML::Load(d != derived.end() ? d->second : v);
+  }
+  out << YAML::EndMap;
+  archive.write("model/options", c10::IValue(std::string(out.c_str())));
+  archive.write("model/data", c10::IValue(state.model->data_identity()));
+}
+
+std::string recorded_data_mismatch(torch::serialize::InputArchive& archive, const Model& model) {
+  c10::IValue recorded;
+  if (!archive.try_read("model/data", recorded)) return "";
+  const std::string was = recorded.toStringRef(), now = model.data_identity();
+  if (was == now) return "";
+  return "was trained on data that gives " + (was.empty() ? std::string("nothing to check") : was) +
+         "; this run's data gives " + (now.empty() ? std::string("nothing to check") : now);
+}
+
 std::shared_ptr<Model> load_model(const std::string& path, const Datasets& data, const std::string& option) {
   const fs::path src = path;
   std::vector<fs::path> files;
   fs::path run_dir;
-  if (fs::is_directory(src)) {
-    run_dir = src;
-    files = list_checkpoints(src / "checkpoints");
+  if (fs::is_directory(src)) {  // a run directory, or its checkpoints/
+    const bool run = fs::is_directory(src / "checkpoints");
+    files = list_checkpoints(run ? src / "checkpoints" : src);
+    run_dir = run ? src : src.parent_path();
     TT_CHECK_AS(ConfigError, !files.empty(), option, ": ", path,
                 " has no checkpoints (checkpoints/step-*.pt): train it with trainer.checkpoint_every set, or name a "
                 "checkpoint file");
@@ -38,6 +65,8 @@ std::shared_ptr<Model> load_model(const std::string& path, const Datasets& data,
     TT_CHECK_AS(ConfigError, fs::is_regular_file(src), option, ": ", describe_path(path),
                 " does not exist (give a run directory or one of its checkpoint files)");
     const WeightsFileKind kind = weights_file_kind(src);
+    TT_CHECK_AS(ConfigError, kind != WeightsFileKind::Unknown, option, ": ", path,
+                " is not a checkpoint: give a run directory or one of its checkpoints (checkpoints/step-*.pt)");
     TT_CHECK_AS(ConfigError, kind == WeightsFileKind::Checkpoint, option, ": ", path, " is a ", kind_name(kind),
                 ", which holds weights but not the model's options: give the run directory that wrote it or one of "
                 "its checkpoints (checkpoints/step-*.pt)");
@@ -47,19 +76,19 @@ std::shared_ptr<Model> load_model(const std::string& path, const Datasets& data,
   std::string failures;
   for (auto it = files.rbegin(); it != files.rend(); ++it) {
     const std::string file = it->string();
-    c10::IValue recorded;
-    bool has_options = false;
+    torch::serialize::InputArchive ar;
     try {
       if (const std::string damage = archive_damage(*it); !damage.empty()) throw std::runtime_error("damaged: " + damage);
-      torch::serialize::InputArchive ar;
       ar.load_from(file);
-      has_options = ar.try_read("model/options", recorded);
     } catch (const std::exception& e) {
+      log().warn("{}: skipping {}, which cannot be read ({})", option, file, first_line(e));
       failures += "\n  " + file + ": " + first_line(e);
       continue;  // unreadable: the one before, as --resume and model.init_from do
     }
     // The options: those the run resolved and its factory derived, as the checkpoint recorded
     // them; a checkpoint written before tt recorded them has its run's pipeline.yaml.
+    c10::IValue recorded;
+    const bool has_options = ar.try_read("model/options", recorded);
     YAML::Node node;
     std::string from = file;
     if (has_options) {
@@ -74,10 +103,19 @@ std::shared_ptr<Model> load_model(const std::string& path, const Datasets& data,
     }
     TT_CHECK_AS(ConfigError, node.IsMap() && node["name"].IsScalar(), option, ": ", from, " has no model name");
     const std::string name = node["name"].Scalar();
-    const ModelComponent& component = Registry::global().model(name);
-    const Options options =
-        Options::parse(node, component.schema, option + " (model " + name + " of " + from + ")", from, kReaderKeys);
-    std::shared_ptr<Model> model = component.factory(options, data);
+    std::shared_ptr<Model> model;
+    try {
+      const ModelComponent& component = Registry::global().model(name);
+      const Options options = Options::parse(node, component.schema, "model", from, kReaderKeys);
+      model = component.factory(options, data);
+    } catch (const ConfigError& e) {
+      TT_FAIL_AS(ConfigError, option, ": the model (", name, ") of ", file, " cannot be built over this run's data: ",
+                 e.what());
+    }
+    const std::string mismatch = recorded_data_mismatch(ar, *model);
+    TT_CHECK_AS(ConfigError, mismatch.empty(), option, ": the model of ", file, " ", mismatch,
+                ": its weights would mean other things here; train it on this run's data settings (an LM's "
+                "data.tokenizer) or use those");
     try {
       load_weights(*model, checkpoint_model_tensors(*it), file);
     } catch (const ConfigError& e) {

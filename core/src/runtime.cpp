@@ -316,4 +316,16 @@ void install_crash_report(const char* program) {
   }
 }
 
+uint64_t fnv1a(const void* bytes, size_t n, uint64_t h) {
+  const auto* p = static_cast<const unsigned char*>(bytes);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ULL;
+  return h;
+}
+
+std::string hex16(uint64_t h) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
 }  // namespace tt

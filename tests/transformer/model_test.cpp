@@ -12,6 +12,7 @@
 
 #include "test_support.h"
 #include "text_stream.h"
+#include "tokenizer.h"
 #include "transformer_model.h"
 #include "tt/dataset.h"
 #include "tt/error.h"
@@ -466,7 +467,17 @@ TEST(TransformerLM, LoadModelBuildsARunsModelOverOtherDataWithTheShapeItsCheckpo
   EXPECT_NE(msg.find("give it the data it was trained on"), std::string::npos) << msg;
   EXPECT_TRUE(same_weights(*tt::load_model((dir / "old").string(), own, "teacher")));
 
+  // The checkpoints/ directory itself is as good as its run directory.
+  EXPECT_TRUE(same_weights(*tt::load_model((dir / "teacher" / "checkpoints").string(), other, "teacher")));
+  // A model that does not fit the data it is built over says which model and why.
+  msg = tt::test::config_error([&] { tt::load_model((dir / "teacher").string(), parse_data(64), "teacher"); });
+  EXPECT_EQ(msg.rfind("teacher: the model (transformer) of " + ckpt.string() + " cannot be built over this run's data", 0),
+            0u) << msg;
+  EXPECT_NE(msg.find("smaller than the data's seq_len (64)"), std::string::npos) << msg;
+
   // What cannot give a model says what would.
+  msg = tt::test::config_error([&] { tt::load_model((dir / "teacher" / "pipeline.yaml").string(), own, "teacher"); });
+  EXPECT_NE(msg.find("is not a checkpoint: give a run directory or one of its checkpoints"), std::string::npos) << msg;
   msg = tt::test::config_error([&] { tt::load_model((dir / "nowhere").string(), own, "teacher"); });
   EXPECT_NE(msg.find("does not exist (give a run directory or one of its checkpoint files)"), std::string::npos) << msg;
   fs::create_directories(dir / "empty");
@@ -475,4 +486,97 @@ TEST(TransformerLM, LoadModelBuildsARunsModelOverOtherDataWithTheShapeItsCheckpo
   tt::write_safetensors(dir / "w.safetensors", tt::module_tensors(*run.state().model));
   msg = tt::test::config_error([&] { tt::load_model((dir / "w.safetensors").string(), own, "teacher"); });
   EXPECT_NE(msg.find("holds weights but not the model's options"), std::string::npos) << msg;
+}
+
+TEST(TransformerLM, LoadModelTakesTheNewestReadableCheckpointAndRefusesAnotherTokenizer) {
+  register_lm();
+  if (const std::string why = tt::lm::sentencepiece_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  auto dir = tt::test::temp_dir("lm-load-newest");
+  const fs::path train = write_corpus(dir, "train.txt", 200, 15);
+  write_corpus(dir, "val.txt", 20, 16);
+  tt::Trainer run(tt::parse_pipeline(lm_yaml(dir, "  max_steps: 2\n  checkpoint_every: 1\n"), "p.yaml"),
+                  {dir / "teacher", false, true});
+  run.fit();
+  const auto data = [&](const std::string& tokenizer) {
+    return tt::lm::make_text(tt::Options::parse(YAML::Load("train: [" + train.string() + "]\nseq_len: 32\ntokenizer: " +
+                                                           tokenizer),
+                                                tt::lm::text_schema(), "data", "s.yaml", {"name"}),
+                             1);
+  };
+  const tt::Datasets bytes = data("bytes");
+  // The newest checkpoint cut short: the one before it is taken (with a warning in the log).
+  const fs::path dir_ckpt = dir / "teacher" / "checkpoints";
+  const fs::path step1 = dir_ckpt / "step-00000001.pt", step2 = dir_ckpt / "step-00000002.pt";
+  ASSERT_TRUE(fs::exists(step1) && fs::exists(step2));
+  const tt::NamedTensors first = tt::checkpoint_model_tensors(step1);
+  fs::resize_file(step2, fs::file_size(step2) / 2);
+  auto m = tt::load_model((dir / "teacher").string(), bytes, "teacher");
+  const auto got = m->named_parameters();
+  ASSERT_FALSE(first.empty());
+  for (const auto& [name, t] : first)
+    if (got.contains(name)) EXPECT_TRUE(torch::equal(got[name], t)) << name << " is not step 1's";
+
+  // A SentencePiece tokenizer of 30 pieces fits the model's vocabulary of 256 but gives its ids
+  // other meanings: refused by load_model and by model.init_from.
+  tt::lm::TokenizerTraining t;
+  t.inputs = {train.string()};
+  t.vocab_size = 30;
+  t.byte_fallback = false;
+  t.out = (dir / "sp.model").string();
+  tt::lm::train_sentencepiece(t);
+  std::string msg = tt::test::config_error([&] { tt::load_model((dir / "teacher").string(), data(t.out), "teacher"); });
+  EXPECT_EQ(msg.rfind("teacher: the model of " + step1.string() + " was trained on data that gives tokenizer bytes; "
+                      "this run's data gives tokenizer sentencepiece (bpe, 30) ", 0),
+            0u)
+      << msg;
+  EXPECT_NE(msg.find("data.tokenizer"), std::string::npos) << msg;
+  const std::string student = lm_yaml(dir, "  max_steps: 1\n", std::string(kSmall) + ", vocab: 256, init_from: " +
+                                       (dir / "teacher").string(), ", tokenizer: " + t.out);
+  msg = tt::test::config_error([&] {
+    tt::Trainer s(tt::parse_pipeline(student, "student.yaml"), {dir / "student", false, true});
+    s.fit();
+  });
+  EXPECT_NE(msg.find(".init_from"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("was trained on data that gives tokenizer bytes; this run's data gives tokenizer sentencepiece"),
+            std::string::npos) << msg;
+}
+
+TEST(TransformerLM, EvaluationComputesTheLossAFewRowsAtATimeAsOverTheWholeBatch) {
+  register_lm();
+  auto dir = tt::test::temp_dir("lm-eval-chunks");
+  const fs::path text = write_corpus(dir, "val.txt", 40, 17);
+  const tt::Datasets d = tt::lm::make_text(
+      tt::Options::parse(YAML::Load("train: [" + text.string() + "]\nseq_len: 16"), tt::lm::text_schema(), "data",
+                         "s.yaml", {"name"}),
+      1);
+  torch::manual_seed(3);
+  Shape s = small_shape();
+  s.vocab = 256;
+  TransformerLM m(s, nullptr, {}, "");
+  // The mean cross-entropy over every token of the stream, from whole-batch logits.
+  auto* stream = dynamic_cast<tt::StreamDataset*>(d.train.get());
+  ASSERT_NE(stream, nullptr);
+  double nll = 0;
+  int64_t tokens = 0;
+  {
+    torch::NoGradGuard no_grad;
+    m.eval();
+    stream->start_epoch(0);
+    for (tt::Batch b = stream->next(5); b.size > 0; b = stream->next(5)) {
+      const at::Tensor logits = m.logits(b.at("input"));
+      nll += torch::nn::functional::cross_entropy(logits.view({-1, s.vocab}), b.at("target").reshape({-1}),
+                                                 torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                 .item<double>();
+      tokens += b.at("target").numel();
+    }
+    m.train();
+  }
+  ASSERT_GT(tokens, 5 * 16) << "the stream must give several batches";
+  for (int64_t rows : {7, 0}) {  // 7 rows (several chunks per batch), and the default (one per batch here)
+    m.eval_rows_per_chunk = rows;
+    const auto metrics = m.evaluate(*d.train, 5);
+    EXPECT_EQ(metrics.at("val_tokens"), static_cast<double>(tokens));
+    EXPECT_NEAR(metrics.at("val_loss"), nll / static_cast<double>(tokens), 1e-6) << rows << " rows a chunk";
+    EXPECT_TRUE(m.is_training());
+  }
 }

@@ -40,12 +40,15 @@ struct OutputHead {
   at::Tensor hidden;  // [N, d]: what the head reads, one row per prediction, in the autograd graph
   at::Tensor target;  // [N] int64: each row's class
   at::Tensor weight;  // [C, d]: the head's weight (a parameter, or the one it is tied to)
-  at::Tensor bias;    // [C], or undefined: the head has none
+  at::Tensor bias;    // [C], or undefined: the head has none (a custom autograd Function refuses
+                      // an undefined input: leave it out of apply() then)
   // The head itself on any rows of hidden, [n, d] -> [n, C] logits, exactly as the model's forward
-  // computes them: adapters on the head (lora) and its keep_fp32 switch (amp) included.
+  // computes them: adapters on the head (lora) and its keep_fp32 switch (amp) included. Under
+  // amp's autocast it computes in bf16/fp16 unless the head keeps float32.
   std::function<at::Tensor(const at::Tensor& rows)> project;
   // project(rows) is rows weight^T + bias and nothing else (no adapter on the head): a loss may
-  // then compute the logits from weight and bias itself. When false it must call project.
+  // then compute the logits from weight and bias itself (in float32 it then differs from the
+  // model's autocast loss by bf16/fp16 rounding). When false it must call project.
   bool plain = true;
   Reduction reduction = Reduction::Mean;  // the model's loss: the mean (or sum) over the N rows
   int64_t items = 0;                      // as ModelOutput::items
@@ -114,6 +117,12 @@ class TT_API Model : public torch::nn::Module {
   // model's options, so tt::load_model (tt/weights.h) builds this model again over other data
   // (a teacher over its student's). Default: none derived.
   virtual std::map<std::string, std::string> derived_options() const { return {}; }
+  // What the weights mean in terms of the data they were trained on, where it can differ between
+  // data the model reads: an LM's tokenizer ("tokenizer sentencepiece (bpe, 4096) 9f3c..."); ""
+  // when nothing. Checkpoints record it; tt::load_model and model.init_from refuse a checkpoint
+  // whose record differs from the model built over this run's data (its ids would mean other
+  // tokens: silent garbage). Default: "".
+  virtual std::string data_identity() const { return ""; }
   // One line for the summary ("topic model: 1000 docs x 1000 terms, k=10").
   virtual std::string describe() const { return name(); }
 };

@@ -1,11 +1,22 @@
 #pragma once
 // Process-wide settings a run needs before anything else: threads, denormals, seeds,
 // and the interrupt flag that Ctrl-C sets so the trainer can checkpoint and stop.
+#include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "tt/export.h"
 
 namespace tt {
+
+// FNV-1a 64 over bytes, continuing from `h`, and its 16 hex digits: the same on every machine
+// (std::hash need not be). Replicas' parameters, a tokenizer's identity.
+constexpr uint64_t kFnv1aOffset = 1469598103934665603ULL;
+TT_API uint64_t fnv1a(const void* bytes, size_t n, uint64_t h = kFnv1aOffset);
+TT_API std::string hex16(uint64_t h);
+inline std::string fnv1a_hex(std::string_view bytes) { return hex16(fnv1a(bytes.data(), bytes.size())); }
+
 // The intra-op threads a request stands for: `threads` when > 0; otherwise OMP_NUM_THREADS when
 // it is set, as PyTorch reads it (torchrun sets it for its workers, and so does tt-run --nproc N:
 // the cores shared among the N); otherwise every usable core. Throws ConfigError for an

@@ -23,11 +23,15 @@
 namespace torch::nn {
 class Module;
 }
+namespace torch::serialize {
+class OutputArchive;
+}
 
 namespace tt {
 
 class Model;
 struct Datasets;
+struct State;
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
@@ -68,6 +72,13 @@ TT_API NamedTensors read_weights(const std::filesystem::path& file, WeightsFileK
 // `file` and every name missing, unexpected or mis-shaped, and nothing is changed.
 TT_API void load_weights(torch::nn::Module& module, const NamedTensors& tensors, const std::string& file);
 
+// What a checkpoint records of its model beside its weights ("model"), for load_model and
+// model.init_from: "model/options", the model's name and options as YAML with the values its
+// factory derived in place of those left unset (Model::derived_options), and "model/data",
+// Model::data_identity. The trainer's checkpoints hold them; a plugin that writes a checkpoint of
+// its own (lora's merged.pt) records them with this.
+TT_API void record_model(torch::serialize::OutputArchive& archive, const State& state);
+
 // A model built again from a checkpoint, its weights loaded: a teacher for distillation, a model
 // to evaluate beside the one training. `path` is a run directory (its newest readable
 // checkpoint) or a checkpoint file. The model's name and options are those the checkpoint
@@ -75,7 +86,9 @@ TT_API void load_weights(torch::nn::Module& module, const NamedTensors& tensors,
 // (Model::derived_options), so the shape is the checkpoint's whatever `data` is; a checkpoint
 // written before tt recorded them takes its run's pipeline.yaml beside checkpoints/ (then a shape
 // derived from data is derived from `data`). The model is built over `data`, which must be data
-// that model reads (an LM's text with the same tokenizer): a plugin gives *State::datasets. It
+// that model reads: a plugin gives *State::datasets; a checkpoint whose "model/data" differs from
+// the model's data_identity over `data` (an LM's other tokenizer) is refused. A newer checkpoint
+// that cannot be read is skipped with a warning naming it. It
 // comes in training mode with gradients on, as built: set it as State::teacher on INIT and the
 // trainer freezes it. Errors are ConfigErrors that begin with `option` (what gave the path,
 // "plugins.distill.teacher") and name the file and the fix.

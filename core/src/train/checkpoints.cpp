@@ -2,7 +2,6 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <map>
@@ -14,6 +13,7 @@
 #include "tt/data_loader.h"
 #include "tt/error.h"
 #include "tt/log.h"
+#include "tt/weights.h"
 
 namespace fs = std::filesystem;
 
@@ -116,20 +116,6 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
 }
 }  // namespace
 
-// The model's name and options as YAML, with the values its factory derived in place of the
-// unset ones: what tt::load_model builds it again from.
-static std::string model_options_yaml(const Run& run) {
-  const std::map<std::string, std::string> derived = run.state.model->derived_options();
-  YAML::Emitter out;
-  out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << run.pipeline.model.name;
-  for (const auto& [k, v] : run.pipeline.model.options.resolved()) {
-    auto d = derived.find(k);
-    out << YAML::Key << k << YAML::Value << YAML::Load(d != derived.end() ? d->second : v);
-  }
-  out << YAML::EndMap;
-  return out.c_str();
-}
-
 void save_checkpoint(Run& run) {
   State& s = run.state;
   run.flush_optimizer();  // on every rank: the parameters stay equal across ranks
@@ -145,7 +131,7 @@ void save_checkpoint(Run& run) {
   torch::serialize::OutputArchive model_ar, opt_ar;
   s.model->save(model_ar);
   ar.write("model", model_ar);
-  ar.write("model/options", c10::IValue(model_options_yaml(run)));
+  record_model(ar, s);
   s.optimizer->save(opt_ar);
   ar.write("optimizer", opt_ar);
   const auto& plugins = run.host.plugins();

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <map>
 
+#include "model_record.h"
 #include "train/checkpoints.h"
 #include "train/run.h"
 #include "tt/checkpoint.h"
@@ -68,6 +69,11 @@ void init_model_from(Run& run, const std::string& from, int64_t average) {
       failures += "\n  " + it->string() + ": " + what.substr(0, std::min<size_t>(200, what.find('\n')));
       continue;  // unreadable: try the one before (as --resume does)
     }
+    const std::string other_data = recorded_data_mismatch(ar, model);
+    M.check(other_data.empty(), "init_from",
+            it->string() + "'s model " + other_data +
+                ": its weights would mean other things here; use the data settings it was trained with (an LM's "
+                "data.tokenizer)");
     std::string mismatch;
     try {
       mismatch = load_model_checked(run, model_ar);

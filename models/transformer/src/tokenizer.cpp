@@ -215,6 +215,7 @@ class SentencePieceTokenizer : public Tokenizer {
     }
     vocab_ = sp_->GetPieceSize();
     type_ = model_type_of(proto);
+    identity_ = "sentencepiece (" + type_ + ", " + std::to_string(vocab_) + ") " + fnv1a_hex(proto);
   }
 
   int64_t vocab_size() const override { return vocab_; }
@@ -241,9 +242,10 @@ class SentencePieceTokenizer : public Tokenizer {
     return "sentencepiece " + path_ + " (" + type_ + ", " + std::to_string(vocab_) + ")";
   }
   std::string spec() const override { return path_; }
+  std::string identity() const override { return identity_; }
 
  private:
-  std::string path_;
+  std::string path_, identity_;
   // Encode and Decode are const and thread-safe; deleting calls the library's virtual destructor.
   std::unique_ptr<sp::SentencePieceProcessor> sp_;
   int64_t vocab_ = 0;

@@ -21,6 +21,9 @@ class Tokenizer {
   virtual std::string describe() const = 0;
   // The spec it was loaded from ("bytes" or the model path), stored with runs/checkpoints.
   virtual std::string spec() const = 0;
+  // What the ids mean, wherever the file lies: "bytes", or "sentencepiece (bpe, 1024) <FNV-1a
+  // of the .model file>". Checkpoints record it (Model::data_identity).
+  virtual std::string identity() const = 0;
 };
 
 class ByteTokenizer : public Tokenizer {
@@ -30,6 +33,7 @@ class ByteTokenizer : public Tokenizer {
   std::string decode(const std::vector<int32_t>& ids) const override;
   std::string describe() const override { return "bytes (256)"; }
   std::string spec() const override { return "bytes"; }
+  std::string identity() const override { return "bytes"; }
 };
 
 // `spec` is "bytes" or a SentencePiece .model path. A missing, empty or unreadable model is a

@@ -171,6 +171,10 @@ ModelOutput TransformerLM::forward_loss(const Batch& batch) {
   return o;
 }
 
+std::string TransformerLM::data_identity() const {
+  return tokenizer_ ? "tokenizer " + tokenizer_->identity() : std::string();
+}
+
 std::map<std::string, std::string> TransformerLM::derived_options() const {
   return {{"target_params", "~"},
           {"d_model", std::to_string(s_.d_model)},
@@ -191,13 +195,20 @@ std::map<std::string, double> TransformerLM::evaluate(Dataset& data, int64_t bat
   int64_t tokens = 0;
   const auto device = tok->weight.device();
   stream->start_epoch(0);
+  // A chunk of rows at a time: evaluation's peak is one chunk's logits and their log-softmax,
+  // not the whole batch's (training's loss hooks may avoid them; evaluation must not undo that).
+  const int64_t rows = eval_rows_per_chunk > 0 ? eval_rows_per_chunk : std::max<int64_t>(1, (4 << 20) / (4 * s_.vocab));
   for (Batch b = stream->next(batch_size); b.size > 0; b = stream->next(batch_size)) {
     b = b.to(device);
-    at::Tensor out = logits(b.at("input"));
-    nll += torch::nn::functional::cross_entropy(out.view({-1, s_.vocab}), b.at("target").reshape({-1}),
-                                               torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-               .item<double>();
-    tokens += b.at("target").numel();
+    const at::Tensor h = hidden(b.at("input")).reshape({-1, s_.d_model});
+    const at::Tensor target = b.at("target").reshape({-1});
+    for (int64_t i = 0; i < h.size(0); i += rows) {
+      const int64_t e = std::min(h.size(0), i + rows);
+      nll += torch::nn::functional::cross_entropy(project(h.slice(0, i, e)), target.slice(0, i, e),
+                                                 torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                 .item<double>();
+    }
+    tokens += target.numel();
   }
   train(was_training);
   TT_CHECK(tokens > 0, "the validation stream ", stream->describe(), " produced no windows");

@@ -73,6 +73,10 @@ class TransformerLM : public Model {
   OutputHead output_head(const Batch& batch) override;
   // The shape (d_model, n_layers, n_heads, d_ff, seq_len, vocab) with target_params left unset.
   std::map<std::string, std::string> derived_options() const override;
+  std::string data_identity() const override;  // "tokenizer " + its identity
+  // Evaluation's rows (tokens) whose logits are formed at once; 0: as many as make 4 MiB of
+  // float32 logits (never the whole [batch, T, vocab] at once).
+  int64_t eval_rows_per_chunk = 0;
   // Over a text stream: val_loss (nats/token), val_bits_per_char, val_perplexity, val_tokens.
   std::map<std::string, double> evaluate(Dataset& data, int64_t batch_size) override;
   std::string generate(const std::string& prompt, const GenerateOptions& o) override;

@@ -9,6 +9,7 @@
 
 #include "tt/checkpoint.h"
 #include "tt/error.h"
+#include "tt/weights.h"
 
 namespace tt::lora {
 
@@ -187,7 +188,7 @@ void Lora::load(const std::filesystem::path& file) {
                 ": use the targets it was trained with");
 }
 
-void Lora::export_merged(torch::nn::Module& model, const std::filesystem::path& file) {
+void Lora::export_merged(torch::nn::Module& model, const std::filesystem::path& file, const tt::State* record) {
   TT_CHECK(!merged_, "lora: export_merged needs the adapters unmerged");
   std::vector<at::Tensor> originals;
   {
@@ -209,6 +210,7 @@ void Lora::export_merged(torch::nn::Module& model, const std::filesystem::path& 
     torch::serialize::OutputArchive ar, model_ar;
     model.save(model_ar);
     ar.write("model", model_ar);
+    if (record) tt::record_model(ar, *record);
     save_archive_atomic(ar, file);
   } catch (...) {
     restore();

@@ -11,6 +11,10 @@
 
 #include "tt/nn.h"
 
+namespace tt {
+struct State;
+}
+
 namespace tt::lora {
 
 // The plugin's schema takes its defaults from here (plugins/lora/src/module.cpp).
@@ -66,7 +70,9 @@ class Lora {
   void load(const std::filesystem::path& file);
   // The model with the adapters folded in and without adapter parameters, in the trainer's
   // checkpoint layout ("model"), for model.init_from; the model is left as it was (bitwise).
-  void export_merged(torch::nn::Module& model, const std::filesystem::path& file);
+  // With `record` (the run's state, whose model `model` is), the file also records the model's
+  // options and data (tt::record_model), so tt::load_model builds it (a teacher).
+  void export_merged(torch::nn::Module& model, const std::filesystem::path& file, const tt::State* record = nullptr);
 
  private:
   Config config_;

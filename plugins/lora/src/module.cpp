@@ -58,8 +58,8 @@ class LoraPlugin final : public tt::Plugin {
     }
     if (export_merged_) {
       const auto file = s.run_dir / "merged.pt";
-      lora_->export_merged(*s.model, file);
-      tt::log().info("lora: model with the adapters merged written to {} (start from it with model.init_from)",
+      lora_->export_merged(*s.model, file, &s);
+      tt::log().info("lora: model with the adapters merged written to {} (start from it with model.init_from, or load it as a teacher)",
                      file.string());
     }
   }
