@@ -513,8 +513,10 @@ TEST(TransformerLM, LoadModelTakesTheNewestReadableCheckpointAndRefusesAnotherTo
   auto m = tt::load_model((dir / "teacher").string(), bytes, "teacher");
   const auto got = m->named_parameters();
   ASSERT_FALSE(first.empty());
-  for (const auto& [name, t] : first)
-    if (got.contains(name)) EXPECT_TRUE(torch::equal(got[name], t)) << name << " is not step 1's";
+  for (const auto& [name, t] : first) {
+    ASSERT_TRUE(got.contains(name)) << name;
+    EXPECT_TRUE(torch::equal(got[name], t)) << name << " is not step 1's";
+  }
 
   // A SentencePiece tokenizer of 30 pieces fits the model's vocabulary of 256 but gives its ids
   // other meanings: refused by load_model and by model.init_from.
