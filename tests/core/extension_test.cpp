@@ -8,10 +8,13 @@
 #include <optional>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "test_support.h"
 #include "tt/autocast.h"
 #include "tt/extension.h"
 #include "tt/meter.h"
+#include "tt/options.h"
 #include "tt/plugin.h"
 #include "tt/registry.h"
 #include "tt/state.h"
@@ -229,7 +232,9 @@ TEST(Extension, TeacherIsFrozenAndKeptOutOfTrainingAndCheckpoints) {
       return o;
     });
   }));
+  testing::internal::CaptureStdout();
   t.fit();
+  const std::string printed = testing::internal::GetCapturedStdout();
   tt::State& s = t.state();
   ASSERT_TRUE(s.teacher);
   EXPECT_EQ(optimized, s.model->parameters().size());
@@ -244,6 +249,13 @@ TEST(Extension, TeacherIsFrozenAndKeptOutOfTrainingAndCheckpoints) {
   EXPECT_EQ(t.memory().teacher, bytes);
   EXPECT_NE(tt::test::read_file(out / "run" / "summary.json").find("\"teacher_bytes\": " + std::to_string(bytes)),
             std::string::npos);
+  // The teacher is a part of the peak of its own, not of the rest (summary.json, the printed summary).
+  const auto m = tt::test::summary_of(out / "run")["memory"];
+  EXPECT_EQ(m["rest_bytes"].get<int64_t>(), m["peak_tensor_bytes"].get<int64_t>() - m["parameters_bytes"].get<int64_t>() -
+                                                m["gradients_bytes"].get<int64_t>() -
+                                                m["optimizer_state_bytes"].get<int64_t>() -
+                                                m["activations_bytes"].get<int64_t>() - bytes);
+  EXPECT_NE(printed.find(" + teacher " + tt::format_bytes(bytes) + " + rest "), std::string::npos) << printed;
 }
 
 TEST(Extension, KeepFp32SwitchExistsExactlyOnTheLayersThatHaveOne) {

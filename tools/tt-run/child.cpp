@@ -126,6 +126,8 @@ Measured collect(const fs::path& run_dir, int warmup) {
   r.grads = m["gradients_bytes"].get<int64_t>();
   r.optimizer = m["optimizer_state_bytes"].get<int64_t>();
   r.activations = m["activations_bytes"].get<int64_t>();
+  r.teacher = m.value("teacher_bytes", int64_t{0});
+  r.rest = m["rest_bytes"].get<int64_t>();
   r.loss = r.summary.value("final_loss", std::nan(""));  // absent: the run took no step
   std::vector<double> times, examples;
   std::ifstream in(run_dir / "metrics.jsonl");

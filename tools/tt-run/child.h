@@ -37,6 +37,7 @@ struct Measured {
   double examples_per_step = 0;
   std::vector<double> step_times_ms;  // each step after the warm-up
   int64_t peak = 0, rss = 0, params = 0, grads = 0, optimizer = 0, activations = 0;
+  int64_t teacher = 0, rest = 0;  // a frozen second model's bytes; the peak less the parts (summary.json's)
   // oom-guard's tensor peak since its last out-of-memory retry (-1: no retry, or not measured);
   // `peak` is the process's, the failed attempt's included.
   int64_t peak_since_retry = -1;

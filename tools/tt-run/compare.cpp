@@ -66,6 +66,15 @@ struct Result : child::Measured {
   // attempt's bytes are not what the technique holds).
   int64_t process_peak = 0;
   bool peak_since_retry_shown() const { return peak_since_retry >= 0 && peak_since_retry != process_peak; }
+  // The row shows run `m`: its figures, with the peak (and the rest of it) since a retry.
+  void show(const child::Measured& m) {
+    static_cast<child::Measured&>(*this) = m;
+    process_peak = m.peak;
+    if (m.peak_since_retry >= 0) {
+      peak = m.peak_since_retry;
+      rest -= process_peak - peak;
+    }
+  }
 };
 
 int as_int(const YAML::Node& n, const std::string& where) {
@@ -226,14 +235,14 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
       << (val_key.empty() ? "" : val_key + ",validation_metric,") << "plugins,reason\n";
   int w = 8;
   for (const auto& v : spec.variants) w = std::max(w, static_cast<int>(v.name.size()));
-  // rest: the peak less parameters, gradients, optimizer state and activations; what a plugin
-  // holds of its own (EMA weights, buffers) and what is live beside the step (the next batch)
+  // rest: the peak less parameters, gradients, optimizer state, activations and a teacher; what
+  // a plugin holds of its own (EMA weights, buffers) and what is live beside the step (the next batch)
   std::printf("\n%-*s %-14s %11s %8s %9s %9s %9s %9s %11s %9s %9s %8s %10s %9s", w, "variant", "status", "peak MiB",
               "vs base", "RSS MiB", "params", "grads", "optim", "activations", "rest", "step ms", "vs base",
               "samples/s", "loss");
   if (!val_key.empty()) std::printf(" %*s", std::max(10, static_cast<int>(val_key.size())), val_key.c_str());
   std::printf("\n");
-  std::vector<std::string> footnotes, peak_notes;
+  std::vector<std::string> footnotes, peak_notes, teacher_notes;
   bool peak_marked = false;  // a row's peak is the one since an out-of-memory retry: marked '+'
   for (const auto& r : results) peak_marked = peak_marked || (r.ok && r.peak_since_retry_shown());
   bool marked = false;  // a row shows a plugin's metric: the others leave room for the mark
@@ -252,7 +261,10 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
           << quoted(first_line(r.reason)) << '\n';
     } else {
       const bool with_base = b.ok;
-      const int64_t rest = r.peak - r.params - r.grads - r.optimizer - r.activations;
+      const int64_t rest = r.rest;
+      if (r.teacher > 0)
+        teacher_notes.push_back(v.name + ": a teacher of " + format_mib(r.teacher) + " MiB (a frozen second model) is "
+                                "part of the peak, not of its rest");
       std::string peak_cell = format_mib(r.peak);
       if (r.peak_since_retry_shown()) {
         peak_cell += "+";
@@ -289,6 +301,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
                 {"optimizer_state_bytes", r.optimizer},
                 {"activations_bytes", r.activations},
                 {"rest_bytes", rest},
+                {"teacher_bytes", r.teacher},
                 {"median_step_ms", r.step_ms},
                 {"step_ms_per_run", r.repeat_step_ms},
                 {"peak_rss_bytes_per_run", r.rss_per_run()},
@@ -312,6 +325,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
     doc["variants"].push_back(j);
   }
   for (const auto& f : peak_notes) std::printf("  + %s\n", f.c_str());
+  for (const auto& f : teacher_notes) std::printf("  %s\n", f.c_str());
   for (size_t i = 0; i < results.size(); ++i) {  // RSS depends on what other processes map: said where it moved
     const std::vector<int64_t> rss = results[i].rss_per_run();
     if (!results[i].ok || rss.size() < 2) continue;
@@ -510,9 +524,7 @@ int run(const Options& o) {
       try {
         const child::Measured measured = child::collect(dir, spec.warmup);
         r.runs.push_back(measured);  // as measured: `peak` the process's
-        static_cast<child::Measured&>(r) = measured;
-        r.process_peak = r.peak;
-        if (r.peak_since_retry >= 0) r.peak = r.peak_since_retry;
+        r.show(measured);
         r.repeat_step_ms.push_back(r.step_ms);
         r.ok = true;
         fs::remove_all(dir / "checkpoints");  // measurements only: the weights are not kept
@@ -534,10 +546,7 @@ int run(const Options& o) {
       std::vector<size_t> order(r.runs.size());
       for (size_t k = 0; k < order.size(); ++k) order[k] = k;
       std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return r.runs[a].step_ms < r.runs[b].step_ms; });
-      const child::Measured& mid = r.runs[order[(order.size() - 1) / 2]];
-      static_cast<child::Measured&>(r) = mid;
-      r.process_peak = mid.peak;
-      if (mid.peak_since_retry >= 0) r.peak = mid.peak_since_retry;
+      r.show(r.runs[order[(order.size() - 1) / 2]]);
       r.step_ms = median(r.repeat_step_ms);
       r.samples_per_s = child::samples_per_s(r.examples_per_step, r.step_ms);
     }

@@ -71,16 +71,16 @@ int run(const Options& o) {
   std::printf("memory profile of %s, step %d (tt's meter; run in %s)\n", trainer.pipeline().name.c_str(), o.step,
               dir.c_str());
   std::printf("\nbreakdown            MiB\n");
-  int64_t parts = 0;
-  for (const char* k : {"parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "activations_bytes"}) {
+  for (const char* k : {"parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "activations_bytes",
+                        "teacher_bytes"}) {
+    if (std::string(k) == "teacher_bytes" && mem.value(k, int64_t{0}) == 0) continue;
     std::printf("  %-22s %10s\n", std::string(k).substr(0, std::string(k).size() - 6).c_str(),
                 format_mib(mem[k].get<int64_t>(), 2).c_str());
-    parts += mem[k].get<int64_t>();
   }
-  // what the peak holds beyond those four, as compare's table has it
-  std::printf("  %-22s %10s  (the peak less the four above: a plugin's own bytes, the next batch; "
+  // what the peak holds beyond those, as compare's table has it
+  std::printf("  %-22s %10s  (the peak less the parts above: a plugin's own bytes, the next batch; "
               "< 0 where the gradients, freed before each forward, were not all live at the peak)\n", "rest",
-              format_mib(mem["peak_tensor_bytes"].get<int64_t>() - parts, 2).c_str());
+              format_mib(mem["rest_bytes"].get<int64_t>(), 2).c_str());
   for (const char* k : {"peak_tensor_bytes", "peak_rss_bytes"})
     std::printf("  %-22s %10s\n", std::string(k).substr(0, std::string(k).size() - 6).c_str(),
                 format_mib(mem[k].get<int64_t>(), 2).c_str());

@@ -28,6 +28,10 @@ struct MemoryBreakdown {
   int64_t rss_anon_start = 0, rss_anon_end = 0;  // anonymous (not file-backed) RSS around training
   int64_t teacher = 0;                           // a frozen second model's bytes (State::teacher)
   int64_t peak_reserved = 0;  // CPU: the allocator's peak hold (tensors' pages and its cache)
+  // `peak` less the four parts and the teacher: what a plugin holds of its own and what is live
+  // beside the step (the next batch); negative where the parts, each its own largest, were not
+  // all live at the peak. summary.json's rest_bytes, which compare and profile show.
+  int64_t rest(int64_t peak) const { return peak - parameters - gradients - optimizer_state - activations - teacher; }
 };
 
 // The last batch as the loop measured it; filled before BATCH_END.

@@ -185,6 +185,16 @@ json RunReport::build() const {
   if (run_.resumed) sum["resumed_from"] = run_.resumed_from;
   if (run_.meter.cap() > 0) sum["memory"]["cap_bytes"] = run_.meter.cap();
   if (mem.teacher > 0) sum["memory"]["teacher_bytes"] = mem.teacher;
+  {  // the rest of the figures summary.json holds (for outputs_only, the stopped run's own)
+    json& M = sum["memory"];
+    MemoryBreakdown shown;
+    shown.parameters = M["parameters_bytes"].get<int64_t>();
+    shown.gradients = M["gradients_bytes"].get<int64_t>();
+    shown.optimizer_state = M["optimizer_state_bytes"].get<int64_t>();
+    shown.activations = M["activations_bytes"].get<int64_t>();
+    shown.teacher = M.value("teacher_bytes", int64_t{0});
+    M["rest_bytes"] = shown.rest(M["peak_tensor_bytes"].get<int64_t>());
+  }
   const auto ckpts = list_checkpoints(s.run_dir / "checkpoints");
   if (!ckpts.empty()) sum["checkpoint"] = ckpts.back().string();
   return sum;
@@ -257,14 +267,14 @@ void RunReport::print() const {
   // The parts are each their own largest: gradients are freed before each forward and the
   // optimizer's state is made by the first step, so where the peak comes before they are all
   // live, the rest is negative (said, not hidden).
-  const int64_t rest = m["peak_tensor_bytes"].get<int64_t>() - m["parameters_bytes"].get<int64_t>() -
-                       m["gradients_bytes"].get<int64_t>() - m["optimizer_state_bytes"].get<int64_t>() -
-                       m["activations_bytes"].get<int64_t>();
-  out += fmt::format("  memory     peak tensors {} = params {} + grads {} + optimizer {} + activations {} + rest {}; "
+  const int64_t teacher = m.value("teacher_bytes", int64_t{0}), rest = m["rest_bytes"].get<int64_t>();
+  out += fmt::format("  memory     peak tensors {} = params {} + grads {} + optimizer {} + activations {}{} + rest {}; "
                      "peak RSS {}{}\n",
                      format_bytes(m["peak_tensor_bytes"]), format_bytes(m["parameters_bytes"]),
                      format_bytes(m["gradients_bytes"]), format_bytes(m["optimizer_state_bytes"]),
-                     format_bytes(m["activations_bytes"]), format_bytes(rest), format_bytes(m["peak_rss_bytes"]),
+                     format_bytes(m["activations_bytes"]),
+                     teacher > 0 ? " + teacher " + format_bytes(teacher) : std::string(), format_bytes(rest),
+                     format_bytes(m["peak_rss_bytes"]),
                      m.contains("process_peak_rss_bytes")
                          ? " (training; the process's " + format_bytes(m["process_peak_rss_bytes"]) + ")"
                          : std::string());

@@ -145,6 +145,8 @@ class Profiler final : public tt::Plugin {
                         {"gradients_bytes", m.gradients},
                         {"optimizer_state_bytes", m.optimizer_state},
                         {"activations_bytes", m.activations},
+                        {"teacher_bytes", m.teacher},
+                        {"rest_bytes", m.rest(m.peak_tensor)},
                         {"peak_tensor_bytes", m.peak_tensor},
                         {"peak_rss_bytes", m.peak_rss}}},
                       {"step_peak_tensor_bytes", step_peak},
