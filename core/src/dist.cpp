@@ -53,7 +53,7 @@ struct Context::Impl {
     } catch (const c10::Error& e) {
       std::string what = e.what_without_backtrace();
       TT_FAIL("distributed ", op, " failed (another rank exited, or it did not answer within TT_DIST_TIMEOUT): ",
-              what.substr(0, what.find('\n')));
+              first_line(what));
     } catch (const std::exception& e) {
       TT_FAIL("distributed ", op, " failed (another rank exited, or it did not answer within TT_DIST_TIMEOUT): ",
               e.what());
@@ -84,7 +84,7 @@ struct Context::Impl {
       } catch (const std::exception& e) {
         std::string what = e.what();
         TT_FAIL("distributed: rank ", env.rank, " could not make the NCCL process group for CUDA tensors (",
-                what.substr(0, what.find('\n')), "); check that every rank has its own GPU (cuda:LOCAL_RANK)");
+                first_line(what), "); check that every rank has its own GPU (cuda:LOCAL_RANK)");
       }
     }
     return *nccl;
@@ -115,7 +115,7 @@ Context::Context(const Env& env) : env_(env), impl_(std::make_unique<Impl>(env_)
     impl_->store = compat::make_tcp_store(env.master_addr, so);
   } catch (const std::exception& e) {
     std::string what = e.what();
-    what = what.substr(0, what.find('\n'));
+    what = first_line(what);
     TT_FAIL("distributed rendezvous: rank ", env.rank, " of ", env.world_size, " could not ",
             env.rank == 0 ? "serve or gather the workers at " : "reach the master at ", where, " within ", secs,
             " s (", what, "). Check MASTER_ADDR/MASTER_PORT (the master must be reachable and the port free), that all ",
@@ -130,7 +130,7 @@ Context::Context(const Env& env) : env_(env), impl_(std::make_unique<Impl>(env_)
   } catch (const std::exception& e) {
     std::string what = e.what();
     TT_FAIL("distributed rendezvous: rank ", env.rank, " lost the master at ", where, " (",
-            what.substr(0, what.find('\n')), "): did rank 0 exit?");
+            first_line(what), "): did rank 0 exit?");
   }
   TT_CHECK(joined >= env.world_size, "distributed rendezvous: ", joined, " of ", env.world_size,
            " workers joined at ", where, " within ", secs, " s (TT_DIST_TIMEOUT): start all ", env.world_size,
@@ -147,7 +147,7 @@ Context::Context(const Env& env) : env_(env), impl_(std::make_unique<Impl>(env_)
   } catch (const std::exception& e) {
     std::string what = e.what();
     TT_FAIL("distributed rendezvous: rank ", env.rank, " could not join the Gloo process group through ", where,
-            " within ", secs, " s (", what.substr(0, what.find('\n')), "). Check that all ", env.world_size,
+            " within ", secs, " s (", first_line(what), "). Check that all ", env.world_size,
             " workers were started with the same MASTER_ADDR/MASTER_PORT, or raise TT_DIST_TIMEOUT");
   }
   log().info("distributed: rank {} of {} (local rank {}), master {}, Gloo{}", env.rank, env.world_size, env.local_rank,
@@ -239,7 +239,7 @@ void Context::all_reduce_sum_bucketed(std::vector<at::Tensor>& tensors, int64_t 
       }
     } catch (const std::exception& e) {
       std::string what = e.what();
-      TT_FAIL("distributed gradient all-reduce could not start: ", what.substr(0, what.find('\n')));
+      TT_FAIL("distributed gradient all-reduce could not start: ", first_line(what));
     }
   }
   for (auto& bk : buckets) {
@@ -249,7 +249,7 @@ void Context::all_reduce_sum_bucketed(std::vector<at::Tensor>& tensors, int64_t 
     } catch (const std::exception& e) {
       std::string what = e.what();
       TT_FAIL("distributed gradient all-reduce failed (another rank exited, or it did not answer within "
-              "TT_DIST_TIMEOUT): ", what.substr(0, what.find('\n')));
+              "TT_DIST_TIMEOUT): ", first_line(what));
     }
     int64_t off = 0;
     for (size_t i : bk.idx) {
@@ -318,7 +318,7 @@ std::string Context::broadcast_string(const std::string& value, int root) {
   } catch (const std::exception& e) {
     std::string what = e.what();
     TT_FAIL("distributed: rank ", rank(), " did not receive ", key, " from rank ", root, " (rank ", root,
-            " exited, or it did not answer within TT_DIST_TIMEOUT): ", what.substr(0, what.find('\n')));
+            " exited, or it did not answer within TT_DIST_TIMEOUT): ", first_line(what));
   }
 }
 
@@ -334,7 +334,7 @@ std::vector<std::string> Context::all_gather_strings(const std::string& value) {
   } catch (const std::exception& e) {
     std::string m = e.what();
     TT_FAIL("distributed: the ranks did not all send ", prefix, " (a rank exited, or it did not answer within "
-            "TT_DIST_TIMEOUT): ", m.substr(0, m.find('\n')));
+            "TT_DIST_TIMEOUT): ", first_line(m));
   }
   return out;
 }

@@ -1,9 +1,14 @@
 #include "tt/error.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 
 namespace tt {
+
+std::string first_line(const std::string& message, size_t max) {
+  return message.substr(0, std::min(max, message.find('\n')));
+}
 
 std::string describe_path(const std::string& path) {
   const std::filesystem::path p(path);

@@ -21,10 +21,6 @@ namespace {
 // Keys the pipeline reader adds to every model section (model.init_from, model.init_average).
 const std::vector<std::string> kReaderKeys = {"name", "init_from", "init_average"};
 
-std::string first_line(const std::exception& e) {
-  const std::string what = e.what();  // LibTorch appends its C++ stack after the first line
-  return what.substr(0, std::min<size_t>(200, what.find('\n')));
-}
 }  // namespace
 
 void record_model(torch::serialize::OutputArchive& archive, const State& state) {
@@ -81,8 +77,8 @@ std::shared_ptr<Model> load_model(const std::string& path, const Datasets& data,
       if (const std::string damage = archive_damage(*it); !damage.empty()) throw std::runtime_error("damaged: " + damage);
       ar.load_from(file);
     } catch (const std::exception& e) {
-      log().warn("{}: skipping {}, which cannot be read ({})", option, file, first_line(e));
-      failures += "\n  " + file + ": " + first_line(e);
+      log().warn("{}: skipping {}, which cannot be read ({})", option, file, first_line(e.what(), 200));
+      failures += "\n  " + file + ": " + first_line(e.what(), 200);
       continue;  // unreadable: the one before, as --resume and model.init_from do
     }
     // The options: those the run resolved and its factory derived, as the checkpoint recorded

@@ -43,7 +43,7 @@ c10::IValue read_torch_save(const std::filesystem::path& file, const std::string
     }
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
-    TT_FAIL_AS(ConfigError, f, ": cannot read the archive (", what.substr(0, what.find('\n')), "); ", fix);
+    TT_FAIL_AS(ConfigError, f, ": cannot read the archive (", first_line(what), "); ", fix);
   }
   try {
     return torch::pickle_load(bytes);
@@ -52,7 +52,7 @@ c10::IValue read_torch_save(const std::filesystem::path& file, const std::string
     // Python pickles a dict's items in batches of 1000 and a batch of one with SETITEM ('s'),
     // an opcode LibTorch's unpickler lacks.
     const bool setitem = what.find("Unknown opcode for unpickling at 0x73") != std::string::npos;
-    TT_FAIL_AS(ConfigError, f, ": cannot unpickle it (", what.substr(0, std::min<size_t>(300, what.find('\n'))),
+    TT_FAIL_AS(ConfigError, f, ": cannot unpickle it (", first_line(what),
                setitem ? ": LibTorch cannot read a Python dict of one entry, or of 1000 k + 1 entries" : "", "); ", fix);
   }
 }

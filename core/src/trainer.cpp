@@ -88,7 +88,7 @@ struct Trainer::Impl {
       } catch (const c10::OutOfMemoryError& e) {
         const std::string what = e.what();
         TT_FAIL_AS(OutOfMemory, "out of memory in the evaluation after step ", s.step, " (evaluation batch ", batch_size,
-                   "): ", what.substr(0, what.find('\n')), ". Lower trainer.eval_batch_size.");
+                   "): ", first_line(what), ". Lower trainer.eval_batch_size.");
       }
     });
     if (run.memory_cap > 0 && own.tensor > run.memory_cap && run.eval_peaks.tensor <= run.memory_cap)
@@ -266,7 +266,7 @@ struct Trainer::Impl {
       const std::string what = e.what();
       TT_FAIL_AS(OutOfMemory, "out of memory at step ", s.step + 1, " (epoch ", s.epoch, ", batch ", s.batch_in_epoch,
                  ", outside forward/backward: loading the batch or the optimizer step): ",
-                 what.substr(0, what.find('\n')), ". Raise trainer.memory_cap or lower trainer.batch_size.");
+                 first_line(what), ". Raise trainer.memory_cap or lower trainer.batch_size.");
     }
     progress->finish();
     run.set_capping(false);

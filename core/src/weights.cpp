@@ -22,7 +22,6 @@ namespace fs = std::filesystem;
 namespace tt {
 namespace {
 
-std::string first_line(const std::string& what) { return what.substr(0, std::min<size_t>(300, what.find('\n'))); }
 
 void collect(const torch::nn::Module& m, const std::string& prefix, NamedTensors& out) {
   for (const auto& p : m.named_parameters(/*recurse=*/false)) out.emplace_back(prefix + p.key(), p.value());

@@ -135,7 +135,6 @@ Spec parse_section(const YAML::Node& c, const std::string& file) {
   return spec;
 }
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 std::string fixed(double x, int digits) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.*f", digits, x);

@@ -68,6 +68,10 @@ std::string cat(const Args&... args) {
 }
 }  // namespace detail
 
+// The first line of an error's message, at most `max` characters: LibTorch's errors append
+// their C++ stack after it (c10d's a call trace), which a message for users leaves out.
+TT_API std::string first_line(const std::string& message, size_t max = 300);
+
 // A path as the user gave it, quoted, and where that is when it is relative, for messages about a
 // file that is not there: "'t.txt' (relative to the current directory /home/me)".
 TT_API std::string describe_path(const std::string& path);

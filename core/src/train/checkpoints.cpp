@@ -58,7 +58,7 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
     mismatch = load_model_checked(run, model_ar);
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
-    mismatch = what.substr(0, what.find('\n'));
+    mismatch = first_line(what);
   }
   TT_CHECK_AS(ConfigError, mismatch.empty(), file.string(), " does not fit the model of this pipeline (", mismatch,
            "): resume with the pipeline the run was made with");
@@ -78,7 +78,7 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
       PluginHost::rethrow_attributed(*plugins[i], "load_state (" + file.string() + ")", s);
     } catch (const std::exception& e) {
       std::string what = e.what();  // LibTorch appends its C++ stack after the first line
-      what = what.substr(0, what.find('\n'));
+      what = first_line(what);
       TT_FAIL_AS(ConfigError, "plugin '", plugins[i]->name(), "' failed in load_state (", file.string(), "): ", what,
                  " (its state in the checkpoint is not what this version of the plugin reads: resume with the "
                  "version that wrote it, or have load_state read the older state)");
@@ -184,7 +184,7 @@ void load_checkpoint(Run& run) {
       throw;
     } catch (const std::exception& e) {
       std::string what = e.what();  // LibTorch appends its C++ stack after the first line
-      what = what.substr(0, std::min<size_t>(200, what.find('\n')));
+      what = first_line(what, 200);
       log().warn("checkpoint {} is unreadable ({}); trying the previous one", it->string(), what);
       failures += "\n  " + it->string() + ": " + what;
     }

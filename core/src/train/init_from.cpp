@@ -66,7 +66,7 @@ void init_model_from(Run& run, const std::string& from, int64_t average) {
       ar.read("model", model_ar);
     } catch (const std::exception& e) {
       const std::string what = e.what();  // LibTorch appends its C++ stack after the first line
-      failures += "\n  " + it->string() + ": " + what.substr(0, std::min<size_t>(200, what.find('\n')));
+      failures += "\n  " + it->string() + ": " + first_line(what, 200);
       continue;  // unreadable: try the one before (as --resume does)
     }
     const std::string other_data = recorded_data_mismatch(ar, model);
@@ -79,7 +79,7 @@ void init_model_from(Run& run, const std::string& from, int64_t average) {
       mismatch = load_model_checked(run, model_ar);
     } catch (const std::exception& e) {
       std::string what = e.what();
-      mismatch = what.substr(0, what.find('\n'));
+      mismatch = first_line(what);
     }
     M.check(mismatch.empty(), "init_from",
             it->string() + " does not fit this model (" + mismatch +

@@ -122,7 +122,7 @@ Accumulated forward_backward_retrying(Run& run) {
       return forward_backward(run);
     } catch (const c10::OutOfMemoryError& e) {
       std::string what = e.what();
-      s.oom_message = what.substr(0, what.find('\n'));
+      s.oom_message = first_line(what);
       const size_t fired = run.gradient_ready.fired_count();
       run.gradient_ready.reset();
       s.loss = at::Tensor();

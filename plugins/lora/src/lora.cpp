@@ -149,7 +149,7 @@ void Lora::load(const std::filesystem::path& file) {
     ar.read("format", v);
   } catch (const std::exception& e) {
     TT_FAIL_AS(ConfigError, "lora load: ", file.string(), " is not a LoRA adapter file written by tt (",
-               std::string(e.what()).substr(0, std::string(e.what()).find('\n')), ")");
+               tt::first_line(e.what()), ")");
   }
   TT_CHECK_AS(ConfigError, v.isString() && v.toStringRef() == "tt-lora-1", "lora load: ", file.string(),
               " has an unknown format");
