@@ -336,6 +336,13 @@ at::Tensor chunked_loss(const tt::OutputHead& h, int64_t chunk) {
   return total / static_cast<double>(n);
 }
 
+// The text dataset over one file, as a pipeline's data section would give it.
+tt::Datasets text_data(const fs::path& train, int64_t seq_len, const std::string& tokenizer = "bytes") {
+  const std::string yaml =
+      "train: [" + train.string() + "]\nseq_len: " + std::to_string(seq_len) + "\ntokenizer: " + tokenizer;
+  return tt::lm::make_text(tt::Options::parse(YAML::Load(yaml), tt::lm::text_schema(), "data", "s.yaml", {"name"}), 1);
+}
+
 // Adds x A^T to a Linear's output (what LoRA's adapter does, with one matrix).
 struct ProductAdapter : tt::nn::LinearAdapter {
   ProductAdapter(int64_t in, int64_t out) { a = register_parameter("a", torch::randn({out, in}) * 0.1); }
@@ -426,12 +433,7 @@ TEST(TransformerLM, LoadModelBuildsARunsModelOverOtherDataWithTheShapeItsCheckpo
   tt::Trainer run(tt::parse_pipeline(lm_yaml(dir, "  max_steps: 2\n  checkpoint_every: 2\n"), "p.yaml"),
                   {dir / "teacher", false, true});
   run.fit();
-  const auto parse_data = [&](int64_t seq_len) {
-    return tt::lm::make_text(tt::Options::parse(YAML::Load("train: [" + train.string() + "]\nseq_len: " +
-                                                           std::to_string(seq_len)),
-                                                tt::lm::text_schema(), "data", "s.yaml", {"name"}),
-                             1);
-  };
+  const auto parse_data = [&](int64_t seq_len) { return text_data(train, seq_len); };
   const tt::Datasets other = parse_data(16), own = parse_data(32);
   const auto same_weights = [&](tt::Model& m) {
     const auto want = run.state().model->named_parameters();
@@ -497,12 +499,7 @@ TEST(TransformerLM, LoadModelTakesTheNewestReadableCheckpointAndRefusesAnotherTo
   tt::Trainer run(tt::parse_pipeline(lm_yaml(dir, "  max_steps: 2\n  checkpoint_every: 1\n"), "p.yaml"),
                   {dir / "teacher", false, true});
   run.fit();
-  const auto data = [&](const std::string& tokenizer) {
-    return tt::lm::make_text(tt::Options::parse(YAML::Load("train: [" + train.string() + "]\nseq_len: 32\ntokenizer: " +
-                                                           tokenizer),
-                                                tt::lm::text_schema(), "data", "s.yaml", {"name"}),
-                             1);
-  };
+  const auto data = [&](const std::string& tokenizer) { return text_data(train, 32, tokenizer); };
   const tt::Datasets bytes = data("bytes");
   // The newest checkpoint cut short: the one before it is taken (with a warning in the log).
   const fs::path dir_ckpt = dir / "teacher" / "checkpoints";
@@ -547,10 +544,7 @@ TEST(TransformerLM, EvaluationComputesTheLossAFewRowsAtATimeAsOverTheWholeBatch)
   register_lm();
   auto dir = tt::test::temp_dir("lm-eval-chunks");
   const fs::path text = write_corpus(dir, "val.txt", 40, 17);
-  const tt::Datasets d = tt::lm::make_text(
-      tt::Options::parse(YAML::Load("train: [" + text.string() + "]\nseq_len: 16"), tt::lm::text_schema(), "data",
-                         "s.yaml", {"name"}),
-      1);
+  const tt::Datasets d = text_data(text, 16);
   torch::manual_seed(3);
   Shape s = small_shape();
   s.vocab = 256;
