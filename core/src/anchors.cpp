@@ -21,6 +21,7 @@ Batch StreamDataset::get(const at::Tensor&) {
 }
 Schedule::~Schedule() = default;
 StateTensors::~StateTensors() = default;
+PerParameterStep::~PerParameterStep() = default;
 Scope::~Scope() = default;
 Plugin::~Plugin() = default;
 void Plugin::on(Event, State&) {}

@@ -10,6 +10,7 @@
 
 #include "train/plugin_host.h"
 #include "tt/error.h"
+#include "tt/optimizer_state.h"
 #include "tt/state.h"
 
 namespace tt {
@@ -63,6 +64,53 @@ void add_gradient_ready_hook(State& state, GradientReadyHook hook) {
       }
     };
   state.gradient_ready_hooks.push_back(std::move(hook));
+}
+
+namespace {
+// While alive, every group of the optimizer holds nothing but `parameter` in the group it
+// belongs to: the optimizer's step() sees that one parameter. Restores the lists on exit (swaps:
+// no copies of the lists).
+class OneParameter {
+ public:
+  OneParameter(torch::optim::Optimizer& optimizer, const at::Tensor& parameter) : groups_(optimizer.param_groups()) {
+    size_t owner = groups_.size();
+    for (size_t g = 0; g < groups_.size() && owner == groups_.size(); ++g)
+      for (const auto& p : groups_[g].params())
+        if (p.unsafeGetTensorImpl() == parameter.unsafeGetTensorImpl()) {
+          owner = g;
+          break;
+        }
+    TT_CHECK(owner < groups_.size(), "step_parameter: the tensor (", parameter.sizes(),
+             ") is not a parameter of the optimizer (", groups_.size(), " groups)");
+    held_.resize(groups_.size());
+    held_[owner].push_back(parameter);
+    for (size_t g = 0; g < groups_.size(); ++g) std::swap(held_[g], groups_[g].params());
+  }
+  ~OneParameter() {
+    for (size_t g = 0; g < groups_.size(); ++g) std::swap(held_[g], groups_[g].params());
+  }
+  OneParameter(const OneParameter&) = delete;
+  OneParameter& operator=(const OneParameter&) = delete;
+
+ private:
+  std::vector<torch::optim::OptimizerParamGroup>& groups_;
+  std::vector<std::vector<at::Tensor>> held_;
+};
+
+bool steps_per_parameter(torch::optim::Optimizer& o) {
+  return dynamic_cast<PerParameterStep*>(&o) || dynamic_cast<torch::optim::SGD*>(&o) ||
+         dynamic_cast<torch::optim::Adam*>(&o) || dynamic_cast<torch::optim::AdamW*>(&o) ||
+         dynamic_cast<torch::optim::Adagrad*>(&o) || dynamic_cast<torch::optim::RMSprop*>(&o);
+}
+}  // namespace
+
+void step_parameter(torch::optim::Optimizer& optimizer, const at::Tensor& parameter) {
+  TT_CHECK(steps_per_parameter(optimizer), "step_parameter: the optimizer (", c10::demangle(typeid(optimizer).name()),
+           ") does not declare that its step updates each parameter on its own (tt::PerParameterStep, "
+           "tt/optimizer_state.h), so one parameter cannot be stepped alone; torch's SGD, Adam, AdamW, Adagrad and "
+           "RMSprop can");
+  const OneParameter only(optimizer, parameter);
+  optimizer.step();
 }
 
 void add_loss_hook(State& state, LossHook hook) {

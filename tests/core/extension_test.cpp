@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "step_in_backward.h"
 #include "test_support.h"
 #include "tt/autocast.h"
 #include "tt/extension.h"
@@ -123,6 +124,165 @@ TEST(Extension, AnOutOfMemoryAfterGradientReadyHooksRanIsNotRetried) {
   EXPECT_HAS(error, ") had run for 2 of ");
   EXPECT_EQ(retries, 0) << "no plugin was offered a retry";
   EXPECT_EQ(steps, 0);
+}
+
+namespace {
+tt::Pipeline regression_with(const fs::path& out, const std::string& optimizer, const std::string& trainer) {
+  tt::test::register_test_components();
+  return tt::parse_pipeline("name: reg\nseed: 1\ndata: {name: test-regression-data}\nmodel: {name: test-regression}\n"
+                            "optimizer: " + optimizer + "\nschedule: {name: cosine, warmup_steps: 2}\n"
+                            "trainer:\n  batch_size: 16\n  threads: 1\n  progress: off\n" + trainer +
+                                "output:\n  dir: " + out.string() + "\n  plots: false\n",
+                            "reg.yaml");
+}
+}  // namespace
+
+// 11. The optimizer step in backward (tests/support/step_in_backward.h: step_parameter in a
+// gradient-ready hook, the gradient released) trains exactly as the step after backward, with
+// each of tt's optimizers, a schedule and accumulated micro-batches, and reports fewer gradient
+// bytes live: with one micro-batch the largest gradient alone (each is released before the next
+// lands); accumulated, all of them (the earlier micro-batches' wait for the last backward).
+TEST(Extension, TheStepInBackwardTrainsAsTheStepAfterBackwardWithFewerGradientsLive) {
+  for (const std::string optimizer : {"{name: sgd, lr: 0.05, momentum: 0.9}", "{name: adamw, lr: 0.05}",
+                                      "{name: adamw, lr: 0.05, fused: false}", "{name: adam, lr: 0.05, weight_decay: 0.1}"})
+    for (int micro : {16, 4}) {
+      SCOPED_TRACE(optimizer + ", micro-batch " + std::to_string(micro));
+      const auto fit = [&](bool in_backward) {
+        auto out = tt::test::temp_dir("ext");
+        tt::Trainer t(regression_with(out, optimizer, "  max_steps: 6\n  micro_batch_size: " + std::to_string(micro) + "\n"),
+                      {out / "run", false, true});
+        if (in_backward) t.add_plugin(std::make_unique<tt::test::StepInBackward>());
+        t.fit();
+        return std::make_tuple(t.step_losses(), tt::test::params_of(t), t.state().memory, t.state().lr);
+      };
+      const auto [plain_losses, plain_params, plain_memory, plain_lr] = fit(false);
+      const auto [losses, params, memory, lr] = fit(true);
+      ASSERT_EQ(losses.size(), 6u);
+      EXPECT_EQ(losses, plain_losses);
+      ASSERT_EQ(params.size(), plain_params.size());
+      int64_t largest = 0, all = 0;
+      for (size_t i = 0; i < params.size(); ++i) {
+        EXPECT_TRUE(torch::equal(params[i], plain_params[i])) << "parameter " << i;
+        largest = std::max<int64_t>(largest, static_cast<int64_t>(params[i].nbytes()));
+        all += static_cast<int64_t>(params[i].nbytes());
+      }
+      EXPECT_NE(losses.front(), losses.back()) << "it trained";
+      EXPECT_EQ(lr, plain_lr);
+      EXPECT_EQ(memory.optimizer_state, plain_memory.optimizer_state);
+      EXPECT_EQ(plain_memory.gradients, all);
+      EXPECT_EQ(memory.gradients, micro == 16 ? largest : all);
+    }
+}
+
+// What cannot be beside a step taken in backward is refused before training (and, for the
+// pipeline's own plugins, when the pipeline is read: --dry-run), each naming both sides; a
+// veto on BEFORE_STEP that no plugin declared fails at the step it happens, naming who vetoed;
+// a plugin that declares the step but registers no hook fails before the first step.
+TEST(Extension, TheStepInBackwardIsRefusedBesideWhatNeedsTheStepAfterBackward) {
+  class Skipper : public tt::Plugin {
+   public:
+    Skipper() {
+      set_name("skipper");
+      may_skip_steps("it skips steps whose gradients overflowed");
+    }
+  };
+  class Wrapper : public tt::Plugin {
+   public:
+    Wrapper() {
+      set_name("wrapper");
+      must_wrap_the_final_optimizer("it moves the state of the optimizer it is given");
+    }
+  };
+  class NoHook : public tt::Plugin {
+   public:
+    NoHook() {
+      set_name("no-hook");
+      takes_the_step_in_backward("it says so");
+    }
+  };
+  struct Case {
+    std::string trainer;
+    std::function<void(tt::Trainer&)> add;
+    std::string expect;
+  };
+  const std::string taken = "'step-in-backward' takes the optimizer step in backward (it updates each parameter as "
+                            "its gradient lands)";
+  const auto stepper = [](tt::Trainer& t) { t.add_plugin(std::make_unique<tt::test::StepInBackward>()); };
+  for (const Case& c : std::vector<Case>{
+           {"  grad_clip: 1.0\n", stepper,
+            "trainer.grad_clip is set, but plugin " + taken + ": clipping by the norm of all gradients needs every "
+            "gradient before any parameter is updated. Unset trainer.grad_clip, or remove 'step-in-backward' from plugins"},
+           {"", [&](tt::Trainer& t) { stepper(t); t.add_plugin(std::make_unique<Wrapper>()); },
+            "plugins: 'wrapper' wraps the final optimizer's step (it moves the state of the optimizer it is given), but " +
+                taken + ", one parameter at a time, so that step never runs: list one of them, but the list is "
+                "[step-in-backward, wrapper]"},
+           {"", [&](tt::Trainer& t) { t.add_plugin(std::make_unique<Skipper>()); stepper(t); },
+            "plugins: 'skipper' may skip a step after backward (it skips steps whose gradients overflowed), but " + taken +
+                ", before that: the update could not be undone; list one of them, but the list is [skipper, "
+                "step-in-backward]"},
+           {"", [&](tt::Trainer& t) { stepper(t); t.add_plugin(std::make_unique<tt::test::StepInBackward>("again")); },
+            "plugins: " + taken + ", and so does 'again' (it updates each parameter as its gradient lands): each would "
+            "update every parameter; list one of them, but the list is [step-in-backward, again]"},
+       }) {
+    auto out = tt::test::temp_dir("ext");
+    tt::Trainer t(regression_with(out, "{name: sgd, lr: 0.05}", "  max_steps: 2\n" + c.trainer), {out / "run", false, true});
+    c.add(t);
+    EXPECT_EQ(tt::test::refusal_of([&] { t.fit(); }), c.expect);
+    EXPECT_EQ(t.state().step, 0);
+  }
+  {  // an undeclared veto: the update happened already
+    auto out = tt::test::temp_dir("ext");
+    tt::Trainer t(regression_with(out, "{name: sgd, lr: 0.05}", "  max_steps: 3\n"), {out / "run", false, true});
+    stepper(t);
+    auto veto = std::make_unique<OnEvent>(Event::BEFORE_STEP, [](tt::State& s) { s.skip_step = s.step == 1; });
+    veto->set_name("veto");
+    t.add_plugin(std::move(veto));
+    EXPECT_EQ(tt::test::refusal_of([&] { t.fit(); }),
+              "plugin 'veto' skipped step 2 on BEFORE_STEP (state.skip_step), but plugin 'step-in-backward' took that "
+              "step in backward (it updates each parameter as its gradient lands): the parameters are updated already. "
+              "A plugin that may skip steps declares may_skip_steps() (tt/plugin.h), and is then refused beside it "
+              "when the pipeline is read; list one of them");
+    EXPECT_EQ(t.state().step, 1);
+  }
+  {  // declared, but no hook registered
+    auto out = tt::test::temp_dir("ext");
+    tt::Trainer t(regression_with(out, "{name: sgd, lr: 0.05}", "  max_steps: 1\n"), {out / "run", false, true});
+    t.add_plugin(std::make_unique<NoHook>());
+    EXPECT_HAS(tt::test::message_of<tt::ModuleError>([&] { t.fit(); }, "a ModuleError"),
+               "plugin 'no-hook' declares that it takes the optimizer step in backward (it says so), but no "
+               "gradient-ready hook was registered by FIT_START (tt::add_gradient_ready_hook, tt/extension.h): no "
+               "parameter would be updated");
+  }
+}
+
+// step_parameter steps one parameter with the optimizer's own step (the others keep their values
+// and state), and refuses an optimizer that does not step each parameter on its own and a tensor
+// that is not one of the optimizer's parameters.
+TEST(Extension, StepParameterStepsOneParameterAloneAndRefusesWhatItCannot) {
+  auto a = torch::ones({3}, torch::requires_grad()), b = torch::ones({2}, torch::requires_grad());
+  torch::optim::AdamW adamw({torch::optim::OptimizerParamGroup({a}), torch::optim::OptimizerParamGroup({b})},
+                            torch::optim::AdamWOptions(0.1));
+  a.mutable_grad() = torch::ones({3});
+  b.mutable_grad() = torch::ones({2});
+  tt::step_parameter(adamw, b);
+  EXPECT_TRUE(torch::equal(a, torch::ones({3}))) << "a was not stepped";
+  EXPECT_FALSE(torch::equal(b, torch::ones({2}))) << "b was stepped";
+  EXPECT_EQ(adamw.state().size(), 1u);
+  ASSERT_EQ(adamw.param_groups()[0].params().size(), 1u);  // the groups as they were
+  EXPECT_TRUE(adamw.param_groups()[0].params()[0].is_same(a));
+  EXPECT_TRUE(adamw.param_groups()[1].params()[0].is_same(b));
+  // the same update as the whole step on that parameter alone
+  auto c = torch::ones({2}, torch::requires_grad());
+  torch::optim::AdamW whole({c}, torch::optim::AdamWOptions(0.1));
+  c.mutable_grad() = torch::ones({2});
+  whole.step();
+  EXPECT_TRUE(torch::equal(b, c));
+  EXPECT_HAS(tt::test::message_of<tt::Error>([&] { tt::step_parameter(adamw, torch::ones({2})); }, "an Error"),
+             "step_parameter: the tensor ([2]) is not a parameter of the optimizer (2 groups)");
+  torch::optim::LBFGS lbfgs({a}, torch::optim::LBFGSOptions(0.1));
+  EXPECT_HAS(tt::test::message_of<tt::Error>([&] { tt::step_parameter(lbfgs, a); }, "an Error"),
+             "step_parameter: the optimizer (torch::optim::LBFGS) does not declare that its step updates each "
+             "parameter on its own (tt::PerParameterStep, tt/optimizer_state.h)");
 }
 
 TEST(Extension, LossHooksWrapOrReplaceTheModelsLoss) {

@@ -576,3 +576,40 @@ TEST(TransformerLM, EvaluationComputesTheLossAFewRowsAtATimeAsOverTheWholeBatch)
     EXPECT_TRUE(m.is_training());
   }
 }
+
+// The optimizer step in backward (extension point 11, as the test plugin test-step-in-backward
+// builds it) on the transformer: the losses of the step after backward, far fewer gradient bytes
+// live at once and, at a shape whose weights outweigh its activations (short sequences), a lower
+// peak (where activations dominate, the peak is in early backward, before any gradient, and stays);
+// beside amp's loss scaling it is refused when the pipeline is read, beside bf16 autocast alone it
+// trains.
+TEST(TransformerLM, TheStepInBackwardTrainsAsTheUsualStepWithFewerGradientsLive) {
+  tt::test::TinyLm lm("lm-in-backward");
+  struct TestModules {  // where tt-run finds test-step-in-backward, for this test's runs
+    TestModules() { setenv("TT_PLUGIN_PATH", TT_TEST_MODULE_DIR, 1); }
+    ~TestModules() { unsetenv("TT_PLUGIN_PATH"); }
+  } modules;
+  lm.model = "{name: transformer, d_model: 128, n_layers: 4, n_heads: 4, sample_tokens: 0}";
+  lm.seq_len = 16;
+  const std::string trainer = "max_steps: 4, batch_size: 2, threads: 1";
+  auto plain_run = lm.run("plain", "[]", trainer);
+  ASSERT_EQ(plain_run.rc, 0) << plain_run.output;
+  auto in_run = lm.run("in-backward", "[test-step-in-backward]", trainer);
+  ASSERT_EQ(in_run.rc, 0) << in_run.output;
+  const auto plain = lm.summary("plain"), in = lm.summary("in-backward");
+  EXPECT_EQ(in["final_loss"], plain["final_loss"]);
+  const auto& pm = plain["memory"];
+  const auto& im = in["memory"];
+  EXPECT_EQ(pm["gradients_bytes"], pm["parameters_bytes"]) << "every parameter's gradient after backward";
+  EXPECT_GT(im["gradients_bytes"].get<int64_t>(), 0);
+  EXPECT_LT(im["gradients_bytes"].get<int64_t>(), pm["gradients_bytes"].get<int64_t>() / 2) << im.dump();
+  EXPECT_EQ(im["optimizer_state_bytes"], pm["optimizer_state_bytes"]);
+  EXPECT_LT(im["peak_tensor_bytes"].get<int64_t>(), pm["peak_tensor_bytes"].get<int64_t>()) << im.dump() << pm.dump();
+  auto refused = lm.run("scaled", "[{name: amp, dtype: bf16, grad_scaler: on}, test-step-in-backward]", trainer);
+  EXPECT_EQ(refused.rc, 2) << refused.output;
+  EXPECT_HAS(refused.output, "plugins: 'amp' may skip a step after backward (its GradScaler unscales the gradients "
+                             "before the step and skips a step whose gradients overflowed), but 'test-step-in-backward' "
+                             "takes the optimizer step in backward");
+  auto bf16 = lm.run("bf16", "[{name: amp, dtype: bf16}, test-step-in-backward]", trainer);
+  EXPECT_EQ(bf16.rc, 0) << bf16.output;
+}

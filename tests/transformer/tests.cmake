@@ -2,4 +2,4 @@
 # From tt_transformer_impl: the model library is a MODULE with hidden symbols.
 file(GLOB TT_LM_TEST_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/*_test.cpp)
 tt_add_test_executable(tt_transformer_tests SOURCES ${TT_LM_TEST_SOURCES} LIBRARIES tt_transformer_impl)
-add_dependencies(tt_transformer_tests tt-data tt_model_transformer)
+add_dependencies(tt_transformer_tests tt-data tt_model_transformer tt_plugin_amp tt_plugin_test-step-in-backward)

@@ -20,9 +20,15 @@
 // 10. output head      Model::output_head (tt/model.h)       the final hidden states, the head and the
 //                                                            targets, for a loss hook (chunked
 //                                                            cross-entropy, distillation)
+// 11. step in backward Plugin::takes_the_step_in_backward,   each parameter updated as its gradient
+//                      step_parameter                        is ready; no step after backward
 // Plus: the optimizer (assign state.optimizer on OPTIMIZER), forward scopes (tt/plugin.h), the
 // loss before backward (AFTER_LOSS), a step veto (BEFORE_STEP), OOM handling (OOM).
 #include <torch/nn/module.h>
+
+namespace torch::optim {
+class Optimizer;
+}
 
 #include <functional>
 #include <memory>
@@ -99,6 +105,26 @@ class TT_API SavedTensorHooks {
 // Register on INIT, OPTIMIZER or FIT_START.
 using GradientReadyHook = std::function<void(size_t index, at::Tensor& parameter)>;
 TT_API void add_gradient_ready_hook(State& state, GradientReadyHook hook);
+
+// 11. The optimizer step in backward: a plugin that declares takes_the_step_in_backward() in its
+// constructor (tt/plugin.h) registers a gradient-ready hook (6) that updates each parameter,
+// usually step_parameter(*state.optimizer, parameter), and then releases its gradient
+// (parameter.mutable_grad() = {}), so that at most the gradients backward has not reached yet and
+// one being stepped are live, instead of all of them. The trainer then takes no step after
+// backward; it counts the step, sets the schedule's learning rate on state.optimizer's groups for
+// the next (read there by step_parameter), checkpoints state.optimizer, reports the hooks' time as
+// the step's optimizer seconds and the most gradient bytes live at once as memory.gradients.
+// BEFORE_STEP still fires, after the update: a veto there fails the run (plugins that may veto
+// declare may_skip_steps() and are refused when the pipeline is read, with trainer.grad_clip, a
+// wrapper of the final optimizer and a second such plugin). Gradient accumulation works (the hooks
+// fire in the last micro-batch's backward); a batch whose loss is not finite is dropped before
+// backward, with no parameter updated; an out-of-memory error after some parameters were updated
+// is not retried.
+// step_parameter: the optimizer's own step() applied to `parameter` alone, with its group's
+// options (the learning rate included) and its state: `optimizer` is a tt::PerParameterStep or
+// one of LibTorch's SGD, Adam, AdamW, Adagrad and RMSprop (tt/optimizer_state.h); refused for
+// another optimizer or a parameter that is not one of its own.
+TT_API void step_parameter(torch::optim::Optimizer& optimizer, const at::Tensor& parameter);
 
 // 7. Wraps the model's forward_loss for every micro-batch. `next` computes the loss of the
 // hooks registered after this one and finally the model's; a hook may call it and change the

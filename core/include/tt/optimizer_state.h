@@ -20,6 +20,17 @@ class TT_API StateTensors {
   virtual std::vector<at::Tensor*> state_tensors(const at::Tensor& p) = 0;
 };
 
+// An optimizer whose step() updates each parameter of its groups from that parameter's gradient,
+// options and state alone, so that one parameter can be stepped as soon as its gradient is ready
+// (tt::step_parameter, the optimizer step in backward: tt/extension.h, 11). Deriving from it
+// declares so. LibTorch's SGD, Adam, AdamW, Adagrad and RMSprop (and tt's FusedAdamW) are such
+// optimizers without deriving from it; LBFGS, and a wrapper whose step() does more than step its
+// groups' parameters (offload's, zero1's), are not.
+class TT_API PerParameterStep {
+ public:
+  virtual ~PerParameterStep();
+};
+
 // The parameter groups of `opt`: the same parameters, copies of its options. What an optimizer
 // that wraps another (offload's, zero1's, adam8bit's) is constructed with.
 TT_API std::vector<torch::optim::OptimizerParamGroup> param_groups_of(torch::optim::Optimizer& opt);

@@ -13,6 +13,7 @@
 //  - keep state across checkpoints    save_state / load_state
 //  - declare its place in the list    must_come_after / must_wrap_the_final_optimizer /
 //                                      replaces_the_optimizer
+//  - declare how it treats the step    takes_the_step_in_backward / may_skip_steps
 //
 // A plugin is built (its factory called) when the pipeline is read, --dry-run included, so that
 // what its factory or its place in the list would refuse is refused before any data is read: a
@@ -67,6 +68,10 @@ class TT_API Plugin {
   const std::vector<Ordering>& ordering() const { return ordering_; }
   // Whether it declares that it assigns state.optimizer on OPTIMIZER (replacing or wrapping it).
   bool assigns_the_optimizer() const { return assigns_optimizer_; }
+  // Why it takes the optimizer step in backward, and why it may veto a step; "" when it does not
+  // declare so (below).
+  const std::string& step_in_backward() const { return step_in_backward_; }
+  const std::string& skips_steps() const { return skips_steps_; }
 
  protected:
   // When `plugin` is listed too, it must come earlier (checked before INIT).
@@ -82,11 +87,21 @@ class TT_API Plugin {
   // must wrap the final optimizer are then checked to come after it when the pipeline is read.
   // Undeclared, the same check happens only when OPTIMIZER fires.
   void replaces_the_optimizer() { assigns_optimizer_ = true; }
+  // It updates every parameter itself as its gradient becomes ready, during backward
+  // (tt/extension.h, 11): the trainer then takes no step after backward. Refused, when the
+  // pipeline is read, beside trainer.grad_clip, a plugin that wraps the final optimizer, one that
+  // may skip steps, or a second plugin that declares this.
+  void takes_the_step_in_backward(std::string why) { step_in_backward_ = std::move(why); }
+  // It may veto a step on BEFORE_STEP (state.skip_step after gradients are judged: amp's fp16
+  // loss scaling), which a step taken in backward has already applied. Undeclared, such a veto
+  // beside a step in backward fails at the step it happens.
+  void may_skip_steps(std::string why) { skips_steps_ = std::move(why); }
 
  private:
   std::string name_;
   std::vector<Ordering> ordering_;
   bool assigns_optimizer_ = false;
+  std::string step_in_backward_, skips_steps_;
 };
 
 }  // namespace tt

@@ -7,6 +7,8 @@
 #include <algorithm>
 
 #include "train/run.h"
+#include "train/step.h"
+#include "tt/error.h"
 
 namespace tt {
 
@@ -26,7 +28,13 @@ struct AccumulatedHook : torch::autograd::FunctionPostHook {
 }  // namespace
 
 void GradientReady::install() {
+  if (const Plugin* stepper = run_.host.steps_in_backward())
+    TT_CHECK_AS(ModuleError, !run_.state.gradient_ready_hooks.empty(), "plugin '", stepper->name(),
+                "' declares that it takes the optimizer step in backward (", stepper->step_in_backward(),
+                "), but no gradient-ready hook was registered by FIT_START (tt::add_gradient_ready_hook, "
+                "tt/extension.h): no parameter would be updated");
   if (run_.state.gradient_ready_hooks.empty()) return;
+  measuring_ = !run_.gradients_measured;
   fired_.assign(run_.trainable.size(), 0);
   if (run_.sync) {  // gradients are final only after the sync: complete() fires them all
     all_after_sync_ = true;
@@ -42,7 +50,16 @@ void GradientReady::install() {
 void GradientReady::fire(size_t index) {
   if (fired_[index]) return;
   fired_[index] = 1;
+  if (measuring_) most_gradient_bytes_ = std::max(most_gradient_bytes_, gradient_bytes(run_.trainable));
+  const auto t0 = Clock::now();
   for (auto& hook : run_.state.gradient_ready_hooks) hook(index, run_.trainable[index]);
+  seconds_ += seconds_since(t0);
+}
+
+double GradientReady::take_seconds() {
+  const double s = seconds_;
+  seconds_ = 0;
+  return s;
 }
 
 void GradientReady::complete() {
@@ -59,6 +76,7 @@ size_t GradientReady::fired_count() const { return static_cast<size_t>(std::coun
 
 void GradientReady::reset() {
   armed_ = false;
+  seconds_ = 0;
   std::fill(fired_.begin(), fired_.end(), 0);
 }
 

@@ -3,6 +3,7 @@
 // post-hooks on the trainable parameters' gradient accumulators fire them during the last
 // micro-batch's backward; complete() fires them for the parameters backward did not reach
 // that way (every parameter in a data-parallel run, whose gradients are final after the sync).
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -33,12 +34,21 @@ class GradientReady {
   // Of the last complete() step: parameters whose hooks left them no gradient (the optimizer
   // step in backward frees each one), which gradient clipping cannot see.
   size_t released() const { return released_; }
+  // Seconds the hooks took since the last call (the step in backward's optimizer time).
+  double take_seconds();
+  // While on (the first step, where the meter measures gradients), the most bytes of gradients
+  // live at once when a hook was about to run, the one it gets included.
+  void measure_gradients(bool on) { measuring_ = on; }
+  int64_t most_gradient_bytes() const { return most_gradient_bytes_; }
 
  private:
   Run& run_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they hold the hooks
   std::vector<char> fired_;
   size_t released_ = 0;
+  double seconds_ = 0;
+  int64_t most_gradient_bytes_ = 0;
+  bool measuring_ = false;
   bool armed_ = false;
   bool all_after_sync_ = false;
 };

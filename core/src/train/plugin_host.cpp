@@ -45,7 +45,13 @@ void PluginHost::add_pipeline_plugins(const std::vector<ComponentSpec>& plugins)
   }
 }
 
-void PluginHost::check_ordering() const {
+const Plugin* PluginHost::steps_in_backward() const {
+  for (const auto& p : plugins_)
+    if (!p->step_in_backward().empty()) return p.get();
+  return nullptr;
+}
+
+void PluginHost::check_ordering(const Options& trainer) const {
   std::vector<size_t> assigners;
   const Plugin* replacer = nullptr;  // the first that declares an optimizer of its own (not a wrapper)
   for (size_t i = 0; i < plugins_.size(); ++i) {
@@ -64,6 +70,26 @@ void PluginHost::check_ordering() const {
                     "' must be listed after '", rule.after, "' (", rule.why, "), but the list is ", list_of(plugins_));
   }
   check_optimizer_order(assigners);
+  const Plugin* stepper = steps_in_backward();
+  if (!stepper) return;
+  const std::string taken = "'" + stepper->name() + "' takes the optimizer step in backward (" +
+                            stepper->step_in_backward() + ")";
+  for (const auto& p : plugins_) {
+    if (p.get() == stepper) continue;
+    TT_CHECK_AS(ConfigError, p->step_in_backward().empty(), "plugins: ", taken, ", and so does '", p->name(), "' (",
+                p->step_in_backward(), "): each would update every parameter; list one of them, but the list is ",
+                list_of(plugins_));
+    for (const auto& rule : p->ordering())
+      TT_CHECK_AS(ConfigError, !rule.after.empty(), "plugins: '", p->name(), "' wraps the final optimizer's step (",
+                  rule.why, "), but ", taken, ", one parameter at a time, so that step never runs: list one of them, "
+                  "but the list is ", list_of(plugins_));
+    TT_CHECK_AS(ConfigError, p->skips_steps().empty(), "plugins: '", p->name(), "' may skip a step after backward (",
+                p->skips_steps(), "), but ", taken, ", before that: the update could not be undone; list one of them, "
+                "but the list is ", list_of(plugins_));
+  }
+  TT_CHECK_AS(ConfigError, !trainer.is_set("grad_clip"), "trainer.grad_clip is set, but plugin ", taken,
+              ": clipping by the norm of all gradients needs every gradient before any parameter is updated. "
+              "Unset trainer.grad_clip, or remove '", stepper->name(), "' from plugins");
 }
 
 void PluginHost::check_optimizer_order(const std::vector<size_t>& replacers) const {
@@ -106,13 +132,15 @@ void PluginHost::fire(Event e, State& s) {
   auto call = [&](Plugin& p) {
     try {
       const Calling in(p);
-      const bool stopping = s.stop;
+      const bool stopping = s.stop, skipping = s.skip_step;
       p.on(e, s);
       if (s.stop && !stopping && stopped_by_.empty()) stopped_by_ = p.name();
+      if (e == Event::BEFORE_STEP && s.skip_step && !skipping) vetoed_by_ = p.name();
     } catch (...) {
       rethrow_attributed(p, std::string(to_string(e)) + " " + where(e, s), s);
     }
   };
+  if (e == Event::BEFORE_STEP) vetoed_by_.clear();
   if (e == Event::OPTIMIZER) {  // who replaces the optimizer: wrappers must come after them
     std::vector<size_t> replacers;
     for (size_t i = 0; i < plugins_.size(); ++i) {

@@ -35,7 +35,9 @@ class PluginHost {
   // Checks the plugins' declared order against the list (ConfigError naming both):
   // must_come_after, and must_wrap_the_final_optimizer against the plugins that declare they
   // assign the optimizer. When OPTIMIZER fires, the plugins that did assign it are checked too.
-  void check_ordering() const;
+  // And a plugin that takes the step in backward against what cannot be beside it: `trainer`'s
+  // grad_clip, a wrapper of the final optimizer, a plugin that may skip steps, a second one.
+  void check_ordering(const Options& trainer) const;
   void fire(Event event, State& state);
   // Every plugin's forward scope, entered in list order; destroy back to front to exit.
   std::vector<std::unique_ptr<Scope>> enter_forward_scopes(State& state);
@@ -56,6 +58,10 @@ class PluginHost {
   const std::string& optimizer_assigned_by() const { return optimizer_assigned_by_; }
   // The plugin that set state.stop (ended the fit before its step or epoch limit), "" if none.
   const std::string& stopped_by() const { return stopped_by_; }
+  // The plugin that set state.skip_step on the last BEFORE_STEP, "" if none.
+  const std::string& vetoed_by() const { return vetoed_by_; }
+  // The plugin that declares it takes the optimizer step in backward, nullptr if none.
+  const Plugin* steps_in_backward() const;
   std::string names() const;  // "a,b" in list order
 
   // The plugin whose handler runs on this thread now (nullptr outside one): the hooks it adds
@@ -70,6 +76,7 @@ class PluginHost {
   std::vector<std::unique_ptr<Plugin>> callbacks_;
   std::string optimizer_assigned_by_;
   std::string stopped_by_;
+  std::string vetoed_by_;
 };
 
 }  // namespace tt

@@ -364,7 +364,7 @@ void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins) {
 
   run.host.add_pipeline_plugins(p.plugins);
   for (auto& pl : extra_plugins) run.host.add_plugin(std::move(pl));
-  run.host.check_ordering();
+  run.host.check_ordering(p.trainer);
   run.host.fire(Event::INIT, s);
   freeze_teacher(s);
   for (const auto& param : s.model->parameters()) {

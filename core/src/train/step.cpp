@@ -18,16 +18,6 @@ namespace tt {
 
 namespace {
 
-int64_t tensor_bytes(const std::vector<at::Tensor>& ts) {
-  int64_t n = 0;
-  for (const auto& t : ts) {
-    if (!t.defined()) continue;
-    if (t.is_sparse()) n += static_cast<int64_t>(t._indices().nbytes() + t._values().nbytes());
-    else n += static_cast<int64_t>(t.nbytes());
-  }
-  return n;
-}
-
 struct Accumulated {
   bool ok = false;           // false: the batch was dropped (NaN with on_nan: skip)
   bool sum_reduced = false;  // the model's loss is a sum (not weighted by micro-batch share)
@@ -177,7 +167,20 @@ void optimizer_step(Run& run) {
     s.last_step.grad_norm = torch::nn::utils::clip_grad_norm_(run.trainable, T.get_float("grad_clip"));
   }
   s.last_step.lr = s.lr;
-  if (!s.skip_step) {
+  if (!s.skip_step && run.host.steps_in_backward()) {  // taken by the gradient-ready hooks
+    const double seconds = run.gradient_ready.take_seconds();
+    run.record.optimizer_times.push_back(seconds);
+    s.last_step.optimizer_seconds = seconds;
+    if (!run.optimizer_measured) {
+      const int64_t counted = optimizer_state_bytes(*s.optimizer);
+      if (counted < 0)
+        log().warn("the optimizer's state ({}) cannot be counted, and its step ran in backward, where what it "
+                   "creates cannot be told from the activations: memory.optimizer_state_bytes is 0",
+                   c10::demangle(typeid(*s.optimizer).name()));
+      s.memory.optimizer_state = std::max<int64_t>(0, counted);
+      run.optimizer_measured = true;
+    }
+  } else if (!s.skip_step) {
     const int64_t before = run.live_foreground();
     const auto t0 = Clock::now();
     s.optimizer->step();
@@ -242,20 +245,36 @@ void usual_step(Run& run) {
   State& s = run.state;
   Accumulated acc = forward_backward_retrying(run);
   if (run.sync) acc.ok = run.sync->sync(acc.ok, acc.sum_reduced);
-  if (!run.gradients_measured && acc.ok) {
-    std::vector<at::Tensor> grads;
-    for (auto& t : run.trainable) grads.push_back(t.grad());
-    s.memory.gradients = tensor_bytes(grads);
+  if (acc.ok && run.gradient_ready.active()) run.gradient_ready.complete();
+  if (!run.gradients_measured && acc.ok) {  // all of them after backward, or the most live at once
+    s.memory.gradients = std::max(gradient_bytes(run.trainable), run.gradient_ready.most_gradient_bytes());
+    run.gradient_ready.measure_gradients(false);
     run.gradients_measured = true;
   }
-  if (acc.ok && run.gradient_ready.active()) run.gradient_ready.complete();
   if (!acc.ok) s.skip_step = s.last_step.dropped = true;
   run.host.fire(Event::BEFORE_STEP, s);
+  if (const Plugin* stepper = run.host.steps_in_backward())
+    TT_CHECK_AS(ConfigError, !s.skip_step || s.last_step.dropped, "plugin '", run.host.vetoed_by(),
+                "' skipped step ", s.step + 1, " on BEFORE_STEP (state.skip_step), but plugin '", stepper->name(),
+                "' took that step in backward (", stepper->step_in_backward(), "): the parameters are updated "
+                "already. A plugin that may skip steps declares may_skip_steps() (tt/plugin.h), and is then refused "
+                "beside it when the pipeline is read; list one of them");
   optimizer_step(run);
   run.host.fire(Event::AFTER_STEP, s);
 }
 
 }  // namespace
+
+int64_t gradient_bytes(const std::vector<at::Tensor>& parameters) {
+  int64_t n = 0;
+  for (const auto& p : parameters) {
+    const at::Tensor& g = p.grad();
+    if (!g.defined()) continue;
+    if (g.is_sparse()) n += static_cast<int64_t>(g._indices().nbytes() + g._values().nbytes());
+    else n += static_cast<int64_t>(g.nbytes());
+  }
+  return n;
+}
 
 int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer) {
   int64_t n = 0;

@@ -20,6 +20,9 @@ namespace tt {
 // optimizer's first step (or a checkpoint's load) leaves live instead.
 int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer);
 
+// The bytes of the parameters' gradients now (a sparse one's indices and values).
+int64_t gradient_bytes(const std::vector<at::Tensor>& parameters);
+
 // `started`: when loading the batch began (the step's time counts from there).
 void train_step(Run& run, Batch batch, Clock::time_point started);
 

@@ -25,7 +25,7 @@ struct Config {
   int64_t min_8bit_size = 4096;  // smaller tensors keep float32 moments
 };
 
-class Adam8bit : public torch::optim::Optimizer, public tt::StateTensors {
+class Adam8bit : public torch::optim::Optimizer, public tt::StateTensors, public tt::PerParameterStep {
  public:
   // `groups`: the parameter groups (their options' lr is what the schedule sets);
   // `keep_32bit`: TensorImpl addresses of parameters that keep float32 moments.

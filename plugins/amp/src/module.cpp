@@ -33,7 +33,9 @@ class AmpPlugin final : public tt::Plugin {
   AmpPlugin(tt::Options options, c10::ScalarType dtype, bool scaler, tt::amp::GradScaler::Options so,
             std::vector<std::string> keep)
       : options_(std::move(options)), dtype_(dtype), keep_(std::move(keep)) {
-    if (scaler) scaler_ = std::make_unique<tt::amp::GradScaler>(so);
+    if (!scaler) return;
+    scaler_ = std::make_unique<tt::amp::GradScaler>(so);
+    may_skip_steps("its GradScaler unscales the gradients before the step and skips a step whose gradients overflowed");
   }
 
   void on(tt::Event event, tt::State& s) override {
