@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 #include <yaml-cpp/yaml.h>
 
+#include <map>
+
 #include "model_record.h"
 #include "tt/checkpoint.h"
 #include "tt/error.h"
@@ -102,7 +104,13 @@ std::shared_ptr<Model> load_model(const std::string& path, const Datasets& data,
     std::shared_ptr<Model> model;
     try {
       const ModelComponent& component = Registry::global().model(name);
-      const Options options = Options::parse(node, component.schema, "model", from, kReaderKeys);
+      // Recorded options have no file position worth naming: messages name them as what they are.
+      std::map<std::string, std::string> origins;
+      if (has_options) {
+        origins[""] = "the checkpoint's model options";
+        for (const auto& kv : node) origins[kv.first.Scalar()] = origins[""];
+      }
+      const Options options = Options::parse(node, component.schema, "model", from, kReaderKeys, origins);
       model = component.factory(options, data);
     } catch (const ConfigError& e) {
       TT_FAIL_AS(ConfigError, option, ": the model (", name, ") of ", file, " cannot be built over this run's data: ",

@@ -476,6 +476,10 @@ TEST(TransformerLM, LoadModelBuildsARunsModelOverOtherDataWithTheShapeItsCheckpo
   EXPECT_EQ(msg.rfind("teacher: the model (transformer) of " + ckpt.string() + " cannot be built over this run's data", 0),
             0u) << msg;
   EXPECT_NE(msg.find("smaller than the data's seq_len (64)"), std::string::npos) << msg;
+  // the options come from the checkpoint's record, which has no line and column worth naming
+  EXPECT_NE(msg.find("cannot be built over this run's data: the checkpoint's model options: model.seq_len"),
+            std::string::npos) << msg;
+  EXPECT_EQ(msg.find(ckpt.string() + ":"), std::string::npos) << msg;
 
   // What cannot give a model says what would.
   msg = tt::test::config_error([&] { tt::load_model((dir / "teacher" / "pipeline.yaml").string(), own, "teacher"); });

@@ -88,10 +88,10 @@ TT_API void record_model(torch::serialize::OutputArchive& archive, const State& 
 // derived from data is derived from `data`). The model is built over `data`, which must be data
 // that model reads: a plugin gives *State::datasets; a checkpoint whose "model/data" differs from
 // the model's data_identity over `data` (an LM's other tokenizer) is refused. A newer checkpoint
-// that cannot be read is skipped with a warning naming it. It
-// comes in training mode with gradients on, as built: set it as State::teacher on INIT and the
-// trainer freezes it. Errors are ConfigErrors that begin with `option` (what gave the path,
-// "plugins.distill.teacher") and name the file and the fix.
+// that cannot be read is skipped with a warning naming it. It comes in training mode with
+// gradients on, as built: set it as State::teacher on INIT and the trainer freezes it. Errors are
+// ConfigErrors that begin with `option` (what gave the path, "plugins.distill.teacher") and name
+// the file and the fix.
 TT_API std::shared_ptr<Model> load_model(const std::string& path, const Datasets& data, const std::string& option);
 
 }  // namespace tt
