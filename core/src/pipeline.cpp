@@ -175,8 +175,15 @@ ComponentSpec parse_component(const YAML::Node& node, const std::string& section
     // A map without a name changes the default component's options (optimizer.lr=0.01 on a
     // pipeline that names no optimizer); sections without a default need one.
     const bool named = node["name"].IsDefined();
+    // {name:amp} is one key "name:amp" to YAML, which needs a space after the colon
+    std::string glued;
+    for (const auto& kv : node)
+      if (kv.first.IsScalar() && kv.first.Scalar().rfind("name:", 0) == 0) glued = kv.first.Scalar();
     TT_CHECK_AS(ConfigError, (named && node["name"].IsScalar()) || (!named && !default_name.empty()), c.where, ": ",
-                section, " needs a 'name' (tt-run --list shows the choices)");
+                section, " needs a 'name' (tt-run --list shows the choices)",
+                glued.empty() ? std::string()
+                              : "; it has the key '" + glued + "': YAML needs a space after the colon, 'name: " +
+                                    glued.substr(5) + "'");
     c.name = named ? node["name"].Scalar() : default_name;
     opts = node;
   } else {

@@ -289,6 +289,12 @@ TEST(Pipeline, AnOverrideIntoAMissingSectionWithADefaultChangesTheDefaultCompone
   EXPECT_DOUBLE_EQ(q.optimizer.options.get_float("lr"), 0.5);
   // a model has no default: it still needs its name
   EXPECT_NE(error_of("model: {k: 5}\ndata: topic-synthetic\n").find("model needs a 'name'"), std::string::npos);
+  // {name:topic} is one key to YAML: the message says what to write
+  EXPECT_NE(error_of("model: {name:topic}\ndata: topic-synthetic\n")
+                .find("model needs a 'name' (tt-run --list shows the choices); it has the key 'name:topic': YAML needs "
+                      "a space after the colon, 'name: topic'"),
+            std::string::npos)
+      << error_of("model: {name:topic}\ndata: topic-synthetic\n");
 }
 
 // YAML forbids a key twice in one map; yaml-cpp would keep one of them silently.
