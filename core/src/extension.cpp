@@ -58,6 +58,7 @@ void add_gradient_ready_hook(State& state, GradientReadyHook hook) {
   if (const Plugin* owner = PluginHost::calling())
     hook = [owner, inner = std::move(hook), &state](size_t index, at::Tensor& grad) {
       try {
+        const PluginHost::Calling in(*owner);  // what it reports (report_held) is its own
         inner(index, grad);
       } catch (...) {
         PluginHost::rethrow_attributed(*owner, detail::cat("its gradient-ready hook at step ", state.step + 1), state);
@@ -109,8 +110,49 @@ void step_parameter(torch::optim::Optimizer& optimizer, const at::Tensor& parame
            ") does not declare that its step updates each parameter on its own (tt::PerParameterStep, "
            "tt/optimizer_state.h), so one parameter cannot be stepped alone; torch's SGD, Adam, AdamW, Adagrad and "
            "RMSprop can");
+  TT_CHECK(parameter.grad().defined(), "step_parameter: the parameter (", parameter.sizes(),
+           ") has no gradient, so nothing would update it: a gradient-ready hook that ran before released it "
+           "(register the hook that steps before the one that moves gradients away, or give them back first)");
   const OneParameter only(optimizer, parameter);
   optimizer.step();
+}
+
+void add_gradients_complete_hook(State& state, GradientsCompleteHook hook) {
+  TT_CHECK(hook, "add_gradients_complete_hook: an empty hook");
+  if (const Plugin* owner = PluginHost::calling())
+    hook = [owner, inner = std::move(hook), &state] {
+      try {
+        const PluginHost::Calling in(*owner);
+        inner();
+      } catch (...) {
+        PluginHost::rethrow_attributed(*owner, detail::cat("its gradients-complete hook at step ", state.step + 1), state);
+      }
+    };
+  state.gradients_complete_hooks.push_back(std::move(hook));
+}
+
+const char* to_string(Held where) {
+  switch (where) {
+    case Held::Tensors: return "tensors";
+    case Held::File: return "file";
+    case Held::Host: return "host";
+  }
+  return "?";
+}
+
+void report_held(State& state, const std::string& what, int64_t bytes, Held where) {
+  TT_CHECK(bytes >= 0, "report_held: ", bytes, " bytes of '", what, "'");
+  TT_CHECK(!what.empty(), "report_held: an empty name (say what is held, e.g. \"gradients\")");
+  const Plugin* owner = PluginHost::calling();
+  const std::string plugin = owner ? owner->name() : std::string();
+  for (auto& h : state.held)
+    if (h.plugin == plugin && h.what == what) {
+      TT_CHECK(h.where == static_cast<int>(where), "report_held: '", what, "' of plugin '", plugin, "' was reported in ",
+               to_string(static_cast<Held>(h.where)), " and now in ", to_string(where), ": give each place its own name");
+      h.bytes = std::max(h.bytes, bytes);
+      return;
+    }
+  state.held.push_back({plugin, what, bytes, static_cast<int>(where)});
 }
 
 void add_loss_hook(State& state, LossHook hook) {
@@ -135,6 +177,7 @@ void add_loss_hook(State& state, LossHook hook) {
         }
       };
       try {
+        const PluginHost::Calling in(*owner);
         return inner(micro, marked);
       } catch (...) {
         if (from_next) throw;

@@ -213,4 +213,11 @@ fs::path timestamped_dir(const fs::path& parent, const std::string& stem) {
   return dir;
 }
 
+std::string held_place(const std::string& where) {
+  if (where == "tensors") return "in tensors (part of the tensor peak, not of its rest)";
+  if (where == "file") return "in a memory-mapped file (outside the tensor peak)";
+  if (where == "host") return "in host memory (outside the device's peak)";
+  return "in " + where;
+}
+
 }  // namespace tt

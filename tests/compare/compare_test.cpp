@@ -242,6 +242,7 @@ TEST(Compare, BytesAPluginHoldsShowInTheRestOfThePeak) {
   variants:
     baseline: {}
     holds: {plugins: [{name: test-hold, bytes: 4MiB}]}
+    reports: {plugins: [{name: test-hold, bytes: 4MiB, report: true}]}
 )");
   ASSERT_EQ(r.rc, 0) << r.output;
   auto v = by_name(tt::test::read_json(c.dir / "rest" / "compare.json"));
@@ -264,6 +265,14 @@ TEST(Compare, BytesAPluginHoldsShowInTheRestOfThePeak) {
   for (const auto& row : csv_rows(c.dir / "rest" / "compare.csv")) csv_rest[row.at("variant")] = row.at("rest_bytes");
   EXPECT_EQ(std::stoll(csv_rest["holds"]), v["holds"]["rest_bytes"].get<int64_t>());
   EXPECT_NE(r.output.find(" rest "), std::string::npos) << r.output;
+  // reported (tt::report_held), the same bytes are named under the table and leave the rest
+  ASSERT_TRUE(v["reports"]["ok"].get<bool>()) << r.output;
+  EXPECT_EQ(v["reports"]["held"], json::parse(R"([{"plugin": "test-hold", "what": "buffer", "bytes": 4194304,
+                                                   "where": "tensors"}])"));
+  const int64_t reported_rest = v["reports"]["rest_bytes"].get<int64_t>(), base_rest = v["baseline"]["rest_bytes"].get<int64_t>();
+  EXPECT_NEAR(static_cast<double>(reported_rest - base_rest), 0.0, 0.05 * held) << r.output;
+  EXPECT_HAS(r.output, "reports: test-hold holds buffer of 4.0");
+  EXPECT_HAS(r.output, " MiB in tensors (part of the tensor peak, not of its rest)");
 }
 
 TEST(Compare, ARefusedVariantIsNamedInItsRowAndTheOthersRun) {

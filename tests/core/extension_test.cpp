@@ -92,6 +92,94 @@ TEST(Extension, GradientReadyHooksThatReleaseGradientsRefuseGradientClipping) {
   EXPECT_EQ(plain_steps, 2);
 }
 
+// Gradient offload as a plugin builds it on the gradient-ready and gradients-complete hooks: each
+// gradient moved away as it lands and given back when the step's gradients are complete. A plugin
+// listed before it that acts on gradients on BEFORE_STEP (as loss scaling's unscale does) and
+// trainer.grad_clip see them all, so the run trains as without it, and the meter counts every
+// gradient (all are live again at the step).
+TEST(Extension, GradientsGivenBackWhenCompleteAreSeenByClippingAndBeforeStep) {
+  for (int micro : {16, 4}) {
+    SCOPED_TRACE("micro-batch " + std::to_string(micro));
+    const auto fit = [&](bool offload) {
+      auto out = tt::test::temp_dir("ext");
+      tt::Trainer t(tt::test::regression_pipeline(
+                        out, "  max_steps: 4\n  grad_clip: 0.05\n  micro_batch_size: " + std::to_string(micro) + "\n"),
+                    {out / "run", false, true});
+      auto halve = std::make_unique<OnEvent>(Event::BEFORE_STEP, [](tt::State& s) {
+        for (auto& p : s.optimizer->param_groups()[0].params()) {
+          ASSERT_TRUE(p.grad().defined()) << "a gradient not back by BEFORE_STEP";
+          p.mutable_grad().mul_(0.5);
+        }
+      });
+      halve->set_name("halve");
+      t.add_plugin(std::move(halve));
+      auto stash = std::make_shared<std::map<size_t, torch::Tensor>>();
+      if (offload) {
+        auto mover = std::make_unique<OnEvent>(Event::INIT, [stash](tt::State& s) {
+          tt::add_gradient_ready_hook(s, [stash](size_t index, at::Tensor& p) {
+            (*stash)[index] = p.grad().clone();  // "elsewhere" (a host or disk copy on a device)
+            p.mutable_grad() = at::Tensor();
+          });
+          tt::add_gradients_complete_hook(s, [stash, &s] {
+            auto& params = s.optimizer->param_groups()[0].params();
+            for (auto& [index, g] : *stash) params[index].mutable_grad() = std::move(g);
+            stash->clear();
+          });
+        });
+        mover->set_name("grad-offload");
+        t.add_plugin(std::move(mover));
+      }
+      t.fit();
+      return std::make_tuple(t.step_losses(), tt::test::params_of(t), t.state().memory.gradients);
+    };
+    const auto [plain_losses, plain_params, plain_gradients] = fit(false);
+    const auto [losses, params, gradients] = fit(true);
+    ASSERT_EQ(losses.size(), 4u);
+    EXPECT_EQ(losses, plain_losses);
+    for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(torch::equal(params[i], plain_params[i])) << i;
+    EXPECT_EQ(gradients, plain_gradients);
+    EXPECT_GT(gradients, 0);
+  }
+}
+
+// 12. What a plugin reports holding is kept per (plugin, what), its largest figure, attributed to
+// the plugin from its handlers and from the hooks it registered; in tensors it leaves the rest of
+// the peak, elsewhere it is only named; one name in two places is refused.
+TEST(Extension, WhatAPluginReportsHoldingIsNamedAndTakenOutOfTheRest) {
+  const auto fit = [](bool report) {
+    auto out = tt::test::temp_dir("ext");
+    tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 3\n"), {out / "run", false, true});
+    auto buffer = std::make_shared<torch::Tensor>();
+    auto holder = std::make_unique<OnEvent>(Event::FIT_START, [buffer, report](tt::State& s) {
+      *buffer = torch::ones({1 << 20}, torch::kUInt8);  // 1 MiB held through the fit
+      if (!report) return;
+      tt::report_held(s, "buffer", 512 << 10, tt::Held::Tensors);
+      tt::report_held(s, "buffer", 1 << 20, tt::Held::Tensors);  // the largest is kept
+      tt::report_held(s, "scratch file", 3 << 20, tt::Held::File);
+      tt::add_gradient_ready_hook(s, [&s](size_t, at::Tensor&) { tt::report_held(s, "from a hook", 16, tt::Held::Host); });
+    });
+    holder->set_name("holder");
+    t.add_plugin(std::move(holder));
+    t.fit();
+    return std::make_pair(tt::test::summary_of(out / "run")["memory"], t.state().held);
+  };
+  const auto [plain, plain_held] = fit(false);
+  const auto [reported, held] = fit(true);
+  EXPECT_TRUE(plain_held.empty());
+  EXPECT_FALSE(plain.contains("held"));
+  EXPECT_EQ(reported["held"], nlohmann::json::parse(R"([
+      {"plugin": "holder", "what": "buffer", "bytes": 1048576, "where": "tensors"},
+      {"plugin": "holder", "what": "scratch file", "bytes": 3145728, "where": "file"},
+      {"plugin": "holder", "what": "from a hook", "bytes": 16, "where": "host"}])"));
+  EXPECT_EQ(reported["held_bytes"], 1 << 20);
+  ASSERT_EQ(reported["peak_tensor_bytes"], plain["peak_tensor_bytes"]);
+  EXPECT_EQ(reported["rest_bytes"].get<int64_t>(), plain["rest_bytes"].get<int64_t>() - (1 << 20));
+  tt::State s;
+  tt::report_held(s, "buffer", 8, tt::Held::Tensors);
+  EXPECT_HAS(tt::test::message_of<tt::Error>([&] { tt::report_held(s, "buffer", 8, tt::Held::File); }, "an Error"),
+             "report_held: 'buffer' of plugin '' was reported in tensors and now in file: give each place its own name");
+}
+
 // An out-of-memory error in backward after gradient-ready hooks ran for some parameters is not
 // retried (a re-run would do their work twice, e.g. apply an update again), whatever a plugin
 // would say on OOM.
@@ -153,10 +241,16 @@ TEST(Extension, TheStepInBackwardTrainsAsTheStepAfterBackwardWithFewerGradientsL
                       {out / "run", false, true});
         if (in_backward) t.add_plugin(std::make_unique<tt::test::StepInBackward>());
         t.fit();
-        return std::make_tuple(t.step_losses(), tt::test::params_of(t), t.state().memory, t.state().lr);
+        return std::make_tuple(t.step_losses(), tt::test::params_of(t), t.state().memory, t.state().lr,
+                               tt::test::read_file(out / "run" / "log.txt"));
       };
-      const auto [plain_losses, plain_params, plain_memory, plain_lr] = fit(false);
-      const auto [losses, params, memory, lr] = fit(true);
+      const auto [plain_losses, plain_params, plain_memory, plain_lr, plain_log] = fit(false);
+      const auto [losses, params, memory, lr, log] = fit(true);
+      // accumulated micro-batches keep every gradient live, and the run says so
+      EXPECT_EQ(log.find("saves no memory") != std::string::npos, micro != 16) << log;
+      if (micro != 16)
+        EXPECT_HAS(log, "plugin 'step-in-backward' takes the optimizer step in backward, but step 1 runs 4 micro-batches "
+                        "of 4 (trainer.micro_batch_size, or oom-guard after an out-of-memory error)");
       ASSERT_EQ(losses.size(), 6u);
       EXPECT_EQ(losses, plain_losses);
       ASSERT_EQ(params.size(), plain_params.size());
@@ -214,15 +308,15 @@ TEST(Extension, TheStepInBackwardIsRefusedBesideWhatNeedsTheStepAfterBackward) {
             "gradient before any parameter is updated. Unset trainer.grad_clip, or remove 'step-in-backward' from plugins"},
            {"", [&](tt::Trainer& t) { stepper(t); t.add_plugin(std::make_unique<Wrapper>()); },
             "plugins: 'wrapper' wraps the final optimizer's step (it moves the state of the optimizer it is given), but " +
-                taken + ", one parameter at a time, so that step never runs: list one of them, but the list is "
-                "[step-in-backward, wrapper]"},
+                taken + ", one parameter at a time, so that step never runs: remove one of them from plugins (the "
+                "list is [step-in-backward, wrapper])"},
            {"", [&](tt::Trainer& t) { t.add_plugin(std::make_unique<Skipper>()); stepper(t); },
             "plugins: 'skipper' may skip a step after backward (it skips steps whose gradients overflowed), but " + taken +
-                ", before that: the update could not be undone; list one of them, but the list is [skipper, "
-                "step-in-backward]"},
+                ", before that: the update could not be undone; remove one of them from plugins (the list is "
+                "[skipper, step-in-backward])"},
            {"", [&](tt::Trainer& t) { stepper(t); t.add_plugin(std::make_unique<tt::test::StepInBackward>("again")); },
             "plugins: " + taken + ", and so does 'again' (it updates each parameter as its gradient lands): each would "
-            "update every parameter; list one of them, but the list is [step-in-backward, again]"},
+            "update every parameter; remove one of them from plugins (the list is [step-in-backward, again])"},
        }) {
     auto out = tt::test::temp_dir("ext");
     tt::Trainer t(regression_with(out, "{name: sgd, lr: 0.05}", "  max_steps: 2\n" + c.trainer), {out / "run", false, true});
@@ -241,7 +335,7 @@ TEST(Extension, TheStepInBackwardIsRefusedBesideWhatNeedsTheStepAfterBackward) {
               "plugin 'veto' skipped step 2 on BEFORE_STEP (state.skip_step), but plugin 'step-in-backward' took that "
               "step in backward (it updates each parameter as its gradient lands): the parameters are updated already. "
               "A plugin that may skip steps declares may_skip_steps() (tt/plugin.h), and is then refused beside it "
-              "when the pipeline is read; list one of them");
+              "when the pipeline is read; remove one of them from plugins");
     EXPECT_EQ(t.state().step, 1);
   }
   {  // declared, but no hook registered
@@ -277,8 +371,15 @@ TEST(Extension, StepParameterStepsOneParameterAloneAndRefusesWhatItCannot) {
   c.mutable_grad() = torch::ones({2});
   whole.step();
   EXPECT_TRUE(torch::equal(b, c));
-  EXPECT_HAS(tt::test::message_of<tt::Error>([&] { tt::step_parameter(adamw, torch::ones({2})); }, "an Error"),
+  auto stranger = torch::ones({2});
+  stranger.mutable_grad() = torch::ones({2});
+  EXPECT_HAS(tt::test::message_of<tt::Error>([&] { tt::step_parameter(adamw, stranger); }, "an Error"),
              "step_parameter: the tensor ([2]) is not a parameter of the optimizer (2 groups)");
+  // a parameter whose gradient an earlier hook released: nothing would update it
+  a.mutable_grad() = at::Tensor();
+  EXPECT_HAS(tt::test::message_of<tt::Error>([&] { tt::step_parameter(adamw, a); }, "an Error"),
+             "step_parameter: the parameter ([3]) has no gradient, so nothing would update it: a gradient-ready hook "
+             "that ran before released it");
   torch::optim::LBFGS lbfgs({a}, torch::optim::LBFGSOptions(0.1));
   EXPECT_HAS(tt::test::message_of<tt::Error>([&] { tt::step_parameter(lbfgs, a); }, "an Error"),
              "step_parameter: the optimizer (torch::optim::LBFGS) does not declare that its step updates each "

@@ -215,6 +215,21 @@ TEST(OffloadPlugin, SameLossesWithTheStateOutOfTensorMemory) {
   EXPECT_GT(state, 0);
   EXPECT_LT(b["memory"]["optimizer_state_bytes"].get<int64_t>(), state / 20);
   EXPECT_LE(b["memory"]["peak_tensor_bytes"].get<int64_t>(), a["memory"]["peak_tensor_bytes"].get<int64_t>() - state * 9 / 10);
+  // where it went, named (tt::report_held): the file, outside the tensor peak
+  ASSERT_TRUE(b["memory"].contains("held")) << b["memory"].dump();
+  ASSERT_EQ(b["memory"]["held"].size(), 1u);
+  const json& held = b["memory"]["held"][0];
+  EXPECT_EQ(held["plugin"], "offload");
+  EXPECT_EQ(held["what"], "optimizer state");
+  EXPECT_EQ(held["where"], "file");
+  EXPECT_GE(held["bytes"].get<int64_t>(), state);
+  EXPECT_EQ(b["memory"]["held_bytes"], 0) << "none of it in tensors";
+  // and in the printed summary (the runs above are quiet)
+  auto shown = tt::test::run(tt::test::tt_run_bin() + " " + (lm.dir / "off.yaml").string() + " --run-dir " +
+                             (lm.dir / "off-shown").string());
+  ASSERT_EQ(shown.rc, 0) << shown.output;
+  EXPECT_HAS(shown.output, "held       offload: optimizer state ");
+  EXPECT_HAS(shown.output, " in a memory-mapped file (outside the tensor peak)");
   EXPECT_FALSE(fs::exists(lm.dir / "off" / "optimizer-state.bin")) << "removed at exit by default";
   for (const auto& f : b["outputs"]) EXPECT_TRUE(fs::exists(lm.dir / "off" / f.get<std::string>())) << f << " is listed but gone";
 

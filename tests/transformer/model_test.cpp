@@ -612,8 +612,8 @@ TEST(TransformerLM, TheStepInBackwardTrainsAsTheUsualStepWithFewerGradientsLive)
   auto refused = lm.run("scaled", "[{name: amp, dtype: bf16, grad_scaler: on}, test-step-in-backward]", trainer);
   EXPECT_EQ(refused.rc, 2) << refused.output;
   EXPECT_HAS(refused.output, "plugins: 'amp' may skip a step after backward (its GradScaler unscales the gradients "
-                             "before the step and skips a step whose gradients overflowed), but 'test-step-in-backward' "
-                             "takes the optimizer step in backward");
+                             "before the step and skips a step whose gradients overflowed; bf16 runs without one: "
+                             "grad_scaler: off), but 'test-step-in-backward' takes the optimizer step in backward");
   auto bf16 = lm.run("bf16", "[{name: amp, dtype: bf16}, test-step-in-backward]", trainer);
   EXPECT_EQ(bf16.rc, 0) << bf16.output;
 }

@@ -241,7 +241,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
               "samples/s", "loss");
   if (!val_key.empty()) std::printf(" %*s", std::max(10, static_cast<int>(val_key.size())), val_key.c_str());
   std::printf("\n");
-  std::vector<std::string> footnotes, peak_notes, teacher_notes;
+  std::vector<std::string> footnotes, peak_notes, held_notes;
   bool peak_marked = false;  // a row's peak is the one since an out-of-memory retry: marked '+'
   for (const auto& r : results) peak_marked = peak_marked || (r.ok && r.peak_since_retry_shown());
   bool marked = false;  // a row shows a plugin's metric: the others leave room for the mark
@@ -262,8 +262,12 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
       const bool with_base = b.ok;
       const int64_t rest = r.rest;
       if (r.teacher > 0)
-        teacher_notes.push_back(v.name + ": a teacher of " + format_mib(r.teacher) + " MiB (a frozen second model) is "
+        held_notes.push_back(v.name + ": a teacher of " + format_mib(r.teacher) + " MiB (a frozen second model) is "
                                 "part of the peak, not of its rest");
+      for (const auto& h : r.summary["memory"].value("held", json::array()))  // tt::report_held
+        held_notes.push_back(v.name + ": " + h.value("plugin", std::string()) + " holds " +
+                                h.value("what", std::string()) + " of " + format_mib(h.value("bytes", int64_t{0})) +
+                                " MiB " + held_place(h.value("where", std::string())));
       std::string peak_cell = format_mib(r.peak);
       if (r.peak_since_retry_shown()) {
         peak_cell += "+";
@@ -301,6 +305,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
                 {"activations_bytes", r.activations},
                 {"rest_bytes", rest},
                 {"teacher_bytes", r.teacher},
+                {"held", r.summary["memory"].value("held", json::array())},
                 {"median_step_ms", r.step_ms},
                 {"step_ms_per_run", r.repeat_step_ms},
                 {"peak_rss_bytes_per_run", r.rss_per_run()},
@@ -324,7 +329,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
     doc["variants"].push_back(j);
   }
   for (const auto& f : peak_notes) std::printf("  + %s\n", f.c_str());
-  for (const auto& f : teacher_notes) std::printf("  %s\n", f.c_str());
+  for (const auto& f : held_notes) std::printf("  %s\n", f.c_str());
   for (size_t i = 0; i < results.size(); ++i) {  // RSS depends on what other processes map: said where it moved
     const std::vector<int64_t> rss = results[i].rss_per_run();
     if (!results[i].ok || rss.size() < 2) continue;

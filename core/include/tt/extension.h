@@ -13,6 +13,8 @@
 //  5. lean re-run      nn::LeanRecompute                     a block re-run for backward keeps less (checkpoint)
 // Trainer side: registered on the State, honoured by the loop.
 //  6. gradient ready   add_gradient_ready_hook               each parameter's gradient, once per step, complete
+//     gradients complete add_gradients_complete_hook         after every one, before clipping and
+//                                                            BEFORE_STEP (gradients given back)
 //  7. loss hook        add_loss_hook                         wrap or replace the model's forward_loss
 //  8. teacher          State::teacher                        a second, frozen model (distillation)
 //  9. saved tensors    nn::SavedTensorHooks                  what autograd keeps for backward, packed
@@ -22,6 +24,8 @@
 //                                                            cross-entropy, distillation)
 // 11. step in backward Plugin::takes_the_step_in_backward,   each parameter updated as its gradient
 //                      step_parameter                        is ready; no step after backward
+// 12. held memory      report_held                           what a plugin holds of its own, named,
+//                                                            in the run's memory figures
 // Plus: the optimizer (assign state.optimizer on OPTIMIZER), forward scopes (tt/plugin.h), the
 // loss before backward (AFTER_LOSS), a step veto (BEFORE_STEP), OOM handling (OOM).
 #include <torch/nn/module.h>
@@ -101,15 +105,25 @@ class TT_API SavedTensorHooks {
 // with the rest: gradient offload, the optimizer step in backward); in a data-parallel run
 // after the gradient sync, in parameter order. `index` is the parameter's place in the
 // optimizer's parameter list (the model's trainable parameters in order). The hook may read,
-// move or replace parameter.grad(); gradient clipping and BEFORE_STEP come after every hook.
-// Register on INIT, OPTIMIZER or FIT_START.
+// move or replace parameter.grad(); hooks run in the order registered, and one that releases the
+// gradient leaves the hooks after it none. Gradient clipping and BEFORE_STEP come after every
+// hook and the gradients-complete hooks. Register on INIT, OPTIMIZER or FIT_START.
 using GradientReadyHook = std::function<void(size_t index, at::Tensor& parameter)>;
 TT_API void add_gradient_ready_hook(State& state, GradientReadyHook hook);
+
+// Called once per step when every gradient-ready hook has run (in a data-parallel run after the
+// gradient sync), before gradient clipping, BEFORE_STEP and the step, in the order registered;
+// not for a batch dropped before backward. Where a plugin that moved gradients away as they
+// landed (gradient offload) gives them back, so that clipping, BEFORE_STEP's handlers (amp's
+// unscale, whatever the plugins' order) and the step see them; the meter's gradients figure
+// counts what is live after these hooks. Register on INIT, OPTIMIZER or FIT_START.
+using GradientsCompleteHook = std::function<void()>;
+TT_API void add_gradients_complete_hook(State& state, GradientsCompleteHook hook);
 
 // 11. The optimizer step in backward: a plugin that declares takes_the_step_in_backward() in its
 // constructor (tt/plugin.h) registers a gradient-ready hook (6) that updates each parameter,
 // usually step_parameter(*state.optimizer, parameter), and then releases its gradient
-// (parameter.mutable_grad() = {}), so that at most the gradients backward has not reached yet and
+// (parameter.mutable_grad() = at::Tensor()), so that at most the gradients backward has not reached yet and
 // one being stepped are live, instead of all of them. The trainer then takes no step after
 // backward; it counts the step, sets the schedule's learning rate on state.optimizer's groups for
 // the next (read there by step_parameter), checkpoints state.optimizer, reports the hooks' time as
@@ -119,11 +133,13 @@ TT_API void add_gradient_ready_hook(State& state, GradientReadyHook hook);
 // wrapper of the final optimizer and a second such plugin). Gradient accumulation works (the hooks
 // fire in the last micro-batch's backward); a batch whose loss is not finite is dropped before
 // backward, with no parameter updated; an out-of-memory error after some parameters were updated
-// is not retried.
+// is not retried. With several micro-batches the saving is gone: the earlier micro-batches'
+// gradients accumulate whole until the last backward (a warning says so).
 // step_parameter: the optimizer's own step() applied to `parameter` alone, with its group's
 // options (the learning rate included) and its state: `optimizer` is a tt::PerParameterStep or
 // one of LibTorch's SGD, Adam, AdamW, Adagrad and RMSprop (tt/optimizer_state.h); refused for
-// another optimizer or a parameter that is not one of its own.
+// another optimizer, a parameter that is not one of its own, and a parameter without a gradient
+// (a hook that ran before released it: nothing would be updated).
 TT_API void step_parameter(torch::optim::Optimizer& optimizer, const at::Tensor& parameter);
 
 // 7. Wraps the model's forward_loss for every micro-batch. `next` computes the loss of the
@@ -135,6 +151,18 @@ TT_API void step_parameter(torch::optim::Optimizer& optimizer, const at::Tensor&
 // Forward scopes (amp's autocast) are active around all of them.
 using LossHook = std::function<ModelOutput(const Batch& micro, const std::function<ModelOutput(const Batch&)>& next)>;
 TT_API void add_loss_hook(State& state, LossHook hook);
+
+// 12. What a plugin holds of its own (gradients moved away, offloaded optimizer state, buffers),
+// named in summary.json's memory.held, the printed summary and compare's notes, so that the
+// figures say where the memory went. `what` names it ("gradients"); `where`:
+//   Tensors  tensors of the training process: in the tensor peak, taken out of its rest
+//   File     a memory-mapped file: file-backed pages, outside the tensor peak (RSS may hold some)
+//   Host     host memory of a device run (pinned buffers): outside the device's peak
+// Call it from a plugin's handler or a hook it registered, as often as the figure changes: the
+// largest reported for each (plugin, what) is kept.
+enum class Held { Tensors, File, Host };
+TT_API void report_held(State& state, const std::string& what, int64_t bytes, Held where);
+TT_API const char* to_string(Held where);  // "tensors", "file", "host"
 
 // The micro-batch's loss through the registered loss hooks (the trainer's call).
 TT_API ModelOutput forward_loss(State& state, const Batch& micro);

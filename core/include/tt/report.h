@@ -29,6 +29,10 @@ class TT_API MetricsFile {
 // naming `path` and the cause; what was at `path` before stays.
 TT_API void write_file_atomic(const std::filesystem::path& path, const std::string& text);
 
+// Where memory a plugin reported holding is (summary.json's memory.held[].where, tt::report_held's
+// "tensors", "file" or "host"), as the printed summary and compare say it.
+TT_API std::string held_place(const std::string& where);
+
 // A progress bar on a terminal; plain periodic lines otherwise.
 class TT_API Progress {
  public:

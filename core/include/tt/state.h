@@ -27,11 +27,23 @@ struct MemoryBreakdown {
   int64_t peak_tensor = 0, peak_rss = 0;
   int64_t rss_anon_start = 0, rss_anon_end = 0;  // anonymous (not file-backed) RSS around training
   int64_t teacher = 0;                           // a frozen second model's bytes (State::teacher)
+  int64_t held = 0;  // what plugins report holding in tensors (tt::report_held, Held::Tensors)
   int64_t peak_reserved = 0;  // CPU: the allocator's peak hold (tensors' pages and its cache)
-  // `peak` less the four parts and the teacher: what a plugin holds of its own and what is live
-  // beside the step (the next batch); negative where the parts, each its own largest, were not
-  // all live at the peak. summary.json's rest_bytes, which compare and profile show.
-  int64_t rest(int64_t peak) const { return peak - parameters - gradients - optimizer_state - activations - teacher; }
+  // `peak` less the four parts, the teacher and what plugins report holding in tensors: what a
+  // plugin holds of its own unreported and what is live beside the step (the next batch); negative
+  // where the parts, each its own largest, were not all live at the peak. summary.json's
+  // rest_bytes, which compare and profile show.
+  int64_t rest(int64_t peak) const {
+    return peak - parameters - gradients - optimizer_state - activations - teacher - held;
+  }
+};
+
+// What a plugin reported holding (tt::report_held): the largest figure for each (plugin, what).
+// `where` is a tt::Held (tt/extension.h) as an int, so that this header needs no other.
+struct HeldMemory {
+  std::string plugin, what;
+  int64_t bytes = 0;
+  int where = 0;
 };
 
 // The last batch as the loop measured it; filled before BATCH_END.
@@ -92,6 +104,8 @@ struct TT_API State {
   const Datasets* datasets = nullptr;     // what the model was built from (to build another)
   std::shared_ptr<Model> teacher;         // a second model, frozen by the trainer after INIT
   std::vector<std::function<void(size_t, at::Tensor&)>> gradient_ready_hooks;
+  std::vector<std::function<void()>> gradients_complete_hooks;
+  std::vector<HeldMemory> held;           // what plugins report holding (tt::report_held)
   std::vector<std::function<ModelOutput(const Batch&, const std::function<ModelOutput(const Batch&)>&)>> loss_hooks;
 
   // Data-parallel runs (tt/dist.h): this process's rank and the number of processes. Only

@@ -33,6 +33,7 @@ void GradientReady::install() {
                 "' declares that it takes the optimizer step in backward (", stepper->step_in_backward(),
                 "), but no gradient-ready hook was registered by FIT_START (tt::add_gradient_ready_hook, "
                 "tt/extension.h): no parameter would be updated");
+  complete_hooks_ = !run_.state.gradients_complete_hooks.empty();
   if (run_.state.gradient_ready_hooks.empty()) return;
   measuring_ = !run_.gradients_measured;
   fired_.assign(run_.trainable.size(), 0);
@@ -64,8 +65,10 @@ double GradientReady::take_seconds() {
 
 void GradientReady::complete() {
   armed_ = false;
-  for (size_t i = 0; i < run_.trainable.size(); ++i)
-    if (run_.trainable[i].grad().defined()) fire(i);
+  if (!fired_.empty())  // gradient-ready hooks are registered
+    for (size_t i = 0; i < run_.trainable.size(); ++i)
+      if (run_.trainable[i].grad().defined()) fire(i);
+  for (auto& hook : run_.state.gradients_complete_hooks) hook();
   released_ = 0;
   for (size_t i = 0; i < fired_.size(); ++i)
     if (fired_[i] && !run_.trainable[i].grad().defined()) ++released_;

@@ -20,19 +20,20 @@ class GradientReady {
   explicit GradientReady(Run& run) : run_(run) {}
   // At FIT_START: installs the post-hooks when any gradient-ready hook is registered.
   void install();
-  bool active() const { return !accumulators_.empty() || all_after_sync_; }
+  bool active() const { return !accumulators_.empty() || all_after_sync_ || complete_hooks_; }
   // Around the last micro-batch's backward (single process): hooks fire as gradients land.
   void arm(bool on) { armed_ = on; }
   // The step's gradients are complete: fire every parameter that has a gradient and whose
-  // hooks have not run yet, in parameter order.
+  // hooks have not run yet, in parameter order; then the gradients-complete hooks.
   void complete();
   void fire(size_t index);  // the hooks of one parameter (once per step)
   // Parameters whose hooks ran in this step's backward so far (an out-of-memory error cuts it
   // short: the batch cannot be re-run over work the hooks did), and a new start for the batch.
   size_t fired_count() const;
   void reset();
-  // Of the last complete() step: parameters whose hooks left them no gradient (the optimizer
-  // step in backward frees each one), which gradient clipping cannot see.
+  // Of the last complete() step: parameters whose hooks left them no gradient after the
+  // gradients-complete hooks (the optimizer step in backward frees each one), which gradient
+  // clipping cannot see.
   size_t released() const { return released_; }
   // Seconds the hooks took since the last call (the step in backward's optimizer time).
   double take_seconds();
@@ -51,6 +52,7 @@ class GradientReady {
   bool measuring_ = false;
   bool armed_ = false;
   bool all_after_sync_ = false;
+  bool complete_hooks_ = false;  // gradients-complete hooks are registered
 };
 
 }  // namespace tt

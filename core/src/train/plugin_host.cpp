@@ -77,15 +77,15 @@ void PluginHost::check_ordering(const Options& trainer) const {
   for (const auto& p : plugins_) {
     if (p.get() == stepper) continue;
     TT_CHECK_AS(ConfigError, p->step_in_backward().empty(), "plugins: ", taken, ", and so does '", p->name(), "' (",
-                p->step_in_backward(), "): each would update every parameter; list one of them, but the list is ",
-                list_of(plugins_));
+                p->step_in_backward(), "): each would update every parameter; remove one of them from plugins (the list is ",
+                list_of(plugins_), ")");
     for (const auto& rule : p->ordering())
       TT_CHECK_AS(ConfigError, !rule.after.empty(), "plugins: '", p->name(), "' wraps the final optimizer's step (",
-                  rule.why, "), but ", taken, ", one parameter at a time, so that step never runs: list one of them, "
-                  "but the list is ", list_of(plugins_));
+                  rule.why, "), but ", taken, ", one parameter at a time, so that step never runs: remove one of them "
+                  "from plugins (the list is ", list_of(plugins_), ")");
     TT_CHECK_AS(ConfigError, p->skips_steps().empty(), "plugins: '", p->name(), "' may skip a step after backward (",
-                p->skips_steps(), "), but ", taken, ", before that: the update could not be undone; list one of them, "
-                "but the list is ", list_of(plugins_));
+                p->skips_steps(), "), but ", taken, ", before that: the update could not be undone; remove one of them "
+                "from plugins (the list is ", list_of(plugins_), ")");
   }
   TT_CHECK_AS(ConfigError, !trainer.is_set("grad_clip"), "trainer.grad_clip is set, but plugin ", taken,
               ": clipping by the norm of all gradients needs every gradient before any parameter is updated. "

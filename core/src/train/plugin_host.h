@@ -15,14 +15,17 @@ namespace tt {
 struct State;
 
 class PluginHost {
-  // Marks `plugin` as the one calling() names while it lives.
+ public:
+  // Marks `plugin` as the one calling() names while it lives (its handlers, and the hooks it
+  // registered while they run).
   struct Calling {
     explicit Calling(const Plugin& plugin);
     ~Calling();
+    Calling(const Calling&) = delete;
+    Calling& operator=(const Calling&) = delete;
     const Plugin* previous;
   };
 
- public:
   // Plugins run in the order added; AFTER_* and *_END events in reverse.
   void add_plugin(std::unique_ptr<Plugin> plugin);
   // Callbacks run after every plugin, in the order added, for every event.

@@ -9,6 +9,7 @@
 
 #include "train/callbacks.h"
 #include "tt/checkpoint.h"
+#include "tt/extension.h"
 #include "tt/json_text.h"
 #include "tt/log.h"
 #include "tt/registry.h"
@@ -185,6 +186,17 @@ json RunReport::build() const {
   if (run_.resumed) sum["resumed_from"] = run_.resumed_from;
   if (run_.meter.cap() > 0) sum["memory"]["cap_bytes"] = run_.meter.cap();
   if (mem.teacher > 0) sum["memory"]["teacher_bytes"] = mem.teacher;
+  if (!s.held.empty() && !outputs_only_) {  // what plugins report holding (tt::report_held)
+    json held = json::array();
+    int64_t in_tensors = 0;
+    for (const auto& h : s.held) {
+      held.push_back({{"plugin", h.plugin}, {"what", h.what}, {"bytes", h.bytes},
+                      {"where", to_string(static_cast<Held>(h.where))}});
+      if (h.where == static_cast<int>(Held::Tensors)) in_tensors += h.bytes;
+    }
+    sum["memory"]["held"] = held;
+    sum["memory"]["held_bytes"] = in_tensors;
+  }
   {  // the rest of the figures summary.json holds (for outputs_only, the stopped run's own)
     json& M = sum["memory"];
     MemoryBreakdown shown;
@@ -193,6 +205,7 @@ json RunReport::build() const {
     shown.optimizer_state = M["optimizer_state_bytes"].get<int64_t>();
     shown.activations = M["activations_bytes"].get<int64_t>();
     shown.teacher = M.value("teacher_bytes", int64_t{0});
+    shown.held = M.value("held_bytes", int64_t{0});
     M["rest_bytes"] = shown.rest(M["peak_tensor_bytes"].get<int64_t>());
   }
   const auto ckpts = list_checkpoints(s.run_dir / "checkpoints");
@@ -268,12 +281,14 @@ void RunReport::print() const {
   // optimizer's state is made by the first step, so where the peak comes before they are all
   // live, the rest is negative (said, not hidden).
   const int64_t teacher = m.value("teacher_bytes", int64_t{0}), rest = m["rest_bytes"].get<int64_t>();
-  out += fmt::format("  memory     peak tensors {} = params {} + grads {} + optimizer {} + activations {}{} + rest {}; "
+  const int64_t held = m.value("held_bytes", int64_t{0});
+  out += fmt::format("  memory     peak tensors {} = params {} + grads {} + optimizer {} + activations {}{}{} + rest {}; "
                      "peak RSS {}{}\n",
                      format_bytes(m["peak_tensor_bytes"]), format_bytes(m["parameters_bytes"]),
                      format_bytes(m["gradients_bytes"]), format_bytes(m["optimizer_state_bytes"]),
                      format_bytes(m["activations_bytes"]),
-                     teacher > 0 ? " + teacher " + format_bytes(teacher) : std::string(), format_bytes(rest),
+                     teacher > 0 ? " + teacher " + format_bytes(teacher) : std::string(),
+                     held > 0 ? " + held by plugins " + format_bytes(held) : std::string(), format_bytes(rest),
                      format_bytes(m["peak_rss_bytes"]),
                      m.contains("process_peak_rss_bytes")
                          ? " (training; the process's " + format_bytes(m["process_peak_rss_bytes"]) + ")"
@@ -282,6 +297,10 @@ void RunReport::print() const {
   if (rest < 0)
     out += "             (rest < 0: each part is its own largest, and they were not all live at the peak: gradients "
            "are freed before each forward, the optimizer's state is made by the first step)\n";
+  if (m.contains("held"))
+    for (const auto& h : m["held"])
+      out += fmt::format("  held       {}: {} {} {}\n", h["plugin"].get<std::string>(), h["what"].get<std::string>(),
+                         format_bytes(h["bytes"].get<int64_t>()), held_place(h["where"].get<std::string>()));
   if (m.contains("evaluation_peak_tensor_bytes"))
     out += fmt::format("  evaluation peak tensors {}; peak RSS {}\n", format_bytes(m["evaluation_peak_tensor_bytes"]),
                        format_bytes(m["evaluation_peak_rss_bytes"]));

@@ -251,14 +251,23 @@ void usual_step(Run& run) {
     run.gradient_ready.measure_gradients(false);
     run.gradients_measured = true;
   }
+  const Plugin* stepper = run.host.steps_in_backward();
+  if (stepper && acc.ok && s.micro_count > 1 && s.micro_count != run.accumulation_warned) {
+    run.accumulation_warned = s.micro_count;
+    log().warn("plugin '{}' takes the optimizer step in backward, but step {} runs {} micro-batches of {} "
+               "(trainer.micro_batch_size, or oom-guard after an out-of-memory error): the earlier ones' gradients "
+               "accumulate whole until the last backward, so every gradient is live and the step in backward saves "
+               "no memory; it does with one micro-batch per step", stepper->name(), s.step + 1, s.micro_count,
+               s.micro_batch_size);
+  }
   if (!acc.ok) s.skip_step = s.last_step.dropped = true;
   run.host.fire(Event::BEFORE_STEP, s);
-  if (const Plugin* stepper = run.host.steps_in_backward())
+  if (stepper)
     TT_CHECK_AS(ConfigError, !s.skip_step || s.last_step.dropped, "plugin '", run.host.vetoed_by(),
                 "' skipped step ", s.step + 1, " on BEFORE_STEP (state.skip_step), but plugin '", stepper->name(),
                 "' took that step in backward (", stepper->step_in_backward(), "): the parameters are updated "
                 "already. A plugin that may skip steps declares may_skip_steps() (tt/plugin.h), and is then refused "
-                "beside it when the pipeline is read; list one of them");
+                "beside it when the pipeline is read; remove one of them from plugins");
   optimizer_step(run);
   run.host.fire(Event::AFTER_STEP, s);
 }

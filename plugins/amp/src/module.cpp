@@ -35,7 +35,8 @@ class AmpPlugin final : public tt::Plugin {
       : options_(std::move(options)), dtype_(dtype), keep_(std::move(keep)) {
     if (!scaler) return;
     scaler_ = std::make_unique<tt::amp::GradScaler>(so);
-    may_skip_steps("its GradScaler unscales the gradients before the step and skips a step whose gradients overflowed");
+    may_skip_steps("its GradScaler unscales the gradients before the step and skips a step whose gradients overflowed; "
+                   "bf16 runs without one: grad_scaler: off");
   }
 
   void on(tt::Event event, tt::State& s) override {

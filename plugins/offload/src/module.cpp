@@ -11,6 +11,7 @@
 #include "disk_offload.h"
 #include "host_offload.h"
 #include "tt/error.h"
+#include "tt/extension.h"
 #include "tt/log.h"
 #include "tt/module.h"
 #include "tt/plugin.h"
@@ -35,6 +36,7 @@ class OffloadPlugin final : public tt::Plugin {
       tt::log().info("offload: {} of optimizer state in {} (paged in one parameter at a time)",
                      mib(offload_->state_bytes()), offload_->file().path().string());
       s.metrics["offload_state_file_bytes"] = static_cast<double>(offload_->state_bytes());
+      tt::report_held(s, "optimizer state", offload_->state_bytes(), tt::Held::File);
     }
     if (event == tt::Event::FIT_START && host_offload_) host_offload_->sync_from_device();
     if (event == tt::Event::FIT_END && offload_) {
@@ -52,6 +54,7 @@ class OffloadPlugin final : public tt::Plugin {
                          s.device.str() + ", where the state is in host memory already: use target: disk");
       host_offload_ = std::make_shared<tt::offload::HostOffload>(s.optimizer);
       s.optimizer = host_offload_;
+      tt::report_held(s, "optimizer state and gradient buffers", host_offload_->host_bytes(), tt::Held::Host);
       tt::log().info("offload: optimizer state and step in host memory ({} of host copies and pinned gradient "
                      "buffers); gradients device->host and parameters back, asynchronously per parameter",
                      mib(host_offload_->host_bytes()));
