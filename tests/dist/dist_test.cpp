@@ -429,6 +429,27 @@ TEST(Dist, Zero1ShardsTheOptimizerStateAndMatchesDdpAndResumesIt) {
   EXPECT_EQ(summary_of(lm.dir / "zr")["memory"]["optimizer_state_bytes"], sz["memory"]["optimizer_state_bytes"]);
 }
 
+// The optimizer step in backward (the test plugin test-step-in-backward) in a data-parallel run:
+// the gradients are complete after the all-reduce, where it steps the parameters one by one, to
+// DDP's parameters; the run says that it saves no memory there.
+TEST(Dist, TheStepInBackwardStepsAfterTheAllReduceAsDdpAndSaysItSavesNothing) {
+  tt::test::TinyLm lm("dist_in_backward");
+  lm.run("lm", "[]", "batch_size: 4, max_steps: 1");
+  const std::string base = env_clean() + "TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR " " + tt_run_bin() + " --nproc 2 " +
+                           (lm.dir / "lm.yaml").string() + " trainer.max_steps=4 -q --run-dir ";
+  auto ddp = run(base + (lm.dir / "ddp").string());
+  ASSERT_EQ(ddp.rc, 0) << ddp.output;
+  auto sib = run(base + (lm.dir / "sib").string() + " 'plugins=[test-step-in-backward]'");
+  ASSERT_EQ(sib.rc, 0) << sib.output;
+  const json sd = summary_of(lm.dir / "ddp"), ss = summary_of(lm.dir / "sib");
+  EXPECT_EQ(ss["replica_parameter_hashes"], sd["replica_parameter_hashes"]);
+  EXPECT_EQ(ss["final_loss"], sd["final_loss"]);
+  EXPECT_EQ(ss["memory"]["gradients_bytes"], sd["memory"]["gradients_bytes"]) << "every gradient live after the sync";
+  EXPECT_HAS(read_file(lm.dir / "sib" / "log.txt"),
+             "plugin 'test-step-in-backward' takes the optimizer step in backward, but in a data-parallel run the "
+             "gradients are complete only after their all-reduce");
+}
+
 // trainer.dist_rows: owned keeps L's rows on the rank that owns the documents (i % 2) and
 // all-reduces F only. In file order (shuffle off) a step's 2 x 8 documents are the same ones
 // either way (documents 16s..16s+15, split by halves for all-reduce, by parity for owned), so

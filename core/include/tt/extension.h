@@ -134,7 +134,8 @@ TT_API void add_gradients_complete_hook(State& state, GradientsCompleteHook hook
 // fire in the last micro-batch's backward); a batch whose loss is not finite is dropped before
 // backward, with no parameter updated; an out-of-memory error after some parameters were updated
 // is not retried. With several micro-batches the saving is gone: the earlier micro-batches'
-// gradients accumulate whole until the last backward (a warning says so).
+// gradients accumulate whole until the last backward; in a data-parallel run too: the gradients
+// are complete after the all-reduce (warnings say so).
 // step_parameter: the optimizer's own step() applied to `parameter` alone, with its group's
 // options (the learning rate included) and its state: `optimizer` is a tt::PerParameterStep or
 // one of LibTorch's SGD, Adam, AdamW, Adagrad and RMSprop (tt/optimizer_state.h); refused for

@@ -104,7 +104,7 @@ struct Run {
   bool from_checkpoint = false;  // --resume of a run with checkpoints: its weights come from one, not init_from
   std::string resumed_from;
   bool optimizer_measured = false, gradients_measured = false;
-  int64_t accumulation_warned = 0;  // micro-batches per step last warned of beside a step in backward
+  int64_t accumulation_warned = 0;  // micro-batches per step last warned of beside a step in backward (-1: data-parallel)
 
   RunRecord record;
 

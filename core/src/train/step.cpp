@@ -252,7 +252,12 @@ void usual_step(Run& run) {
     run.gradients_measured = true;
   }
   const Plugin* stepper = run.host.steps_in_backward();
-  if (stepper && acc.ok && s.micro_count > 1 && s.micro_count != run.accumulation_warned) {
+  if (stepper && acc.ok && run.sync && run.accumulation_warned == 0) {
+    run.accumulation_warned = -1;
+    log().warn("plugin '{}' takes the optimizer step in backward, but in a data-parallel run the gradients are "
+               "complete only after their all-reduce, when every one is live: the parameters are stepped one by one "
+               "then, and the step in backward saves no memory", stepper->name());
+  } else if (stepper && acc.ok && !run.sync && s.micro_count > 1 && s.micro_count != run.accumulation_warned) {
     run.accumulation_warned = s.micro_count;
     log().warn("plugin '{}' takes the optimizer step in backward, but step {} runs {} micro-batches of {} "
                "(trainer.micro_batch_size, or oom-guard after an out-of-memory error): the earlier ones' gradients "
