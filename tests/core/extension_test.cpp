@@ -69,16 +69,32 @@ TEST(Extension, GradientReadyFiresOncePerParameterWithTheCompleteGradient) {
 
 // A hook that releases each gradient as it lands (the optimizer step in backward) leaves
 // gradient clipping nothing to measure: trainer.grad_clip is refused at the first step, not
-// applied to no gradient with a norm of 0.
+// applied to no gradient with a norm of 0; given back before clipping reads them (on BEFORE_STEP
+// here), they are clipped.
 TEST(Extension, GradientReadyHooksThatReleaseGradientsRefuseGradientClipping) {
-  const auto run = [](const std::string& trainer) {
+  const auto run = [](const std::string& trainer, bool give_back_on_before_step = false) {
     auto out = tt::test::temp_dir("ext");
     tt::Trainer t(tt::test::regression_pipeline(out, trainer), {out / "run", false, true});
-    auto releaser = std::make_unique<OnEvent>(Event::INIT, [](tt::State& s) {
-      tt::add_gradient_ready_hook(s, [](size_t, at::Tensor& p) { p.mutable_grad() = at::Tensor(); });
+    auto stash = std::make_shared<std::vector<at::Tensor>>();
+    auto releaser = std::make_unique<OnEvent>(Event::INIT, [stash](tt::State& s) {
+      tt::add_gradient_ready_hook(s, [stash](size_t, at::Tensor& p) {
+        stash->push_back(p.grad());
+        p.mutable_grad() = at::Tensor();
+      });
     });
     releaser->set_name("in-backward");
     t.add_plugin(std::move(releaser));
+    if (give_back_on_before_step)  // what clipping then reads is back
+      t.add_plugin(std::make_unique<OnEvent>(Event::BEFORE_STEP, [stash](tt::State& s) {
+        auto& params = s.optimizer->param_groups()[0].params();
+        for (auto& p : params)
+          for (auto& g : *stash)
+            if (g.sizes() == p.sizes() && !p.grad().defined()) {
+              p.mutable_grad() = g;
+              break;
+            }
+        stash->clear();
+      }));
     const std::string error = tt::test::refusal_of([&] { t.fit(); });
     return std::make_pair(error, t.state().step);
   };
@@ -90,6 +106,9 @@ TEST(Extension, GradientReadyHooksThatReleaseGradientsRefuseGradientClipping) {
   const auto [plain, plain_steps] = run("  max_steps: 2\n");
   EXPECT_EQ(plain, "");
   EXPECT_EQ(plain_steps, 2);
+  const auto [given_back, given_back_steps] = run("  max_steps: 2\n  grad_clip: 1.0\n", true);
+  EXPECT_EQ(given_back, "");
+  EXPECT_EQ(given_back_steps, 2);
 }
 
 // Gradient offload as a plugin builds it on the gradient-ready and gradients-complete hooks: each

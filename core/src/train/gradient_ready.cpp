@@ -69,10 +69,15 @@ void GradientReady::complete() {
     for (size_t i = 0; i < run_.trainable.size(); ++i)
       if (run_.trainable[i].grad().defined()) fire(i);
   for (auto& hook : run_.state.gradients_complete_hooks) hook();
-  released_ = 0;
+  released_.clear();
   for (size_t i = 0; i < fired_.size(); ++i)
-    if (fired_[i] && !run_.trainable[i].grad().defined()) ++released_;
+    if (fired_[i] && !run_.trainable[i].grad().defined()) released_.push_back(i);
   std::fill(fired_.begin(), fired_.end(), 0);
+}
+
+size_t GradientReady::released() const {
+  return static_cast<size_t>(std::count_if(released_.begin(), released_.end(),
+                                           [this](size_t i) { return !run_.trainable[i].grad().defined(); }));
 }
 
 size_t GradientReady::fired_count() const { return static_cast<size_t>(std::count(fired_.begin(), fired_.end(), 1)); }

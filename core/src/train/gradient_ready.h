@@ -34,7 +34,8 @@ class GradientReady {
   // Of the last complete() step: parameters whose hooks left them no gradient after the
   // gradients-complete hooks (the optimizer step in backward frees each one), which gradient
   // clipping cannot see.
-  size_t released() const { return released_; }
+  // Counted again when clipping reads them: a plugin may give them back on BEFORE_STEP.
+  size_t released() const;
   // Seconds the hooks took since the last call (the step in backward's optimizer time).
   double take_seconds();
   // While on (the first step, where the meter measures gradients), the most bytes of gradients
@@ -46,7 +47,7 @@ class GradientReady {
   Run& run_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they hold the hooks
   std::vector<char> fired_;
-  size_t released_ = 0;
+  std::vector<size_t> released_;  // their indices
   double seconds_ = 0;
   int64_t most_gradient_bytes_ = 0;
   bool measuring_ = false;
