@@ -47,14 +47,32 @@ namespace {
 // that computes the loss itself leaves the hooks after it uncalled.
 std::mutex g_owners_mutex;
 std::unordered_map<const State*, std::vector<std::string>> g_loss_hook_owners;
+std::unordered_map<const State*, std::vector<std::string>> g_gradient_hook_owners;  // the same, gradient-ready
 
 }  // namespace
 
 // A hook added in a plugin's handler throws as that plugin's ("plugin 'x' failed in its loss
 // hook at step N: ..."), as its handlers do; what the hook's `next` throws (the model, a later
 // hook) passes through as it was.
+bool has_gradient_ready_hook_of(const State& state, const std::string& plugin) {
+  const std::lock_guard<std::mutex> lock(g_owners_mutex);
+  const auto it = g_gradient_hook_owners.find(&state);
+  if (it == g_gradient_hook_owners.end()) return false;
+  const auto& owners = it->second;
+  const size_t n = std::min(owners.size(), state.gradient_ready_hooks.size());  // a State gone left more
+  return std::find(owners.begin(), owners.begin() + static_cast<std::ptrdiff_t>(n), plugin) !=
+         owners.begin() + static_cast<std::ptrdiff_t>(n);
+}
+
 void add_gradient_ready_hook(State& state, GradientReadyHook hook) {
   TT_CHECK(hook, "add_gradient_ready_hook: an empty hook");
+  {
+    const std::lock_guard<std::mutex> lock(g_owners_mutex);
+    auto& owners = g_gradient_hook_owners[&state];
+    owners.resize(state.gradient_ready_hooks.size());  // a State at the address of one gone: its names dropped
+    const Plugin* owner = PluginHost::calling();
+    owners.push_back(owner ? owner->name() : std::string());
+  }
   if (const Plugin* owner = PluginHost::calling())
     hook = [owner, inner = std::move(hook), &state](size_t index, at::Tensor& grad) {
       try {
@@ -150,9 +168,14 @@ void report_held(State& state, const std::string& what, int64_t bytes, Held wher
       TT_CHECK(h.where == static_cast<int>(where), "report_held: '", what, "' of plugin '", plugin, "' was reported in ",
                to_string(static_cast<Held>(h.where)), " and now in ", to_string(where), ": give each place its own name");
       h.bytes = std::max(h.bytes, bytes);
-      return;
+      break;
     }
-  state.held.push_back({plugin, what, bytes, static_cast<int>(where)});
+  if (std::none_of(state.held.begin(), state.held.end(),
+                   [&](const HeldMemory& h) { return h.plugin == plugin && h.what == what; }))
+    state.held.push_back({plugin, what, bytes, static_cast<int>(where)});
+  state.memory.held = 0;  // the tensors' part of the breakdown
+  for (const auto& h : state.held)
+    if (h.where == static_cast<int>(Held::Tensors)) state.memory.held += h.bytes;
 }
 
 void add_loss_hook(State& state, LossHook hook) {

@@ -15,6 +15,7 @@
 #include "tt/autocast.h"
 #include "tt/extension.h"
 #include "tt/meter.h"
+#include "tt/optimizer_state.h"
 #include "tt/options.h"
 #include "tt/plugin.h"
 #include "tt/registry.h"
@@ -180,10 +181,10 @@ TEST(Extension, WhatAPluginReportsHoldingIsNamedAndTakenOutOfTheRest) {
     holder->set_name("holder");
     t.add_plugin(std::move(holder));
     t.fit();
-    return std::make_pair(tt::test::summary_of(out / "run")["memory"], t.state().held);
+    return std::make_tuple(tt::test::summary_of(out / "run")["memory"], t.state().held, t.state().memory.held);
   };
-  const auto [plain, plain_held] = fit(false);
-  const auto [reported, held] = fit(true);
+  const auto [plain, plain_held, plain_memory_held] = fit(false);
+  const auto [reported, held, memory_held] = fit(true);
   EXPECT_TRUE(plain_held.empty());
   EXPECT_FALSE(plain.contains("held"));
   EXPECT_EQ(reported["held"], nlohmann::json::parse(R"([
@@ -191,6 +192,9 @@ TEST(Extension, WhatAPluginReportsHoldingIsNamedAndTakenOutOfTheRest) {
       {"plugin": "holder", "what": "scratch file", "bytes": 3145728, "where": "file"},
       {"plugin": "holder", "what": "from a hook", "bytes": 16, "where": "host"}])"));
   EXPECT_EQ(reported["held_bytes"], 1 << 20);
+  EXPECT_EQ(held.size(), 3u);
+  EXPECT_EQ(plain_memory_held, 0);
+  EXPECT_EQ(memory_held, 1 << 20) << "the state's breakdown (profile-memory's) as summary.json's";
   ASSERT_EQ(reported["peak_tensor_bytes"], plain["peak_tensor_bytes"]);
   EXPECT_EQ(reported["rest_bytes"].get<int64_t>(), plain["rest_bytes"].get<int64_t>() - (1 << 20));
   tt::State s;
@@ -287,10 +291,11 @@ TEST(Extension, TheStepInBackwardTrainsAsTheStepAfterBackwardWithFewerGradientsL
     }
 }
 
-// What cannot be beside a step taken in backward is refused before training (and, for the
-// pipeline's own plugins, when the pipeline is read: --dry-run), each naming both sides; a
-// veto on BEFORE_STEP that no plugin declared fails at the step it happens, naming who vetoed;
-// a plugin that declares the step but registers no hook fails before the first step.
+// What cannot be beside a step taken in backward is refused before training (the same check
+// refuses a pipeline's plugins when it is read: the transformer's test runs --dry-run), each
+// naming both sides, the stepping plugin's own declarations included; a veto on BEFORE_STEP that
+// no plugin declared fails at the step it happens, naming who vetoed; a plugin that declares the
+// step but registers no hook of its own fails before the first step.
 TEST(Extension, TheStepInBackwardIsRefusedBesideWhatNeedsTheStepAfterBackward) {
   class Skipper : public tt::Plugin {
    public:
@@ -312,6 +317,10 @@ TEST(Extension, TheStepInBackwardIsRefusedBesideWhatNeedsTheStepAfterBackward) {
       set_name("no-hook");
       takes_the_step_in_backward("it says so");
     }
+  };
+  class SkippingStepper : public tt::test::StepInBackward {
+   public:
+    SkippingStepper() : tt::test::StepInBackward("both") { may_skip_steps("it also vetoes"); }
   };
   struct Case {
     std::string trainer;
@@ -336,6 +345,10 @@ TEST(Extension, TheStepInBackwardIsRefusedBesideWhatNeedsTheStepAfterBackward) {
            {"", [&](tt::Trainer& t) { stepper(t); t.add_plugin(std::make_unique<tt::test::StepInBackward>("again")); },
             "plugins: " + taken + ", and so does 'again' (it updates each parameter as its gradient lands): each would "
             "update every parameter; remove one of them from plugins (the list is [step-in-backward, again])"},
+           {"", [&](tt::Trainer& t) { t.add_plugin(std::make_unique<SkippingStepper>()); },
+            "plugins: 'both' may skip a step after backward (it also vetoes), but 'both' takes the optimizer step in "
+            "backward (it updates each parameter as its gradient lands), before that: the update could not be "
+            "undone; remove one of them from plugins (the list is [both])"},
        }) {
     auto out = tt::test::temp_dir("ext");
     tt::Trainer t(regression_with(out, "{name: sgd, lr: 0.05}", "  max_steps: 2\n" + c.trainer), {out / "run", false, true});
@@ -357,13 +370,27 @@ TEST(Extension, TheStepInBackwardIsRefusedBesideWhatNeedsTheStepAfterBackward) {
               "when the pipeline is read; remove one of them from plugins");
     EXPECT_EQ(t.state().step, 1);
   }
-  {  // declared, but no hook registered
+  {  // a skip set before BEFORE_STEP says so
+    auto out = tt::test::temp_dir("ext");
+    tt::Trainer t(regression_with(out, "{name: sgd, lr: 0.05}", "  max_steps: 3\n"), {out / "run", false, true});
+    stepper(t);
+    t.add_plugin(std::make_unique<OnEvent>(Event::AFTER_BACKWARD, [](tt::State& s) { s.skip_step = s.step == 1; }));
+    EXPECT_HAS(tt::test::refusal_of([&] { t.fit(); }),
+               "state.skip_step was set before BEFORE_STEP, skipping step 2, but plugin 'step-in-backward' took that "
+               "step in backward");
+  }
+  {  // declared, but no hook of its own registered (another plugin's does not count)
     auto out = tt::test::temp_dir("ext");
     tt::Trainer t(regression_with(out, "{name: sgd, lr: 0.05}", "  max_steps: 1\n"), {out / "run", false, true});
     t.add_plugin(std::make_unique<NoHook>());
+    auto other = std::make_unique<OnEvent>(Event::INIT, [](tt::State& s) {
+      tt::add_gradient_ready_hook(s, [](size_t, at::Tensor&) {});
+    });
+    other->set_name("other");
+    t.add_plugin(std::move(other));
     EXPECT_HAS(tt::test::message_of<tt::ModuleError>([&] { t.fit(); }, "a ModuleError"),
-               "plugin 'no-hook' declares that it takes the optimizer step in backward (it says so), but no "
-               "gradient-ready hook was registered by FIT_START (tt::add_gradient_ready_hook, tt/extension.h): no "
+               "plugin 'no-hook' declares that it takes the optimizer step in backward (it says so), but registered "
+               "no gradient-ready hook of its own by FIT_START (tt::add_gradient_ready_hook, tt/extension.h): no "
                "parameter would be updated");
   }
 }
@@ -399,6 +426,20 @@ TEST(Extension, StepParameterStepsOneParameterAloneAndRefusesWhatItCannot) {
   EXPECT_HAS(tt::test::message_of<tt::Error>([&] { tt::step_parameter(adamw, a); }, "an Error"),
              "step_parameter: the parameter ([3]) has no gradient, so nothing would update it: a gradient-ready hook "
              "that ran before released it");
+  // a step that throws leaves the groups as they were
+  struct Throwing : torch::optim::Optimizer, tt::PerParameterStep {
+    explicit Throwing(std::vector<torch::optim::OptimizerParamGroup> groups)
+        : torch::optim::Optimizer(std::move(groups), std::make_unique<torch::optim::SGDOptions>(0.1)) {}
+    torch::Tensor step(LossClosure) override { TT_FAIL("a step that throws"); }
+  };
+  Throwing throwing({torch::optim::OptimizerParamGroup({a, b}), torch::optim::OptimizerParamGroup({c})});
+  a.mutable_grad() = torch::ones({3});
+  EXPECT_HAS(tt::test::message_of<tt::Error>([&] { tt::step_parameter(throwing, a); }, "an Error"), "a step that throws");
+  ASSERT_EQ(throwing.param_groups()[0].params().size(), 2u);
+  EXPECT_TRUE(throwing.param_groups()[0].params()[0].is_same(a));
+  EXPECT_TRUE(throwing.param_groups()[0].params()[1].is_same(b));
+  ASSERT_EQ(throwing.param_groups()[1].params().size(), 1u);
+  EXPECT_TRUE(throwing.param_groups()[1].params()[0].is_same(c));
   torch::optim::LBFGS lbfgs({a}, torch::optim::LBFGSOptions(0.1));
   EXPECT_HAS(tt::test::message_of<tt::Error>([&] { tt::step_parameter(lbfgs, a); }, "an Error"),
              "step_parameter: the optimizer (torch::optim::LBFGS) does not declare that its step updates each "

@@ -614,6 +614,10 @@ TEST(TransformerLM, TheStepInBackwardTrainsAsTheUsualStepWithFewerGradientsLive)
   EXPECT_HAS(refused.output, "plugins: 'amp' may skip a step after backward (its GradScaler unscales the gradients "
                              "before the step and skips a step whose gradients overflowed; bf16 runs without one: "
                              "grad_scaler: off), but 'test-step-in-backward' takes the optimizer step in backward");
+  // the same refusal when the pipeline is only read
+  auto dry = tt::test::run(tt::test::tt_run_bin() + " --dry-run " + (lm.dir / "scaled.yaml").string());
+  EXPECT_EQ(dry.rc, 2) << dry.output;
+  EXPECT_HAS(dry.output, "plugins: 'amp' may skip a step after backward");
   auto bf16 = lm.run("bf16", "[{name: amp, dtype: bf16}, test-step-in-backward]", trainer);
   EXPECT_EQ(bf16.rc, 0) << bf16.output;
 }

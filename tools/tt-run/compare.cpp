@@ -234,8 +234,9 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
       << (val_key.empty() ? "" : val_key + ",validation_metric,") << "plugins,reason\n";
   int w = 8;
   for (const auto& v : spec.variants) w = std::max(w, static_cast<int>(v.name.size()));
-  // rest: the peak less parameters, gradients, optimizer state, activations and a teacher; what
-  // a plugin holds of its own (EMA weights, buffers) and what is live beside the step (the next batch)
+  // rest: the peak less parameters, gradients, optimizer state, activations, a teacher and what
+  // plugins report holding in tensors; what a plugin holds of its own unreported (EMA weights,
+  // buffers) and what is live beside the step (the next batch)
   std::printf("\n%-*s %-14s %11s %8s %9s %9s %9s %9s %11s %9s %9s %8s %10s %9s", w, "variant", "status", "peak MiB",
               "vs base", "RSS MiB", "params", "grads", "optim", "activations", "rest", "step ms", "vs base",
               "samples/s", "loss");

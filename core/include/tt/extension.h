@@ -127,7 +127,9 @@ TT_API void add_gradients_complete_hook(State& state, GradientsCompleteHook hook
 // one being stepped are live, instead of all of them. The trainer then takes no step after
 // backward; it counts the step, sets the schedule's learning rate on state.optimizer's groups for
 // the next (read there by step_parameter), checkpoints state.optimizer, reports the hooks' time as
-// the step's optimizer seconds and the most gradient bytes live at once as memory.gradients.
+// the step's optimizer seconds and the most bytes in the parameters' gradients (.grad) at once, when
+// each hook ran, as memory.gradients (a gradient autograd still sums before accumulating it, a
+// tied weight's share from its other use, is in the peak and its rest).
 // BEFORE_STEP still fires, after the update: a veto there fails the run (plugins that may veto
 // declare may_skip_steps() and are refused when the pipeline is read, with trainer.grad_clip, a
 // wrapper of the final optimizer and a second such plugin). Gradient accumulation works (the hooks

@@ -29,9 +29,9 @@ struct AccumulatedHook : torch::autograd::FunctionPostHook {
 
 void GradientReady::install() {
   if (const Plugin* stepper = run_.host.steps_in_backward())
-    TT_CHECK_AS(ModuleError, !run_.state.gradient_ready_hooks.empty(), "plugin '", stepper->name(),
+    TT_CHECK_AS(ModuleError, has_gradient_ready_hook_of(run_.state, stepper->name()), "plugin '", stepper->name(),
                 "' declares that it takes the optimizer step in backward (", stepper->step_in_backward(),
-                "), but no gradient-ready hook was registered by FIT_START (tt::add_gradient_ready_hook, "
+                "), but registered no gradient-ready hook of its own by FIT_START (tt::add_gradient_ready_hook, "
                 "tt/extension.h): no parameter would be updated");
   complete_hooks_ = !run_.state.gradients_complete_hooks.empty();
   if (run_.state.gradient_ready_hooks.empty()) return;

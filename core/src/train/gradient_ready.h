@@ -5,6 +5,7 @@
 // that way (every parameter in a data-parallel run, whose gradients are final after the sync).
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace torch::autograd {
@@ -14,6 +15,10 @@ struct Node;
 namespace tt {
 
 struct Run;
+struct State;
+
+// Whether `plugin` registered a gradient-ready hook on `state` (extension.cpp keeps the owners).
+bool has_gradient_ready_hook_of(const State& state, const std::string& plugin);
 
 class GradientReady {
  public:

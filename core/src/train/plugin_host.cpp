@@ -75,8 +75,7 @@ void PluginHost::check_ordering(const Options& trainer) const {
   const std::string taken = "'" + stepper->name() + "' takes the optimizer step in backward (" +
                             stepper->step_in_backward() + ")";
   for (const auto& p : plugins_) {
-    if (p.get() == stepper) continue;
-    TT_CHECK_AS(ConfigError, p->step_in_backward().empty(), "plugins: ", taken, ", and so does '", p->name(), "' (",
+    TT_CHECK_AS(ConfigError, p.get() == stepper || p->step_in_backward().empty(), "plugins: ", taken, ", and so does '", p->name(), "' (",
                 p->step_in_backward(), "): each would update every parameter; remove one of them from plugins (the list is ",
                 list_of(plugins_), ")");
     for (const auto& rule : p->ordering())

@@ -268,8 +268,11 @@ void usual_step(Run& run) {
   if (!acc.ok) s.skip_step = s.last_step.dropped = true;
   run.host.fire(Event::BEFORE_STEP, s);
   if (stepper)
-    TT_CHECK_AS(ConfigError, !s.skip_step || s.last_step.dropped, "plugin '", run.host.vetoed_by(),
-                "' skipped step ", s.step + 1, " on BEFORE_STEP (state.skip_step), but plugin '", stepper->name(),
+    TT_CHECK_AS(ConfigError, !s.skip_step || s.last_step.dropped,
+                run.host.vetoed_by().empty() ? std::string("state.skip_step was set before BEFORE_STEP, skipping step ")
+                                             : "plugin '" + run.host.vetoed_by() + "' skipped step ",
+                s.step + 1, run.host.vetoed_by().empty() ? "" : " on BEFORE_STEP (state.skip_step)", ", but plugin '",
+                stepper->name(),
                 "' took that step in backward (", stepper->step_in_backward(), "): the parameters are updated "
                 "already. A plugin that may skip steps declares may_skip_steps() (tt/plugin.h), and is then refused "
                 "beside it when the pipeline is read; remove one of them from plugins");

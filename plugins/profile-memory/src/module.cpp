@@ -103,7 +103,8 @@ class Profiler final : public tt::Plugin {
     const std::string micro = s.micro_count > 1 ? " (micro-batch " + std::to_string(s.micro_index + 1) + ")" : "";
     if (e == Event::AFTER_FORWARD) marks_.push_back({now_ms(), "forward done" + micro});
     if (e == Event::AFTER_BACKWARD) marks_.push_back({now_ms(), "backward done" + micro});
-    if (e == Event::BEFORE_STEP) marks_.push_back({now_ms(), "optimizer step"});
+    // the optimizer step follows, unless a plugin took it in backward (then this is after it)
+    if (e == Event::BEFORE_STEP) marks_.push_back({now_ms(), "before the step"});
     if (e == Event::AFTER_STEP) marks_.push_back({now_ms(), "step done"});
     if (e == Event::BATCH_END) {
       trace_ = tt::Meter::global().stop_trace();
@@ -146,6 +147,7 @@ class Profiler final : public tt::Plugin {
                         {"optimizer_state_bytes", m.optimizer_state},
                         {"activations_bytes", m.activations},
                         {"teacher_bytes", m.teacher},
+                        {"held_bytes", m.held},
                         {"rest_bytes", m.rest(m.peak_tensor)},
                         {"peak_tensor_bytes", m.peak_tensor},
                         {"peak_rss_bytes", m.peak_rss}}},
