@@ -164,7 +164,8 @@ TEST(Extension, GradientsGivenBackWhenCompleteAreSeenByClippingAndBeforeStep) {
 
 // 12. What a plugin reports holding is kept per (plugin, what), its largest figure, attributed to
 // the plugin from its handlers and from the hooks it registered; in tensors it leaves the rest of
-// the peak, elsewhere it is only named; one name in two places is refused.
+// the peak (the same 1 MiB held unreported is in the rest), elsewhere it is only named; one name in
+// two places is refused.
 TEST(Extension, WhatAPluginReportsHoldingIsNamedAndTakenOutOfTheRest) {
   const auto fit = [](bool report) {
     auto out = tt::test::temp_dir("ext");
@@ -195,8 +196,15 @@ TEST(Extension, WhatAPluginReportsHoldingIsNamedAndTakenOutOfTheRest) {
   EXPECT_EQ(held.size(), 3u);
   EXPECT_EQ(plain_memory_held, 0);
   EXPECT_EQ(memory_held, 1 << 20) << "the state's breakdown (profile-memory's) as summary.json's";
-  ASSERT_EQ(reported["peak_tensor_bytes"], plain["peak_tensor_bytes"]);
-  EXPECT_EQ(reported["rest_bytes"].get<int64_t>(), plain["rest_bytes"].get<int64_t>() - (1 << 20));
+  // the rest is the peak less the parts and what is held in tensors; the two runs' peaks may differ by
+  // what the prefetching loader happens to hold at that moment (a few hundred bytes)
+  for (const auto* m : {&plain, &reported})
+    EXPECT_EQ((*m)["rest_bytes"].get<int64_t>(),
+              (*m)["peak_tensor_bytes"].get<int64_t>() - (*m)["parameters_bytes"].get<int64_t>() -
+                  (*m)["gradients_bytes"].get<int64_t>() - (*m)["optimizer_state_bytes"].get<int64_t>() -
+                  (*m)["activations_bytes"].get<int64_t>() - (*m).value("held_bytes", int64_t{0}));
+  EXPECT_NEAR(static_cast<double>(reported["rest_bytes"].get<int64_t>()),
+              static_cast<double>(plain["rest_bytes"].get<int64_t>() - (1 << 20)), 16 << 10);
   tt::State s;
   tt::report_held(s, "buffer", 8, tt::Held::Tensors);
   EXPECT_HAS(tt::test::message_of<tt::Error>([&] { tt::report_held(s, "buffer", 8, tt::Held::File); }, "an Error"),
