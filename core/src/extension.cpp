@@ -163,16 +163,15 @@ void report_held(State& state, const std::string& what, int64_t bytes, Held wher
   TT_CHECK(!what.empty(), "report_held: an empty name (say what is held, e.g. \"gradients\")");
   const Plugin* owner = PluginHost::calling();
   const std::string plugin = owner ? owner->name() : std::string();
-  for (auto& h : state.held)
-    if (h.plugin == plugin && h.what == what) {
-      TT_CHECK(h.where == static_cast<int>(where), "report_held: '", what, "' of plugin '", plugin, "' was reported in ",
-               to_string(static_cast<Held>(h.where)), " and now in ", to_string(where), ": give each place its own name");
-      h.bytes = std::max(h.bytes, bytes);
-      break;
-    }
-  if (std::none_of(state.held.begin(), state.held.end(),
-                   [&](const HeldMemory& h) { return h.plugin == plugin && h.what == what; }))
+  const auto it = std::find_if(state.held.begin(), state.held.end(),
+                               [&](const HeldMemory& h) { return h.plugin == plugin && h.what == what; });
+  if (it == state.held.end()) {
     state.held.push_back({plugin, what, bytes, static_cast<int>(where)});
+  } else {
+    TT_CHECK(it->where == static_cast<int>(where), "report_held: '", what, "' of plugin '", plugin, "' was reported in ",
+             to_string(static_cast<Held>(it->where)), " and now in ", to_string(where), ": give each place its own name");
+    it->bytes = std::max(it->bytes, bytes);
+  }
   state.memory.held = 0;  // the tensors' part of the breakdown
   for (const auto& h : state.held)
     if (h.where == static_cast<int>(Held::Tensors)) state.memory.held += h.bytes;

@@ -37,9 +37,8 @@ class GradientReady {
   size_t fired_count() const;
   void reset();
   // Of the last complete() step: parameters whose hooks left them no gradient after the
-  // gradients-complete hooks (the optimizer step in backward frees each one), which gradient
-  // clipping cannot see.
-  // Counted again when clipping reads them: a plugin may give them back on BEFORE_STEP.
+  // gradients-complete hooks (the optimizer step in backward frees each one) and that still have
+  // none now (a plugin may give them back on BEFORE_STEP): gradient clipping cannot see them.
   size_t released() const;
   // Seconds the hooks took since the last call (the step in backward's optimizer time).
   double take_seconds();

@@ -188,14 +188,11 @@ json RunReport::build() const {
   if (mem.teacher > 0) sum["memory"]["teacher_bytes"] = mem.teacher;
   if (!s.held.empty() && !outputs_only_) {  // what plugins report holding (tt::report_held)
     json held = json::array();
-    int64_t in_tensors = 0;
-    for (const auto& h : s.held) {
+    for (const auto& h : s.held)
       held.push_back({{"plugin", h.plugin}, {"what", h.what}, {"bytes", h.bytes},
                       {"where", to_string(static_cast<Held>(h.where))}});
-      if (h.where == static_cast<int>(Held::Tensors)) in_tensors += h.bytes;
-    }
     sum["memory"]["held"] = held;
-    sum["memory"]["held_bytes"] = in_tensors;
+    sum["memory"]["held_bytes"] = mem.held;  // those in tensors, kept by report_held
   }
   {  // the rest of the figures summary.json holds (for outputs_only, the stopped run's own)
     json& M = sum["memory"];
