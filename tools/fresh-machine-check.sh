@@ -24,9 +24,11 @@ if [ "${1:-}" = "--portable" ]; then
   PORTABLE=1
   shift
 fi
-ROOTFS="${1:-/tmp/tt-fresh-$RELEASE$([ $PORTABLE -eq 1 ] && echo -portable)}"
+SUFFIX=""
+[ $PORTABLE -eq 1 ] && SUFFIX=-portable
+ROOTFS="${1:-/tmp/tt-fresh-$RELEASE$SUFFIX}"
 
-command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap
+command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap; }
 if [ ! -x "$ROOTFS/usr/bin/apt-get" ]; then
   debootstrap --variant=minbase "$RELEASE" "$ROOTFS" http://deb.debian.org/debian
 fi
