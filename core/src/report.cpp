@@ -192,6 +192,50 @@ bool plot_png(const fs::path& data, const fs::path& png, const std::string& titl
   return false;
 }
 
+std::vector<LabelSpot> place_labels(const std::vector<LabelPoint>& points, double width, double height,
+                                    double char_w, double char_h, const std::vector<PlotBox>& keep_clear) {
+  auto overlap = [](const PlotBox& a, const PlotBox& b) {
+    const double w = std::min(a.x1, b.x1) - std::max(a.x0, b.x0), h = std::min(a.y1, b.y1) - std::max(a.y0, b.y0);
+    return w > 0 && h > 0 ? w * h : 0.0;
+  };
+  std::vector<PlotBox> taken = keep_clear;
+  for (const auto& p : points)  // each point's mark, a character's size
+    taken.push_back({p.x - char_w / 2, p.y - char_h / 2, p.x + char_w / 2, p.y + char_h / 2});
+  // (dx, dy) in characters from the point to the label's anchor; the label's side of the anchor
+  struct Place {
+    double dx, dy;
+    const char* align;
+  };
+  static const Place places[] = {{0, 1, "center"},     {0, -1, "center"},   {1, 0, "left"},      {-1, 0, "right"},
+                                 {0.5, 1, "left"},     {-0.5, 1, "right"},  {0.5, -1, "left"},   {-0.5, -1, "right"},
+                                 {0, 2, "center"},     {0, -2, "center"},   {1, 1.5, "left"},    {-1, 1.5, "right"},
+                                 {1, -1.5, "left"},    {-1, -1.5, "right"}, {0, 3, "center"},    {0, -3, "center"}};
+  const PlotBox frame{0, 0, width, height};
+  std::vector<LabelSpot> spots;
+  for (const auto& p : points) {
+    size_t chars = 0;  // UTF-8: every byte but continuation bytes starts a character
+    for (unsigned char c : p.text) chars += (c & 0xC0) != 0x80;
+    const double w = static_cast<double>(chars) * char_w;
+    LabelSpot best{};
+    double best_cost = -1;
+    for (const auto& pl : places) {
+      const double ax = p.x + pl.dx * char_w, ay = p.y + pl.dy * char_h;
+      const double x0 = pl.align[0] == 'l' ? ax : pl.align[0] == 'r' ? ax - w : ax - w / 2;
+      const PlotBox box{x0, ay - char_h / 2, x0 + w, ay + char_h / 2};
+      double cost = (box.x1 - box.x0) * (box.y1 - box.y0) - overlap(box, frame);  // outside the plot
+      for (const auto& t : taken) cost += overlap(box, t);
+      if (best_cost < 0 || cost < best_cost) {
+        best = {pl.dx, pl.dy, pl.align, box};
+        best_cost = cost;
+      }
+      if (cost == 0) break;
+    }
+    taken.push_back(best.box);
+    spots.push_back(std::move(best));
+  }
+  return spots;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());

@@ -11,6 +11,7 @@
 #include "test_support.h"
 #include "tt/meter.h"
 #include "tt/options.h"
+#include "tt/report.h"
 
 namespace {
 using nlohmann::json;
@@ -144,6 +145,64 @@ TEST(Compare, ACrashingVariantIsReportedWhileTheOthersComplete) {
   EXPECT_EQ(rows, 4);
   EXPECT_TRUE(fs::exists(c.dir / "crash" / "baseline.yaml"));
   EXPECT_TRUE(fs::exists(c.dir / "crash" / "crashes.log"));
+  // the Pareto plot of the variants that ran (gnuplot's log is left only when it is not drawn)
+  EXPECT_TRUE(fs::exists(c.dir / "crash" / "compare.png"));
+  EXPECT_FALSE(fs::exists(c.dir / "crash" / "gnuplot.log"));
+}
+
+// The Pareto plot's labels: two variants a few milliseconds apart at the same peak (checkpoint and
+// checkpoint with the step in backward) printed their names over each other.
+TEST(Compare, ThePlotsLabelsOfVariantsThatMeetAreNotPrintedOverEachOther) {
+  const double W = 792, H = 492, cw = 7, ch = 14;
+  const tt::PlotBox key{W - 22 * cw, H - 3 * ch, W, H};
+  const std::vector<tt::LabelPoint> points = {
+      {517, 60, "checkpoint"}, {551, 60, "checkpoint+in-backward"},  // 34 px apart, the same peak
+      {300, 200, "same"}, {300, 200, "same-again"}, {300, 200, "and-a-third"},  // one spot
+      {0, 0, "at-the-corner-with-a-long-name"}, {W, H - 20, "under-the-key"}, {150, 400, "größe"},
+      {600, 300, "a"}, {610, 305, "b"}, {620, 300, "c"}, {605, 295, "d"}, {615, 310, "e"}};
+  const auto spots = tt::place_labels(points, W, H, cw, ch, {key});
+  ASSERT_EQ(spots.size(), points.size());
+  auto apart = [](const tt::PlotBox& a, const tt::PlotBox& b) {
+    return a.x1 <= b.x0 || b.x1 <= a.x0 || a.y1 <= b.y0 || b.y1 <= a.y0;
+  };
+  for (size_t i = 0; i < spots.size(); ++i) {
+    const auto& b = spots[i].box;
+    const std::string& name = points[i].text;
+    // its size: a character each (UTF-8 counted as characters), one line
+    EXPECT_DOUBLE_EQ(b.x1 - b.x0, cw * (name == "größe" ? 5 : static_cast<double>(name.size()))) << name;
+    EXPECT_DOUBLE_EQ(b.y1 - b.y0, ch) << name;
+    // inside the plot, clear of the key
+    EXPECT_TRUE(b.x0 >= 0 && b.y0 >= 0 && b.x1 <= W && b.y1 <= H) << name;
+    EXPECT_TRUE(apart(b, key)) << name;
+    // beside its own point: within three lines and two characters of it
+    const double dx = std::max({b.x0 - points[i].x, points[i].x - b.x1, 0.0});
+    const double dy = std::max({b.y0 - points[i].y, points[i].y - b.y1, 0.0});
+    EXPECT_LE(dx, 2 * cw) << name;
+    EXPECT_LE(dy, 3 * ch) << name;
+    // gnuplot's offset and alignment say the same box
+    const double ax = points[i].x + spots[i].dx * cw;
+    EXPECT_DOUBLE_EQ(spots[i].align == "left" ? b.x0 : spots[i].align == "right" ? b.x1 : (b.x0 + b.x1) / 2, ax) << name;
+    EXPECT_DOUBLE_EQ((b.y0 + b.y1) / 2, points[i].y + spots[i].dy * ch) << name;
+    // over no point's mark and no other label
+    for (size_t j = 0; j < points.size(); ++j) {
+      EXPECT_TRUE(apart(b, {points[j].x - cw / 2, points[j].y - ch / 2, points[j].x + cw / 2, points[j].y + ch / 2}))
+          << name << " covers the point of " << points[j].text;
+      if (j != i) EXPECT_TRUE(apart(b, spots[j].box)) << name << " over " << points[j].text;
+    }
+  }
+
+  // Drawn: two variants with the same peak, one named with a quote (a gnuplot string's delimiter).
+  Cmp c;
+  auto r = c.run("twins", R"(compare:
+  steps: 2
+  warmup_steps: 1
+  variants:
+    plain: {}
+    plain's-twin: {}
+)");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_TRUE(fs::exists(c.dir / "twins" / "compare.png")) << r.output;
+  EXPECT_FALSE(fs::exists(c.dir / "twins" / "gnuplot.log"));
 }
 
 TEST(Compare, PipelineFilesNamedOnTheCommandLineKeepTheirOwnPlugins) {

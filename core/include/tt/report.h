@@ -56,6 +56,28 @@ class TT_API Progress {
 TT_API bool gnuplot_png(const std::string& commands, const std::filesystem::path& png, const std::string& size,
                         const std::filesystem::path& log_file);
 
+// Where to print the labels of a scatter plot's points so that they overlap neither each other nor
+// the points: each label takes the first of a few places around its point (above, below, right,
+// left, the four corners, then further above or below) where it overlaps nothing taken and stays
+// inside the plot, else the place that overlaps least. In the plot's pixels (origin bottom left,
+// `width` x `height`); a character is `char_w` x `char_h`; `keep_clear` are boxes already taken
+// (a key). Returns, for each point in order, gnuplot's `offset dx,dy` (in characters), its
+// alignment ("left", "center", "right") and the box the label covers.
+struct PlotBox {
+  double x0, y0, x1, y1;
+};
+struct LabelPoint {
+  double x, y;
+  std::string text;
+};
+struct LabelSpot {
+  double dx, dy;
+  std::string align;
+  PlotBox box;
+};
+TT_API std::vector<LabelSpot> place_labels(const std::vector<LabelPoint>& points, double width, double height,
+                                           double char_w, double char_h, const std::vector<PlotBox>& keep_clear = {});
+
 // The median of `values` (the mean of the middle two for an even count); 0 for none.
 TT_API double median(std::vector<double> values);
 // Local time as "20261125-204501", for the names of run and output directories.
