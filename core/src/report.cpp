@@ -209,7 +209,8 @@ std::vector<LabelSpot> place_labels(const std::vector<LabelPoint>& points, doubl
   static const Place places[] = {{0, 1, "center"},     {0, -1, "center"},   {1, 0, "left"},      {-1, 0, "right"},
                                  {0.5, 1, "left"},     {-0.5, 1, "right"},  {0.5, -1, "left"},   {-0.5, -1, "right"},
                                  {0, 2, "center"},     {0, -2, "center"},   {1, 1.5, "left"},    {-1, 1.5, "right"},
-                                 {1, -1.5, "left"},    {-1, -1.5, "right"}, {0, 3, "center"},    {0, -3, "center"}};
+                                 {1, -1.5, "left"},    {-1, -1.5, "right"}, {1, 2, "left"},      {-1, 2, "right"},
+                                 {1, -2, "left"},      {-1, -2, "right"},   {0, 3, "center"},    {0, -3, "center"}};
   const PlotBox frame{0, 0, width, height};
   std::vector<LabelSpot> spots;
   for (const auto& p : points) {
