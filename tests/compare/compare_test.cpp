@@ -158,7 +158,7 @@ TEST(Compare, ThePlotsLabelsOfVariantsThatMeetAreNotPrintedOverEachOther) {
   const std::vector<tt::LabelPoint> points = {
       {517, 60, "checkpoint"}, {551, 60, "checkpoint+in-backward"},  // 34 px apart, the same peak
       {300, 200, "same"}, {300, 200, "same-again"}, {300, 200, "and-a-third"},  // one spot
-      {0, 0, "at-the-corner-with-a-long-name"}, {W, H - 20, "under-the-key"}, {150, 400, "größe"},
+      {0, 0, "at-the-corner-with-a-long-name"}, {W, H - 40, "under-the-key"}, {150, 400, "größe"},
       {600, 300, "a"}, {610, 305, "b"}, {620, 300, "c"}, {605, 295, "d"}, {615, 310, "e"}};
   const auto spots = tt::place_labels(points, W, H, cw, ch, {key});
   ASSERT_EQ(spots.size(), points.size());
