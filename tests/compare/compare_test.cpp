@@ -187,7 +187,9 @@ TEST(Compare, ThePlotsLabelsOfVariantsThatMeetAreNotPrintedOverEachOther) {
     for (size_t j = 0; j < points.size(); ++j) {
       EXPECT_TRUE(apart(b, {points[j].x - cw / 2, points[j].y - ch / 2, points[j].x + cw / 2, points[j].y + ch / 2}))
           << name << " covers the point of " << points[j].text;
-      if (j != i) EXPECT_TRUE(apart(b, spots[j].box)) << name << " over " << points[j].text;
+      if (j != i) {
+        EXPECT_TRUE(apart(b, spots[j].box)) << name << " over " << points[j].text;
+      }
     }
   }
 
