@@ -173,7 +173,7 @@ void pareto_plot(const fs::path& out, const std::vector<Variant>& vs, const std:
   };
   const auto xr = range([&](size_t i) { return rs[i].step_ms; }, 0.1, 0.1);
   const auto yr = range([&](size_t i) { return rs[i].peak / 1048576.0; }, 0.1, 0.2);
-  const double left = 0.09, right = 0.97, bottom = 0.10, top = 0.92, char_w = 7, char_h = 14;
+  const double left = 0.11, right = 0.97, bottom = 0.10, top = 0.92, char_w = 7, char_h = 14;
   const double width = (right - left) * 900, height = (top - bottom) * 600;
   std::vector<LabelPoint> points;
   for (size_t i : ok)
