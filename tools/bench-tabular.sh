@@ -9,7 +9,7 @@
 #      peft (LoRA on qkv, proj, fc1, fc2), each through tt-run with the configs/tabular-*.yaml files;
 #   3. computes two baselines with scikit-learn on the same rows: the table read as tt reads it (a
 #      header row; the label column by --label, else the last; labels numbered in tt's class order;
-#      a missing value an error, or the column's mean with --impute mean), split by
+#      a missing value an error, or with --impute mean the training rows' mean, after the split), split by
 #        train_test_split(X, y, test_size=FRACTION, stratify=y, random_state=SEED)
 #      (the rows tt's stratified_split picks), features standardized by a StandardScaler fit on the
 #      training rows, then LogisticRegression(max_iter=5000) and KNeighborsClassifier(n_neighbors=5);
@@ -303,14 +303,8 @@ def read_csv(path, label):
             if v is None:
                 fail(f"{path}:{line_of[i]} column '{header[j]}' is not numeric ('{f}'): features must be numbers")
             X[i, k] = v
-    if missing:  # the column's mean over every row that has a value (tt imputes before splitting)
-        mask = np.ones(X.shape, bool)
-        for i, k in missing:
-            mask[i, k] = False
-        for i, k in missing:
-            if not mask[:, k].any():
-                fail(f"{path} column '{header[cols[k]]}' has no value at all to impute from: drop the column")
-            X[i, k] = X[mask[:, k], k].mean()
+    for i, k in missing:  # NaN until the split: imputed with the training rows' means (impute_means_of)
+        X[i, k] = np.nan
     labels = []
     for i, r in enumerate(rows):
         if r[lc] in MISSING:
@@ -324,7 +318,7 @@ def read_csv(path, label):
     if len(classes) < 2:
         fail(f"{path} column '{header[lc]}' has a single class: nothing to learn")
     ids = {c: i for i, c in enumerate(classes)}
-    return X, np.array([ids[l] for l in labels]), classes, header[lc]
+    return X, np.array([ids[l] for l in labels]), classes, header[lc], [header[j] for j in cols]
 
 def roc_auc(scores, positive):  # metrics.cpp roc_auc: Mann-Whitney U, average ranks for ties
     order = sorted(range(len(scores)), key=lambda i: scores[i])
@@ -360,12 +354,21 @@ def metrics(p, y, C, bins=15):  # metrics.cpp classification_metrics
 result = {}
 for entry in open(f"{out}/tables.tsv").read().splitlines():
     name, label, path = entry.split("\t", 2)
-    X, y, classes, label_name = read_csv(path, label)
+    X, y, classes, label_name, features = read_csv(path, label)
     C = len(classes)
     try:
         Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=fraction, stratify=y, random_state=seed)
     except ValueError as e:
         fail(f"{path}: no stratified split with test fraction {fraction}: {e}")
+    gaps = np.isnan(Xtr).any() or np.isnan(Xte).any()
+    if gaps:  # scikit-learn's SimpleImputer fitted on the training rows, as tt's data.impute: mean
+        seen = ~np.isnan(Xtr).all(axis=0)
+        if not seen.all():
+            fail(f"{path} column '{features[int(np.argmin(seen))]}' "
+                 "has no value in the training rows to impute from: drop the column")
+        means = np.nanmean(Xtr, axis=0)
+        Xtr = np.where(np.isnan(Xtr), means, Xtr)
+        Xte = np.where(np.isnan(Xte), means, Xte)
     res = {"path": path, "label": label_name, "classes": C, "train_rows": len(ytr), "test_rows": len(yte)}
     k = min(5, len(ytr))
     for key, model in (("logreg", LogisticRegression(max_iter=5000)), ("knn5", KNeighborsClassifier(n_neighbors=k))):

@@ -404,6 +404,48 @@ TEST(TabularCsv, PredictRowsTakeTheTrainingTablesImputedMeans) {
   EXPECT_HAS(e, "was read with data.impute: none (set data.impute: mean");
 }
 
+// data.impute: mean is fitted on the training split (scikit-learn's SimpleImputer fitted on the
+// training rows): the gaps of training and test rows alike take the mean of the training rows'
+// values, a test row's values never read into it (the whole file's mean did, a leak into the
+// validation figures). A column with no value among the training rows is refused, naming it.
+TEST(TabularCsv, MeanImputationReadsTheTrainingRowsOnly) {
+  std::string text = "a,b,y\n";  // a: the row's number, missing in rows 0 and 1; 30 rows, two classes
+  for (int i = 0; i < 30; ++i) text += (i < 2 ? std::string() : std::to_string(i * i)) + "," + std::to_string(i) + "," + std::to_string(i % 2) + "\n";
+  const std::string csv = write("impute-split.csv", text);
+  const auto d = make_csv(tt::Options::parse(YAML::Load("{path: " + csv + ", impute: mean, test_fraction: 0.3}"),
+                                             csv_schema(), "data", "pipeline.yaml"),
+                          1);
+  const auto& eval = dynamic_cast<const tt::tab::EvalSet&>(*d.validation);
+  const Table& train = eval.context();
+  const Table& test = eval.queries();
+  double sum = 0, all = 0;
+  int n = 0, gaps = 0;
+  for (int i = 2; i < 30; ++i) all += i * i;
+  for (int64_t r = 0; r < train.rows; ++r) {
+    const int64_t i = train.line[r] - 2;  // the row's number: its file line less the header's
+    if (i >= 2) sum += static_cast<double>(i * i), ++n;
+  }
+  const float expected = static_cast<float>(sum / n);
+  ASSERT_NE(expected, static_cast<float>(all / 28)) << "the split must leave values of a among the test rows";
+  EXPECT_FLOAT_EQ(train.impute.at(0), expected);
+  EXPECT_FLOAT_EQ(test.impute.at(0), expected);
+  for (const Table* t : {&train, &test})
+    for (int64_t r = 0; r < t->rows; ++r) {
+      const int64_t i = t->line[r] - 2;
+      EXPECT_FLOAT_EQ(t->x[static_cast<size_t>(r * 2)], i < 2 ? expected : static_cast<float>(i * i)) << "row " << i;
+      gaps += i < 2;
+    }
+  EXPECT_EQ(gaps, 2);
+
+  CsvOptions o;
+  o.impute = "mean";
+  Table t = read_csv(write("impute-none.csv", "a,b,y\n1,,0\n3,4,1\n5,,0\n7,,1\n"), o);
+  EXPECT_HAS(config_error([&] { tt::tab::impute_means_of(t, {0, 2, 3}); }),
+             "column 'b' has no value in the training rows to impute from");
+  tt::tab::impute_means_of(t, {0, 1});
+  EXPECT_EQ(t.x, (std::vector<float>{1, 4, 3, 4, 5, 4, 7, 4}));  // a has no gap; b: row 1's 4
+}
+
 // A --predict file without the training table's feature columns (a misspelt name) is refused
 // before anything trains (exit 2), naming the file, the features it lacks, the columns it has
 // instead and the fix.

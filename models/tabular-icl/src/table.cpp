@@ -150,7 +150,10 @@ void fill_features(const Raw& raw, const std::string& path, const std::vector<si
                 "' has no value at all to impute from: drop the column");
     t.impute[j] = static_cast<float>(present[j].sum / static_cast<double>(present[j].count));
   }
-  for (auto [i, j] : missing) t.x[i * F + j] = t.impute[j];
+  for (auto [i, j] : missing) {
+    t.x[i * F + j] = t.impute[j];
+    t.missing.emplace_back(static_cast<int64_t>(i), static_cast<int64_t>(j));
+  }
 }
 
 // The class id of a label among read_csv's class names: by spelling, or, where every class is a
@@ -218,6 +221,29 @@ Table Table::subset(const std::vector<int64_t>& idx) const {
     if (!line.empty()) t.line[i] = line[idx[i]];
   }
   return t;
+}
+
+void impute_means_of(Table& t, const std::vector<int64_t>& rows) {
+  if (t.missing.empty()) return;
+  const int64_t F = t.features();
+  std::vector<char> is_missing_cell(t.x.size(), 0);
+  for (auto [i, j] : t.missing) is_missing_cell[static_cast<size_t>(i * F + j)] = 1;
+  std::vector<double> sum(static_cast<size_t>(F), 0.0);
+  std::vector<int64_t> count(static_cast<size_t>(F), 0);
+  for (int64_t i : rows)
+    for (int64_t j = 0; j < F; ++j)
+      if (!is_missing_cell[static_cast<size_t>(i * F + j)]) {
+        sum[static_cast<size_t>(j)] += t.x[static_cast<size_t>(i * F + j)];
+        ++count[static_cast<size_t>(j)];
+      }
+  for (int64_t j = 0; j < F; ++j) {
+    const auto k = static_cast<size_t>(j);
+    TT_CHECK_AS(ConfigError, count[k] > 0, "tabular: ", t.source, " column '", t.feature_names[k],
+                "' has no value in the training rows to impute from (data.impute: mean takes the training rows' "
+                "mean): drop the column, or choose another data.split_seed");
+    t.impute[k] = static_cast<float>(sum[k] / static_cast<double>(count[k]));
+  }
+  for (auto [i, j] : t.missing) t.x[static_cast<size_t>(i * F + j)] = t.impute[static_cast<size_t>(j)];
 }
 
 Table read_csv(const std::string& path, const CsvOptions& o) {

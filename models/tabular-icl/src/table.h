@@ -24,7 +24,8 @@ struct Table {
   std::vector<int64_t> y;                  // class id per row (-1: no label column)
   std::vector<int64_t> line;               // the file line of each row (1-based; read_csv and read_csv_like)
   std::vector<float> impute;               // per feature: what a missing value becomes (data.impute: mean: the
-                                           // mean of the file's values); empty: a missing value is refused
+                                           // mean of the training rows' values); empty: a missing value is refused
+  std::vector<std::pair<int64_t, int64_t>> missing;  // read_csv with impute mean: the (row, feature) cells missing
   std::map<std::string, int64_t> unknown_labels;  // read_csv_like: rows per label that is no class of like's (y -1)
   int64_t rows = 0;
   int64_t features() const { return static_cast<int64_t>(feature_names.size()); }
@@ -45,6 +46,12 @@ struct CsvOptions {
 // one without data rows, an unknown label column (listing those present), a non-numeric feature,
 // a missing value (with impute: none), rows of the wrong width, more than kMaxTableClasses classes.
 Table read_csv(const std::string& path, const CsvOptions& o);
+// data.impute: mean, fitted on `rows` (the training split): each feature's mean over the values
+// those rows have becomes t.impute and every missing cell's value, the other rows' values unread
+// (scikit-learn's SimpleImputer fitted on the training rows). read_csv imputes the whole file's
+// means; tabular-csv refits them on its training split before splitting. ConfigError where a
+// feature has no value in `rows`.
+void impute_means_of(Table& t, const std::vector<int64_t>& rows);
 
 // The same columns as `like` (by name, in its order; others are ignored) from `path`, labels mapped
 // to like's class names when the label column is present; for prediction. The label column is

@@ -104,8 +104,8 @@ Schema csv_schema() {
       .field<C, std::optional<std::string>>("label", &CsvOptions::label, std::nullopt,
                                             "the label column's name (default: the last column)")
       .field<C, std::string>("impute", &CsvOptions::impute, "none",
-                             "missing values (empty, NA, NaN, ?): none = an error, mean = the column's mean (in a --predict "
-                             "file too: the training table's)")
+                             "missing values (empty, NA, NaN, ?): none = an error, mean = the column's mean over the training "
+                             "rows (the test rows' and a --predict file's too)")
       .choices({"none", "mean"})
       .field("test_fraction", &C::test_fraction, 0.3, "share of each class held out for testing (stratified)")
       .range(gt(0), lt(1))
@@ -124,6 +124,7 @@ Datasets make_csv(const Options& o, uint64_t seed) {
   Table all = read_csv(*c.path, c);
   const Split split = stratified_split(all, c.test_fraction, static_cast<uint64_t>(c.split_seed));
   o.check(split.train.size() >= 2, "test_fraction", "leaves fewer than 2 training rows");
+  impute_means_of(all, split.train);  // the training rows' means: the test rows' values stay unread
   auto train = std::make_shared<const Table>(all.subset(split.train));
   auto test = std::make_shared<const Table>(all.subset(split.test));
   Datasets d;
