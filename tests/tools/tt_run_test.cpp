@@ -57,6 +57,15 @@ TEST(TtRun, ModesThatCannotApplyAreRefusedNamingWhatWasGiven) {
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_HAS(r.output, "configs/tabular-inference.yaml trains no steps (trainer.max_steps: 0");
   EXPECT_HAS(r.output, "give the override trainer.max_steps=3");
+  // --budget on it planned 24 probes of training steps and trained plugins into an evaluation
+  r = run(in_source + "--budget 10MiB configs/tabular-inference.yaml --run-dir " + quote(dir / "binf"));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "configs/tabular-inference.yaml trains no steps (trainer.max_steps: 0");
+  EXPECT_HAS(r.output, "and --budget plans training steps");
+  EXPECT_FALSE(fs::exists(dir / "binf-plan")) << r.output;
+  r = run(in_source + "configs/tabular-inference.yaml trainer.memory_budget=10MiB --run-dir " + quote(dir / "minf"));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "and trainer.memory_budget plans training steps");
   // --overwrite was not passed on to the profile's run
   const std::string profile = in_source + "--profile-memory configs/quickstart.yaml -q --run-dir " + quote(dir / "again");
   ASSERT_EQ(run(profile).rc, 0);

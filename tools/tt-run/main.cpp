@@ -411,6 +411,14 @@ int main(int argc, char** argv) {
                   "each in a tt-run process of its own, one after another: run it without --nproc (or torchrun), or "
                   "add the override 'compare=~' (quoted) to train it data-parallel without the section");
     }
+    if (plans && resume_dir.empty()) {  // the probes train steps: an evaluation-only run's were nothing it runs
+      const std::string by = planning ? given({"--budget", "--recommend", "--plan-estimates"}) : "trainer.memory_budget";
+      TT_CHECK_AS(ConfigError, !pipeline.trainer.is_set("max_steps") || pipeline.trainer.get_int("max_steps") > 0,
+                  pipeline_file, " trains no steps (trainer.max_steps: 0: it evaluates, or predicts, with the weights it "
+                  "loads) and ", by, " plans training steps (the plugins and micro-batch they fit with); to plan "
+                  "fine-tuning it, give the override trainer.max_steps=N (its evaluation's peak is summary.json's "
+                  "evaluation_peak_tensor_bytes)");
+    }
     if (pipeline.has_compare && !dry_run && resume_dir.empty() && !planning) return run_compare({pipeline_file}, overrides);
     if (plans) {
       plan_opts.tt_run = std::filesystem::read_symlink("/proc/self/exe").string();
