@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "train/grad_sync.h"
 #include "tt/extension.h"
@@ -105,9 +106,16 @@ Accumulated forward_backward_retrying(Run& run) {
   State& s = run.state;
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   const bool may_retry = !run.host.plugins().empty() && (run.meter.cap() > 0 || s.device.is_cuda());
-  const at::Tensor rng_at_start = may_retry ? gen.get_state() : at::Tensor();
+  // Kept in a vector, not the tensor get_state returns: its 5,056 bytes, live through the step,
+  // were in the peak of every capped run with a plugin (the planner's probes had no cap).
+  std::vector<uint8_t> rng_at_start;
+  if (may_retry) {
+    const at::Tensor state = gen.get_state();
+    rng_at_start.assign(state.data_ptr<uint8_t>(), state.data_ptr<uint8_t>() + state.numel());
+  }
   for (int attempt = 0;; ++attempt) {
-    if (attempt > 0 && rng_at_start.defined()) gen.set_state(rng_at_start);
+    if (attempt > 0 && !rng_at_start.empty())
+      gen.set_state(at::from_blob(rng_at_start.data(), {static_cast<int64_t>(rng_at_start.size())}, at::kByte));
     try {
       return forward_backward(run);
     } catch (const c10::OutOfMemoryError& e) {
