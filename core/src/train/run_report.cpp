@@ -184,7 +184,7 @@ json RunReport::build() const {
   }
   if (!rec.model_metrics.empty()) sum["model_metrics"] = rec.model_metrics;
   if (run_.resumed) sum["resumed_from"] = run_.resumed_from;
-  if (run_.meter.cap() > 0) sum["memory"]["cap_bytes"] = run_.meter.cap();
+  if (run_.memory_cap > 0) sum["memory"]["cap_bytes"] = run_.memory_cap;  // the training steps' (lifted by now)
   if (mem.teacher > 0) sum["memory"]["teacher_bytes"] = mem.teacher;
   if (!s.held.empty() && !outputs_only_) {  // what plugins report holding (tt::report_held)
     json held = json::array();
