@@ -30,8 +30,8 @@ double seconds_between(const timeval& a, const timeval& b) {
   return static_cast<double>(b.tv_sec - a.tv_sec) + 1e-6 * static_cast<double>(b.tv_usec - a.tv_usec);
 }
 // The first step (epoch) of a run holds its warm-up (the allocator's first requests, the
-// kernels' first calls, a resume's page-ins): left out of the median where there are others, as
-// compare leaves its warm-up steps out.
+// kernels' first calls, a resume's page-ins): left out of the median where there are others
+// (compare leaves out its own warmup_steps, from each variant's metrics.jsonl).
 double median_after_warm_up(const std::vector<double>& times) {
   return median(std::vector<double>(times.begin() + (times.size() > 1 ? 1 : 0), times.end()));
 }
