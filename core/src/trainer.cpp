@@ -206,6 +206,7 @@ struct Trainer::Impl {
         log().warn("the overrides {} change nothing here: the run is complete (an override of trainer.max_steps or "
                    "trainer.epochs past its end trains it further)", given);
       }
+      if (report) report->keep(previous);  // a prediction adds its figures to it
       return;
     }
     // A run that trains no steps and stopped before its end, with no checkpoint, runs as it did

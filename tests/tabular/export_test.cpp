@@ -90,6 +90,13 @@ TEST(TabularExport, ReimportedWeightsPredictBitwiseAsTheCheckpoint) {
                                e.csv + " --predict-out " + again.string());
   EXPECT_EQ(r.rc, 0) << r.output;
   EXPECT_EQ(tt::test::read_file(again), from_safetensors);
+  // its summary.json records that prediction (it was left as the first run wrote it), the rest as it was
+  const json after = tt::test::summary_of(e.dir / "st");
+  ASSERT_TRUE(after.contains("prediction")) << after.dump(2);
+  EXPECT_EQ(after["prediction"]["output"], again.string());
+  EXPECT_GT(after["prediction"]["peak_tensor_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(after["validation"], e.validation("ckpt"));
+  EXPECT_EQ(after["status"], "completed");
 }
 
 TEST(TabularExport, PythonReadsBothFilesAndTtImportsWhatPythonSaved) {

@@ -69,6 +69,9 @@ class RunReport final : public Plugin {
   // step times) from `previous_summary`, the stopped run's summary.json where there is one;
   // those it lacks are left out, not reported as 0.
   void finish_only(const nlohmann::json& previous_summary);
+  // A complete run resumed for what runs after the fit (--predict, --sample): its summary.json
+  // stays as it is, add_to_summary adding to it.
+  void keep(const nlohmann::json& complete_summary) { summary_ = complete_summary; }
 
  private:
   nlohmann::json build() const;
