@@ -278,6 +278,17 @@ TEST(TabularCsv, BadInputIsAClearError) {
   EXPECT_HAS(config_error([&] { read_csv(write("header.csv", "a,b,y\n"), o); }), "has a header but no data rows");
   EXPECT_HAS(config_error([&] { read_csv(write("short.csv", "a,b,y\n1,2,0\n1,2\n"), o); }), "short.csv:3 has 2 fields");
   EXPECT_HAS(config_error([&] { read_csv("/nonexistent/x.csv", o); }), "cannot open '/nonexistent/x.csv' (data.path)");
+  // a folder was "empty: expected a header row"
+  EXPECT_HAS(config_error([&] { read_csv(tt::test::temp_dir("tabular_folder").string(), o); }),
+             "(data.path) is a directory: give the CSV file in it");
+  // which column was taken for the label, and the fix, where it has a single class or a class of one row
+  EXPECT_HAS(config_error([&] { read_csv(write("one-class.csv", "a,y\n1,0\n2,0\n"), o); }),
+             "column 'y' has a single class: nothing to learn (it is the label as the last column, data.label not set");
+  {
+    const Table t = read_csv(write("first-label.csv", "y,a\n0.5,1\n1,2\n1,3\n"), o);
+    EXPECT_HAS(config_error([&] { stratified_split(t, 0.3, 0); }),
+               "the classes are column 'a': if that is not the class column, set data.label");
+  }
   const auto gap = write("gap.csv", "a,b,y\n1,,0\n3,4,1\n5,8,0\n");
   EXPECT_HAS(config_error([&] { read_csv(gap, o); }), "gap.csv:2 column 'b' has a missing value");
   o.impute = "mean";

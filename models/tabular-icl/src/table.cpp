@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -70,6 +71,8 @@ struct Raw {
 
 // `option`: where the path comes from, for messages (data.path, --predict).
 Raw read_raw(const std::string& path, const char* option) {
+  TT_CHECK_AS(ConfigError, !std::filesystem::is_directory(path), "tabular: ", describe_path(path), " (", option,
+              ") is a directory: give the CSV file in it");
   std::ifstream in(path);
   TT_CHECK_AS(ConfigError, in.good(), "tabular: cannot open ", describe_path(path), " (", option, "): check the path");
   Raw r;
@@ -301,7 +304,10 @@ Table read_csv(const std::string& path, const CsvOptions& o) {
               raw.header[label_col], "' has ", classes.size(), " classes; tabular-icl takes at most ", kMaxTableClasses,
               " (is data.label the class column? a regression target cannot be used)");
   TT_CHECK_AS(ConfigError, classes.size() >= 2, "tabular: ", path, " column '", raw.header[label_col],
-              "' has a single class: nothing to learn");
+              "' has a single class: nothing to learn",
+              label.empty() ? " (it is the label as the last column, data.label not set: set data.label to the class "
+                              "column)"
+                            : " (data.label: give a table with rows of two classes or more)");
   t.class_names = classes;
   const ClassIndex class_of(t.class_names);
   for (const auto& l : labels) t.y.push_back(class_of(l));
@@ -440,7 +446,8 @@ Split stratified_split(const Table& t, double test_fraction, uint64_t seed) {
     TT_CHECK_AS(ConfigError, why.empty(), why);
     TT_CHECK_AS(ConfigError, counts[c] >= 2, "tabular: ", t.source, ": class '", t.class_names[c], "' has ",
                 counts[c], " row", counts[c] == 1 ? "" : "s", "; a stratified split needs at least 2 of every class ",
-                "(drop or merge that class)");
+                "(drop or merge that class; the classes are column '", t.label_name, "': if that is not the class "
+                "column, set data.label)");
   }
   const auto n_test = static_cast<int64_t>(std::ceil(test_fraction * static_cast<double>(n)));
   const int64_t n_train = n - n_test;

@@ -58,7 +58,8 @@ class OomGuard final : public tt::Plugin {
     if (next < min_micro_) {
       TT_FAIL_AS(OutOfMemory, "oom-guard: out of memory at step ", s.step + 1, " even with micro-batch ", now,
                  " (plugins.oom-guard.min_micro_batch is ", min_micro_, "): ", s.oom_message,
-                 ". Fixes: raise trainer.memory_cap (or free device memory), lower min_micro_batch, or add "
+                 ". Fixes: raise trainer.memory_cap (or free device memory), ",
+                 min_micro_ > 1 ? "lower min_micro_batch, " : "", "or add "
                  "[checkpoint] / [amp] / [adam8bit] to need less memory per example");
     }
     ++retries_;
