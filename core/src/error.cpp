@@ -7,7 +7,13 @@
 namespace tt {
 
 std::string first_line(const std::string& message, size_t max) {
-  return message.substr(0, std::min(max, message.find('\n')));
+  std::string line = message.substr(0, message.find('\n'));
+  if (line.size() <= max) return line;
+  // cut at a space, marked: a cut mid-word read as the message's own text (a stray "(")
+  const size_t room = max > 8 ? max - 4 : max;
+  size_t cut = line.rfind(' ', room);
+  if (cut == std::string::npos || cut < room / 2) cut = room;
+  return line.substr(0, cut) + (max > 8 ? " ..." : "");
 }
 
 std::string describe_path(const std::string& path) {
