@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "test_support.h"
+#include "tt/error.h"
 #include "tt/meter.h"
 #include "tt/options.h"
 #include "tt/report.h"
@@ -148,6 +149,21 @@ TEST(Compare, ACrashingVariantIsReportedWhileTheOthersComplete) {
   // the Pareto plot of the variants that ran (gnuplot's log is left only when it is not drawn)
   EXPECT_TRUE(fs::exists(c.dir / "crash" / "compare.png"));
   EXPECT_FALSE(fs::exists(c.dir / "crash" / "gnuplot.log"));
+}
+
+// A refusal longer than a row holds (first_line's 300 characters) is cut at a space and marked;
+// it ended mid-word, on a stray '(' that read as the message's own.
+TEST(Compare, ALongReasonIsCutAtASpaceAndMarked) {
+  std::string reason;
+  for (int i = 0; reason.size() < 400; ++i) reason += "word" + std::to_string(i) + " (";
+  const std::string cut = tt::first_line(reason + "\nC++ stack");
+  EXPECT_LE(cut.size(), 300u);
+  ASSERT_GE(cut.size(), 250u);
+  EXPECT_EQ(cut.substr(cut.size() - 4), " ...") << cut;
+  EXPECT_EQ(reason.compare(0, cut.size() - 4, cut, 0, cut.size() - 4), 0) << "a prefix of the reason";
+  EXPECT_EQ(reason[cut.size() - 4], ' ') << "cut at a space";
+  EXPECT_EQ(tt::first_line("short\nstack"), "short");
+  EXPECT_EQ(tt::first_line(std::string(500, 'x')).size(), 300u);  // no space: cut where it must
 }
 
 // The Pareto plot's labels: two variants a few milliseconds apart at the same peak (checkpoint and
