@@ -8,6 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -619,4 +620,67 @@ TEST(TextStream, MakeTextFromOptions) {
   });
   EXPECT_NE(msg.find("data.validation"), std::string::npos) << msg;
   EXPECT_NE(msg.find((dir / "nope").string()), std::string::npos) << msg;
+}
+
+// The counting pass's figures are kept between runs (a planner's probes and a comparison's
+// variants counted the same text each): in TT_CACHE_DIR/text-counts, keyed by the files' paths,
+// sizes and modification times, the tokenizer and chunk_bytes. A second stream over the same text
+// takes them (shown here by figures edited in the kept file); a changed text, another chunk size,
+// a kept file whose key is not this text's, or TT_CACHE_DIR=off count again.
+TEST(TextStream, TheCountIsKeptBetweenRunsUntilTheTextChanges) {
+  const auto dir = tt::test::temp_dir("text-count-cache");
+  const auto kept = dir / "cache" / "text-counts";
+  struct Env {  // TT_CACHE_DIR for this test, restored after it
+    std::string before;
+    bool had;
+    explicit Env(const std::string& value) : had(std::getenv("TT_CACHE_DIR") != nullptr) {
+      if (had) before = std::getenv("TT_CACHE_DIR");
+      ::setenv("TT_CACHE_DIR", value.c_str(), 1);
+    }
+    ~Env() { had ? ::setenv("TT_CACHE_DIR", before.c_str(), 1) : ::unsetenv("TT_CACHE_DIR"); }
+  } env((dir / "cache").string());
+  const std::string a = (dir / "a.txt").string();
+  std::ofstream(a) << sample_text(200, 1);
+  const auto files = [&] {
+    std::vector<fs::path> out;
+    if (fs::exists(kept))
+      for (const auto& e : fs::directory_iterator(kept)) out.push_back(e.path());
+    return out;
+  };
+  TextStream first(opts({a}, 8), bytes(), "data.train");
+  const int64_t tokens = first.total_tokens(), chars = first.total_chars();
+  ASSERT_EQ(tokens, static_cast<int64_t>(fs::file_size(a)));  // bytes: a token each
+  ASSERT_EQ(files().size(), 1u);
+  const fs::path file = files()[0];
+  std::string text = tt::test::read_file(file);
+  EXPECT_EQ(text.rfind(std::to_string(tokens) + " " + std::to_string(chars) + " ", 0), 0u) << text;
+  EXPECT_NE(text.find(fs::absolute(a).string()), std::string::npos) << text;
+
+  // read by the next stream: the figures edited by hand are what it reports
+  const std::string key = text.substr(text.find('\n') + 1);
+  std::ofstream(file) << tokens + 80 << ' ' << chars + 80 << " 2.5\n" << key;
+  TextStream second(opts({a}, 8), bytes(), "data.train");
+  EXPECT_EQ(second.total_tokens(), tokens + 80);
+  EXPECT_EQ(second.total_chars(), chars + 80);
+  EXPECT_EQ(second.size(), (tokens + 80 - 9) / 8 + 1);
+
+  // a kept file whose key is another text's is not taken (counted again, and kept anew)
+  std::ofstream(file) << tokens + 80 << ' ' << chars + 80 << " 2.5\n" << key << "other\n";
+  EXPECT_EQ(TextStream(opts({a}, 8), bytes(), "data.train").total_tokens(), tokens);
+  EXPECT_EQ(tt::test::read_file(file).substr(0, std::to_string(tokens).size() + 1), std::to_string(tokens) + " ");
+
+  // another chunk size: a count of its own
+  EXPECT_EQ(TextStream(opts({a}, 8, 0, 0, 0, 64), bytes(), "data.train").total_tokens(), tokens);
+  EXPECT_EQ(files().size(), 2u);
+
+  // the text changed (and its size): counted again
+  std::ofstream(a, std::ios::app) << "more text\n";
+  EXPECT_EQ(TextStream(opts({a}, 8), bytes(), "data.train").total_tokens(), tokens + 10);
+  EXPECT_EQ(files().size(), 3u);
+
+  // TT_CACHE_DIR=off: nothing read or kept
+  ::setenv("TT_CACHE_DIR", "off", 1);
+  std::ofstream(a, std::ios::app) << "x\n";
+  EXPECT_EQ(TextStream(opts({a}, 8), bytes(), "data.train").total_tokens(), tokens + 12);
+  EXPECT_EQ(files().size(), 3u);
 }

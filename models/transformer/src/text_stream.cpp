@@ -5,13 +5,18 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "tt/error.h"
-#include "tt/text_file.h"
 #include "tt/log.h"
+#include "tt/report.h"
+#include "tt/runtime.h"
+#include "tt/text_file.h"
 
 namespace tt::lm {
 
@@ -130,6 +135,45 @@ class ByteReader {
   bool ok_ = true;
 };
 
+// The counting pass's figures, kept between runs: a planner's probes, a comparison's variants
+// and every run of a pipeline count the same text again (seconds a pass on a few MiB with a
+// SentencePiece model). One small file per text in $TT_CACHE_DIR/text-counts (TT_CACHE_DIR=off:
+// none kept), else $XDG_CACHE_HOME/tt/text-counts, else ~/.cache/tt/text-counts; named by the
+// hash of what the count depends on, which the file also holds and must match: every file's
+// absolute path, size and modification time, the tokenizer's identity, chunk_bytes, binary and
+// kCountVersion (raised whenever tokenizing a text changes).
+constexpr int kCountVersion = 1;
+fs::path count_cache_dir() {
+  if (const char* d = std::getenv("TT_CACHE_DIR"); d && *d)
+    return std::string(d) == "off" ? fs::path() : fs::path(d) / "text-counts";
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "tt" / "text-counts";
+  if (const char* h = std::getenv("HOME"); h && *h) return fs::path(h) / ".cache" / "tt" / "text-counts";
+  return {};
+}
+std::string count_key(const std::vector<std::string>& files, const Tokenizer& tok, int64_t chunk_bytes, bool binary) {
+  std::ostringstream k;
+  k << "tt text count " << kCountVersion << "\ntokenizer " << tok.identity() << "\nchunk_bytes " << chunk_bytes
+    << (binary ? " binary" : "") << '\n';
+  for (const auto& f : files) {
+    std::error_code ec;
+    const auto when = fs::last_write_time(f, ec).time_since_epoch().count();
+    k << fs::absolute(f, ec).string() << '\t' << fs::file_size(f, ec) << '\t' << when << '\n';
+  }
+  return k.str();
+}
+struct CachedCount {
+  int64_t tokens = -1, chars = 0;
+  double seconds = 0;  // what the counting pass took when it ran
+};
+CachedCount read_count(const fs::path& file, const std::string& key) {
+  std::ifstream in(file);
+  CachedCount c;
+  std::string line, rest;
+  if (!(in >> c.tokens >> c.chars >> c.seconds) || !std::getline(in, line)) return {};
+  rest.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return rest == key && c.tokens >= 0 && c.chars >= 0 ? c : CachedCount{};
+}
+
 // Version 2 writes tokens in the narrowest width that holds the vocabulary (a byte for the
 // bytes tokenizer); version 1 (4 bytes a token) is still read. Every prefetched batch carries
 // its position, and the shuffle buffer is most of one.
@@ -181,11 +225,20 @@ TextStream::TextStream(TextStreamOptions o, std::shared_ptr<Tokenizer> tokenizer
                " files, 0 bytes): no text to read");
   }
 
-  // The counting pass: the same chunks and tokenizer as the epochs, one chunk at a time.
+  // The counting pass: the same chunks and tokenizer as the epochs, one chunk at a time; or its
+  // figures from an earlier run's (count_cache_dir).
+  const fs::path cache_dir = count_cache_dir();
+  const std::string key = cache_dir.empty() ? std::string() : count_key(files_, *tokenizer_, o_.chunk_bytes, o_.binary);
+  const fs::path cache_file = cache_dir.empty() ? fs::path() : cache_dir / (fnv1a_hex(key) + ".txt");
+  const CachedCount cached = cache_file.empty() ? CachedCount{} : read_count(cache_file, key);
+  if (cached.tokens >= 0) {
+    tokens_ = cached.tokens;
+    chars_ = cached.chars;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   Reader reader;
   Chunk c;
-  for (size_t f = 0; f < files_.size(); ++f) {
+  for (size_t f = 0; f < files_.size() && cached.tokens < 0; ++f) {
     int64_t offset = 0;
     do {
       read_chunk(reader, f, offset, c);
@@ -206,7 +259,19 @@ TextStream::TextStream(TextStreamOptions o, std::shared_ptr<Tokenizer> tokenizer
   windows_ = (tokens_ - need) / o_.stride + 1;
   if (o_.max_examples > 0) windows_ = std::min(windows_, o_.max_examples);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (seconds > 1.0)
+  if (cached.tokens < 0 && !cache_file.empty()) {
+    try {  // a cache that cannot be written costs the next run a count, nothing more
+      std::error_code ec;
+      fs::create_directories(cache_dir, ec);
+      write_file_atomic(cache_file, fmt::format("{} {} {:.3f}\n{}", tokens_, chars_, seconds, key));
+    } catch (const std::exception& e) {
+      log().debug("{}: the count was not kept in {}: {}", what_, cache_dir.string(), first_line(e.what()));
+    }
+  }
+  if (cached.tokens >= 0 && cached.seconds > 1.0)
+    log().info("{}: {} files, {} chars, {} tokens, {} windows of {} (counted before in {:.1f} s; kept in {})", what_,
+               files_.size(), chars_, tokens_, windows_, o_.seq_len, cached.seconds, cache_file.string());
+  else if (seconds > 1.0)
     log().info("{}: {} files, {} chars, {} tokens, {} windows of {} (counted in {:.1f} s)", what_, files_.size(),
                chars_, tokens_, windows_, o_.seq_len, seconds);
 }
