@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include "fuzz_util.h"
@@ -46,6 +47,8 @@ constexpr bool sentencepiece = false;
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // every input a text of its own: its count kept nowhere (it would fill ~/.cache/tt)
+  ::setenv("TT_CACHE_DIR", "off", 1);
 #ifdef TT_FUZZ_SENTENCEPIECE
   // A small model with byte fallback, so that any text encodes.
   std::string text;
