@@ -455,6 +455,16 @@ TEST(TabularCsv, MeanImputationReadsTheTrainingRowsOnly) {
              "column 'b' has no value in the training rows to impute from");
   tt::tab::impute_means_of(t, {0, 1});
   EXPECT_EQ(t.x, (std::vector<float>{1, 4, 3, 4, 5, 4, 7, 4}));  // a has no gap; b: row 1's 4
+
+  // A table without gaps refits too: a --predict file's gaps take its training rows' means (they
+  // kept the whole file's, test rows included)
+  Table whole = read_csv(write("impute-whole.csv", "a,b,y\n1,2,0\n3,4,1\n5,6,0\n100,200,1\n"), o);
+  tt::tab::impute_means_of(whole, {0, 1, 2});
+  EXPECT_EQ(whole.impute, (std::vector<float>{3, 4}));
+  CsvOptions predict;
+  predict.require_label = false;
+  const Table q = read_csv_like(write("impute-whole-rows.csv", "b,a\n,7\n"), whole.subset({0, 1, 2}), predict);
+  EXPECT_EQ(q.x, (std::vector<float>{7, 4}));
 }
 
 // A --predict file without the training table's feature columns (a misspelt name) is refused

@@ -108,8 +108,13 @@ Spec parse_section(const YAML::Node& c, const std::string& file) {
     var.file = file;
     var.at = location(file, kv.first);
     TT_CHECK_AS(ConfigError, !var.name.empty(), var.at, ": compare.variants: a variant without a name");
-    TT_CHECK_AS(ConfigError, var.name.find_first_of("/ \t") == std::string::npos, var.at, ": compare.variants: '",
-                var.name, "': a variant name must not contain '/' or spaces (it names files)");
+    TT_CHECK_AS(ConfigError,
+                var.name.find_first_of("/ \t\"") == std::string::npos &&
+                    std::none_of(var.name.begin(), var.name.end(),
+                                 [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; }),
+                var.at, ": compare.variants: '", var.name,
+                "': a variant name must not contain '/', spaces, '\"' or control characters (it names files and the "
+                "plot's points)");
     const YAML::Node body = kv.second;
     if (body && !body.IsNull()) {
       TT_CHECK_AS(ConfigError, body.IsMap(), var.at, ": compare.variants.", var.name,

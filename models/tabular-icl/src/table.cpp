@@ -71,7 +71,8 @@ struct Raw {
 
 // `option`: where the path comes from, for messages (data.path, --predict).
 Raw read_raw(const std::string& path, const char* option) {
-  TT_CHECK_AS(ConfigError, !std::filesystem::is_directory(path), "tabular: ", describe_path(path), " (", option,
+  std::error_code ec;
+  TT_CHECK_AS(ConfigError, !std::filesystem::is_directory(path, ec), "tabular: ", describe_path(path), " (", option,
               ") is a directory: give the CSV file in it");
   std::ifstream in(path);
   TT_CHECK_AS(ConfigError, in.good(), "tabular: cannot open ", describe_path(path), " (", option, "): check the path");
@@ -227,7 +228,7 @@ Table Table::subset(const std::vector<int64_t>& idx) const {
 }
 
 void impute_means_of(Table& t, const std::vector<int64_t>& rows) {
-  if (t.missing.empty()) return;
+  if (t.impute.empty()) return;  // impute: none (a table without gaps still refits: a --predict file's take them)
   const int64_t F = t.features();
   std::vector<char> is_missing_cell(t.x.size(), 0);
   for (auto [i, j] : t.missing) is_missing_cell[static_cast<size_t>(i * F + j)] = 1;

@@ -12,6 +12,8 @@
 #include <iterator>
 #include <sstream>
 
+#include <sys/stat.h>
+
 #include "tt/error.h"
 #include "tt/log.h"
 #include "tt/report.h"
@@ -138,26 +140,34 @@ class ByteReader {
 // The counting pass's figures, kept between runs: a planner's probes, a comparison's variants
 // and every run of a pipeline count the same text again (seconds a pass on a few MiB with a
 // SentencePiece model). One small file per text in $TT_CACHE_DIR/text-counts (TT_CACHE_DIR=off:
-// none kept), else $XDG_CACHE_HOME/tt/text-counts, else ~/.cache/tt/text-counts; named by the
-// hash of what the count depends on, which the file also holds and must match: every file's
-// absolute path, size and modification time, the tokenizer's identity, chunk_bytes, binary and
-// kCountVersion (raised whenever tokenizing a text changes).
+// none kept), else $XDG_CACHE_HOME/tt/text-counts, else ~/.cache/tt/text-counts (relative
+// directories ignored, as the XDG spec says); named by the hash of what the count depends on,
+// which the file also holds and must match: every file's real path (symlinks resolved), device,
+// inode, size, and modification and change times (a change time no tool can set back), the
+// tokenizer's identity (a SentencePiece model's by its file's hash), chunk_bytes, binary and
+// kCountVersion: raised whenever the pass's figures or checks change (tokenizing, counting
+// characters, what is refused as not text).
 constexpr int kCountVersion = 1;
 fs::path count_cache_dir() {
+  auto absolute_dir = [](const char* v) { return v && *v == '/' ? fs::path(v) : fs::path(); };
   if (const char* d = std::getenv("TT_CACHE_DIR"); d && *d)
-    return std::string(d) == "off" ? fs::path() : fs::path(d) / "text-counts";
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "tt" / "text-counts";
-  if (const char* h = std::getenv("HOME"); h && *h) return fs::path(h) / ".cache" / "tt" / "text-counts";
+    return std::string(d) == "off" || absolute_dir(d).empty() ? fs::path() : fs::path(d) / "text-counts";
+  if (const fs::path x = absolute_dir(std::getenv("XDG_CACHE_HOME")); !x.empty()) return x / "tt" / "text-counts";
+  if (const fs::path h = absolute_dir(std::getenv("HOME")); !h.empty()) return h / ".cache" / "tt" / "text-counts";
   return {};
 }
+// The key's text; empty where a file cannot be looked at (nothing kept or read then).
 std::string count_key(const std::vector<std::string>& files, const Tokenizer& tok, int64_t chunk_bytes, bool binary) {
   std::ostringstream k;
   k << "tt text count " << kCountVersion << "\ntokenizer " << tok.identity() << "\nchunk_bytes " << chunk_bytes
     << (binary ? " binary" : "") << '\n';
   for (const auto& f : files) {
     std::error_code ec;
-    const auto when = fs::last_write_time(f, ec).time_since_epoch().count();
-    k << fs::absolute(f, ec).string() << '\t' << fs::file_size(f, ec) << '\t' << when << '\n';
+    const fs::path real = fs::canonical(f, ec);
+    struct stat st {};
+    if (ec || ::stat(real.c_str(), &st) != 0) return {};
+    k << real.string() << '\t' << st.st_dev << '\t' << st.st_ino << '\t' << st.st_size << '\t' << st.st_mtim.tv_sec
+      << '.' << st.st_mtim.tv_nsec << '\t' << st.st_ctim.tv_sec << '.' << st.st_ctim.tv_nsec << '\n';
   }
   return k.str();
 }
@@ -229,11 +239,13 @@ TextStream::TextStream(TextStreamOptions o, std::shared_ptr<Tokenizer> tokenizer
   // figures from an earlier run's (count_cache_dir).
   const fs::path cache_dir = count_cache_dir();
   const std::string key = cache_dir.empty() ? std::string() : count_key(files_, *tokenizer_, o_.chunk_bytes, o_.binary);
-  const fs::path cache_file = cache_dir.empty() ? fs::path() : cache_dir / (fnv1a_hex(key) + ".txt");
+  const fs::path cache_file = key.empty() ? fs::path() : cache_dir / (fnv1a_hex(key) + ".txt");
   const CachedCount cached = cache_file.empty() ? CachedCount{} : read_count(cache_file, key);
   if (cached.tokens >= 0) {
     tokens_ = cached.tokens;
     chars_ = cached.chars;
+    for (const auto& f : files_)  // unreadable since it was counted: said now, as the pass would
+      TT_CHECK_AS(ConfigError, std::ifstream(f, std::ios::binary).is_open(), what_, ": cannot open ", f);
   }
   const auto t0 = std::chrono::steady_clock::now();
   Reader reader;
@@ -259,7 +271,8 @@ TextStream::TextStream(TextStreamOptions o, std::shared_ptr<Tokenizer> tokenizer
   windows_ = (tokens_ - need) / o_.stride + 1;
   if (o_.max_examples > 0) windows_ = std::min(windows_, o_.max_examples);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (cached.tokens < 0 && !cache_file.empty()) {
+  // kept only where no file changed while it was counted (the figures are those of the key's text)
+  if (cached.tokens < 0 && !cache_file.empty() && count_key(files_, *tokenizer_, o_.chunk_bytes, o_.binary) == key) {
     try {  // a cache that cannot be written costs the next run a count, nothing more
       std::error_code ec;
       fs::create_directories(cache_dir, ec);
