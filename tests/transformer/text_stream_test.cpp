@@ -681,7 +681,7 @@ TEST(TextStream, TheCountIsKeptBetweenRunsUntilTheTextChanges) {
   // through a symlink re-pointed at another file of the same size: that file's own count
   const std::string b = (dir / "b.txt").string(), link = (dir / "link.txt").string();
   std::string other = tt::test::read_file(a);
-  std::reverse(other.begin(), other.end());
+  std::replace(other.begin(), other.end(), 'e', 'o');  // the same size, another text
   std::ofstream(b) << other;
   fs::create_symlink(a, link);
   EXPECT_EQ(TextStream(opts({link}, 8), bytes(), "data.train").total_tokens(), tokens + 10);
