@@ -51,9 +51,6 @@ std::unordered_map<const State*, std::vector<std::string>> g_gradient_hook_owner
 
 }  // namespace
 
-// A hook added in a plugin's handler throws as that plugin's ("plugin 'x' failed in its loss
-// hook at step N: ..."), as its handlers do; what the hook's `next` throws (the model, a later
-// hook) passes through as it was.
 bool has_gradient_ready_hook_of(const State& state, const std::string& plugin) {
   const std::lock_guard<std::mutex> lock(g_owners_mutex);
   const auto it = g_gradient_hook_owners.find(&state);
@@ -64,16 +61,19 @@ bool has_gradient_ready_hook_of(const State& state, const std::string& plugin) {
          owners.begin() + static_cast<std::ptrdiff_t>(n);
 }
 
+// A hook added in a plugin's handler throws as that plugin's ("plugin 'x' failed in its loss
+// hook at step N: ..."), as its handlers do; what the hook's `next` throws (the model, a later
+// hook) passes through as it was.
 void add_gradient_ready_hook(State& state, GradientReadyHook hook) {
   TT_CHECK(hook, "add_gradient_ready_hook: an empty hook");
+  const Plugin* owner = PluginHost::calling();
   {
     const std::lock_guard<std::mutex> lock(g_owners_mutex);
     auto& owners = g_gradient_hook_owners[&state];
     owners.resize(state.gradient_ready_hooks.size());  // a State at the address of one gone: its names dropped
-    const Plugin* owner = PluginHost::calling();
     owners.push_back(owner ? owner->name() : std::string());
   }
-  if (const Plugin* owner = PluginHost::calling())
+  if (owner)
     hook = [owner, inner = std::move(hook), &state](size_t index, at::Tensor& grad) {
       try {
         const PluginHost::Calling in(*owner);  // what it reports (report_held) is its own

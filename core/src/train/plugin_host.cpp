@@ -75,9 +75,9 @@ void PluginHost::check_ordering(const Options& trainer) const {
   const std::string taken = "'" + stepper->name() + "' takes the optimizer step in backward (" +
                             stepper->step_in_backward() + ")";
   for (const auto& p : plugins_) {
-    TT_CHECK_AS(ConfigError, p.get() == stepper || p->step_in_backward().empty(), "plugins: ", taken, ", and so does '", p->name(), "' (",
-                p->step_in_backward(), "): each would update every parameter; remove one of them from plugins (the list is ",
-                list_of(plugins_), ")");
+    TT_CHECK_AS(ConfigError, p.get() == stepper || p->step_in_backward().empty(), "plugins: ", taken,
+                ", and so does '", p->name(), "' (", p->step_in_backward(), "): each would update every parameter; "
+                "remove one of them from plugins (the list is ", list_of(plugins_), ")");
     for (const auto& rule : p->ordering())
       TT_CHECK_AS(ConfigError, !rule.after.empty(), "plugins: '", p->name(), "' wraps the final optimizer's step (",
                   rule.why, "), but ", taken, ", one parameter at a time, so that step never runs: remove one of them "

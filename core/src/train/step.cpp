@@ -275,15 +275,16 @@ void usual_step(Run& run) {
   }
   if (!acc.ok) s.skip_step = s.last_step.dropped = true;
   run.host.fire(Event::BEFORE_STEP, s);
-  if (stepper)
-    TT_CHECK_AS(ConfigError, !s.skip_step || s.last_step.dropped,
-                run.host.vetoed_by().empty() ? std::string("state.skip_step was set before BEFORE_STEP, skipping step ")
-                                             : "plugin '" + run.host.vetoed_by() + "' skipped step ",
-                s.step + 1, run.host.vetoed_by().empty() ? "" : " on BEFORE_STEP (state.skip_step)", ", but plugin '",
-                stepper->name(),
-                "' took that step in backward (", stepper->step_in_backward(), "): the parameters are updated "
-                "already. A plugin that may skip steps declares may_skip_steps() (tt/plugin.h), and is then refused "
-                "beside it when the pipeline is read; remove one of them from plugins");
+  if (stepper && s.skip_step && !s.last_step.dropped) {
+    const std::string& by = run.host.vetoed_by();
+    TT_FAIL_AS(ConfigError,
+               by.empty() ? std::string("state.skip_step was set before BEFORE_STEP, skipping step ")
+                          : "plugin '" + by + "' skipped step ",
+               s.step + 1, by.empty() ? "" : " on BEFORE_STEP (state.skip_step)", ", but plugin '", stepper->name(),
+               "' took that step in backward (", stepper->step_in_backward(), "): the parameters are updated "
+               "already. A plugin that may skip steps declares may_skip_steps() (tt/plugin.h), and is then refused "
+               "beside it when the pipeline is read; remove one of them from plugins");
+  }
   optimizer_step(run);
   run.host.fire(Event::AFTER_STEP, s);
 }
