@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The budget planner's peak estimates against measurements, on a small GPT-style LM (Brown text).
-# tt-run --plan-estimates runs only the planner's reference probes (the pipeline as written at the
-# two largest micro-batches, each technique alternative alone at the largest) and writes every
-# configuration's estimate; each configuration below is then trained for as many steps as a probe
-# (1 warm-up + 3) in a tt-run process of its own, and its peak tensor bytes (tt's meter) are set
-# against the estimate. Peaks are byte counts, not timings: they repeat run to run (bf16 ones may
-# differ by a fraction of a per cent between CPUs).
+# The budget planner's peak and step-time estimates against measurements, on a small GPT-style LM
+# (Brown text). tt-run --plan-estimates runs only the planner's reference probes (the pipeline as
+# written at the largest and the smallest micro-batch, each technique alternative alone at the
+# largest) and writes every configuration's estimate; each configuration below is then trained for
+# as many steps as a probe (1 warm-up + 3) in a tt-run process of its own, and its peak tensor
+# bytes (tt's meter) and median step time are set against the estimates. Peaks are byte counts:
+# they repeat run to run (bf16 ones may differ by a fraction of a per cent between CPUs); times
+# are not, and mean something only on an otherwise idle machine.
 #   tools/bench-planner-estimates.sh [--d-model 64] [--layers 2] [--seq-len 128] [--batch 16]
 #                                    [--threads 2] [--build DIR] [--keep DIR]
 # About 8 minutes with the defaults on 2 cores shared with other work.
@@ -77,14 +78,25 @@ print(f"planner estimates vs measured peak tensor bytes: transformer d_model {d}
       f"batch {batch}; {len(refs)} reference probes, {len(est)} configurations estimated")
 chosen = [line.rstrip("\n").split("\t") for line in open(f"{work}/chosen.tsv")]
 w = max(len(c[0]) for c in chosen) + 2
-print(f"  {'configuration':<{w}}{'est. MiB':>10}{'peak MiB':>10}{'error':>9}")
-errs = []
+by_label = {r["configuration"]: r for r in est}
+print(f"  {'configuration':<{w}}{'est. MiB':>10}{'peak MiB':>10}{'error':>9}{'est. ms':>10}{'step ms':>10}{'est/step':>10}")
+errs, times = [], []
 for i, (label, micro, plugins, e) in enumerate(chosen, 1):
-    peak = json.load(open(f"{work}/c{i}/summary.json"))["memory"]["peak_tensor_bytes"]
+    s = json.load(open(f"{work}/c{i}/summary.json"))
+    peak = s["memory"]["peak_tensor_bytes"]
     err = 100.0 * (int(e) - peak) / peak
     errs.append(err)
-    print(f"  {label:<{w}}{int(e) / MiB:10.2f}{peak / MiB:10.2f}{err:+8.1f}%")
+    est_ms, ms = by_label[label]["estimated_step_ms"], 1000.0 * s["median_step_seconds"]
+    times.append(est_ms / ms)
+    print(f"  {label:<{w}}{int(e) / MiB:10.2f}{peak / MiB:10.2f}{err:+8.1f}%{est_ms:10.1f}{ms:10.1f}{est_ms / ms:9.2f}x")
 a = [abs(x) for x in errs]
-print(f"  {len(errs)} configurations: mean |error| {sum(a) / len(a):.1f}%, max |error| {max(a):.1f}%; "
+print(f"  {len(errs)} configurations: peak mean |error| {sum(a) / len(a):.1f}%, max |error| {max(a):.1f}%; "
       f"{sum(x < 0 for x in errs)} estimated low, {sum(x > 0 for x in errs)} high")
+times.sort()
+within = sum(1 for x in times if 0.8 <= x <= 1.25)
+print(f"  step time estimate / measured: median {times[len(times) // 2]:.2f}x, from {times[0]:.2f}x to {times[-1]:.2f}x; "
+      f"{within} of {len(times)} within 0.8x-1.25x")
+for r in refs:
+    m = r["measured"]
+    print(f"  reference probe {r['configuration']}: {m['median_step_ms']:.1f} ms/step, peak {m['peak_tensor_bytes'] / MiB:.2f} MiB")
 PY

@@ -233,10 +233,14 @@ struct Trainer::Impl {
     run.start_step = s.step;
     rec.setup_seconds = seconds_since(rec.started);
     const std::string& assigned_by = run.host.optimizer_assigned_by();
-    log().info("{}: {} | data {} | {} optimizer{}, {} schedule | plugins [{}] | {} threads | run dir {}",
-               run.pipeline.name, s.model->describe(), run.data.train->describe(), run.pipeline.optimizer.name,
-               assigned_by.empty() ? "" : " as replaced or wrapped by " + assigned_by, run.pipeline.schedule.name,
-               run.host.names(), run.threads, s.run_dir.string());
+    // An evaluation-only run (no step to take) names no optimizer or schedule it does not use.
+    const std::string training = s.total_steps == 0 ? std::string("no training step (evaluation only)")
+                                                    : run.pipeline.optimizer.name + " optimizer" +
+                                                          (assigned_by.empty() ? "" : " as replaced or wrapped by " + assigned_by) +
+                                                          ", " + run.pipeline.schedule.name + " schedule";
+    log().info("{}: {} | data {} | {} | plugins [{}] | {} threads | run dir {}", run.pipeline.name,
+               s.model->describe(), run.data.train->describe(), training, run.host.names(), run.threads,
+               s.run_dir.string());
     if (run.resumed) log().info("resumed from {} at step {}", run.resumed_from, s.step);
     if (run.config.resume) write_pipeline_file(run);  // the overrides it was resumed with, now that they fit and it trains
 

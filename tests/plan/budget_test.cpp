@@ -125,7 +125,7 @@ TEST(Budget, RecommendPrintsASettingForEachBudget) {
                                  c["measured"]["noise_ms"].get<double>())
             << c;
       }
-    EXPECT_GE(measured, 7);  // the reference, half its micro-batch, each technique alone
+    EXPECT_GE(measured, 7);  // the reference, the smallest micro-batch, each technique alone
   }
   EXPECT_FALSE(fs::exists(b.lm.dir / "rec" / "summary.json"));  // no training
 }

@@ -131,14 +131,15 @@ TEST(Planner, ChoosesTheFastestConfigurationThatFitsForEveryBudget) {
 }
 
 // A step follows the micro-batch at most linearly (batch/m micro-steps, none slower than a larger
-// one), so the time's exponent stays within [0, 1] whatever the half-micro-batch probe measured: one
-// slowed 13.5x by load (exponent 3.75) made the estimates at micro 1 of every configuration 64x
-// its measured micro 8, and a loaded machine's factors multiplied them to 1.56e9 ms/step.
-TEST(Planner, AHalfMicroBatchProbeSlowedByLoadStretchesTheEstimatesAtMostLinearly) {
+// one), so the share of the time spent per micro-step stays within [0, 1] whatever the
+// smallest-micro-batch probe measured: a probe slowed 13.5x by load once made the estimates at
+// micro 1 of every configuration 64x its measured micro 8, and a loaded machine's factors
+// multiplied them to 1.56e9 ms/step.
+TEST(Planner, ASmallestMicroBatchProbeSlowedByLoadStretchesTheEstimatesAtMostLinearly) {
   Table t;
   tt::plan::Planner planner(t.dims, settings(), [&](const Candidate& c) {
     Cost x = t.cost(c);
-    if (c.pick == std::vector<int>{-1, -1, -1, -1} && c.micro == 4) x.step_ms *= 13.5;
+    if (c.pick == std::vector<int>{-1, -1, -1, -1} && c.micro == 1) x.step_ms *= 13.5;
     return x;
   });
   const auto plan = planner.plan(1000);  // as written fits: the calibration probes only
@@ -163,7 +164,7 @@ TEST(Planner, AtTheReferencePeakTheAsWrittenConfigurationIsChosenWithoutSearchin
   ASSERT_TRUE(plan.found);
   EXPECT_EQ(plan.chosen, (Candidate{{-1, -1, -1, -1}, 8}));
   EXPECT_EQ(plan.chosen_label, "as written @ micro 8");
-  // The reference, its half micro-batch and the six alternatives alone: nothing else.
+  // The reference, the smallest micro-batch and the six alternatives alone: nothing else.
   EXPECT_EQ(plan.probes, 2 + 5);
   EXPECT_NE(plan.why.find("fastest measured"), std::string::npos) << plan.why;
 }
@@ -499,7 +500,7 @@ TEST(Planner, EstimatesRunOnlyTheReferenceProbesAndCoverEveryConfiguration) {
   Table t;
   tt::plan::Planner planner(t.dims, settings(), t.probe());
   const auto rows = planner.estimates();
-  EXPECT_EQ(t.probes, 2 + 5);  // as written at micro 8 and 4, each alternative alone at 8
+  EXPECT_EQ(t.probes, 2 + 5);  // as written at micro 8 and 1, each alternative alone at 8
   EXPECT_EQ(rows.size(), t.all().size());
   int measured = 0;
   for (const auto& r : rows) {

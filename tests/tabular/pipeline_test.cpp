@@ -59,6 +59,9 @@ TEST(TabularPipeline, PretrainsWithPluginsThenInferenceFinetunePeftAndPredict) {
   r = t.run("inference", data + init + "trainer: {max_steps: 0, threads: 2}\n",
             "--predict " + t.csv + " --predict-out " + (t.dir / "pred.csv").string());
   ASSERT_EQ(r.rc, 0) << r.output;
+  // Its set-up line names no optimizer or schedule: there is no training step to take.
+  EXPECT_NE(r.output.find("| no training step (evaluation only) |"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(" schedule |"), std::string::npos) << r.output;
   auto inf = t.summary("inference")["validation"];
   for (const char* k : {"val_accuracy", "val_roc_auc", "val_log_loss", "val_brier", "val_ece"}) EXPECT_TRUE(inf.contains(k)) << k;
   EXPECT_EQ(inf["val_examples"].get<double>(), 45);

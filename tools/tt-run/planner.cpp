@@ -136,16 +136,18 @@ void Planner::calibrate(int& counter) {
   if (ref_index == s_.micro_sizes.size())
     throw std::runtime_error("the pipeline as written runs out of memory at every micro-batch down to " +
                              std::to_string(s_.micro_sizes.back()) + ": " + oom_reason);
-  // How the rest of the peak (activations, temporaries) and the step time follow the micro-batch.
+  // How the rest of the peak (activations, temporaries) and the step time follow the micro-batch,
+  // from the two ends of the range: the micro-batches between are interpolated, not extrapolated
+  // from a small difference between two neighbours.
   if (ref_index + 1 < s_.micro_sizes.size()) {
-    const Candidate half{none, s_.micro_sizes[ref_index + 1]};
-    const Cost& h = measure(half, counter);
+    const Candidate smallest{none, s_.micro_sizes.back()};
+    const Cost& h = measure(smallest, counter);
     if (h.ok()) {
-      const double lm = std::log(static_cast<double>(ref_.micro) / static_cast<double>(half.micro));
-      rest_exponent_ = std::clamp(std::log(ratio(rest_of(ref_cost_), rest_of(h))) / lm, 0.0, 1.5);
-      // At most linear: batch/m micro-steps, none slower than one of a larger micro-batch (a
-      // steeper rise is load on the machine during one of the two probes)
-      time_exponent_ = std::clamp(std::log(ratio(h.step_ms, ref_cost_.step_ms)) / lm, 0.0, 1.0);
+      const double steps = static_cast<double>(ref_.micro) / static_cast<double>(smallest.micro);
+      rest_exponent_ = std::clamp(std::log(ratio(rest_of(ref_cost_), rest_of(h))) / std::log(steps), 0.0, 1.5);
+      // t(m) = t_ref x ((1 - s) + s x ref/m): within [0, 1], a smaller micro-batch is never
+      // faster and at most `steps` times slower (beyond that is load on the machine during a probe)
+      per_micro_step_ = std::clamp((ratio(h.step_ms, ref_cost_.step_ms) - 1.0) / (steps - 1.0), 0.0, 1.0);
     }
   }
   factors_.assign(dims_.size(), {});
@@ -206,9 +208,8 @@ void Planner::estimate(const Candidate& c, double& peak, double& ms) const {
     const Factors& f = factors_[d][static_cast<size_t>(c.pick[d])];
     p *= f.p, g *= f.g, o *= f.o, r *= f.r, t *= f.t;
   }
-  const double m = static_cast<double>(c.micro) / static_cast<double>(from->micro);
-  r *= std::pow(m, rest_exponent_);
-  t *= std::pow(1.0 / m, time_exponent_);
+  r *= std::pow(static_cast<double>(c.micro) / static_cast<double>(from->micro), rest_exponent_);
+  t *= time_scale(from->micro, c.micro);
   peak = p + g + o + r;
   // Time factors of single probes multiply, and a slow reference probe (load, a cold start) makes
   // every technique look faster than it is: no estimate is faster than the fastest configuration
@@ -218,6 +219,13 @@ void Planner::estimate(const Candidate& c, double& peak, double& ms) const {
   for (const auto& [k, x] : cache_)
     if (x.ok() && k.micro >= c.micro) fastest = std::min(fastest, x.step_ms);
   ms = std::isfinite(fastest) ? std::max(t, fastest) : t;
+}
+
+double Planner::time_scale(int64_t from_micro, int64_t to_micro) const {
+  const auto at = [&](int64_t m) {
+    return 1.0 - per_micro_step_ + per_micro_step_ * static_cast<double>(ref_.micro) / static_cast<double>(m);
+  };
+  return at(to_micro) / at(from_micro);
 }
 
 // Every configuration: the usable alternatives of each dimension (or none) x micro-batch sizes

@@ -6,15 +6,16 @@
 // dimension (a plugin and the alternatives it offers: checkpoint all / every 2, amp bf16, chunked
 // attention, adam8bit, offload, or an out-of-tree plugin's; tt::PlannerOffer) and a micro-batch
 // size. The planner
-//   1. measures the pipeline as written at its micro-batch (the reference), at half that
+//   1. measures the pipeline as written at its micro-batch (the reference), at the smallest
 //      micro-batch, and each alternative alone: per-component factors (parameters, gradients,
 //      optimizer state, the rest of the peak) and a step-time factor each;
 //   2. estimates every configuration from the measured configuration with the most of its
 //      techniques (the reference at least) times the factors of the techniques that one lacks
-//      (per component; the rest of the peak and the step time follow the micro-batch by the
-//      exponents the two reference runs show, the time's within [0, 1]: batch/m micro-steps;
-//      the time no faster than the fastest configuration measured at that micro-batch or a
-//      larger one);
+//      (per component), moved to its micro-batch by what the two reference runs show: the rest
+//      of the peak by a power of the micro-batch, the step time as a part that is the same at
+//      every micro-batch (the batch's work, the optimizer) plus one per micro-step (batch/m of
+//      them), each within [0, 1] of the reference's time; no estimate faster than the fastest
+//      configuration measured at that micro-batch or a larger one;
 //      estimates are redone after every measurement;
 //   3. prunes what cannot fit even with the estimate's slack, and measures the rest fastest
 //      estimate first, until the fastest measured fit is no slower than the next estimate
@@ -158,7 +159,11 @@ class Planner {
   bool calibrated_ = false;
   Candidate ref_;
   Cost ref_cost_;
-  double rest_exponent_ = 1, time_exponent_ = 0;
+  double rest_exponent_ = 1;
+  // The share of the reference's step time spent once per micro-step (the rest once per step):
+  // 0 until the smallest micro-batch is measured.
+  double per_micro_step_ = 0;
+  double time_scale(int64_t from_micro, int64_t to_micro) const;  // step time at to / at from
   // per dimension and alternative: factors on parameters, gradients, optimizer, rest; time
   struct Factors {
     double p = 1, g = 1, o = 1, r = 1, t = 1;
