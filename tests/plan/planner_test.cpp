@@ -518,3 +518,36 @@ TEST(Planner, EstimatesRunOnlyTheReferenceProbesAndCoverEveryConfiguration) {
         EXPECT_DOUBLE_EQ(p.est_peak, r.est_peak) << r.label;
       }
 }
+
+// The micro-batches between the reference and the smallest are interpolated from those two
+// probes: where a step's time is a part per step plus a part per micro-step (batch/m of them)
+// and the rest of the peak a power of the micro-batch, as written is estimated exactly at every
+// micro-batch, and a technique alone (its factors measured at the reference) at each of them too.
+TEST(Planner, EstimatesBetweenTheEndsFollowAPartPerStepAndOnePerMicroStep) {
+  Table t;
+  const auto truth = [&](const Candidate& c) {
+    Cost x = t.cost(c);
+    const double m = static_cast<double>(c.micro);
+    const double rest = 400.0 * std::pow(m / 8.0, 0.9) * (c.pick[0] == 0 ? 0.3 : 1.0);
+    x.peak = x.parameters + x.gradients + x.optimizer + static_cast<int64_t>(std::llround(rest));
+    x.step_ms = (60.0 + 40.0 * 8.0 / m) * (c.pick[0] == 0 ? 1.3 : 1.0) * (c.pick[1] == 0 ? 1.05 : 1.0);
+    return x;
+  };
+  int probes = 0;
+  tt::plan::Planner planner(t.dims, settings(), [&](const Candidate& c) {
+    ++probes;
+    return truth(c);
+  });
+  const auto rows = planner.estimates();
+  EXPECT_EQ(probes, 2 + 5);
+  int checked = 0;
+  for (const auto& r : rows) {
+    const auto& p = r.candidate.pick;
+    if (p[2] >= 0 || p[0] == 1 || (p[0] == 0 && p[1] == 0)) continue;  // as written, ckpt-all or quant alone
+    const Cost x = truth(r.candidate);
+    EXPECT_NEAR(r.est_ms, x.step_ms, 1e-9 * x.step_ms) << r.label;
+    EXPECT_NEAR(r.est_peak, static_cast<double>(x.peak), 1.0) << r.label;  // the rest rounded to a byte
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3 * 4);  // 3 configurations x micro 8, 4, 2, 1
+}
