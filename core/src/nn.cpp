@@ -225,6 +225,11 @@ at::Tensor LayerNormImpl::forward(const at::Tensor& x) {
     amp::NoAutocast off;
     return torch::layer_norm(x.to(torch::kFloat), {weight.size(0)}, weight, bias, eps);
   }
+  // A bf16 input (autocast's output of a Linear) with float32 weights: LibTorch 1.13's CPU kernel
+  // refuses the mix, 2.x's computes in float32 and returns the input's type; both do the latter.
+  if (x.scalar_type() != weight.scalar_type())
+    return torch::layer_norm(x.to(torch::kFloat), {weight.size(0)}, weight.to(torch::kFloat), bias.to(torch::kFloat), eps)
+        .to(x.scalar_type());
   return torch::layer_norm(x, {weight.size(0)}, weight, bias, eps);
 }
 

@@ -138,6 +138,31 @@ TEST(Autocast, KeepFp32LayersStayFloat32) {
   EXPECT_EQ(rms->forward(x.to(torch::kBFloat16)).scalar_type(), torch::kFloat);
 }
 
+// A model whose first layer is a Linear feeds LayerNorm autocast's bf16 with its float32 weights
+// (LibTorch 1.13's CPU kernel refused the mix): normalized in float32, returned as bf16, and the
+// gradients reach the weights and the input.
+TEST(Autocast, LayerNormTakesABf16InputBehindALinear) {
+  tt::nn::Linear lin(8, 8);
+  tt::nn::LayerNorm ln(8);
+  auto x = torch::randn({4, 8});
+  tt::amp::AutocastState on;
+  on.cpu = true;
+  on.cpu_dtype = torch::kBFloat16;
+  at::Tensor h, y;
+  {
+    tt::amp::AutocastScope scope(on);
+    h = lin->forward(x);
+    ASSERT_EQ(h.scalar_type(), torch::kBFloat16);
+    y = ln->forward(h);
+  }
+  EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  const auto want = torch::layer_norm(h.to(torch::kFloat), {8}, ln->weight, ln->bias, 1e-5).to(torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(y, want));
+  y.to(torch::kFloat).pow(2).sum().backward();
+  EXPECT_TRUE(ln->weight.grad().defined() && ln->weight.grad().abs().sum().item<double>() > 0);
+  EXPECT_TRUE(lin->weight.grad().defined() && lin->weight.grad().abs().sum().item<double>() > 0);
+}
+
 TEST(Autocast, TiedHeadSharesTheEmbeddingAndCanStayFloat32) {
   auto w = torch::randn({16, 8}, torch::requires_grad());
   tt::nn::TiedLinear head(w);

@@ -545,6 +545,44 @@ TEST(Trainer, ALossThatIsNotAScalarOrHasNoGraphIsNamedForWhatItIs) {
   }
 }
 
+// LibTorch writes a submodule, parameter or buffer named with a Python keyword into a checkpoint
+// but cannot read it back ("expected ident but found 'in'"): such a model (here what a plugin
+// adds at INIT) is refused before its first step, naming the tensor; another name trains.
+TEST(Trainer, AModelPartNamedWithAPythonKeywordIsRefusedBeforeTraining) {
+  tt::test::register_test_components();
+  const auto out = tt::test::temp_dir("keyword_names");
+  const std::string yaml = "model: test-regression\ndata: {name: test-regression-data, n: 32}\noptimizer: sgd\n"
+                           "trainer: {batch_size: 8, max_steps: 2, checkpoint_every: 2, threads: 1, progress: off}\n"
+                           "output: {plots: false}\n";
+  const auto fit = [&](const std::string& tag, std::function<void(tt::State&)> add) {
+    tt::Trainer t(tt::parse_pipeline(yaml, "p.yaml"), {out / tag, false, true});
+    t.add_plugin(std::make_unique<tt::test::OnEvent>(Event::INIT, std::move(add)));
+    std::string e = "no error";
+    try {
+      t.fit();
+    } catch (const tt::Error& error) {
+      e = error.what();
+    }
+    return e;
+  };
+  std::string e = fit("in", [](tt::State& s) { s.model->register_module("in", torch::nn::Linear(1, 1)); });
+  EXPECT_HAS(e, "model (test-regression): the parameter 'in.weight' has a part named 'in', a Python keyword");
+  EXPECT_HAS(e, "(e.g. 'in_')");
+  EXPECT_TRUE(tt::list_checkpoints(out / "in" / "checkpoints").empty());
+  e = fit("none", [](tt::State& s) {
+    s.model->named_children()["lin"]->register_buffer("None", torch::zeros({1}));
+  });
+  EXPECT_HAS(e, "the buffer 'lin.None' has a part named 'None'");
+  e = fit("print", [](tt::State& s) { s.model->register_module("print", torch::nn::Linear(1, 1)); });
+  EXPECT_EQ(e, "no error");
+  // and that model's checkpoint reads back: its run resumed for two more steps
+  tt::Trainer again(tt::Trainer::pipeline_of_run(out / "print", {"trainer.max_steps=4"}), {out / "print", true, true});
+  again.add_plugin(std::make_unique<tt::test::OnEvent>(
+      Event::INIT, [](tt::State& s) { s.model->register_module("print", torch::nn::Linear(1, 1)); }));
+  EXPECT_NO_THROW(again.fit());
+  EXPECT_EQ(tt::test::summary_of(out / "print")["steps"], 4);
+}
+
 // A metric a plugin names as one of the trainer's fields does not replace the trainer's loss in
 // metrics.jsonl; a warning says so, once.
 TEST(Trainer, APluginsMetricNamedLossLeavesTheTrainersLossInPlace) {

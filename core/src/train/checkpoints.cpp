@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "train/grad_sync.h"
 #include "train/run.h"
@@ -185,13 +186,41 @@ void load_checkpoint(Run& run) {
     } catch (const std::exception& e) {
       std::string what = e.what();  // LibTorch appends its C++ stack after the first line
       what = first_line(what, 200);
+      if (what.find("expected ident") != std::string::npos || what.find("module metadata") != std::string::npos)
+        what += " (an archive name that is a Python keyword, such as a plugin's save_state key, is written but "
+                "cannot be read back: rename it)";
       log().warn("checkpoint {} is unreadable ({}); trying the previous one", it->string(), what);
       failures += "\n  " + it->string() + ": " + what;
     }
   }
-  TT_FAIL_AS(ConfigError, "no readable checkpoint in ", dir.string(), " (each is damaged, so the run cannot "
-             "continue; start it again with tt-run PIPELINE --run-dir ", run.state.run_dir.string(), " --overwrite):",
-             failures);
+  TT_FAIL_AS(ConfigError, "no readable checkpoint in ", dir.string(), " (none of them could be read, so the run "
+             "cannot continue; start it again with tt-run PIPELINE --run-dir ", run.state.run_dir.string(),
+             " --overwrite):", failures);
+}
+
+void check_archive_names(const torch::nn::Module& model, const std::string& model_name) {
+  // LibTorch 1.13 fails on most of these, 2.x on some: every Python keyword is refused.
+  static const std::set<std::string> reserved = {
+      "False", "None",   "True",  "and",    "as",   "assert", "async", "await",    "break",  "class",
+      "continue", "def", "del",   "elif",   "else", "except", "finally", "for",    "from",   "global",
+      "if",    "import", "in",    "is",     "lambda", "nonlocal", "not", "or",     "pass",   "raise",
+      "return", "try",   "while", "with",   "yield", "__annotations__"};
+  const auto check = [&](const std::string& dotted, const char* what) {
+    size_t start = 0;
+    while (start <= dotted.size()) {
+      const size_t end = std::min(dotted.find('.', start), dotted.size());
+      const std::string part = dotted.substr(start, end - start);
+      if (reserved.count(part))
+        TT_FAIL("model (", model_name, "): the ", what, " '", dotted, "' has a part named '", part,
+                "', a Python keyword: LibTorch writes it into checkpoints but cannot read it back (no resume, "
+                "model.init_from or --export would work), so name that submodule or tensor otherwise (e.g. '",
+                part, "_') where it is registered");
+      start = end + 1;
+    }
+  };
+  for (const auto& item : model.named_parameters(true)) check(item.key(), "parameter");
+  for (const auto& item : model.named_buffers(true)) check(item.key(), "buffer");
+  for (const auto& item : model.named_modules("", false)) check(item.key(), "submodule");
 }
 
 namespace {
