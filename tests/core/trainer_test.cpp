@@ -583,6 +583,54 @@ TEST(Trainer, AModelPartNamedWithAPythonKeywordIsRefusedBeforeTraining) {
   EXPECT_EQ(tt::test::summary_of(out / "print")["steps"], 4);
 }
 
+// A loss a plugin puts in state.loss (AFTER_LOSS, BEFORE_BACKWARD) is checked as the model's is, and
+// a micro-batch size a plugin sets must be 1 to the batch size: each refusal names the plugin
+// (a division by a zero micro-batch crashed the process; a NaN loss reached the weights).
+TEST(Trainer, APluginsLossOrMicroBatchSizeIsCheckedAndARefusalNamesThePlugin) {
+  tt::test::register_test_components();
+  const auto out = tt::test::temp_dir("plugin_loss");
+  const auto run = [&](const std::string& tag, Event e, std::function<void(tt::State&)> f, const std::string& extra = "") {
+    const std::string yaml = "model: test-regression\ndata: {name: test-regression-data, n: 32}\noptimizer: sgd\n"
+                             "trainer: {batch_size: 8, max_steps: 3, threads: 1, progress: off" + extra + "}\n"
+                             "output: {plots: false}\n";
+    tt::Trainer t(tt::parse_pipeline(yaml, "p.yaml"), {out / tag, false, true});
+    auto p = std::make_unique<tt::test::OnEvent>(e, std::move(f));
+    p->set_name("meddler");
+    t.add_plugin(std::move(p));
+    std::pair<std::string, int> r{"no error", 0};
+    try {
+      t.fit();
+    } catch (const tt::Error& error) {
+      r = {error.what(), error.exit_code()};
+    }
+    return r;
+  };
+  auto r = run("nan", Event::AFTER_LOSS, [](tt::State& s) { s.loss = s.loss * NAN; });
+  EXPECT_HAS(r.first, "plugin 'meddler' replaced the loss at step 1 with one that is nan (the model's was ");
+  EXPECT_EQ(r.second, 5);
+  r = run("detached", Event::AFTER_LOSS, [](tt::State& s) { s.loss = s.loss.detach(); });
+  EXPECT_HAS(r.first, "plugin 'meddler' replaced the loss at step 1 with one that no gradient flows from");
+  r = run("vector", Event::BEFORE_BACKWARD, [](tt::State& s) { s.loss = s.loss.expand({3}); });
+  EXPECT_HAS(r.first, "plugin 'meddler' replaced the loss at step 1 with one of shape [3], not a scalar");
+  r = run("integer", Event::AFTER_LOSS, [](tt::State& s) { s.loss = torch::ones({}, torch::kLong); });
+  EXPECT_HAS(r.first, "plugin 'meddler' replaced the loss at step 1 with a tensor of Long, not a floating one");
+  r = run("undefined", Event::AFTER_LOSS, [](tt::State& s) { s.loss = at::Tensor(); });
+  EXPECT_HAS(r.first, "plugin 'meddler' replaced the loss at step 1 with an undefined tensor");
+  // on_nan=skip drops those batches as it drops the model's: the weights never see the NaN
+  r = run("skip", Event::AFTER_LOSS, [](tt::State& s) { if (s.step == 1) s.loss = s.loss * NAN; }, ", on_nan: skip");
+  EXPECT_EQ(r.first, "no error");
+  const auto summary = tt::test::summary_of(out / "skip");
+  EXPECT_EQ(summary["skipped_steps"], 1);
+  EXPECT_TRUE(std::isfinite(summary["final_loss"].get<double>())) << summary.dump();
+  for (int64_t bad : {0, -1, 9}) {
+    r = run("micro" + std::to_string(bad), Event::BEFORE_STEP, [bad](tt::State& s) { s.micro_batch_size = bad; });
+    EXPECT_HAS(r.first, "plugin 'meddler' failed in BEFORE_STEP at step 1: it set state.micro_batch_size to " +
+                            std::to_string(bad) + ", which must be 1 to the batch size (8)");
+  }
+  r = run("micro4", Event::BEFORE_STEP, [](tt::State& s) { s.micro_batch_size = 4; });  // within: trains
+  EXPECT_EQ(r.first, "no error");
+}
+
 // A metric a plugin names as one of the trainer's fields does not replace the trainer's loss in
 // metrics.jsonl; a warning says so, once.
 TEST(Trainer, APluginsMetricNamedLossLeavesTheTrainersLossInPlace) {

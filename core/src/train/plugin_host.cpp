@@ -132,14 +132,21 @@ void PluginHost::fire(Event e, State& s) {
     try {
       const Calling in(p);
       const bool stopping = s.stop, skipping = s.skip_step;
+      const int64_t micro = s.micro_batch_size;
+      const c10::TensorImpl* loss = s.loss.unsafeGetTensorImpl();
       p.on(e, s);
       if (s.stop && !stopping && stopped_by_.empty()) stopped_by_ = p.name();
       if (e == Event::BEFORE_STEP && s.skip_step && !skipping) vetoed_by_ = p.name();
+      if (s.loss.unsafeGetTensorImpl() != loss) loss_replaced_by_ = p.name();
+      if (s.micro_batch_size != micro && (s.micro_batch_size < 1 || s.micro_batch_size > s.batch_size))
+        TT_FAIL("it set state.micro_batch_size to ", s.micro_batch_size, ", which must be 1 to the batch size (",
+                s.batch_size, ")");
     } catch (...) {
       rethrow_attributed(p, std::string(to_string(e)) + " " + where(e, s), s);
     }
   };
   if (e == Event::BEFORE_STEP) vetoed_by_.clear();
+  if (e == Event::AFTER_LOSS) loss_replaced_by_.clear();
   if (e == Event::OPTIMIZER) {  // who replaces the optimizer: wrappers must come after them
     std::vector<size_t> replacers;
     for (size_t i = 0; i < plugins_.size(); ++i) {

@@ -63,6 +63,8 @@ class PluginHost {
   const std::string& stopped_by() const { return stopped_by_; }
   // The plugin that set state.skip_step on the last BEFORE_STEP, "" if none.
   const std::string& vetoed_by() const { return vetoed_by_; }
+  // The plugin that last put another tensor in state.loss since AFTER_LOSS began ("" when none).
+  const std::string& loss_replaced_by() const { return loss_replaced_by_; }
   // The plugin that declares it takes the optimizer step in backward, nullptr if none.
   const Plugin* steps_in_backward() const;
   std::string names() const;  // "a,b" in list order
@@ -80,6 +82,7 @@ class PluginHost {
   std::string optimizer_assigned_by_;
   std::string stopped_by_;
   std::string vetoed_by_;
+  std::string loss_replaced_by_;
 };
 
 }  // namespace tt

@@ -79,6 +79,25 @@ Accumulated forward_backward(Run& run) {
     run.host.fire(Event::AFTER_LOSS, s);
     s.memory.activations = std::max(s.memory.activations, run.live_foreground() - before);
     run.host.fire(Event::BEFORE_BACKWARD, s);
+    if (const std::string& by = run.host.loss_replaced_by(); !by.empty()) {
+      // A plugin's loss (AFTER_LOSS or BEFORE_BACKWARD) is checked as the model's was, naming it.
+      const std::string who = "plugin '" + by + "' replaced the loss at step " + std::to_string(s.step + 1);
+      TT_CHECK(s.loss.defined(), who, " with an undefined tensor");
+      TT_CHECK(s.loss.numel() == 1, who, " with one of shape ", s.loss.sizes(), ", not a scalar: reduce it");
+      TT_CHECK(s.loss.is_floating_point(), who, " with a tensor of ", s.loss.scalar_type(), ", not a floating one");
+      TT_CHECK(s.loss.requires_grad(), who, " with one that no gradient flows from (detached, or computed under "
+               "torch::NoGradGuard)");
+      if (const double v = s.loss.item<double>(); !std::isfinite(v)) {
+        if (run.pipeline.trainer.get_string("on_nan") != "skip")
+          TT_FAIL_AS(NumericError, who, " with one that is ", v, " (the model's was ", raw, "): fix the plugin, or set "
+                     "trainer.on_nan=skip to drop such batches");
+        log().warn("{} with one that is {}: batch dropped (trainer.on_nan=skip)", who, v);
+        run.zero_grads();
+        s.loss = at::Tensor();
+        s.output = {};
+        return acc;
+      }
+    }
     TT_CHECK(s.loss.requires_grad(), "model (", model_name, ") returned a loss at step ", s.step + 1,
              " that no gradient flows from: it was detached (.item(), .detach()), computed under torch::NoGradGuard, "
              "or from no trainable parameter");
