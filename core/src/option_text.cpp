@@ -68,6 +68,8 @@ int64_t parse_bytes(const std::string& text) {
   else if (u == "gib") mult = 1024.0 * 1024 * 1024;
   else if (u == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
   else TT_FAIL_AS(ConfigError, "'", text, "': unknown unit '", unit, "' (use B, KB, MB, GB, KiB, MiB, GiB)");
+  // 2^63 bytes (8 EiB) would not fit the 64-bit count (llround's result is undefined there)
+  TT_CHECK_AS(ConfigError, v * mult < 9.2e18, "'", text, "' is too large a size: at most 8 EiB (2^63 bytes) can be written");
   return static_cast<int64_t>(std::llround(v * mult));
 }
 

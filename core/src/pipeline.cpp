@@ -312,7 +312,8 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
         for (const auto& x : *model.parts) has += (has.empty() ? "" : ", ") + x;
         TT_FAIL_AS(ConfigError, entry.where, ": ", section, " (", entry.name, ") acts on a model's ", part,
                    ", and model '", p.model.name, "' has none (its parts: ", has.empty() ? "none" : has,
-                   "); remove it from plugins, or use a model built from tt::nn's blocks (tt-run --list)");
+                   "); remove it from plugins, or use a model built from tt::nn's blocks (tt-run --list shows each model's "
+                   "parts and what each plugin acts on)");
       }
       if (plugin.repeats == Repeats::Allowed) continue;
       for (size_t j = 0; j + 1 < p.plugins.size(); ++j)

@@ -39,6 +39,10 @@ static void add_to(std::map<std::string, C>& table, Kind kind, C component) {
   auto it = table.find(component.name);
   TT_CHECK_AS(ModuleError, it == table.end(), kind_name(kind), " '", component.name, "' from ", component.origin,
               " is already registered by ", it->second.origin, ": rename one of them");
+  // A section's `name` says which component it is: an option of that name would never be the user's.
+  TT_CHECK_AS(ModuleError, !component.schema.find("name"), kind_name(kind), " '", component.name, "' from ",
+              component.origin, " declares an option 'name', but 'name' is the key that picks the ", kind_name(kind),
+              " in a pipeline ({name: ", component.name, ", ...}): call the option otherwise");
   std::string name = component.name;
   table.emplace(std::move(name), std::move(component));
 }

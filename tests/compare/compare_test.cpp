@@ -549,6 +549,29 @@ TEST(Compare, CompareOverridesChangeTheComparisonAndTheOthersEachVariant) {
 // The topic model's fused step runs only without plugins, and the profile is a plugin: the
 // profiled step is the usual one, and the output says so (the same pipeline run plainly has no
 // gradient tensors; the profile shows them).
+// What a plugin reports holding (tt::report_held) is a line of the breakdown, and the rest is
+// the peak less every line above it, as in compare's table and the summary.
+TEST(ProfileMemory, WhatAPluginReportsHoldingIsALineOfTheBreakdown) {
+  Cmp c;
+  std::ofstream(c.dir / "ph.yaml") << c.base() << "plugins: [{name: test-hold, bytes: 4MiB, report: true}]\n";
+  auto r = tt::test::run(tt::test::tt_run_bin() + " --profile-memory " + (c.dir / "ph.yaml").string() + " --run-dir " +
+                         (c.dir / "profh").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const json m = tt::test::read_json(c.dir / "profh" / "memory_profile.json")["memory"];
+  ASSERT_EQ(m["held_bytes"], 4194304);
+  const auto line = [](const char* name, double bytes) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "  %-22s %10.2f", name, bytes / 1048576.0);
+    return std::string(buf);
+  };
+  EXPECT_HAS(r.output, line("held by plugins", 4194304));
+  int64_t rest = m["peak_tensor_bytes"].get<int64_t>();
+  for (const char* k : {"parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "activations_bytes", "held_bytes"})
+    rest -= m[k].get<int64_t>();
+  EXPECT_EQ(m["rest_bytes"].get<int64_t>(), rest);
+  EXPECT_HAS(r.output, line("rest", static_cast<double>(rest)));
+}
+
 TEST(ProfileMemory, AModelWithAFusedStepIsProfiledOnTheUsualStepAndSaysSo) {
   Cmp c;
   std::ofstream(c.dir / "topic.yaml") << tt::test::topic_yaml(c.dir / "runs");

@@ -263,3 +263,22 @@ TEST(Loader, ThrowingFactoryIsExplained) {
         << m;
   }
 }
+
+// A section's `name` picks its component ({name: my-plugin, ...}): an option of that name always
+// received the component's own name, whatever its default or the user wrote. Refused at registration.
+TEST(Loader, AComponentDeclaringAnOptionCalledNameIsRefused) {
+  auto& reg = tt::Registry::global();
+  const auto schema = tt::Schema().add("name", tt::Type::String, "mine", "a name of its own");
+  std::string e = "no error";
+  try {
+    reg.add_plugin("test-name-option", "", schema, nullptr);
+  } catch (const tt::ModuleError& error) {
+    e = error.what();
+  }
+  EXPECT_HAS(e, "plugin 'test-name-option' from ");
+  EXPECT_HAS(e, " declares an option 'name', but 'name' is the key that picks the plugin in a pipeline "
+                "({name: test-name-option, ...}): call the option otherwise");
+  EXPECT_FALSE(plugin_registered("test-name-option"));
+  EXPECT_THROW(reg.add_model("test-name-option", "", schema, nullptr), tt::ModuleError);
+  EXPECT_THROW(reg.add_dataset("test-name-option", "", schema, nullptr), tt::ModuleError);
+}

@@ -116,6 +116,11 @@ TEST(Options, ParseBytes) {
   EXPECT_EQ(tt::parse_bytes("0.5GiB"), 1LL << 29);
   EXPECT_THROW(tt::parse_bytes("lots"), tt::ConfigError);
   EXPECT_THROW(tt::parse_bytes("-1GiB"), tt::ConfigError);
+  // past 2^63 bytes the count overflowed into a negative "must be >= 0, got 1e20"
+  EXPECT_EQ(tt::test::config_error([] { tt::parse_bytes("1e20"); }),
+            "'1e20' is too large a size: at most 8 EiB (2^63 bytes) can be written");
+  EXPECT_THROW(tt::parse_bytes("9000000TiB"), tt::ConfigError);
+  EXPECT_EQ(tt::parse_bytes("1000000TiB"), 1000000LL << 40);
   EXPECT_EQ(tt::format_bytes(1536), "1.50 KiB");
   EXPECT_EQ(tt::format_mib(1572864), "1.5");
   EXPECT_EQ(tt::format_mib(1572864, 2), "1.50");

@@ -388,7 +388,10 @@ TEST(TtRun, ListAndVersion) {
   for (const char* s : {"models:", "topic", "topic-synthetic", "optimizers:", "adamw", "cosine_warm_restarts",
                         "avg_doc_length", "trainer options:", "micro_batch_size",
                         // every section a pipeline has, the output's and the top level's included
-                        "output options:", "run_name", "export", "pipeline keys:", "seed", "warmup_steps"})
+                        "output options:", "run_name", "export", "pipeline keys:", "seed", "warmup_steps",
+                        // what a refusal of a plugin beside a model points to
+                        "parts: block_stack, attention, linear, embedding, output_head", "abilities: generate",
+                        "parts: none", "acts on the model's: block_stack"})
     EXPECT_NE(r.output.find(s), std::string::npos) << s;
   r = run(tt_run() + " --version");
   ASSERT_EQ(r.rc, 0);

@@ -69,6 +69,19 @@ void print_list() {
     for (const auto& e : entries) {
       std::printf("  %-22s %s\n", e.name.c_str(), e.description.c_str());
       if (e.origin != "built-in") std::printf("  %-22s from %s\n", "", e.origin.c_str());
+      const auto join = [](const std::vector<std::string>& v) {
+        std::string out;
+        for (const auto& x : v) out += (out.empty() ? "" : ", ") + x;
+        return out.empty() ? std::string("none") : out;
+      };
+      // what the pipeline's check of a plugin against its model reads (tt/registry.h)
+      if (kind == tt::Kind::Model) {
+        const auto& m = reg.model(e.name);
+        if (m.parts) std::printf("  %-22s parts: %s\n", "", join(*m.parts).c_str());
+        if (m.abilities) std::printf("  %-22s abilities: %s\n", "", join(*m.abilities).c_str());
+      }
+      if (kind == tt::Kind::Plugin && !reg.plugin(e.name).needs.empty())
+        std::printf("  %-22s acts on the model's: %s\n", "", join(reg.plugin(e.name).needs).c_str());
       for (const auto& s : e.schema->specs()) {
         std::string def = s.default_yaml == "~" ? "unset" : s.default_yaml;
         std::printf("      %-20s %-8s = %-10s %s\n", s.key.c_str(),

@@ -72,13 +72,14 @@ int run(const Options& o) {
               dir.c_str());
   std::printf("\nbreakdown            MiB\n");
   for (const char* k : {"parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "activations_bytes",
-                        "teacher_bytes"}) {
-    if (std::string(k) == "teacher_bytes" && mem.value(k, int64_t{0}) == 0) continue;
-    std::printf("  %-22s %10s\n", std::string(k).substr(0, std::string(k).size() - 6).c_str(),
+                        "teacher_bytes", "held_bytes"}) {
+    const std::string key(k);
+    if ((key == "teacher_bytes" || key == "held_bytes") && mem.value(k, int64_t{0}) == 0) continue;
+    std::printf("  %-22s %10s\n", key == "held_bytes" ? "held by plugins" : key.substr(0, key.size() - 6).c_str(),
                 format_mib(mem[k].get<int64_t>(), 2).c_str());
   }
   // what the peak holds beyond those, as compare's table has it
-  std::printf("  %-22s %10s  (the peak less the parts above: a plugin's own bytes, the next batch; "
+  std::printf("  %-22s %10s  (the peak less the parts above: what a plugin holds without tt::report_held, the next batch; "
               "< 0 where the gradients, freed before each forward, were not all live at the peak)\n", "rest",
               format_mib(mem["rest_bytes"].get<int64_t>(), 2).c_str());
   for (const char* k : {"peak_tensor_bytes", "peak_rss_bytes"})
