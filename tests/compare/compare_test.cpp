@@ -554,8 +554,8 @@ TEST(Compare, CompareOverridesChangeTheComparisonAndTheOthersEachVariant) {
 TEST(ProfileMemory, WhatAPluginReportsHoldingIsALineOfTheBreakdown) {
   Cmp c;
   std::ofstream(c.dir / "ph.yaml") << c.base() << "plugins: [{name: test-hold, bytes: 4MiB, report: true}]\n";
-  auto r = tt::test::run(tt::test::tt_run_bin() + " --profile-memory " + (c.dir / "ph.yaml").string() + " --run-dir " +
-                         (c.dir / "profh").string());
+  auto r = tt::test::run("TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR " " + tt::test::tt_run_bin() + " --profile-memory " +
+                         (c.dir / "ph.yaml").string() + " --run-dir " + (c.dir / "profh").string());
   ASSERT_EQ(r.rc, 0) << r.output;
   const json m = tt::test::read_json(c.dir / "profh" / "memory_profile.json")["memory"];
   ASSERT_EQ(m["held_bytes"], 4194304);
