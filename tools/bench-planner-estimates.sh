@@ -9,7 +9,8 @@
 # are not, and mean something only on an otherwise idle machine.
 #   tools/bench-planner-estimates.sh [--d-model 64] [--layers 2] [--seq-len 128] [--batch 16]
 #                                    [--threads 2] [--build DIR] [--keep DIR]
-# About 8 minutes with the defaults on 2 cores shared with other work.
+# About 25 s with the defaults on 2 idle cores once the text has been counted (kept in tt's cache);
+# several minutes on cores shared with other work.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="$ROOT/build"; DMODEL=64; LAYERS=2; SEQ=128; BATCH=16; THREADS=2; KEEP=""
@@ -74,7 +75,7 @@ work, d, l, seq, batch = sys.argv[1:]
 MiB = 2**20
 est = json.load(open(f"{work}/est-plan/estimates.json"))["configurations"]
 refs = [r for r in est if "measured" in r]
-print(f"planner estimates vs measured peak tensor bytes: transformer d_model {d}, {l} layers, seq_len {seq}, "
+print(f"planner estimates vs measured peaks and step times: transformer d_model {d}, {l} layers, seq_len {seq}, "
       f"batch {batch}; {len(refs)} reference probes, {len(est)} configurations estimated")
 chosen = [line.rstrip("\n").split("\t") for line in open(f"{work}/chosen.tsv")]
 w = max(len(c[0]) for c in chosen) + 2
