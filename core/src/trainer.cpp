@@ -134,6 +134,7 @@ struct Trainer::Impl {
         if (!s.device.is_cpu()) batch = batch.to(s.device);
         train_step(run, std::move(batch), t0);  // BATCH_START .. BATCH_END
         if (eval_every > 0 && s.step % eval_every == 0) evaluate();
+        if (run.dist) agree_on_stop();
         if (checkpoint_every > 0 && s.step % checkpoint_every == 0 && !run.done()) checkpoint();
         if (interrupted()) {
           progress->finish();
@@ -157,6 +158,19 @@ struct Trainer::Impl {
         break;
       }
     }
+  }
+
+  // A stop one rank's plugin asked for ends every rank's fit at this step (the others would wait
+  // in the next step's all-reduce), named as that plugin's on every rank.
+  void agree_on_stop() {
+    State& s = run.state;
+    if (!run.dist->any(s.stop)) return;
+    std::string by;
+    for (const auto& name : run.dist->all_gather_strings(run.host.stopped_by()))
+      if (by.empty()) by = name;
+    if (!s.stop) log().info("step {}: plugin '{}' on another rank set state.stop; every rank stops", s.step, by);
+    s.stop = true;
+    run.host.set_stopped_by(by);
   }
 
   // Applies trainer.memory_cap (or a budget tt-run did not plan) for the training loop.

@@ -483,3 +483,21 @@ TEST(Dist, OwnedRowsTrainLikeAllReduce) {
   EXPECT_EQ(res.rc, 2) << res.output;
   EXPECT_NE(res.output.find("dist_rows: owned cannot resume"), std::string::npos) << res.output;
 }
+
+// state.stop set by a plugin on one rank only (test-stop on rank 1 after step 2) ends the fit on
+// every rank at that step, and rank 0's summary names the plugin: rank 0 used to wait in the
+// next step's all-reduce until Gloo's 60 s timeout failed the run.
+TEST(Dist, AStopOnOneRankEndsEveryRanksFitAtThatStep) {
+  tt::test::TinyLm lm("dist_stop");
+  lm.run("lm", "[]", "batch_size: 4, max_steps: 1");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run(env_clean() + "TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR " " + tt_run_bin() + " --nproc 2 " +
+               (lm.dir / "lm.yaml").string() + " trainer.max_steps=6 'plugins=[{name: test-stop, rank: 1, at_step: 2}]' -q " +
+               "--run-dir " + (lm.dir / "stop").string());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const json s = summary_of(lm.dir / "stop");
+  EXPECT_EQ(s["steps"], 2);
+  EXPECT_EQ(s["stopped_early_by"], "test-stop");
+  EXPECT_LT(seconds, 50) << "no rank waited for the collective's timeout";
+}

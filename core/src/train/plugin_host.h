@@ -61,6 +61,7 @@ class PluginHost {
   const std::string& optimizer_assigned_by() const { return optimizer_assigned_by_; }
   // The plugin that set state.stop (ended the fit before its step or epoch limit), "" if none.
   const std::string& stopped_by() const { return stopped_by_; }
+  void set_stopped_by(std::string name) { stopped_by_ = std::move(name); }  // another rank's plugin
   // The plugin that set state.skip_step on the last BEFORE_STEP, "" if none.
   const std::string& vetoed_by() const { return vetoed_by_; }
   // The plugin that last put another tensor in state.loss since AFTER_LOSS began ("" when none).
