@@ -8,6 +8,10 @@ WORK="$(mktemp -d /tmp/tt-template-XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
 
 cmake --install "$BUILD" --prefix "$WORK/prefix" > "$WORK/install.log"
+# The guides the templates point to are installed with them.
+for doc in README.md docs/plugins.md docs/models.md docs/export.md; do
+  cmp -s "$SRC/$doc" "$WORK/prefix/share/doc/tt/$doc" || { echo "FAIL: $doc is not installed to share/doc/tt"; exit 1; }
+done
 
 # The installed tabular configs start from the installed pretrained model, from any folder (the
 # table given on the command line, as a user's own would be: three classes apart in two features).
@@ -96,6 +100,8 @@ sed -e 's/name: grad-stats, every: 2/name: ema, decay: 0.9/' -e 's/run_name: r,/
 TT_PLUGIN_PATH="$WORK/ema/build/lib/tt" "$WORK/prefix/bin/tt-run" -q "$WORK/ema.yaml" > "$WORK/ema.log" 2>&1 ||
   { cat "$WORK/ema.log"; exit 1; }
 test -s "$WORK/runs/ema/ema.pt" || { cat "$WORK/ema.log"; echo "FAIL: the ema example wrote no ema.pt"; exit 1; }
+grep -q "the weights' average" "$WORK/runs/ema/summary.json" ||
+  { cat "$WORK/runs/ema/summary.json"; echo "FAIL: the ema example did not report the bytes it holds"; exit 1; }
 if TT_PLUGIN_PATH="$WORK/ema/build/lib/tt" "$WORK/prefix/bin/tt-run" -q "$WORK/ema.yaml" plugins.0.decay=1.5 \
   output.run_name=ema-bad > "$WORK/ema-bad.log" 2>&1; then
   echo "FAIL: decay 1.5 was accepted"; exit 1

@@ -178,6 +178,13 @@ std::string ModuleLoader::describe_search_path() const {
   for (const auto& d : search_path()) {
     if (!s.empty()) s += ", ";
     s += d.string();
+    std::error_code ec;  // what is wrong with an entry the user wrote
+    if (fs::is_regular_file(d, ec))
+      s += " (a file: TT_PLUGIN_PATH lists directories; give " + d.parent_path().string() + ")";
+    else if (!fs::exists(d, ec))
+      s += " (does not exist)";
+    else if (!fs::is_directory(d, ec))
+      s += " (not a directory)";
   }
   s += env ? " (TT_PLUGIN_PATH, then the directory installed with tt)"
            : " (the directory installed with tt; set TT_PLUGIN_PATH to add more)";

@@ -218,6 +218,16 @@ TEST(Loader, NotFoundListsSearchPathAvailableAndRefused) {
   }
 }
 
+// Entries of TT_PLUGIN_PATH that cannot hold modules say why in the search path a refusal lists.
+TEST(Loader, TheSearchPathSaysWhichEntriesAreMissingOrFiles) {
+  const std::string so = kDir + "/tt_plugin_test-good.so", gone = kDir + "/no-such-directory";
+  PluginPath path((so + ":" + gone + ":" + kDir).c_str());
+  const std::string m = tt::ModuleLoader::global().describe_search_path();
+  EXPECT_HAS(m, so + " (a file: TT_PLUGIN_PATH lists directories; give " + kDir + ")");
+  EXPECT_HAS(m, gone + " (does not exist)");
+  EXPECT_HAS(m, ", " + kDir + ", ");  // a directory as it is
+}
+
 // A name no file can have (longer than a file name may be, a '/' leading out of the module
 // directory, a NUL, or nothing) is an unknown model or plugin like any other, not an exception
 // from the file system.

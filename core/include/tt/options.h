@@ -163,7 +163,7 @@ class TT_API Options {
     return out;
   }
 
-  // Throws tt::Error "<location>: <context>.<key> <message>" (for range checks).
+  // Throws tt::ConfigError (exit 2) "<location>: <context>.<key> <message>" (for range checks).
   [[noreturn]] void fail(const std::string& key, const std::string& message) const;
   void check(bool ok, const std::string& key, const std::string& message) const {
     if (!ok) fail(key, message);
