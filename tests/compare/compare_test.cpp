@@ -572,6 +572,17 @@ TEST(ProfileMemory, WhatAPluginReportsHoldingIsALineOfTheBreakdown) {
   EXPECT_HAS(r.output, line("rest", static_cast<double>(rest)));
 }
 
+// An out-of-memory refusal under trainer.memory_cap says how much of the peak plugins hold.
+TEST(ProfileMemory, AnOutOfMemoryRefusalNamesWhatPluginsHold) {
+  Cmp c;
+  std::ofstream(c.dir / "oh.yaml") << c.base() << "plugins: [{name: test-hold, bytes: 4MiB, report: true}]\n";
+  auto r = tt::test::run("TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR " " + tt::test::tt_run_bin() + " " +
+                         (c.dir / "oh.yaml").string() + " trainer.memory_cap=4MiB -q --run-dir " + (c.dir / "oh").string());
+  EXPECT_EQ(r.rc, 4) << r.output;
+  EXPECT_HAS(r.output, "out of memory at step 1");
+  EXPECT_HAS(r.output, " (plugins hold 4.00 MiB of it: test-hold's buffer). Fixes: ");
+}
+
 TEST(ProfileMemory, AModelWithAFusedStepIsProfiledOnTheUsualStepAndSaysSo) {
   Cmp c;
   std::ofstream(c.dir / "topic.yaml") << tt::test::topic_yaml(c.dir / "runs");

@@ -72,7 +72,7 @@ Lora::Lora(torch::nn::Module& model, Config config) : config_(std::move(config))
     auto* l = linears[i].second;
     TT_CHECK_AS(ConfigError, config_.r <= std::min(l->in_features, l->out_features), "lora r = ", config_.r,
                 " exceeds the smaller side of ", linears[i].first, " (", l->in_features, " -> ", l->out_features,
-                "): a low-rank adapter needs r below it");
+                "): a low-rank adapter needs r at most that (leave such a layer out of lora.targets)");
     auto a = std::make_shared<Adapter>(l->in_features, l->out_features, config_.r, config_.alpha, config_.dropout);
     a->to(l->weight.device());
     l->add_adapter("lora", a);
