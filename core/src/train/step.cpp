@@ -41,6 +41,18 @@ bool finite_or_dropped(Run& run, double loss) {
                  : std::string("none"));
 }
 
+}  // namespace
+
+std::string held_by_plugins(const State& s) {
+  std::string held;  // what plugins said they hold in tensors is part of the peak
+  for (const auto& h : s.held)
+    if (h.where == static_cast<int>(Held::Tensors) && h.bytes > 0)
+      held += (held.empty() ? " (plugins hold " : ", ") + format_bytes(h.bytes) + " of it: " + h.plugin + "'s " + h.what;
+  return held.empty() ? held : held + ")";
+}
+
+namespace {
+
 // Forward and backward over the micro-batches. Mean-reduced losses are weighted by their
 // share of the batch, so the accumulated gradient is the full batch's.
 Accumulated forward_backward(Run& run) {
@@ -158,13 +170,9 @@ Accumulated forward_backward_retrying(Run& run) {
                   "/ [amp] to need less activation memory.");
       run.host.fire(Event::OOM, s);
       if (!s.retry_batch || attempt >= 16) {
-        std::string held;  // what plugins said they hold in tensors is part of that peak
-        for (const auto& h : s.held)
-          if (h.where == static_cast<int>(Held::Tensors) && h.bytes > 0)
-            held += (held.empty() ? " (plugins hold " : ", ") + format_bytes(h.bytes) + " of it: " + h.plugin + "'s " + h.what;
         TT_FAIL_AS(OutOfMemory, "out of memory at step ", s.step + 1, " (epoch ", s.epoch, ", batch ", s.batch_in_epoch,
                    ", micro-batch ", s.micro_batch_size, "): ", s.oom_message, ". Peak tensor bytes so far ",
-                   format_bytes(run.peak()), held.empty() ? "" : held + ")",
+                   format_bytes(run.peak()), held_by_plugins(s),
                    ". Fixes: lower trainer.micro_batch_size (gradients accumulate to the same batch), "
                    "add plugins: [oom-guard] to do that automatically, or use [checkpoint] / [amp] to need less "
                    "activation memory.");

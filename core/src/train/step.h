@@ -23,6 +23,10 @@ int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer);
 // The bytes of the parameters' gradients now (a sparse one's indices and values).
 int64_t gradient_bytes(const std::vector<at::Tensor>& parameters);
 
+// For an out-of-memory message: " (plugins hold 4.00 MiB of it: ema's the weights' average)",
+// what plugins reported holding in tensors (tt::report_held), or "".
+std::string held_by_plugins(const State& s);
+
 // `started`: when loading the batch began (the step's time counts from there).
 void train_step(Run& run, Batch batch, Clock::time_point started);
 
