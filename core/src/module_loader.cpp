@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "tt/error.h"
+#include "tt/log.h"
 #include "tt/module.h"
 #include "tt/registry.h"
 
@@ -266,11 +267,16 @@ bool ModuleLoader::load_by_name(const std::string& kind, const std::string& name
   // "unknown model 'x'" follows, not an exception from the file system.
   if (name.empty() || name.find_first_of(std::string("/\0", 2)) != std::string::npos) return false;
   const std::string file = "tt_" + kind + "_" + name + ".so";
-  for (const auto& dir : search_path()) {
-    const fs::path p = dir / file;
+  const auto dirs = search_path();
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    const fs::path p = dirs[i] / file;
     std::error_code ec;
     if (fs::exists(p, ec)) {
       load_file(p);
+      // one of TT_PLUGIN_PATH's in place of the one installed with tt: said, not silent
+      if (i + 1 < dirs.size() && fs::exists(dirs.back() / file, ec))
+        log().info("{} '{}' from {}, in place of the one installed with tt ({})", kind, name, p.string(),
+                   (dirs.back() / file).string());
       return true;
     }
   }

@@ -228,6 +228,27 @@ TEST(Loader, TheSearchPathSaysWhichEntriesAreMissingOrFiles) {
   EXPECT_HAS(m, ", " + kDir + ", ");  // a directory as it is
 }
 
+// A module of TT_PLUGIN_PATH with the name of one installed with tt is the one loaded, and the
+// log says so: a user's copy of a shipped plugin does not replace it silently.
+TEST(Loader, AModuleOnThePluginPathInPlaceOfAnInstalledOneIsSaidToBe) {
+  namespace fs = std::filesystem;
+  auto out = tt::test::temp_dir("loader_shadow");
+  const fs::path installed = fs::path(tt::test::tt_run_bin()).parent_path().parent_path() / "lib" / "tt" / "tt_plugin_oom-guard.so";
+  ASSERT_TRUE(fs::exists(installed)) << installed;
+  fs::create_directories(out / "mine");
+  fs::copy_file(installed, out / "mine" / "tt_plugin_oom-guard.so");
+  std::ofstream(out / "p.yaml") << tt::test::topic_yaml(out, "  max_steps: 2\n", "plugins: [oom-guard]\n");
+  auto r = tt::test::run("TT_PLUGIN_PATH=" + (out / "mine").string() + " " + tt::test::tt_run_bin() + " -q " +
+                         (out / "p.yaml").string() + " --run-dir " + (out / "run").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_HAS(r.output, "plugin 'oom-guard' from " + (out / "mine" / "tt_plugin_oom-guard.so").string() +
+                           ", in place of the one installed with tt (" + installed.string() + ")");
+  auto plain = tt::test::run("env -u TT_PLUGIN_PATH " + tt::test::tt_run_bin() + " -q " + (out / "p.yaml").string() +
+                             " --run-dir " + (out / "plain").string());
+  ASSERT_EQ(plain.rc, 0) << plain.output;
+  EXPECT_EQ(plain.output.find("in place of the one installed"), std::string::npos) << plain.output;
+}
+
 // A name no file can have (longer than a file name may be, a '/' leading out of the module
 // directory, a NUL, or nothing) is an unknown model or plugin like any other, not an exception
 // from the file system.
