@@ -176,9 +176,11 @@ std::vector<fs::path> ModuleLoader::search_path() const {
 std::string ModuleLoader::describe_search_path() const {
   std::string s;
   const char* env = std::getenv("TT_PLUGIN_PATH");
-  for (const auto& d : search_path()) {
+  const auto dirs = search_path();
+  for (const auto& d : dirs) {
     if (!s.empty()) s += ", ";
     s += d.string();
+    if (&d == &dirs.back()) break;  // the directory installed with tt, as it is
     std::error_code ec;  // what is wrong with an entry the user wrote
     if (fs::is_regular_file(d, ec))
       s += " (a file: TT_PLUGIN_PATH lists directories; give " + d.parent_path().string() + ")";
@@ -274,7 +276,7 @@ bool ModuleLoader::load_by_name(const std::string& kind, const std::string& name
     if (fs::exists(p, ec)) {
       load_file(p);
       // one of TT_PLUGIN_PATH's in place of the one installed with tt: said, not silent
-      if (i + 1 < dirs.size() && fs::exists(dirs.back() / file, ec))
+      if (i + 1 < dirs.size() && fs::exists(dirs.back() / file, ec) && !fs::equivalent(p, dirs.back() / file, ec))
         log().info("{} '{}' from {}, in place of the one installed with tt ({})", kind, name, p.string(),
                    (dirs.back() / file).string());
       return true;

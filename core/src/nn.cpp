@@ -226,8 +226,9 @@ at::Tensor LayerNormImpl::forward(const at::Tensor& x) {
     return torch::layer_norm(x.to(torch::kFloat), {weight.size(0)}, weight, bias, eps);
   }
   // A bf16 input (autocast's output of a Linear) with float32 weights: LibTorch 1.13's CPU kernel
-  // refuses the mix, 2.x's computes in float32 and returns the input's type; both do the latter.
-  if (x.scalar_type() != weight.scalar_type())
+  // refuses the mix, 2.6's computes in float32 and returns the input's type (with autocast on
+  // too); on both tt does the latter. (CUDA's autocast returns float32 there.)
+  if ((x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kHalf) && weight.scalar_type() == torch::kFloat)
     return torch::layer_norm(x.to(torch::kFloat), {weight.size(0)}, weight.to(torch::kFloat), bias.to(torch::kFloat), eps)
         .to(x.scalar_type());
   return torch::layer_norm(x, {weight.size(0)}, weight, bias, eps);

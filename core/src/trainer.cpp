@@ -120,11 +120,13 @@ struct Trainer::Impl {
     const int64_t eval_every = T.is_set("eval_every") ? T.get_int("eval_every") : 0;
     const int64_t checkpoint_every = T.is_set("checkpoint_every") ? T.get_int("checkpoint_every") : 0;
     int64_t first_batch = run.next_batch;
+    agree_on_stop();  // FIT_START's; and after each event below that may stop the fit
     for (s.epoch = run.next_epoch; !run.done(); ++s.epoch, first_batch = 0) {
       if (first_batch == 0) {
         run.epoch_loss_sum = 0;
         run.epoch_batches = 0;
         fire(Event::EPOCH_START);
+        agree_on_stop();
       }
       run.record.epoch_started = Clock::now();
       for (int64_t b = first_batch; b < s.batches_per_epoch && !run.done(); ++b) {
@@ -134,8 +136,11 @@ struct Trainer::Impl {
         if (!s.device.is_cpu()) batch = batch.to(s.device);
         train_step(run, std::move(batch), t0);  // BATCH_START .. BATCH_END
         if (eval_every > 0 && s.step % eval_every == 0) evaluate();
-        if (run.dist) agree_on_stop();
-        if (checkpoint_every > 0 && s.step % checkpoint_every == 0 && !run.done()) checkpoint();
+        agree_on_stop();
+        if (checkpoint_every > 0 && s.step % checkpoint_every == 0 && !run.done()) {
+          checkpoint();
+          agree_on_stop();
+        }
         if (interrupted()) {
           progress->finish();
           checkpoint();
@@ -152,6 +157,7 @@ struct Trainer::Impl {
       run.record.epoch_times.push_back(seconds_since(run.record.epoch_started));
       run.flush_optimizer();
       fire(Event::EPOCH_END);
+      agree_on_stop();
       s.batch_in_epoch = -1;
       if (run.max_epochs > 0 && s.epoch + 1 >= run.max_epochs) {
         ++s.epoch;
@@ -160,17 +166,9 @@ struct Trainer::Impl {
     }
   }
 
-  // A stop one rank's plugin asked for ends every rank's fit at this step (the others would wait
-  // in the next step's all-reduce), named as that plugin's on every rank.
+  // Called wherever the loop next tests run.done() (grad_sync.h).
   void agree_on_stop() {
-    State& s = run.state;
-    if (!run.dist->any(s.stop)) return;
-    std::string by;
-    for (const auto& name : run.dist->all_gather_strings(run.host.stopped_by()))
-      if (by.empty()) by = name;
-    if (!s.stop) log().info("step {}: plugin '{}' on another rank set state.stop; every rank stops", s.step, by);
-    s.stop = true;
-    run.host.set_stopped_by(by);
+    if (run.sync) run.sync->agree_on_stop();
   }
 
   // Applies trainer.memory_cap (or a budget tt-run did not plan) for the training loop.

@@ -546,9 +546,6 @@ TEST(Compare, CompareOverridesChangeTheComparisonAndTheOthersEachVariant) {
   EXPECT_NE(bad.output.find("'compare.steps=2' changes a compare: section"), std::string::npos) << bad.output;
 }
 
-// The topic model's fused step runs only without plugins, and the profile is a plugin: the
-// profiled step is the usual one, and the output says so (the same pipeline run plainly has no
-// gradient tensors; the profile shows them).
 // What a plugin reports holding (tt::report_held) is a line of the breakdown, and the rest is
 // the peak less every line above it, as in compare's table and the summary.
 TEST(ProfileMemory, WhatAPluginReportsHoldingIsALineOfTheBreakdown) {
@@ -583,6 +580,9 @@ TEST(ProfileMemory, AnOutOfMemoryRefusalNamesWhatPluginsHold) {
   EXPECT_HAS(r.output, " (plugins hold 4.00 MiB of it: test-hold's buffer). ");
 }
 
+// The topic model's fused step runs only without plugins, and the profile is a plugin: the
+// profiled step is the usual one, and the output says so (the same pipeline run plainly has no
+// gradient tensors; the profile shows them).
 TEST(ProfileMemory, AModelWithAFusedStepIsProfiledOnTheUsualStepAndSaysSo) {
   Cmp c;
   std::ofstream(c.dir / "topic.yaml") << tt::test::topic_yaml(c.dir / "runs");

@@ -247,6 +247,11 @@ TEST(Loader, AModuleOnThePluginPathInPlaceOfAnInstalledOneIsSaidToBe) {
                              " --run-dir " + (out / "plain").string());
   ASSERT_EQ(plain.rc, 0) << plain.output;
   EXPECT_EQ(plain.output.find("in place of the one installed"), std::string::npos) << plain.output;
+  // the installed directory itself on TT_PLUGIN_PATH loads the installed module: nothing to say
+  auto same = tt::test::run("TT_PLUGIN_PATH=" + installed.parent_path().string() + " " + tt::test::tt_run_bin() +
+                            " -q " + (out / "p.yaml").string() + " --run-dir " + (out / "same").string());
+  ASSERT_EQ(same.rc, 0) << same.output;
+  EXPECT_EQ(same.output.find("in place of the one installed"), std::string::npos) << same.output;
 }
 
 // A name no file can have (longer than a file name may be, a '/' leading out of the module

@@ -545,15 +545,36 @@ TEST(Trainer, ALossThatIsNotAScalarOrHasNoGraphIsNamedForWhatItIs) {
   }
 }
 
-// LibTorch writes a submodule, parameter or buffer named with a Python keyword into a checkpoint
-// but cannot read it back ("expected ident but found 'in'"): such a model (here what a plugin
-// adds at INIT) is refused before its first step, naming the tensor; another name trains.
-TEST(Trainer, AModelPartNamedWithAPythonKeywordIsRefusedBeforeTraining) {
+// LibTorch writes a submodule, parameter or buffer named with a word TorchScript reserves into a
+// checkpoint but cannot read it back ("expected ident but found 'in'"): such a model (here what a
+// plugin adds at INIT) is refused before its first step, naming the tensor; another name
+// ("print", or Python's "lambda", which TorchScript reads) trains and resumes.
+TEST(Trainer, AModelPartNamedWithAWordTorchScriptReservesIsRefusedBeforeTraining) {
   tt::test::register_test_components();
   const auto out = tt::test::temp_dir("keyword_names");
   const std::string yaml = "model: test-regression\ndata: {name: test-regression-data, n: 32}\noptimizer: sgd\n"
                            "trainer: {batch_size: 8, max_steps: 2, checkpoint_every: 2, threads: 1, progress: off}\n"
                            "output: {plots: false}\n";
+  // the premise, on the LibTorch this is linked with: an archive holding such a name (a module
+  // archive nests its submodules') is written and not read back; Python's "lambda" is
+  const auto round_trips = [&](const std::string& name) {
+    torch::serialize::OutputArchive ar, sub;
+    sub.write(name, torch::ones({2}));
+    ar.write(name, sub);
+    ar.save_to((out / "names.pt").string());
+    try {
+      torch::serialize::InputArchive in, part;
+      in.load_from((out / "names.pt").string());
+      at::Tensor t;
+      in.read(name, part);
+      part.read(name, t);
+      return t.sum().item<double>() == 2;
+    } catch (const std::exception&) {
+      return false;
+    }
+  };
+  for (const char* name : {"in", "None", "def", "__annotations__"}) EXPECT_FALSE(round_trips(name)) << name;
+  for (const char* name : {"lambda", "print", "in_"}) EXPECT_TRUE(round_trips(name)) << name;
   const auto fit = [&](const std::string& tag, std::function<void(tt::State&)> add) {
     tt::Trainer t(tt::parse_pipeline(yaml, "p.yaml"), {out / tag, false, true});
     t.add_plugin(std::make_unique<tt::test::OnEvent>(Event::INIT, std::move(add)));
@@ -566,19 +587,24 @@ TEST(Trainer, AModelPartNamedWithAPythonKeywordIsRefusedBeforeTraining) {
     return e;
   };
   std::string e = fit("in", [](tt::State& s) { s.model->register_module("in", torch::nn::Linear(1, 1)); });
-  EXPECT_HAS(e, "model (test-regression): the parameter 'in.weight' has a part named 'in', a Python keyword");
+  EXPECT_HAS(e, "model (test-regression): the parameter 'in.weight' has a part named 'in', a word TorchScript reserves");
   EXPECT_HAS(e, "(e.g. 'in_')");
   EXPECT_TRUE(tt::list_checkpoints(out / "in" / "checkpoints").empty());
   e = fit("none", [](tt::State& s) {
     s.model->named_children()["lin"]->register_buffer("None", torch::zeros({1}));
   });
   EXPECT_HAS(e, "the buffer 'lin.None' has a part named 'None'");
-  e = fit("print", [](tt::State& s) { s.model->register_module("print", torch::nn::Linear(1, 1)); });
+  e = fit("print", [](tt::State& s) {
+    s.model->register_module("print", torch::nn::Linear(1, 1));
+    s.model->register_buffer("lambda", torch::zeros({1}));
+  });
   EXPECT_EQ(e, "no error");
   // and that model's checkpoint reads back: its run resumed for two more steps
   tt::Trainer again(tt::Trainer::pipeline_of_run(out / "print", {"trainer.max_steps=4"}), {out / "print", true, true});
-  again.add_plugin(std::make_unique<tt::test::OnEvent>(
-      Event::INIT, [](tt::State& s) { s.model->register_module("print", torch::nn::Linear(1, 1)); }));
+  again.add_plugin(std::make_unique<tt::test::OnEvent>(Event::INIT, [](tt::State& s) {
+    s.model->register_module("print", torch::nn::Linear(1, 1));
+    s.model->register_buffer("lambda", torch::zeros({1}));
+  }));
   EXPECT_NO_THROW(again.fit());
   EXPECT_EQ(tt::test::summary_of(out / "print")["steps"], 4);
 }
@@ -629,6 +655,9 @@ TEST(Trainer, APluginsLossOrMicroBatchSizeIsCheckedAndARefusalNamesThePlugin) {
   }
   r = run("micro4", Event::BEFORE_STEP, [](tt::State& s) { s.micro_batch_size = 4; });  // within: trains
   EXPECT_EQ(r.first, "no error");
+  r = run("midbatch", Event::AFTER_BACKWARD, [](tt::State& s) { s.micro_batch_size = 4; });
+  EXPECT_HAS(r.first, "plugin 'meddler' failed in AFTER_BACKWARD at step 1: it changed state.micro_batch_size from "
+                      "8 to 4 between a batch's micro-steps: change it at BATCH_START, BEFORE_STEP or OOM");
 }
 
 // A metric a plugin names as one of the trainer's fields does not replace the trainer's loss in

@@ -484,20 +484,33 @@ TEST(Dist, OwnedRowsTrainLikeAllReduce) {
   EXPECT_NE(res.output.find("dist_rows: owned cannot resume"), std::string::npos) << res.output;
 }
 
-// state.stop set by a plugin on one rank only (test-stop on rank 1 after step 2) ends the fit on
-// every rank at that step, and rank 0's summary names the plugin: rank 0 used to wait in the
-// next step's all-reduce until Gloo's 60 s timeout failed the run.
+// state.stop set by a plugin on one rank only (test-stop on rank 1 from step 2, at BATCH_END or at
+// CHECKPOINT) ends the fit on every rank at that step, and rank 0's summary names the plugin:
+// rank 0 used to wait in the next step's all-reduce until Gloo's 60 s timeout failed the run.
 TEST(Dist, AStopOnOneRankEndsEveryRanksFitAtThatStep) {
   tt::test::TinyLm lm("dist_stop");
   lm.run("lm", "[]", "batch_size: 4, max_steps: 1");
-  const auto t0 = std::chrono::steady_clock::now();
-  auto r = run(env_clean() + "TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR " " + tt_run_bin() + " --nproc 2 " +
-               (lm.dir / "lm.yaml").string() + " trainer.max_steps=6 'plugins=[{name: test-stop, rank: 1, at_step: 2}]' -q " +
-               "--run-dir " + (lm.dir / "stop").string());
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const std::string event : {"batch_end", "checkpoint"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = run(env_clean() + "TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR " " + tt_run_bin() + " --nproc 2 " +
+                 (lm.dir / "lm.yaml").string() + " trainer.max_steps=6 trainer.checkpoint_every=1 " +
+                 "'plugins=[{name: test-stop, rank: 1, at_step: 2, event: " + event + "}]' -q --run-dir " +
+                 (lm.dir / event).string());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_EQ(r.rc, 0) << event << ": " << r.output;
+    const json s = summary_of(lm.dir / event);
+    EXPECT_EQ(s["steps"], 2) << event;
+    EXPECT_EQ(s["stopped_early_by"], "test-stop") << event;
+    EXPECT_LT(seconds, 50) << event << ": no rank waited for the collective's timeout";
+  }
+  // at the end of the first epoch (the topic pipeline: 3 epochs of 4 steps at batch 8)
+  const fs::path y = topic_pipeline(lm.dir, "topic");
+  auto r = run(env_clean() + "TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR " " + tt_run_bin() + " --nproc 2 " + y.string() +
+               " trainer.batch_size=8 'plugins=[{name: test-stop, rank: 1, event: epoch_end}]' -q --run-dir " +
+               (lm.dir / "epoch").string());
   ASSERT_EQ(r.rc, 0) << r.output;
-  const json s = summary_of(lm.dir / "stop");
-  EXPECT_EQ(s["steps"], 2);
+  const json s = summary_of(lm.dir / "epoch");
+  EXPECT_EQ(s["steps"], 4);
+  EXPECT_EQ(s["epochs_completed"], 1);
   EXPECT_EQ(s["stopped_early_by"], "test-stop");
-  EXPECT_LT(seconds, 50) << "no rank waited for the collective's timeout";
 }

@@ -148,7 +148,7 @@ TEST(Budget, PlanEstimatesWritesEveryConfigurationsEstimateFromTheReferenceProbe
     // A reference probe's estimate is its own measurement.
     EXPECT_EQ(c["estimated_peak_bytes"].get<int64_t>(), c["measured"]["peak_tensor_bytes"].get<int64_t>()) << c;
   }
-  EXPECT_EQ(measured, 8);  // as written at micro-batch 8 and 4, the six alternatives alone at 8
+  EXPECT_EQ(measured, 8);  // as written at micro-batch 8 and 1, the six alternatives alone at 8
   EXPECT_GT(est["configurations"].size(), 100u);
   EXPECT_FALSE(fs::exists(b.lm.dir / "est-plan" / "plan.json"));  // no search
   EXPECT_FALSE(fs::exists(b.lm.dir / "est" / "summary.json"));  // no training

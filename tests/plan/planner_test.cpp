@@ -520,34 +520,63 @@ TEST(Planner, EstimatesRunOnlyTheReferenceProbesAndCoverEveryConfiguration) {
 }
 
 // The micro-batches between the reference and the smallest are interpolated from those two
-// probes: where a step's time is a part per step plus a part per micro-step (batch/m of them)
-// and the rest of the peak a power of the micro-batch, as written is estimated exactly at every
-// micro-batch, and a technique alone (its factors measured at the reference) at each of them too.
+// probes: where a step's time is a part per step plus a part per micro-step (ceil(batch/m) of
+// them, so 4 at micro-batch 3 of a batch of 10) and the rest of the peak a power of the
+// micro-batch, the configurations kept below (as written, ckpt-all alone, quant alone; their
+// factors measured at the reference) are estimated exactly at every micro-batch.
 TEST(Planner, EstimatesBetweenTheEndsFollowAPartPerStepAndOnePerMicroStep) {
   Table t;
-  const auto truth = [&](const Candidate& c) {
-    Cost x = t.cost(c);
-    const double m = static_cast<double>(c.micro);
-    const double rest = 400.0 * std::pow(m / 8.0, 0.9) * (c.pick[0] == 0 ? 0.3 : 1.0);
-    x.peak = x.parameters + x.gradients + x.optimizer + static_cast<int64_t>(std::llround(rest));
-    x.step_ms = (60.0 + 40.0 * 8.0 / m) * (c.pick[0] == 0 ? 1.3 : 1.0) * (c.pick[1] == 0 ? 1.05 : 1.0);
-    return x;
-  };
-  int probes = 0;
+  for (const std::vector<int64_t>& sizes : {std::vector<int64_t>{8, 4, 2, 1}, std::vector<int64_t>{10, 5, 3, 2, 1}}) {
+    const int64_t batch = sizes.front();
+    const auto truth = [&](const Candidate& c) {
+      Cost x = t.cost(c);
+      const double m = static_cast<double>(c.micro);
+      const double rest = 400.0 * std::pow(m / 8.0, 0.9) * (c.pick[0] == 0 ? 0.3 : 1.0);
+      x.peak = x.parameters + x.gradients + x.optimizer + static_cast<int64_t>(std::llround(rest));
+      const double micro_steps = static_cast<double>((batch + c.micro - 1) / c.micro);
+      x.step_ms = (60.0 + 40.0 * micro_steps) * (c.pick[0] == 0 ? 1.3 : 1.0) * (c.pick[1] == 0 ? 1.05 : 1.0);
+      return x;
+    };
+    int probes = 0;
+    auto s = settings();
+    s.micro_sizes = sizes;
+    tt::plan::Planner planner(t.dims, s, [&](const Candidate& c) {
+      ++probes;
+      return truth(c);
+    });
+    const auto rows = planner.estimates();
+    EXPECT_EQ(probes, 2 + 5);
+    int checked = 0;
+    for (const auto& r : rows) {
+      const auto& p = r.candidate.pick;
+      const bool kept = p[2] < 0 && p[0] != 1 && !(p[0] == 0 && p[1] == 0);  // as written, ckpt-all or quant alone
+      if (!kept) continue;
+      const Cost x = truth(r.candidate);
+      EXPECT_NEAR(r.est_ms, x.step_ms, 1e-9 * x.step_ms) << r.label << " of a batch of " << batch;
+      EXPECT_NEAR(r.est_peak, static_cast<double>(x.peak), 1.0) << r.label;  // the rest rounded to a byte
+      ++checked;
+    }
+    EXPECT_EQ(checked, 3 * static_cast<int>(sizes.size()));
+  }
+}
+
+// Where the smallest micro-batch fails (a model that needs two examples), the smallest that runs
+// is the second end of the range.
+TEST(Planner, WhereTheSmallestMicroBatchFailsTheSmallestThatRunsCalibrates) {
+  Table t;
+  std::vector<int64_t> probed;
   tt::plan::Planner planner(t.dims, settings(), [&](const Candidate& c) {
-    ++probes;
-    return truth(c);
+    if (c.pick == std::vector<int>{-1, -1, -1, -1}) probed.push_back(c.micro);
+    Cost x = t.cost(c);
+    if (c.micro == 1) {
+      x.status = Cost::Status::Failed;
+      x.reason = "error (exit 2): a batch of one example";
+    }
+    return x;
   });
   const auto rows = planner.estimates();
-  EXPECT_EQ(probes, 2 + 5);
-  int checked = 0;
-  for (const auto& r : rows) {
-    const auto& p = r.candidate.pick;
-    if (p[2] >= 0 || p[0] == 1 || (p[0] == 0 && p[1] == 0)) continue;  // as written, ckpt-all or quant alone
-    const Cost x = truth(r.candidate);
-    EXPECT_NEAR(r.est_ms, x.step_ms, 1e-9 * x.step_ms) << r.label;
-    EXPECT_NEAR(r.est_peak, static_cast<double>(x.peak), 1.0) << r.label;  // the rest rounded to a byte
-    ++checked;
-  }
-  EXPECT_EQ(checked, 3 * 4);  // 3 configurations x micro 8, 4, 2, 1
+  EXPECT_EQ(probed, (std::vector<int64_t>{8, 1, 2}));
+  for (const auto& r : rows)  // as written at micro 4, between the ends, follows the table's power law closely
+    if (r.candidate.pick == std::vector<int>{-1, -1, -1, -1} && r.candidate.micro == 4)
+      EXPECT_NEAR(r.est_peak, static_cast<double>(t.cost(r.candidate).peak), 1.0) << r.label;
 }

@@ -138,16 +138,20 @@ void Planner::calibrate(int& counter) {
                              std::to_string(s_.micro_sizes.back()) + ": " + oom_reason);
   // How the rest of the peak (activations, temporaries) and the step time follow the micro-batch,
   // from the two ends of the range: the micro-batches between are interpolated, not extrapolated
-  // from a small difference between two neighbours.
-  if (ref_index + 1 < s_.micro_sizes.size()) {
-    const Candidate smallest{none, s_.micro_sizes.back()};
+  // from a small difference between two neighbours. Where the smallest fails (a model that needs
+  // more than one example), the smallest that runs.
+  for (size_t i = s_.micro_sizes.size() - 1; i > ref_index; --i) {
+    const Candidate smallest{none, s_.micro_sizes[i]};
     const Cost& h = measure(smallest, counter);
     if (h.ok()) {
-      const double steps = static_cast<double>(ref_.micro) / static_cast<double>(smallest.micro);
-      rest_exponent_ = std::clamp(std::log(ratio(rest_of(ref_cost_), rest_of(h))) / std::log(steps), 0.0, 1.5);
-      // t(m) = t_ref x ((1 - s) + s x ref/m): within [0, 1], a smaller micro-batch is never
-      // faster and at most `steps` times slower (beyond that is load on the machine during a probe)
+      const double sizes = static_cast<double>(ref_.micro) / static_cast<double>(smallest.micro);
+      rest_exponent_ = std::clamp(std::log(ratio(rest_of(ref_cost_), rest_of(h))) / std::log(sizes), 0.0, 1.5);
+      // t(m) = t_ref x ((1 - s) + s x n(m)/n(ref)), n(m) = ceil(batch/m) micro-steps: s within
+      // [0, 1], a smaller micro-batch is never faster and at most n(m)/n(ref) times slower
+      // (beyond that is load on the machine during a probe)
+      const double steps = static_cast<double>(micro_steps(smallest.micro)) / static_cast<double>(micro_steps(ref_.micro));
       per_micro_step_ = std::clamp((ratio(h.step_ms, ref_cost_.step_ms) - 1.0) / (steps - 1.0), 0.0, 1.0);
+      break;
     }
   }
   factors_.assign(dims_.size(), {});
@@ -221,9 +225,15 @@ void Planner::estimate(const Candidate& c, double& peak, double& ms) const {
   ms = std::isfinite(fastest) ? std::max(t, fastest) : t;
 }
 
+int64_t Planner::micro_steps(int64_t micro) const {
+  const int64_t batch = s_.micro_sizes.front();
+  return (batch + micro - 1) / micro;
+}
+
 double Planner::time_scale(int64_t from_micro, int64_t to_micro) const {
   const auto at = [&](int64_t m) {
-    return 1.0 - per_micro_step_ + per_micro_step_ * static_cast<double>(ref_.micro) / static_cast<double>(m);
+    return 1.0 - per_micro_step_ + per_micro_step_ * static_cast<double>(micro_steps(m)) /
+                                       static_cast<double>(micro_steps(ref_.micro));
   };
   return at(to_micro) / at(from_micro);
 }

@@ -13,8 +13,8 @@
 //      techniques (the reference at least) times the factors of the techniques that one lacks
 //      (per component), moved to its micro-batch by what the two reference runs show: the rest
 //      of the peak by a power of the micro-batch, the step time as a part that is the same at
-//      every micro-batch (the batch's work, the optimizer) plus one per micro-step (batch/m of
-//      them), each within [0, 1] of the reference's time; no estimate faster than the fastest
+//      every micro-batch (the batch's work, the optimizer) plus one per micro-step (ceil(batch/m)
+//      of them), each within [0, 1] of the reference's time; no estimate faster than the fastest
 //      configuration measured at that micro-batch or a larger one;
 //      estimates are redone after every measurement;
 //   3. prunes what cannot fit even with the estimate's slack, and measures the rest fastest
@@ -80,7 +80,7 @@ using Probe = std::function<Cost(const Candidate&)>;
 std::string timing(const Cost& c);
 
 struct Settings {
-  std::vector<int64_t> micro_sizes;  // largest first; the first is the reference
+  std::vector<int64_t> micro_sizes;  // largest (the batch size) first; the first that runs is the reference
   double margin = 0.10;              // the chosen peak stays under budget x (1 - margin)
   double slack = 0.25;               // estimates within limit x (1 + slack) are still measured
   double noise_floor = 0.02;         // a time's noise is at least this share of it
@@ -164,6 +164,7 @@ class Planner {
   // 0 until the smallest micro-batch is measured.
   double per_micro_step_ = 0;
   double time_scale(int64_t from_micro, int64_t to_micro) const;  // step time at to / at from
+  int64_t micro_steps(int64_t micro) const;  // per step: ceil(batch / micro), the batch the largest size
   // per dimension and alternative: factors on parameters, gradients, optimizer, rest; time
   struct Factors {
     double p = 1, g = 1, o = 1, r = 1, t = 1;

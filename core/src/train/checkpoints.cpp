@@ -187,8 +187,8 @@ void load_checkpoint(Run& run) {
       std::string what = e.what();  // LibTorch appends its C++ stack after the first line
       what = first_line(what, 200);
       if (what.find("expected ident") != std::string::npos || what.find("module metadata") != std::string::npos)
-        what += " (an archive name that is a Python keyword, such as a plugin's save_state key, is written but "
-                "cannot be read back: rename it)";
+        what += " (an archive name TorchScript reserves, such as 'in' or 'None' as a plugin's save_state key, is "
+                "written but cannot be read back: rename it)";
       log().warn("checkpoint {} is unreadable ({}); trying the previous one", it->string(), what);
       failures += "\n  " + it->string() + ": " + what;
     }
@@ -199,12 +199,13 @@ void load_checkpoint(Run& run) {
 }
 
 void check_archive_names(const torch::nn::Module& model, const std::string& model_name) {
-  // LibTorch 1.13 fails on most of these, 2.x on some: every Python keyword is refused.
+  // The names TorchScript's parser reserves: an archive holding one is written but not read back
+  // ("expected ident"). The same set on LibTorch 1.13 and 2.6 (each name tried through an
+  // OutputArchive and an InputArchive); Python's other keywords (lambda, try, yield, ...) load.
   static const std::set<std::string> reserved = {
-      "False", "None",   "True",  "and",    "as",   "assert", "async", "await",    "break",  "class",
-      "continue", "def", "del",   "elif",   "else", "except", "finally", "for",    "from",   "global",
-      "if",    "import", "in",    "is",     "lambda", "nonlocal", "not", "or",     "pass",   "raise",
-      "return", "try",   "while", "with",   "yield", "__annotations__"};
+      "False", "None",  "True",   "and",    "as",  "assert", "break", "class",  "continue", "def",
+      "del",   "elif",  "else",   "for",    "global", "if",  "import", "in",    "is",       "not",
+      "or",    "pass",  "raise",  "return", "while", "with", "__annotations__"};
   const auto check = [&](const std::string& dotted, const char* what) {
     size_t start = 0;
     while (start <= dotted.size()) {
@@ -212,8 +213,8 @@ void check_archive_names(const torch::nn::Module& model, const std::string& mode
       const std::string part = dotted.substr(start, end - start);
       if (reserved.count(part))
         TT_FAIL("model (", model_name, "): the ", what, " '", dotted, "' has a part named '", part,
-                "', a Python keyword: LibTorch writes it into checkpoints but cannot read it back (no resume, "
-                "model.init_from or --export would work), so name that submodule or tensor otherwise (e.g. '",
+                "', a word TorchScript reserves: LibTorch writes it into checkpoints but cannot read it back (no "
+                "resume, model.init_from or --export would work), so name that submodule or tensor otherwise (e.g. '",
                 part, "_') where it is registered");
       start = end + 1;
     }

@@ -26,7 +26,8 @@ void load_checkpoint(Run& run);
 // Returns what does not match ("" when everything does).
 std::string load_model_checked(Run& run, torch::serialize::InputArchive& model_archive);
 // Refuses a model (with what plugins added at INIT) that has a submodule, parameter or buffer
-// named with a Python keyword ("in"): LibTorch's archives write such a name but cannot read it.
+// named with a word TorchScript reserves ("in", "None"): LibTorch's archives write such a name
+// but cannot read it.
 void check_archive_names(const torch::nn::Module& model, const std::string& model_name);
 // model.init_from / model.init_average (train/init_from.cpp).
 void init_model_from(Run& run, const std::string& from, int64_t average);

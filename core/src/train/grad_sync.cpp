@@ -69,6 +69,19 @@ bool GradSync::sync(bool ok, bool sum_reduced) {
   return synced;
 }
 
+void GradSync::agree_on_stop() {
+  State& s = run_.state;
+  if (!run_.dist->any(s.stop)) return;
+  std::string by;
+  for (const auto& name : run_.dist->all_gather_strings(run_.host.stopped_by()))
+    if (by.empty()) by = name;
+  if (!s.stop)
+    log().info("step {}: {} on another rank set state.stop; every rank stops", s.step,
+               by.empty() ? std::string("tt") : "plugin '" + by + "'");
+  s.stop = true;
+  if (!by.empty()) run_.host.set_stopped_by(by);
+}
+
 void GradSync::broadcast_model() {
   // Rank 0's weights go to tensors of the same shapes, or Gloo aborts the process: a model made
   // from data of another size (the topic model has a row per document) is refused first.

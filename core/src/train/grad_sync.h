@@ -19,6 +19,10 @@ class GradSync {
   // part (LoRA: the adapters); sparse gradients are summed densely. Returns false when the
   // step is skipped everywhere. Plugins see the synchronized gradients at BEFORE_STEP.
   bool sync(bool ok, bool sum_reduced);
+  // A stop one rank's plugin asked for (at any event of the loop) ends every rank's fit at the
+  // same point (the others would wait in the next step's all-reduce), named as that plugin's on
+  // every rank: one small all-reduce where the loop next tests whether it is done.
+  void agree_on_stop();
   // All ranks start from rank 0's parameters and buffers (after a resume, too).
   void broadcast_model();
   // trainer.dist_rows: owned: each rank trained the rows of its own documents (i % world ==

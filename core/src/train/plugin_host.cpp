@@ -138,9 +138,15 @@ void PluginHost::fire(Event e, State& s) {
       if (s.stop && !stopping && stopped_by_.empty()) stopped_by_ = p.name();
       if (e == Event::BEFORE_STEP && s.skip_step && !skipping) vetoed_by_ = p.name();
       if (s.loss.unsafeGetTensorImpl() != loss) loss_replaced_by_ = p.name();
-      if (s.micro_batch_size != micro && (s.micro_batch_size < 1 || s.micro_batch_size > s.batch_size))
-        TT_FAIL("it set state.micro_batch_size to ", s.micro_batch_size, ", which must be 1 to the batch size (",
-                s.batch_size, ")");
+      if (s.micro_batch_size != micro) {
+        TT_CHECK(s.micro_batch_size >= 1 && s.micro_batch_size <= s.batch_size, "it set state.micro_batch_size to ",
+                 s.micro_batch_size, ", which must be 1 to the batch size (", s.batch_size, ")");
+        // the batch's slices are fixed once its first micro-step begins
+        TT_CHECK(e != Event::BEFORE_FORWARD && e != Event::AFTER_FORWARD && e != Event::AFTER_LOSS &&
+                     e != Event::BEFORE_BACKWARD && e != Event::AFTER_BACKWARD,
+                 "it changed state.micro_batch_size from ", micro, " to ", s.micro_batch_size,
+                 " between a batch's micro-steps: change it at BATCH_START, BEFORE_STEP or OOM");
+      }
     } catch (...) {
       rethrow_attributed(p, std::string(to_string(e)) + " " + where(e, s), s);
     }

@@ -166,8 +166,8 @@ Accumulated forward_backward_retrying(Run& run) {
                   s.micro_batch_size, "): ", s.oom_message, ", after the gradient-ready hooks (plugins: ",
                   run.host.names(), ") had run for ", fired, " of ", run.trainable.size(),
                   " parameters, so the batch cannot be re-run without doing their work twice. Peak tensor bytes "
-                  "so far ", format_bytes(run.peak()), ". Fixes: lower trainer.micro_batch_size, or use [checkpoint] "
-                  "/ [amp] to need less activation memory.");
+                  "so far ", format_bytes(run.peak()), held_by_plugins(s),
+                  ". Fixes: lower trainer.micro_batch_size, or use [checkpoint] / [amp] to need less activation memory.");
       run.host.fire(Event::OOM, s);
       if (!s.retry_batch || attempt >= 16) {
         TT_FAIL_AS(OutOfMemory, "out of memory at step ", s.step + 1, " (epoch ", s.epoch, ", batch ", s.batch_in_epoch,
