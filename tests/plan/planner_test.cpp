@@ -553,7 +553,7 @@ TEST(Planner, EstimatesBetweenTheEndsFollowAPartPerStepAndOnePerMicroStep) {
       if (!kept) continue;
       const Cost x = truth(r.candidate);
       EXPECT_NEAR(r.est_ms, x.step_ms, 1e-9 * x.step_ms) << r.label << " of a batch of " << batch;
-      EXPECT_NEAR(r.est_peak, static_cast<double>(x.peak), 1.0) << r.label;  // the rest rounded to a byte
+      EXPECT_NEAR(r.est_peak, static_cast<double>(x.peak), 2.0) << r.label;  // rests rounded to bytes at both ends
       ++checked;
     }
     EXPECT_EQ(checked, 3 * static_cast<int>(sizes.size()));
