@@ -550,9 +550,7 @@ TEST(Compare, CompareOverridesChangeTheComparisonAndTheOthersEachVariant) {
 // the peak less every line above it, as in compare's table and the summary.
 TEST(ProfileMemory, WhatAPluginReportsHoldingIsALineOfTheBreakdown) {
   Cmp c;
-  std::ofstream(c.dir / "ph.yaml") << c.base() << "plugins: [{name: test-hold, bytes: 4MiB, report: true}]\n";
-  auto r = tt::test::run("TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR " " + tt::test::tt_run_bin() + " --profile-memory " +
-                         (c.dir / "ph.yaml").string() + " --run-dir " + (c.dir / "profh").string());
+  auto r = c.run("profh", "plugins: [{name: test-hold, bytes: 4MiB, report: true}]\n", "--profile-memory");
   ASSERT_EQ(r.rc, 0) << r.output;
   const json m = tt::test::read_json(c.dir / "profh" / "memory_profile.json")["memory"];
   ASSERT_EQ(m["held_bytes"], 4194304);
@@ -572,9 +570,7 @@ TEST(ProfileMemory, WhatAPluginReportsHoldingIsALineOfTheBreakdown) {
 // An out-of-memory refusal under trainer.memory_cap says how much of the peak plugins hold.
 TEST(ProfileMemory, AnOutOfMemoryRefusalNamesWhatPluginsHold) {
   Cmp c;
-  std::ofstream(c.dir / "oh.yaml") << c.base() << "plugins: [{name: test-hold, bytes: 4MiB, report: true}]\n";
-  auto r = tt::test::run("TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR " " + tt::test::tt_run_bin() + " " +
-                         (c.dir / "oh.yaml").string() + " trainer.memory_cap=4MiB -q --run-dir " + (c.dir / "oh").string());
+  auto r = c.run("oh", "plugins: [{name: test-hold, bytes: 4MiB, report: true}]\n", "trainer.memory_cap=4MiB -q");
   EXPECT_EQ(r.rc, 4) << r.output;
   EXPECT_HAS(r.output, "out of memory at step 1");
   EXPECT_HAS(r.output, " (plugins hold 4.00 MiB of it: test-hold's buffer). ");
