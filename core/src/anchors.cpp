@@ -1,4 +1,4 @@
-// Out-of-line virtual destructors and defaults: they anchor each interface's vtable and
+// Out-of-line virtual destructors and defaults (and Plugin's one checked declaration): they anchor each interface's vtable and
 // typeinfo in the core library, so plugins built with hidden visibility share them.
 #include "tt/dataset.h"
 #include "tt/error.h"
@@ -28,4 +28,10 @@ void Plugin::on(Event, State&) {}
 std::unique_ptr<Scope> Plugin::forward_scope(State&) { return nullptr; }
 void Plugin::save_state(torch::serialize::OutputArchive&) const {}
 void Plugin::load_state(torch::serialize::InputArchive&) {}
+void Plugin::runs_only_on(std::string device, std::string why) {
+  TT_CHECK(device == "cpu" || device == "cuda", "plugin '", name_, "': runs_only_on takes \"cpu\" or \"cuda\", got '",
+           device, "'");
+  only_device_ = std::move(device);
+  only_device_why_ = std::move(why);
+}
 }  // namespace tt

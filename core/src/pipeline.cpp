@@ -327,7 +327,7 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
     PluginHost host;
     host.add_pipeline_plugins(p.plugins);
     try {
-      host.check_ordering(p.trainer);
+      host.check_declarations(p.trainer);
     } catch (const ConfigError& e) {
       throw ConfigError(where_of(file, plugins, overrides, "plugins") + ": " + e.what());
     }

@@ -171,6 +171,37 @@ std::string fit_error(tt::Trainer& t) {
 }
 }  // namespace
 
+namespace {
+// A plugin that runs on one kind of device only.
+class OnlyOn : public tt::Plugin {
+ public:
+  explicit OnlyOn(const std::string& device) {
+    set_name("only-" + device);
+    runs_only_on(device, "it needs one");
+  }
+};
+}  // namespace
+
+// runs_only_on is checked against trainer.device before INIT, and takes only "cpu" or "cuda".
+TEST(Host, APluginThatRunsOnlyOnOneKindOfDeviceIsRefusedOnTheOther) {
+  auto out = tt::test::temp_dir("host-device");
+  {
+    tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 1\n"), {out / "a", false, true});
+    t.add_plugin(std::make_unique<OnlyOn>("cuda"));
+    EXPECT_EQ(fit_error(t), "plugins: 'only-cuda' runs only on CUDA (it needs one), and trainer.device is cpu: set "
+                            "trainer.device: cuda, or change or remove 'only-cuda'");
+    EXPECT_EQ(t.state().step, 0);
+  }
+  {  // the other kind trains
+    tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 1\n"), {out / "b", false, true});
+    t.add_plugin(std::make_unique<OnlyOn>("cpu"));
+    EXPECT_EQ(fit_error(t), "");
+    EXPECT_EQ(t.state().step, 1);
+  }
+  EXPECT_NE(tt::test::refusal_of([] { OnlyOn("gpu"); }).find("runs_only_on takes \"cpu\" or \"cuda\", got 'gpu'"),
+            std::string::npos);
+}
+
 TEST(Host, DeclaredOrderingIsCheckedWithOneMessageFormat) {
   auto out = tt::test::temp_dir("host");
   {

@@ -148,9 +148,10 @@ TEST(TtRun, DryRunPrintsResolvedPipelineWithOverrides) {
 }
 
 // --dry-run refuses what the run would refuse before training, though it reads no data: a
-// model's options that contradict each other, a plugin's factory's check of its options, and
-// plugins listed in an order their declarations forbid.
-TEST(TtRun, DryRunRefusesContradictoryOptionsAndAPluginOrderTheRunWouldRefuse) {
+// model's options that contradict each other, a plugin's factory's check of its options,
+// plugins listed in an order their declarations forbid, and a plugin on a device it does not
+// run on.
+TEST(TtRun, DryRunRefusesContradictoryOptionsAPluginOrderAndADeviceTheRunWouldRefuse) {
   const std::string lm = "cd " + tt::test::source_dir() + " && " + tt_run() + " --dry-run configs/lm-brown.yaml ";
   struct Case {
     std::string overrides, expect;
@@ -163,6 +164,11 @@ TEST(TtRun, DryRunRefusesContradictoryOptionsAndAPluginOrderTheRunWouldRefuse) {
             "plugins: 'offload' must be listed after 'adam8bit' (it moves the state and step of the optimizer it is "
             "given, e.g. adam8bit's; 'adam8bit' replaces the optimizer), but the list is [offload, adam8bit]"},
            {"'plugins=[{name: lora, targets: []}]'", "targets is empty"},
+           {"'plugins=[{name: amp, dtype: fp16}]'",
+            "plugins: 'amp' runs only on CUDA (dtype fp16: LibTorch autocasts fp16 on CUDA only; on the CPU use dtype: "
+            "bf16), and trainer.device is cpu: set trainer.device: cuda, or change or remove 'amp'"},
+           {"'plugins=[{name: offload, target: host}]'", "plugins: 'offload' runs only on CUDA (target host"},
+           {"trainer.device=cuda 'plugins=[offload]'", "plugins: 'offload' runs only on the CPU (target disk"},
        }) {
     const auto r = run(lm + c.overrides);
     EXPECT_EQ(r.rc, 2) << c.overrides << "\n" << r.output;

@@ -27,7 +27,9 @@
 // 12. held memory      report_held                           what a plugin holds of its own, named,
 //                                                            in the run's memory figures
 // Plus: the optimizer (assign state.optimizer on OPTIMIZER), forward scopes (tt/plugin.h), the
-// loss before backward (AFTER_LOSS), a step veto (BEFORE_STEP), OOM handling (OOM).
+// loss before backward (AFTER_LOSS), a step veto (BEFORE_STEP), OOM handling (OOM), and what a
+// plugin declares in its constructor (tt/plugin.h: its place in the list, how it treats the step,
+// the only device it runs on).
 #include <torch/nn/module.h>
 
 namespace torch::optim {

@@ -14,6 +14,7 @@
 //  - declare its place in the list    must_come_after / must_wrap_the_final_optimizer /
 //                                      replaces_the_optimizer
 //  - declare how it treats the step    takes_the_step_in_backward / may_skip_steps
+//  - declare the device it needs       runs_only_on
 //
 // A plugin is built (its factory called) when the pipeline is read, --dry-run included, so that
 // what its factory or its place in the list would refuse is refused before any data is read: a
@@ -72,6 +73,9 @@ class TT_API Plugin {
   // declare so (below).
   const std::string& step_in_backward() const { return step_in_backward_; }
   const std::string& skips_steps() const { return skips_steps_; }
+  // The only kind of device it runs on ("cpu" or "cuda"; "" for either), and why.
+  const std::string& only_device() const { return only_device_; }
+  const std::string& only_device_why() const { return only_device_why_; }
 
  protected:
   // When `plugin` is listed too, it must come earlier (checked before INIT).
@@ -96,12 +100,16 @@ class TT_API Plugin {
   // loss scaling), which a step taken in backward has already applied. Undeclared, such a veto
   // beside a step in backward fails at the step it happens.
   void may_skip_steps(std::string why) { skips_steps_ = std::move(why); }
+  // It runs only on this kind of device, "cpu" or "cuda" (amp's fp16 autocast, a CUDA model's
+  // state moved to host memory): refused when the pipeline is read, --dry-run included, where
+  // trainer.device is the other kind. `why` says why and what to use there instead.
+  void runs_only_on(std::string device, std::string why);
 
  private:
   std::string name_;
   std::vector<Ordering> ordering_;
   bool assigns_optimizer_ = false;
-  std::string step_in_backward_, skips_steps_;
+  std::string step_in_backward_, skips_steps_, only_device_, only_device_why_;
 };
 
 }  // namespace tt

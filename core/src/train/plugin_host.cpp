@@ -51,7 +51,7 @@ const Plugin* PluginHost::steps_in_backward() const {
   return nullptr;
 }
 
-void PluginHost::check_ordering(const Options& trainer) const {
+void PluginHost::check_declarations(const Options& trainer) const {
   std::vector<size_t> assigners;
   const Plugin* replacer = nullptr;  // the first that declares an optimizer of its own (not a wrapper)
   for (size_t i = 0; i < plugins_.size(); ++i) {
@@ -70,6 +70,13 @@ void PluginHost::check_ordering(const Options& trainer) const {
                     "' must be listed after '", rule.after, "' (", rule.why, "), but the list is ", list_of(plugins_));
   }
   check_optimizer_order(assigners);
+  const std::string device = trainer.get_string("device");
+  const std::string kind = device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
+  for (const auto& p : plugins_)
+    TT_CHECK_AS(ConfigError, p->only_device().empty() || p->only_device() == kind, "plugins: '", p->name(),
+                "' runs only on ", p->only_device() == "cuda" ? "CUDA" : "the CPU", " (", p->only_device_why(),
+                "), and trainer.device is ", device, ": set trainer.device: ", p->only_device(),
+                ", or change or remove '", p->name(), "'");
   const Plugin* stepper = steps_in_backward();
   if (!stepper) return;
   const std::string taken = "'" + stepper->name() + "' takes the optimizer step in backward (" +

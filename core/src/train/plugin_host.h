@@ -40,7 +40,8 @@ class PluginHost {
   // assign the optimizer. When OPTIMIZER fires, the plugins that did assign it are checked too.
   // And a plugin that takes the step in backward against what cannot be beside it: `trainer`'s
   // grad_clip, a wrapper of the final optimizer, a plugin that may skip steps, a second one.
-  void check_ordering(const Options& trainer) const;
+  // And runs_only_on against `trainer`'s device.
+  void check_declarations(const Options& trainer) const;
   void fire(Event event, State& state);
   // Every plugin's forward scope, entered in list order; destroy back to front to exit.
   std::vector<std::unique_ptr<Scope>> enter_forward_scopes(State& state);

@@ -364,7 +364,7 @@ void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins) {
 
   run.host.add_pipeline_plugins(p.plugins);
   for (auto& pl : extra_plugins) run.host.add_plugin(std::move(pl));
-  run.host.check_ordering(p.trainer);
+  run.host.check_declarations(p.trainer);
   run.host.fire(Event::INIT, s);
   check_archive_names(*s.model, p.model.name);  // before training, not at the first resume
   freeze_teacher(s);

@@ -33,6 +33,8 @@ class AmpPlugin final : public tt::Plugin {
   AmpPlugin(tt::Options options, c10::ScalarType dtype, bool scaler, tt::amp::GradScaler::Options so,
             std::vector<std::string> keep)
       : options_(std::move(options)), dtype_(dtype), keep_(std::move(keep)) {
+    if (dtype_ == c10::ScalarType::Half)
+      runs_only_on("cuda", "dtype fp16: LibTorch autocasts fp16 on CUDA only; on the CPU use dtype: bf16");
     if (!scaler) return;
     scaler_ = std::make_unique<tt::amp::GradScaler>(so);
     may_skip_steps("its GradScaler unscales the gradients before the step and skips a step whose gradients overflowed; "
@@ -61,11 +63,7 @@ class AmpPlugin final : public tt::Plugin {
 
  private:
   void init(tt::State& s) {
-    const bool cuda = s.device.is_cuda();
-    options_.check(cuda || dtype_ == c10::ScalarType::BFloat16, "dtype",
-                   "fp16: fp16 autocast needs a CUDA device (LibTorch autocasts fp16 on CUDA only) and this run is on " +
-                       s.device.str() + ". Use dtype: bf16 on CPU.");
-    if (cuda) {
+    if (s.device.is_cuda()) {  // fp16 declared it runs only on CUDA
       autocast_.cuda = true;
       autocast_.cuda_dtype = dtype_;
     } else {

@@ -24,9 +24,13 @@ std::string mib(int64_t b) { return fmt::format("{:.2f} MiB", static_cast<double
 
 class OffloadPlugin final : public tt::Plugin {
  public:
-  OffloadPlugin(tt::Options options, bool host, std::string path, bool keep)
-      : options_(std::move(options)), host_(host), path_(std::move(path)), keep_(keep) {
+  OffloadPlugin(bool host, std::string path, bool keep) : host_(host), path_(std::move(path)), keep_(keep) {
     must_wrap_the_final_optimizer("it moves the state and step of the optimizer it is given, e.g. adam8bit's");
+    if (host_)
+      runs_only_on("cuda", "target host moves a CUDA model's optimizer state and step to host memory; on the CPU the "
+                           "state is in host memory already: use target: disk");
+    else
+      runs_only_on("cpu", "target disk pages a CPU model's optimizer state through a file; on CUDA use target: host");
   }
 
   void on(tt::Event event, tt::State& s) override {
@@ -48,10 +52,7 @@ class OffloadPlugin final : public tt::Plugin {
 
  private:
   void wrap(tt::State& s) {
-    if (host_) {
-      options_.check(s.device.is_cuda(), "target",
-                     "host moves a CUDA model's optimizer state and step to host memory; this run is on " +
-                         s.device.str() + ", where the state is in host memory already: use target: disk");
+    if (host_) {  // on CUDA, as declared
       host_offload_ = std::make_shared<tt::offload::HostOffload>(s.optimizer);
       s.optimizer = host_offload_;
       tt::report_held(s, "optimizer state and gradient buffers", host_offload_->host_bytes(), tt::Held::Host);
@@ -67,7 +68,6 @@ class OffloadPlugin final : public tt::Plugin {
                    mib(offload_->file().capacity()));
   }
 
-  tt::Options options_;
   bool host_;
   std::string path_;
   bool keep_;
@@ -96,7 +96,7 @@ void register_offload(tt::Registry& r) {
                  "keep the state file after the run (else removed at exit)"),
       [](const tt::Options& o) -> std::unique_ptr<tt::Plugin> {
         const auto a = o.to<OffloadOptions>();
-        return std::make_unique<OffloadPlugin>(o, a.target == "host", a.path.value_or(""), a.keep_file);
+        return std::make_unique<OffloadPlugin>(a.target == "host", a.path.value_or(""), a.keep_file);
       },
       tt::PlannerOffer{{{"offload(disk)", "", tt::PlannerAlternative::Device::Cpu}, {"offload(host)", "{target: host}", tt::PlannerAlternative::Device::Cuda}}, 50});
 }
