@@ -96,7 +96,7 @@ class AmpPlugin final : public tt::Plugin {
       kept += (kept.empty() ? "" : ", ") + pattern;
     }
     tt::log().info("amp: {} autocast on {}; GradScaler {}{}", dtype_ == c10::ScalarType::BFloat16 ? "bf16" : "fp16",
-                   cuda ? "cuda" : "cpu",
+                   autocast_.cuda ? "cuda" : "cpu",
                    scaler_ ? "on (initial scale " + std::to_string(static_cast<int64_t>(scaler_->scale())) + ")"
                            : std::string("off"),
                    kept.empty() ? std::string() : "; float32 layers (" + std::to_string(n_kept) + "): " + kept);
