@@ -131,6 +131,46 @@ TEST(Checkpoint, GradientsEqualTheBaselineWithDropoutOn) {
   m.blocks->set_runner(nullptr);
 }
 
+// With the layers before the blocks frozen (lora's base weights), a checkpointed block's input
+// needs no gradient, and its own trainable parameters still get theirs: equal to the baseline's
+// for every policy, none of them zero, and the frozen ones get none.
+TEST(Checkpoint, ABlockWhoseInputNeedsNoGradientStillTrainsItsOwnParameters) {
+  torch::manual_seed(0);
+  tt::lm::TransformerLM m(shape(0.0), nullptr, {}, "");
+  m.train();
+  std::vector<bool> trainable;
+  for (const auto& item : m.named_parameters()) {
+    const bool in_block = item.key().rfind("blocks.", 0) == 0;
+    item.value().set_requires_grad(in_block);
+    trainable.push_back(in_block);
+  }
+  ASSERT_TRUE(std::count(trainable.begin(), trainable.end(), false) > 0);
+  auto ids = torch::randint(0, 64, {4, 25}, torch::kLong);
+  const auto grads_of = [&] {
+    m.zero_grad();
+    tt::Batch b;
+    b.set("input", ids.slice(1, 0, -1));
+    b.set("target", ids.slice(1, 1));
+    m.forward_loss(b).loss.backward();
+    std::vector<at::Tensor> grads;
+    for (const auto& p : m.parameters()) grads.push_back(p.grad());
+    return grads;
+  };
+  const auto base = grads_of();
+  for (const char* policy : {"all", "every", "blocks"}) {
+    m.blocks->set_runner(std::make_shared<tt::ckpt::CheckpointRunner>(tt::ckpt::select_blocks(policy, 3, 2, {0})));
+    const auto ckpt = grads_of();
+    ASSERT_EQ(ckpt.size(), base.size());
+    for (size_t i = 0; i < ckpt.size(); ++i) {
+      ASSERT_EQ(ckpt[i].defined(), static_cast<bool>(trainable[i])) << policy << " parameter " << i;
+      if (!trainable[i]) continue;
+      EXPECT_GT(ckpt[i].abs().max().item<double>(), 0) << policy << " parameter " << i;
+      EXPECT_LE((ckpt[i] - base[i]).abs().max().item<double>(), 1e-6) << policy << " parameter " << i;
+    }
+  }
+  m.blocks->set_runner(nullptr);
+}
+
 // A runner set on the stack before checkpoint's (by a plugin listed before it) is kept: each
 // checkpointed block is called through it in the no-grad forward and again in the re-run in
 // backward, so the saved-tensor hooks it opens act on what the re-run saves; blocks not

@@ -41,11 +41,27 @@ at::Tensor call_block(tt::nn::BlockRunner* inner, int64_t index, tt::nn::Block& 
   return inner ? inner->run(index, block, x) : block.forward(x);
 }
 
+// autograd records a function only where one of its tensor inputs needs a gradient. Where the
+// block's input needs none (the layers before it frozen: lora over a frozen embedding) and the
+// block has trainable parameters of its own, an empty leaf that needs one is passed beside it, so
+// that the backward runs and those parameters get their gradients; it gets none itself.
+at::Tensor anchor_for(tt::nn::Block& block, const at::Tensor& x) {
+  bool trainable = false;
+  if (!x.requires_grad())
+    for (const auto& p : block.parameters(/*recurse=*/true))
+      if (p.requires_grad()) {
+        trainable = true;
+        break;
+      }
+  return torch::empty({0}, x.options().requires_grad(trainable));
+}
+
 struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
   // Addresses: the block, the runner it is called through (0: directly), the probing runner
-  // that records the re-run's bytes (0: none).
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t block_address, int64_t inner_address,
-                            int64_t probe_address, int64_t index, bool recompute_activation) {
+  // that records the re-run's bytes (0: none). `anchor`: anchor_for's.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& /*anchor*/,
+                            int64_t block_address, int64_t inner_address, int64_t probe_address, int64_t index,
+                            bool recompute_activation) {
     ctx->saved_data["probe"] = probe_address;
     ctx->saved_data["lean"] = recompute_activation;
     ctx->saved_data["index"] = index;
@@ -101,7 +117,7 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
     torch::autograd::Engine::get_default_engine().execute({root}, {grad_outputs.at(0)}, /*keep_graph=*/false,
                                                           /*create_graph=*/false, /*accumulate_grad=*/true);
     return {x.requires_grad() ? input.grad() : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor()};
+            at::Tensor(), at::Tensor()};
   }
 };
 
@@ -109,8 +125,8 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
 
 at::Tensor checkpoint(tt::nn::Block& block, const at::Tensor& x, bool recompute_activation, tt::nn::BlockRunner* inner,
                       int64_t index) {
-  return CheckpointFunction::apply(x, reinterpret_cast<int64_t>(&block), reinterpret_cast<int64_t>(inner), int64_t{0},
-                                   index, recompute_activation);
+  return CheckpointFunction::apply(x, anchor_for(block, x), reinterpret_cast<int64_t>(&block),
+                                   reinterpret_cast<int64_t>(inner), int64_t{0}, index, recompute_activation);
 }
 
 at::Tensor CheckpointRunner::run(int64_t index, tt::nn::Block& block, const at::Tensor& x) {
@@ -118,8 +134,8 @@ at::Tensor CheckpointRunner::run(int64_t index, tt::nn::Block& block, const at::
   if (probing_) {
     // the re-run in full first (what a block left alone keeps), then as checkpointed runs make it
     const bool lean = recompute_activation_ && kept_.at(static_cast<size_t>(index)) >= 0;
-    return CheckpointFunction::apply(x, reinterpret_cast<int64_t>(&block), reinterpret_cast<int64_t>(inner_.get()),
-                                     reinterpret_cast<int64_t>(this), index, lean);
+    return CheckpointFunction::apply(x, anchor_for(block, x), reinterpret_cast<int64_t>(&block),
+                                     reinterpret_cast<int64_t>(inner_.get()), reinterpret_cast<int64_t>(this), index, lean);
   }
   return checkpoint(block, x, recompute_activation_, inner_.get(), index);
 }
