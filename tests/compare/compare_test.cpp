@@ -661,6 +661,25 @@ TEST(Compare, ValidationColumnShowsAVariantsValLossThatItsPluginRenamed) {
   EXPECT_NE(r.output.find(buf), std::string::npos) << buf << r.output;
 }
 
+// A variant's step time is the median of every timed step, whatever trainer.log_every the
+// pipeline sets (it sets which steps write a metrics line, and the times come from those lines).
+TEST(Compare, AStepTimeIsTheMedianOfEveryTimedStepWhateverThePipelinesLogEvery) {
+  Cmp c;
+  auto r = c.run("every", R"(compare:
+  steps: 4
+  warmup_steps: 1
+  variants:
+    baseline: {}
+    checkpoint: {plugins: [checkpoint]}
+)", "trainer.log_every=5");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  auto v = by_name(tt::test::read_json(c.dir / "every" / "compare.json"));
+  for (const char* name : {"baseline", "checkpoint"}) {
+    ASSERT_TRUE(v[name]["ok"].get<bool>()) << r.output;
+    EXPECT_EQ(v[name]["timed_steps"], 4) << name << " " << v[name].dump();
+  }
+}
+
 // samples/s is the throughput at the step time shown beside it: the examples a step takes over
 // the median step time (with an even count of steps, the median of the steps' own rates is not
 // that), and with repeats over the median of the runs, not the last run's rate. The row's other

@@ -131,10 +131,11 @@ TEST(Budget, RecommendPrintsASettingForEachBudget) {
 }
 
 // --plan-estimates (tools/bench-planner-estimates.sh): the reference probes only, every
-// configuration's estimate and the plugins list that trains it; no search, no training.
+// configuration's estimate and the plugins list that trains it; no search, no training. A probe
+// times every step after its warm-up, whatever trainer.log_every the pipeline sets.
 TEST(Budget, PlanEstimatesWritesEveryConfigurationsEstimateFromTheReferenceProbes) {
   Budget b;
-  auto r = b.run("base", "--plan-estimates --run-dir " + (b.lm.dir / "est").string());
+  auto r = b.run("base", "--plan-estimates --run-dir " + (b.lm.dir / "est").string() + " trainer.log_every=4");
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_NE(r.output.find("configurations estimated from 8 probe runs"), std::string::npos) << r.output;
   const json est = tt::test::read_json(b.lm.dir / "est-plan" / "estimates.json");
@@ -147,6 +148,7 @@ TEST(Budget, PlanEstimatesWritesEveryConfigurationsEstimateFromTheReferenceProbe
     ++measured;
     // A reference probe's estimate is its own measurement.
     EXPECT_EQ(c["estimated_peak_bytes"].get<int64_t>(), c["measured"]["peak_tensor_bytes"].get<int64_t>()) << c;
+    EXPECT_EQ(c["measured"]["timed_steps"], 3) << c;  // --probe-steps' default
   }
   EXPECT_EQ(measured, 8);  // as written at micro-batch 8 and 1, the six alternatives alone at 8
   EXPECT_GT(est["configurations"].size(), 100u);

@@ -342,6 +342,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
                 {"teacher_bytes", r.teacher},
                 {"held", r.summary["memory"].value("held", json::array())},
                 {"median_step_ms", r.step_ms},
+                {"timed_steps", r.step_times_ms.size()},
                 {"step_ms_per_run", r.repeat_step_ms},
                 {"peak_rss_bytes_per_run", r.rss_per_run()},
                 {"samples_per_s", r.samples_per_s},
@@ -466,6 +467,7 @@ int run(const Options& o) {
       set_dotted(root, "trainer.max_steps", YAML::Node(spec.warmup + spec.steps), where);
       if (root["trainer"]["epochs"]) root["trainer"].remove("epochs");
       set_dotted(root, "trainer.progress", YAML::Node("off"), where);
+      set_dotted(root, "trainer.log_every", YAML::Node(1), where);  // every step's time, for the median
       set_dotted(root, "output.plots", YAML::Node(false), where);
       std::ofstream(y) << "# variant '" << v.name << "' of a tt-run comparison, from " << v.file << "\n"
                        << YAML::Dump(root) << "\n";

@@ -132,6 +132,7 @@ class Runner {
       for (const char* k : {"epochs", "eval_every", "checkpoint_every", "memory_cap"}) t.remove(k);
       t["max_steps"] = 1 + o_.probe_steps;
       t["progress"] = "off";
+      t["log_every"] = 1;  // every step's time: the probe's median and noise
       set_dotted(root, "output.plots", YAML::Node(false), "plan");
     }
     return root;
@@ -198,6 +199,7 @@ json cost_json(const Cost& c) {
               {"gradients_bytes", c.gradients},
               {"optimizer_state_bytes", c.optimizer},
               {"median_step_ms", c.step_ms},
+              {"timed_steps", c.steps.size()},
               {"noise_ms", c.noise_ms},
               {"noise_basis", c.noise_is_floor ? "noise floor" : "standard error of the steps"},
               {"probes", c.probes},
