@@ -4,6 +4,7 @@
 
 #include "tt/dataset.h"
 #include "tt/error.h"
+#include "tt/runtime.h"
 
 namespace tt {
 
@@ -21,6 +22,7 @@ std::map<std::string, double> Model::evaluate(Dataset& data, int64_t batch_size)
     n = 0;
     stream->start_epoch(0);
     for (Batch b = stream->next(batch_size); b.size > 0; b = stream->next(batch_size)) {
+      stop_if_interrupted();
       ModelOutput out = forward_loss(b.to(device));
       const double l = out.loss.item<double>();
       total += out.reduction == Reduction::Mean ? l * static_cast<double>(b.size) : l;
@@ -30,6 +32,7 @@ std::map<std::string, double> Model::evaluate(Dataset& data, int64_t batch_size)
     return {{"val_loss", n > 0 ? total / static_cast<double>(n) : 0.0}};
   }
   for (int64_t begin = 0; begin < n; begin += batch_size) {
+    stop_if_interrupted();
     int64_t end = std::min(n, begin + batch_size);
     ModelOutput out = forward_loss(data.get(torch::arange(begin, end, torch::kLong)).to(device));
     double l = out.loss.item<double>();

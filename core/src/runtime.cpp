@@ -178,6 +178,15 @@ InterruptGraceHold::InterruptGraceHold() { g_grace_holds.fetch_add(1); }
 InterruptGraceHold::~InterruptGraceHold() { g_grace_holds.fetch_sub(1); }
 
 namespace {
+std::atomic<int> g_abandonable{0};
+}  // namespace
+void stop_if_interrupted() {
+  if (g_abandonable.load() > 0 && g_interrupt.load()) throw Interrupted("interrupted: the work in progress is abandoned");
+}
+AbandonableScope::AbandonableScope() { g_abandonable.fetch_add(1); }
+AbandonableScope::~AbandonableScope() { g_abandonable.fetch_sub(1); }
+
+namespace {
 const char* g_crash_program = "tt";
 
 void write_str(const char* text) {

@@ -9,6 +9,7 @@
 
 #include <fstream>
 #include <limits>
+#include <optional>
 
 #include "train/callbacks.h"
 #include "train/checkpoints.h"
@@ -25,26 +26,6 @@
 namespace fs = std::filesystem;
 
 namespace tt {
-
-namespace {
-// Puts a module in eval mode while it lives, then gives each of its modules its mode back (in
-// the order modules() lists them, parents first: train(bool) sets the children too).
-class EvalMode {
- public:
-  explicit EvalMode(torch::nn::Module& m) {
-    for (const auto& x : m.modules()) modes_.emplace_back(x, x->is_training());
-    m.eval();
-  }
-  ~EvalMode() {
-    for (const auto& [x, training] : modes_) x->train(training);
-  }
-  EvalMode(const EvalMode&) = delete;
-  EvalMode& operator=(const EvalMode&) = delete;
-
- private:
-  std::vector<std::pair<std::shared_ptr<torch::nn::Module>, bool>> modes_;
-};
-}  // namespace
 
 struct Trainer::Impl {
   Run run;
@@ -69,10 +50,13 @@ struct Trainer::Impl {
 
   // BEFORE_EVAL, the model's validation metrics (into state.metrics), EVAL, AFTER_EVAL (the
   // metrics line is written after it). Once per step: the final evaluation right after a
-  // periodic one at the same step reuses it.
-  void evaluate() {
+  // periodic one at the same step reuses it. A periodic one is skipped once an interrupt is
+  // requested, and abandoned (AFTER_EVAL still fires) where the model's loop stops on one
+  // (tt::stop_if_interrupted): the loop then writes its checkpoint.
+  void evaluate(bool periodic = false) {
     State& s = run.state;
     if (!run.data.validation || run.last_eval_step == s.step) return;
+    if (periodic && !run.dist && interrupted()) return;
     const Options& T = run.pipeline.trainer;
     const int64_t batch_size = T.is_set("eval_batch_size") ? T.get_int("eval_batch_size") : s.batch_size;
     run.flush_optimizer();
@@ -80,11 +64,18 @@ struct Trainer::Impl {
     PhaseScope phase("evaluating");
     // In eval mode (dropout off) and without autograd, as a model's own evaluate() may not set
     // either; every module's mode (a part the model keeps in eval mode too) comes back after.
+    bool abandoned = false;
     const Run::Peaks own = run.measure_apart([&] {
       const torch::NoGradGuard no_grad;
       const EvalMode eval_mode(*s.model);
+      std::optional<AbandonableScope> abandonable;
+      if (periodic && !run.dist) abandonable.emplace();  // ranks evaluate together: none abandons alone
       try {
         s.metrics = s.model->evaluate(*run.data.validation, batch_size);
+      } catch (const Interrupted&) {
+        if (!abandonable) throw;
+        abandoned = true;
+        s.metrics.clear();
       } catch (const c10::OutOfMemoryError& e) {
         const std::string what = e.what();
         TT_FAIL_AS(OutOfMemory, "out of memory in the evaluation after step ", s.step, " (evaluation batch ", batch_size,
@@ -96,6 +87,11 @@ struct Trainer::Impl {
                  "measured apart (evaluation_peak_tensor_bytes) and not capped, but a device of that size would run "
                  "out of memory; lower trainer.eval_batch_size (now {})",
                  s.step, format_bytes(own.tensor), format_bytes(run.memory_cap), batch_size);
+    if (abandoned) {
+      log().warn("the evaluation after step {} was abandoned: interrupted", s.step);
+      fire(Event::AFTER_EVAL);  // what BEFORE_EVAL swapped in goes back before the checkpoint
+      return;
+    }
     run.eval_peaks = {std::max(run.eval_peaks.tensor, own.tensor), std::max(run.eval_peaks.rss, own.rss)};
     fire(Event::EVAL);
     fire(Event::AFTER_EVAL);
@@ -135,7 +131,7 @@ struct Trainer::Impl {
         Batch batch = run.loader->get(s.epoch, b);
         if (!s.device.is_cpu()) batch = batch.to(s.device);
         train_step(run, std::move(batch), t0);  // BATCH_START .. BATCH_END
-        if (eval_every > 0 && s.step % eval_every == 0) evaluate();
+        if (eval_every > 0 && s.step % eval_every == 0) evaluate(/*periodic=*/true);
         agree_on_stop();
         if (checkpoint_every > 0 && s.step % checkpoint_every == 0 && !run.done()) {
           checkpoint();

@@ -26,6 +26,7 @@
 #include "tt/dataset.h"
 #include "tt/error.h"
 #include "tt/model.h"
+#include "tt/runtime.h"
 #include "tt/module.h"
 #include "tt/nn.h"
 #include "tt/registry.h"
@@ -153,6 +154,7 @@ class Mlp final : public tt::Model {
     double loss = 0, correct = 0;
     const int64_t n = data.size();
     for (int64_t begin = 0; begin < n; begin += batch_size) {
+      tt::stop_if_interrupted();  // Ctrl-C: the trainer abandons a periodic evaluation, checkpoints
       const tt::Batch b = data.get(torch::arange(begin, std::min(n, begin + batch_size), torch::kLong)).to(device);
       const auto z = logits(b.at("x"));
       loss += tt::nn::cross_entropy(z, b.at("y")).item<double>() * static_cast<double>(b.size);

@@ -344,7 +344,8 @@ TEST(Trainer, AResumeOfARunTrainedToTheEndWritesTheOutputsItMissed) {
 }
 
 // A run stopped in its set-up wrote no checkpoint: --resume starts it from step 0 (it used to
-// fail with "no checkpoint to resume from") and it trains as an uninterrupted run does. A run
+// fail with "no checkpoint to resume from") and it trains as an uninterrupted run does; one that
+// trained steps and has none is refused, whether its summary or its metrics say it trained. A run
 // whose weights came from model.init_from resumes from its checkpoint without that source
 // (it used to need the file though every weight is in the checkpoint).
 TEST(Trainer, AResumeWithoutACheckpointStartsFromStepZeroAndAResumeNeedsNoInitFrom) {
@@ -375,6 +376,15 @@ TEST(Trainer, AResumeWithoutACheckpointStartsFromStepZeroAndAResumeNeedsNoInitFr
   EXPECT_HAS(lost_refusal, "holds no checkpoint, but its summary.json says it trained 6 steps");
   EXPECT_HAS(lost_refusal, "--overwrite");
   EXPECT_EQ(tt::test::read_file(dir / "summary.json"), completed);
+  // Nor one killed before it wrote its summary and its first checkpoint (the interrupt's grace
+  // ran out in an evaluation): its metrics.jsonl has the steps it trained.
+  fs::rename(dir / "summary.json", out / "completed.json");
+  tt::Trainer killed(tt::Trainer::pipeline_of_run(dir, {}), {dir, true, true});
+  const std::string killed_refusal = tt::test::config_error([&] { killed.fit(); });
+  EXPECT_HAS(killed_refusal, "holds no checkpoint, but its metrics.jsonl shows it trained 6 steps before it ended "
+                             "without a summary");
+  EXPECT_HAS(killed_refusal, "--overwrite");
+  EXPECT_FALSE(fs::exists(dir / "summary.json"));
 
   // One that trains no steps, stopped in its set-up: its resume runs it as the first time would
   // have (it took the path of a trained run that missed its outputs: "outputs_only").
@@ -522,6 +532,42 @@ TEST(Trainer, EvaluationRunsInEvalModeWithoutGradientsAndTrainingResumesInTraini
   EXPECT_EQ(validation["in_training_mode"], 0.0) << validation;
   EXPECT_EQ(validation["grad_enabled"], 0.0) << validation;
   EXPECT_EQ(training_at_batch, std::vector<bool>(4, true));
+}
+
+// Ctrl-C during a periodic evaluation: the evaluation is abandoned at its next batch (AFTER_EVAL
+// still fires, to put back what BEFORE_EVAL swapped in; no EVAL, no validation line), the step
+// trained is kept in a checkpoint at once, and the resumed run ends as an uninterrupted one.
+TEST(Trainer, AnInterruptDuringAPeriodicEvaluationAbandonsItAndKeepsTheStepInACheckpoint) {
+  const auto out = tt::test::temp_dir("eval_interrupt");
+  const std::string extra = "  max_steps: 6\n  eval_every: 2\n";
+  tt::Trainer whole(tt::test::regression_pipeline(out, extra), {out / "whole", false, true});
+  whole.fit();
+  const fs::path dir = out / "run";
+  std::vector<std::string> events;
+  tt::Trainer t(tt::test::regression_pipeline(out, extra), {dir, false, true});
+  t.add_plugin(std::make_unique<tt::test::OnEvent>(Event::BEFORE_EVAL, [&](tt::State& s) {
+    events.push_back("before " + std::to_string(s.step));
+    if (s.step == 4) tt::request_interrupt();
+  }));
+  t.add_plugin(std::make_unique<tt::test::OnEvent>(
+      Event::EVAL, [&](tt::State& s) { events.push_back("eval " + std::to_string(s.step)); }));
+  t.add_plugin(std::make_unique<tt::test::OnEvent>(
+      Event::AFTER_EVAL, [&](tt::State& s) { events.push_back("after " + std::to_string(s.step)); }));
+  EXPECT_THROW(t.fit(), tt::Interrupted);
+  tt::clear_interrupt();
+  EXPECT_EQ(events, (std::vector<std::string>{"before 2", "eval 2", "after 2", "before 4", "after 4"}));
+  const auto ckpts = tt::list_checkpoints(dir / "checkpoints");
+  ASSERT_EQ(ckpts.size(), 1u);
+  EXPECT_EQ(ckpts[0].filename(), "step-00000004.pt");
+  EXPECT_HAS(tt::test::read_file(dir / "log.txt"), "the evaluation after step 4 was abandoned: interrupted");
+  tt::Trainer resumed(tt::Trainer::pipeline_of_run(dir, {}), {dir, true, true});
+  resumed.fit();
+  EXPECT_EQ(tt::test::summary_of(dir)["final_loss"], tt::test::summary_of(out / "whole")["final_loss"]);
+  EXPECT_EQ(tt::test::summary_of(dir)["validation"], tt::test::summary_of(out / "whole")["validation"]);
+  // Outside a periodic evaluation the loop stops nothing
+  tt::request_interrupt();
+  EXPECT_NO_THROW(tt::stop_if_interrupted());
+  tt::clear_interrupt();
 }
 
 // A loss the trainer cannot step on names the model and what is wrong with it.

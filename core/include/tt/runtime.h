@@ -62,6 +62,19 @@ class TT_API InterruptGraceHold {
   InterruptGraceHold& operator=(const InterruptGraceHold&) = delete;
 };
 
+// Work the trainer may abandon on an interrupt (a periodic evaluation: it then writes its
+// checkpoint and stops at once instead of losing the steps since the last one to the grace). A
+// long loop inside such work (a model's evaluate, between batches) calls stop_if_interrupted(),
+// which throws Interrupted there and does nothing elsewhere; AbandonableScope marks the work.
+TT_API void stop_if_interrupted();
+class TT_API AbandonableScope {
+ public:
+  AbandonableScope();
+  ~AbandonableScope();
+  AbandonableScope(const AbandonableScope&) = delete;
+  AbandonableScope& operator=(const AbandonableScope&) = delete;
+};
+
 // What the process is doing, for that message, as it reads after "still": "in setup",
 // "training", "evaluating", "writing a checkpoint", "writing outputs"; a string literal.
 // PhaseScope sets it for its lifetime.

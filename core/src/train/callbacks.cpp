@@ -36,7 +36,7 @@ void MetricsLog::on(Event event, State& s) {
     add_metrics(line, s);
     file_.write(json_text(line));
   }
-  if (event == Event::AFTER_EVAL) {
+  if (event == Event::AFTER_EVAL && !s.metrics.empty()) {  // empty: an evaluation abandoned on an interrupt
     json line{{"step", s.step}};
     add_metrics(line, s);
     file_.write(json_text(line));

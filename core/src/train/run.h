@@ -2,6 +2,7 @@
 // One fit's working set, shared by the trainer's parts (setup, step, gradient sync,
 // checkpoints, callbacks). Internal to core: plugins see State only.
 #include <sys/resource.h>
+#include <torch/nn/module.h>
 #include <torch/types.h>
 
 #include <chrono>
@@ -142,6 +143,24 @@ struct Run {
   // evaluation, checkpoints, outputs, epoch ends.
   void flush_optimizer();
   void zero_grads();
+};
+
+// Puts a module in eval mode while it lives, then gives each of its modules its mode back (in
+// the order modules() lists them, parents first: train(bool) sets the children too).
+class EvalMode {
+ public:
+  explicit EvalMode(torch::nn::Module& m) {
+    for (const auto& x : m.modules()) modes_.emplace_back(x, x->is_training());
+    m.eval();
+  }
+  ~EvalMode() {
+    for (const auto& [x, training] : modes_) x->train(training);
+  }
+  EvalMode(const EvalMode&) = delete;
+  EvalMode& operator=(const EvalMode&) = delete;
+
+ private:
+  std::vector<std::pair<std::shared_ptr<torch::nn::Module>, bool>> modes_;
 };
 
 }  // namespace tt

@@ -41,6 +41,20 @@ std::string summary_status(const nlohmann::json& j) {
 }
 
 namespace {
+// The last step a run's metrics.jsonl has a line of (0: none): what a run killed before it could
+// write its summary trained.
+int64_t last_logged_step(const fs::path& metrics) {
+  std::ifstream in(metrics);
+  int64_t last = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) last = std::max(last, j["step"].get<int64_t>());
+  }
+  return last;
+}
+}  // namespace
+
+namespace {
 // log.txt: each line written and flushed at once; the first failure (disk full) is kept for the
 // end of the run, which then fails naming the file, instead of spdlog's note on stderr.
 class LogFileSink final : public spdlog::sinks::base_sink<std::mutex> {
@@ -309,6 +323,13 @@ void claim_run_dir(Run& run) {
                 "steps, when that is set, and at the end); ", again, " (trainer.checkpoint_every=N keeps its progress)");
     TT_CHECK_AS(ConfigError, trained == 0, dir.string(), " holds no checkpoint, but its summary.json says it trained ",
                 trained, " step", trained == 1 ? "" : "s", " (were its checkpoints removed?): it cannot continue; ", again);
+    // No summary: the process ended before it could write one (killed, or stopped by the
+    // interrupt's grace in a phase that does not look at it)
+    const int64_t logged = previous.empty() ? last_logged_step(dir / "metrics.jsonl") : 0;
+    TT_CHECK_AS(ConfigError, logged == 0, dir.string(), " holds no checkpoint, but its metrics.jsonl shows it trained ",
+                logged, " step", logged == 1 ? "" : "s", " before it ended without a summary (killed, or stopped "
+                "before it could write its first checkpoint): it cannot continue; ", again,
+                " (trainer.checkpoint_every=N keeps its progress)");
   }
   const std::string named_by = !run.config.run_dir.empty() ? (run.config.resume ? "--resume" : "--run-dir")
                                : out.is_set("run_name")    ? "output.dir and output.run_name"

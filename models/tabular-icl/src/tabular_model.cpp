@@ -17,6 +17,7 @@
 #include "tt/log.h"
 #include "tt/npy.h"
 #include "tt/report.h"
+#include "tt/runtime.h"
 
 namespace tt::tab {
 
@@ -449,6 +450,7 @@ at::Tensor TabularIcl::predict_table(const Table& context, const Table& queries)
     if (!whole.count(v)) whole[v] = {rows_tensor(view(v).first), rows_tensor(view(v).second)};
   at::Tensor sum;  // C <= 10: the members' probabilities summed; else their log-probabilities
   for (size_t e = 0; e < members.size(); ++e) {
+    tt::stop_if_interrupted();  // a periodic evaluation gives way to an interrupt's checkpoint
     const Member& m = members[e];
     const auto& [ctx, qs] = views.at(m.view);
     // a pca member sees the leading components (as many as member_features), whatever its subset

@@ -199,6 +199,7 @@ std::map<std::string, double> TransformerLM::evaluate(Dataset& data, int64_t bat
   // not the whole batch's (training's loss hooks may avoid them; evaluation must not undo that).
   const int64_t rows = eval_rows_per_chunk > 0 ? eval_rows_per_chunk : std::max<int64_t>(1, (4 << 20) / (4 * s_.vocab));
   for (Batch b = stream->next(batch_size); b.size > 0; b = stream->next(batch_size)) {
+    tt::stop_if_interrupted();  // a periodic evaluation gives way to an interrupt's checkpoint
     b = b.to(device);
     const at::Tensor h = hidden(b.at("input")).reshape({-1, s_.d_model});
     const at::Tensor target = b.at("target").reshape({-1});
