@@ -66,6 +66,13 @@ TEST(TtRun, ModesThatCannotApplyAreRefusedNamingWhatWasGiven) {
   r = run(in_source + "configs/tabular-inference.yaml trainer.memory_budget=10MiB --run-dir " + quote(dir / "minf"));
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_HAS(r.output, "and trainer.memory_budget plans training steps");
+  // a comparison trained it (its row showed fine-tuning's figures and loss as the inference's)
+  r = run(in_source + "--dry-run --compare configs/tabular-inference.yaml configs/tabular-finetune.yaml");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "configs/tabular-inference.yaml trains no steps (trainer.max_steps: 0");
+  EXPECT_HAS(r.output, "and a comparison times training steps; to compare fine-tuning it, give the override "
+                       "trainer.max_steps=N");
+  EXPECT_HAS(r.output, "compare: 1 of 2 variants valid");
   // --overwrite was not passed on to the profile's run
   const std::string profile = in_source + "--profile-memory configs/quickstart.yaml -q --run-dir " + quote(dir / "again");
   ASSERT_EQ(run(profile).rc, 0);

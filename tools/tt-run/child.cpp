@@ -116,6 +116,10 @@ double samples_per_s(double examples_per_step, double step_ms) {
   return step_ms > 0 ? examples_per_step * 1e3 / step_ms : 0;
 }
 
+std::string trains_no_steps(const std::string& file) {
+  return file + " trains no steps (trainer.max_steps: 0: it evaluates, or predicts, with the weights it loads)";
+}
+
 Measured collect(const fs::path& run_dir, int warmup) {
   Measured r;
   r.summary = json::parse(std::ifstream(run_dir / "summary.json"));

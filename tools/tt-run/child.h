@@ -43,6 +43,10 @@ struct Measured {
   int64_t peak_since_retry = -1;
 };
 Measured collect(const std::filesystem::path& run_dir, int warmup);
+
+// "FILE trains no steps (trainer.max_steps: 0 ...)": the start of the refusal of an
+// evaluation-only pipeline by a tool that measures training steps (compare, the planner, profile).
+std::string trains_no_steps(const std::string& file);
 // Examples per second at a step time: what a table shows beside that time.
 double samples_per_s(double examples_per_step, double step_ms);
 

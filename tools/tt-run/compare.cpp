@@ -464,6 +464,11 @@ int run(const Options& o) {
       if (v.replaces_plugins) root["plugins"] = YAML::Clone(v.plugins);
       for (const auto& ov : overrides) apply_override(root, ov);
       for (const auto& [k, val] : v.set) set_dotted(root, k, val, where + ".set '" + k + "'");
+      // an evaluation-only pipeline would be trained here, and its row show training's figures
+      const YAML::Node steps = root["trainer"].IsMap() ? root["trainer"]["max_steps"] : YAML::Node();
+      TT_CHECK_AS(ConfigError, !(steps.IsScalar() && steps.Scalar() == "0"), where, ": ", child::trains_no_steps(v.file),
+                  " and a comparison times training steps; to compare fine-tuning it, give the override "
+                  "trainer.max_steps=N (an evaluation's peak is its summary.json's evaluation_peak_tensor_bytes)");
       set_dotted(root, "trainer.max_steps", YAML::Node(spec.warmup + spec.steps), where);
       if (root["trainer"]["epochs"]) root["trainer"].remove("epochs");
       set_dotted(root, "trainer.progress", YAML::Node("off"), where);

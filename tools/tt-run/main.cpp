@@ -28,6 +28,7 @@
 #include <iostream>
 #include <optional>
 
+#include "child.h"
 #include "compare.h"
 #include "export.h"
 #include "launch.h"
@@ -427,8 +428,7 @@ int main(int argc, char** argv) {
     if (plans && resume_dir.empty()) {  // the probes train steps: an evaluation-only run's were nothing it runs
       const std::string by = planning ? given({"--budget", "--recommend", "--plan-estimates"}) : "trainer.memory_budget";
       TT_CHECK_AS(ConfigError, !pipeline.trainer.is_set("max_steps") || pipeline.trainer.get_int("max_steps") > 0,
-                  pipeline_file, " trains no steps (trainer.max_steps: 0: it evaluates, or predicts, with the weights it "
-                  "loads) and ", by, " plans training steps (the plugins and micro-batch they fit with); to plan "
+                  tt::child::trains_no_steps(pipeline_file), " and ", by, " plans training steps (the plugins and micro-batch they fit with); to plan "
                   "fine-tuning it, give the override trainer.max_steps=N (its evaluation's peak is summary.json's "
                   "evaluation_peak_tensor_bytes)");
     }

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "child.h"
 #include "tt/error.h"
 #include "tt/options.h"
 #include "tt/pipeline.h"
@@ -27,10 +28,9 @@ int run(const Options& o) {
     TT_CHECK_AS(ConfigError, !given.has_compare, o.file, " compares variants (its compare: section) and "
                 "--profile-memory profiles one pipeline: add the override 'compare=~' (quoted: the shell expands ~) to "
                 "profile it without the section, with a variant's changes as overrides");
-    TT_CHECK_AS(ConfigError, !given.trainer.is_set("max_steps") || given.trainer.get_int("max_steps") > 0, o.file,
-                " trains no steps (trainer.max_steps: 0: it evaluates, or predicts, with the weights it loads) and "
-                "--profile-memory profiles training steps; to profile fine-tuning it, give the override "
-                "trainer.max_steps=", o.step);
+    TT_CHECK_AS(ConfigError, !given.trainer.is_set("max_steps") || given.trainer.get_int("max_steps") > 0,
+                child::trains_no_steps(o.file), " and --profile-memory profiles training steps; to profile "
+                "fine-tuning it, give the override trainer.max_steps=", o.step);
   }
   std::vector<std::string> ov = o.overrides;
   ov.push_back("trainer.max_steps=" + std::to_string(o.step));
