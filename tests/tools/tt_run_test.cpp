@@ -286,6 +286,23 @@ TEST(TtRun, ExitCodesAndMessages) {
   EXPECT_HAS(r.output, "is the --predict file itself");
   EXPECT_EQ(tt::test::read_file(dir / "rows.csv"), "a,b\n1,2\n");
   EXPECT_FALSE(fs::exists(dir / "predict")) << "a run started";
+  // nor the table the pipeline trains on (it was overwritten with the predictions), nor a file of
+  // the run's own (its pipeline.yaml: the run could not be resumed)
+  const std::string table = tt::test::read_file(tt::test::source_dir() + "/../shared/datasets/tabular/iris.csv");
+  tt::test::write_text(dir / "table.csv", table);
+  tt::test::write_text(dir / "queries.csv", table);
+  const std::string tabular = "cd " + tt::test::source_dir() + " && " + tt_run() +
+                              " configs/tabular-inference.yaml trainer.threads=1 data.path=" + quote(dir / "." / "table.csv") +
+                              " --predict " + quote(dir / "queries.csv");
+  r = run(tabular + " --predict-out " + quote(dir / "table.csv") + " --run-dir " + quote(dir / "tab"));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "--predict-out " + (dir / "table.csv").string() + " is the file data.path names");
+  EXPECT_EQ(tt::test::read_file(dir / "table.csv"), table);
+  EXPECT_FALSE(fs::exists(dir / "tab" / "summary.json"));
+  r = run(tabular + " --predict-out " + quote(dir / "tab3" / "pipeline.yaml") + " --run-dir " + quote(dir / "tab3"));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "is a file of the run's own");
+  EXPECT_FALSE(fs::exists(dir / "tab3" / "summary.json"));
   // a comparison's options on a pipeline that is not one are refused, not ignored
   r = run(tt_run() + " " + quote(plain) + " --steps 5 --run-dir " + quote(dir / "steps"));
   EXPECT_EQ(r.rc, 2) << r.output;

@@ -21,10 +21,13 @@
 #include <malloc.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
+#include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <optional>
 
@@ -129,6 +132,32 @@ void check_writable_file(const char* option, const std::string& file) {
   fs::create_directories(dir, ec);
   TT_CHECK_AS(WriteError, !ec && ::access(dir.c_str(), W_OK) == 0, option, " ", file, ": its directory ", dir.string(),
               " cannot be ", ec ? "made (" + ec.message() + ")" : "written to (" + std::string(std::strerror(errno)) + ")");
+}
+
+// --predict-out must not overwrite what the run reads or writes: a file the pipeline's data or
+// model.init_from names (the training table), or a file of the run directory's own (its
+// pipeline.yaml, summary, checkpoints; an earlier prediction, a .csv, may be written again).
+void check_predict_output(const std::string& out, const std::string& resolved_yaml, const std::filesystem::path& run_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const YAML::Node root = YAML::Load(resolved_yaml);
+  std::function<void(const YAML::Node&, const std::string&)> walk = [&](const YAML::Node& n, const std::string& key) {
+    if (n.IsScalar()) {
+      TT_CHECK_AS(ConfigError, !(fs::is_regular_file(n.Scalar(), ec) && tt::same_file(out, n.Scalar())), "--predict-out ",
+                  out, " is the file ", key, " names (", n.Scalar(), "), which it would overwrite; name another file");
+    } else if (n.IsSequence()) {
+      for (size_t i = 0; i < n.size(); ++i) walk(n[i], key + "." + std::to_string(i));
+    } else if (n.IsMap()) {
+      for (const auto& kv : n) walk(kv.second, key + "." + kv.first.as<std::string>());
+    }
+  };
+  walk(root["data"], "data");
+  walk(root["model"]["init_from"], "model.init_from");
+  const fs::path at = fs::weakly_canonical(fs::absolute(out), ec), dir = fs::weakly_canonical(fs::absolute(run_dir), ec);
+  const auto [d, a] = std::mismatch(dir.begin(), dir.end(), at.begin(), at.end());
+  TT_CHECK_AS(ConfigError, d != dir.end() || at.extension() == ".csv", "--predict-out ", out, " is a file of the run's own (",
+              run_dir.string(), "), which it would overwrite; name another file (the default is ",
+              (run_dir / "predictions.csv").string(), ")");
 }
 
 // The error that ends tt-run. A stop signal after it (tt-run --nproc stops the other workers
@@ -464,7 +493,9 @@ int main(int argc, char** argv) {
     } else if (!run_dir.empty()) {
       cfg.run_dir = run_dir;
     }
+    const std::string resolved = predict_output.empty() ? std::string() : pipeline.resolved_yaml();
     tt::Trainer trainer(std::move(pipeline), cfg);
+    if (!predict_output.empty()) check_predict_output(predict_output, resolved, trainer.run_dir());
     if (!predict_input.empty()) trainer.will_predict(predict_input);  // the model checks it before training
     trainer.fit();
     if (dist_env.rank != 0) return 0;  // rank 0 samples and predicts, once, as it writes the run's files
