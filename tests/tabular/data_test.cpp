@@ -655,12 +655,18 @@ TEST(TabularCsv, StratifiedSplitIsScikitLearnsTrainTestSplit) {
   EXPECT_EQ(stratified_split(dealt({5, 4, 3, 3}), 0.5, 7).test, (std::vector<int64_t>{1, 3, 4, 7, 8, 10, 13, 14}));
 }
 
-TEST(TabularCsv, StratifiedSplitRejectsWhatScikitLearnRejects) {
+// What scikit-learn rejects, and a class with no training rows, which it does not.
+TEST(TabularCsv, StratifiedSplitRejectsWhatScikitLearnRejectsAndAClassLeftOutOfTraining) {
   auto message = [](const Table& t, double frac, uint64_t seed) {
     return config_error([&] { stratified_split(t, frac, seed); });
   };
   EXPECT_HAS(message(dealt({10, 1, 10}), 0.3, 0), "dealt.csv: class '1' has 1 row; a stratified split needs at least 2");
   EXPECT_HAS(message(dealt({10, 10, 10}), 0.05, 0), "gives 28 training and 2 test rows for 3 classes");
+  // Enough rows on each side in all, but every row of a rare class on the test side: the model
+  // never sees it in its context (scikit-learn splits it so; tt refuses)
+  EXPECT_HAS(message(dealt({99, 99, 2}), 0.9, 0),
+             "data.test_fraction 0.9 puts every row of class '2' (2 of 200) on the test side");
+  EXPECT_EQ(stratified_split(dealt({99, 99, 2}), 0.5, 0).train.size(), 100u);
   // A seed past numpy's 2^32 - 1 and a test_fraction outside (0, 1): tabular-csv's schema refuses them
   // (CsvSchemaRefusesValuesOutOfRangeOrChoices).
 }

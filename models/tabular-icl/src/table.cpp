@@ -457,6 +457,11 @@ Split stratified_split(const Table& t, double test_fraction, uint64_t seed) {
               " classes; each side needs at least one row per class (change test_fraction)");
   NumpyRandomState rng(static_cast<uint32_t>(seed));
   const auto n_i = approximate_mode(counts, n_train, rng);
+  for (int64_t c = 0; c < C; ++c)  // the totals allow it, and a rare class's rows still all go to the test side
+    TT_CHECK_AS(ConfigError, n_i[c] >= 1, "tabular: ", t.source, ": data.test_fraction ", test_fraction,
+                " puts every row of class '", t.class_names[c], "' (", counts[c], " of ", n,
+                ") on the test side: the model would never see it in its context and could not predict it; "
+                "lower test_fraction, or drop or merge that class");
   std::vector<int64_t> remaining(counts);
   for (size_t c = 0; c < remaining.size(); ++c) remaining[c] -= n_i[c];
   const auto t_i = approximate_mode(remaining, n_test, rng);
