@@ -153,6 +153,7 @@ void check_predict_output(const std::string& out, const std::string& resolved_ya
   };
   walk(root["data"], "data");
   walk(root["model"]["init_from"], "model.init_from");
+  if (run_dir.empty()) return;  // a new directory named by the time: nothing of the run's own is there yet
   const fs::path at = fs::weakly_canonical(fs::absolute(out), ec), dir = fs::weakly_canonical(fs::absolute(run_dir), ec);
   const auto [d, a] = std::mismatch(dir.begin(), dir.end(), at.begin(), at.end());
   TT_CHECK_AS(ConfigError, d != dir.end() || at.extension() == ".csv", "--predict-out ", out, " is a file of the run's own (",
@@ -493,9 +494,8 @@ int main(int argc, char** argv) {
     } else if (!run_dir.empty()) {
       cfg.run_dir = run_dir;
     }
-    const std::string resolved = predict_output.empty() ? std::string() : pipeline.resolved_yaml();
+    if (!predict_output.empty()) check_predict_output(predict_output, pipeline.resolved_yaml(), cfg.run_dir);
     tt::Trainer trainer(std::move(pipeline), cfg);
-    if (!predict_output.empty()) check_predict_output(predict_output, resolved, trainer.run_dir());
     if (!predict_input.empty()) trainer.will_predict(predict_input);  // the model checks it before training
     trainer.fit();
     if (dist_env.rank != 0) return 0;  // rank 0 samples and predicts, once, as it writes the run's files
