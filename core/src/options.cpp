@@ -323,13 +323,13 @@ Options Options::parse(const YAML::Node& node, const Schema& schema, const std::
       v.yaml = check_value(n, spec.type, v.where, prefix + spec.key);
       check_allowed(spec, v.yaml, v.where, prefix + spec.key);
       v.null = false;
-    } else if (spec.default_yaml != "~" && !spec.default_yaml.empty()) {
-      v.where = "default of " + prefix + spec.key;
-      v.yaml = check_value(YAML::Load(spec.default_yaml), spec.type, v.where, prefix + spec.key);
-      v.null = false;
     } else {
-      v.where = "default of " + prefix + spec.key;
-      v.yaml = "~";
+      // not given: a refusal points to the section (its file alone where the command line set
+      // some of it); the message names the option
+      v.where = origins.empty() ? location(file, node) : (file.empty() ? "<pipeline>" : file);
+      const bool has_default = spec.default_yaml != "~" && !spec.default_yaml.empty();
+      v.yaml = has_default ? check_value(YAML::Load(spec.default_yaml), spec.type, v.where, prefix + spec.key) : "~";
+      v.null = !has_default;
     }
     o.order_.push_back(spec.key);
     o.values_[spec.key] = std::move(v);

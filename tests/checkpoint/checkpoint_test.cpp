@@ -353,6 +353,7 @@ TEST(Checkpoint, PluginCutsMeasuredActivationsAndRefusesModelsWithoutBlocks) {
     r = tt::test::run(tt::test::tt_run_bin() + " " + (dir / "base.yaml").string() + " -q 'plugins=[" + plugin + "]'");
     EXPECT_EQ(r.rc, 2) << plugin << "\n" << r.output;
     EXPECT_NE(r.output.find(expect), std::string::npos) << plugin << "\n" << r.output;
+    EXPECT_EQ(r.output.find("default of"), std::string::npos) << plugin << "\n" << r.output;  // once, where it is
   }
 }
 

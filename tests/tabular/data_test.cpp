@@ -784,6 +784,7 @@ TEST(TabularCsv, CsvSchemaRefusesValuesOutOfRangeOrChoices) {
   EXPECT_HAS(data_error(s, path + "split_seed: 4294967296}", make_csv),
              "data.split_seed must be in [0, 4294967295], got 4294967296");
   EXPECT_HAS(data_error(s, path + "episodes: 0}", make_csv), "data.episodes must be >= 1, got 0");
-  EXPECT_HAS(data_error(s, "{label: y}", make_csv), "data.path is required: the CSV file to learn from");
+  // where the section is, once: it read "default of data.path: data.path is required"
+  EXPECT_EQ(data_error(s, "{label: y}", make_csv), "pipeline.yaml:1:1: data.path is required: the CSV file to learn from");
   EXPECT_EQ(data_error(s, path + "label: y, split_seed: 4294967295}", make_csv), "(no error)");
 }

@@ -156,8 +156,8 @@ TEST(TtRun, DryRunPrintsResolvedPipelineWithOverrides) {
 
 // --dry-run refuses what the run would refuse before training, though it reads no data: a
 // model's options that contradict each other, a plugin's factory's check of its options,
-// plugins listed in an order their declarations forbid, and a plugin on a device it does not
-// run on.
+// plugins listed in an order their declarations forbid, a plugin on a device it does not run
+// on, and a required option left out.
 TEST(TtRun, DryRunRefusesContradictoryOptionsAPluginOrderAndADeviceTheRunWouldRefuse) {
   const std::string lm = "cd " + tt::test::source_dir() + " && " + tt_run() + " --dry-run configs/lm-brown.yaml ";
   struct Case {
@@ -181,6 +181,11 @@ TEST(TtRun, DryRunRefusesContradictoryOptionsAPluginOrderAndADeviceTheRunWouldRe
     EXPECT_EQ(r.rc, 2) << c.overrides << "\n" << r.output;
     EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.overrides << "\n" << r.output;
   }
+  // a required option left out (the dataset's factory, which reads the file, checked it)
+  const auto no_path = run("cd " + tt::test::source_dir() + " && " + tt_run() +
+                           " --dry-run configs/tabular-inference.yaml data.path=~");
+  EXPECT_EQ(no_path.rc, 2) << no_path.output;
+  EXPECT_HAS(no_path.output, "data (tabular-csv).path is required: the CSV file to learn from");
   const auto ok = run(lm + "'plugins=[adam8bit, offload]' model.d_model=96 model.n_heads=3 model.positions=rotary");
   EXPECT_EQ(ok.rc, 0) << ok.output;
 }
