@@ -276,6 +276,13 @@ TEST(TtRun, ExitCodesAndMessages) {
   r = run(tt_run() + " " + quote(oom));
   EXPECT_EQ(r.rc, 4) << r.output;
   EXPECT_NE(r.output.find("out of memory at step 1"), std::string::npos) << r.output;
+  {  // a model too large to allocate at all (tens of TB) is out of memory too, not a LibTorch error
+    tt::test::TinyLm lm("huge");
+    lm.model = "{name: transformer, d_model: 1000000, n_layers: 1, n_heads: 1, sample_tokens: 0}";
+    r = lm.run("huge", "[]", "max_steps: 1");
+    EXPECT_EQ(r.rc, 4) << r.output;
+    EXPECT_HAS(r.output, "out of memory outside the training steps: ");
+  }
   // a --predict file that is not there is refused before anything trains
   auto plain = write_pipeline(dir, tt::test::topic_yaml(dir, "  max_steps: 2\n"));
   r = run(tt_run() + " " + quote(plain) + " --predict " + quote(dir / "no-such.csv") + " --run-dir " +
