@@ -293,6 +293,25 @@ TEST(TabularCsv, BadInputIsAClearError) {
   EXPECT_HAS(config_error([&] { read_csv(gap, o); }), "gap.csv:2 column 'b' has a missing value");
   o.impute = "mean";
   EXPECT_EQ(read_csv(gap, o).x[1], 6.f);  // the mean of 4 and 8
+  // pandas' default missing markers are missing; hexadecimal is not a number (strtod read it)
+  for (const char* marker : {"NULL", "N/A", "n/a", "#N/A", "None", "-nan", "<NA>"}) {
+    const Table t = read_csv(write("marker.csv", std::string("a,b,y\n1,") + marker + ",0\n3,4,1\n5,8,0\n"), o);
+    EXPECT_EQ(t.x[1], 6.f) << marker;
+  }
+  o.impute = "none";
+  EXPECT_HAS(config_error([&] { read_csv(write("hex.csv", "a,b,y\n1,0x1,0\n3,4,1\n"), o); }),
+             "hex.csv:2 column 'b' is not numeric ('0x1')");
+  // another separator, another encoding, a field over two lines: said, not "1 field" or a cut message
+  EXPECT_HAS(config_error([&] { read_csv(write("semi.csv", "a;b;y\n1;2;0\n"), o); }),
+             "has a single column: expected features and a label column (its lines have ';' and only ',' separates fields");
+  EXPECT_HAS(config_error([&] { read_csv(write("tab.csv", "a,b,y\n1\t2\t0\n"), o); }),
+             "tab.csv:2 has 1 fields where the header has 3 (its lines have tabs");
+  EXPECT_HAS(config_error([&] { read_csv(write("utf16.csv", std::string("\xFF\xFE" "a\0,\0y\0\n\0", 10)), o); }),
+             "is not UTF-8 text (UTF-16's byte-order mark): save it as UTF-8");
+  EXPECT_HAS(config_error([&] { read_csv(write("nul.csv", std::string("a,y\n1,0\n2\0,1\n", 13)), o); }),
+             "is not UTF-8 text (NUL bytes on line 3)");
+  EXPECT_HAS(config_error([&] { read_csv(write("lines.csv", "a,y\n1,\"no\nline\"\n"), o); }),
+             "lines.csv:2 has a quoted field that runs past the end of the line");
   // Any width is read; a table wider than the ensemble can cover (features / member_features
   // members, at most max_members) is refused when the model is built, naming the file and the fix.
   std::string wide = "";

@@ -14,13 +14,16 @@
 #include <set>
 
 #include "tt/error.h"
+#include "tt/log.h"
 
 namespace tt::tab {
 bool is_blank_line(const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; }
 
 namespace {
 
-std::vector<std::string> split_line(const std::string& line) {
+// A line's fields; `open_quote` is set where a quoted field runs past the line's end (a field
+// spanning lines, which this reader does not join).
+std::vector<std::string> split_line(const std::string& line, bool* open_quote = nullptr) {
   std::vector<std::string> out;
   std::string cur;
   bool quoted = false;
@@ -45,6 +48,7 @@ std::vector<std::string> split_line(const std::string& line) {
     }
   }
   out.push_back(cur);
+  if (open_quote) *open_quote = quoted;
   for (auto& f : out) {  // trim spaces
     const auto b = f.find_first_not_of(" \t");
     const auto e = f.find_last_not_of(" \t");
@@ -53,14 +57,29 @@ std::vector<std::string> split_line(const std::string& line) {
   return out;
 }
 
+// pandas' read_csv's default missing markers, and "na" and "?" (UCI's)
 bool is_missing(const std::string& f) {
-  return f.empty() || f == "NA" || f == "na" || f == "NaN" || f == "nan" || f == "?" || f == "null";
+  static const std::set<std::string> markers = {"",      "#N/A", "#N/A N/A", "#NA",   "-1.#IND", "-1.#QNAN", "-NaN",
+                                                "-nan",  "1.#IND", "1.#QNAN", "<NA>",  "N/A",     "NA",       "NULL",
+                                                "NaN",   "None", "n/a",      "nan",   "null",    "na",       "?"};
+  return markers.count(f) > 0;
 }
 
+// A decimal number (strtod's hexadecimal, inf and nan are not a table's numbers)
 bool parse_number(const std::string& f, double& v) {
+  if (f.empty() || f.find_first_of("xX") != std::string::npos) return false;
   char* end = nullptr;
   v = std::strtod(f.c_str(), &end);
-  return end && *end == '\0' && !f.empty() && std::isfinite(v);
+  return end && *end == '\0' && std::isfinite(v);
+}
+
+// Why a file read as comma-separated has fewer fields than it should, where the line shows it
+std::string separator_hint(const std::string& line) {
+  if (line.find(';') != std::string::npos)
+    return " (its lines have ';' and only ',' separates fields: save it with commas, e.g. pandas' "
+           "to_csv(index=False), minding decimal commas)";
+  if (line.find('\t') != std::string::npos) return " (its lines have tabs and only ',' separates fields: save it with commas)";
+  return "";
 }
 
 struct Raw {
@@ -82,12 +101,20 @@ Raw read_raw(const std::string& path, const char* option) {
   while (std::getline(in, line)) {
     ++n;
     if (n == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // UTF-8's byte-order mark
+    const bool utf16 = n == 1 && (line.rfind("\xFF\xFE", 0) == 0 || line.rfind("\xFE\xFF", 0) == 0);
+    TT_CHECK_AS(ConfigError, !utf16 && line.find('\0') == std::string::npos, "tabular: ", describe_path(path), " (",
+                option, ") is not UTF-8 text (", utf16 ? std::string("UTF-16's byte-order mark") : "NUL bytes on line " +
+                std::to_string(n), "): save it as UTF-8, e.g. iconv -f UTF-16 -t UTF-8 FILE > NEW.csv");
     if (is_blank_line(line)) continue;
+    bool open_quote = false;
+    std::vector<std::string> fields = split_line(line, &open_quote);
+    TT_CHECK_AS(ConfigError, !open_quote, "tabular: ", path, ":", n, " has a quoted field that runs past the end of the "
+                "line: a field spanning lines is not read; put the field on one line (or close its quote)");
     if (r.header.empty()) {
-      r.header = split_line(line);
+      r.header = std::move(fields);
       continue;
     }
-    r.rows.push_back(split_line(line));
+    r.rows.push_back(std::move(fields));
     r.line_of.push_back(n);
   }
   TT_CHECK_AS(ConfigError, !r.header.empty(), "tabular: ", path, " is empty: expected a header row of column names and data rows");
@@ -99,7 +126,13 @@ Raw read_raw(const std::string& path, const char* option) {
                   "): columns are told apart by name, so give each its own name in the header");
   for (size_t i = 0; i < r.rows.size(); ++i)
     TT_CHECK_AS(ConfigError, r.rows[i].size() == r.header.size(), "tabular: ", path, ":", r.line_of[i], " has ",
-                r.rows[i].size(), " fields where the header has ", r.header.size());
+                r.rows[i].size(), " fields where the header has ", r.header.size(),
+                separator_hint(r.header.size() < r.rows[i].size() ? r.header.back() : r.rows[i].back()));
+  // a file without a header: its first row would be taken for column names, and lost as data
+  double v = 0;
+  if (std::all_of(r.header.begin(), r.header.end(), [&](const std::string& h) { return parse_number(h, v); }))
+    log().warn("tabular: {} ({}): every name in its header row is a number ({}, ...): is it a data row? The first "
+               "row is read as the column names; add a header row", path, option, r.header.front());
   return r;
 }
 
@@ -261,7 +294,7 @@ Table read_csv(const std::string& path, const CsvOptions& o) {
     label_col = static_cast<size_t>(it - raw.header.begin());
   }
   TT_CHECK_AS(ConfigError, raw.header.size() >= 2, "tabular: ", path,
-              " has a single column: expected features and a label column");
+              " has a single column: expected features and a label column", separator_hint(raw.header.front()));
   Table t;
   t.source = path;
   t.rows = static_cast<int64_t>(raw.rows.size());

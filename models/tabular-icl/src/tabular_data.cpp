@@ -104,8 +104,9 @@ Schema csv_schema() {
       .field<C, std::optional<std::string>>("label", &CsvOptions::label, std::nullopt,
                                             "the label column's name (default: the last column)")
       .field<C, std::string>("impute", &CsvOptions::impute, "none",
-                             "missing values (empty, NA, NaN, ?): none = an error, mean = the column's mean over the training "
-                             "rows (the test rows' and a --predict file's too)")
+                             "missing values (empty, NA, NaN, null, ?, and pandas' other default markers): none = an "
+                             "error, mean = the column's mean over the training rows (the test rows' and a --predict "
+                             "file's too)")
       .choices({"none", "mean"})
       .field("test_fraction", &C::test_fraction, 0.3, "share of each class held out for testing (stratified)")
       .range(gt(0), lt(1))
