@@ -410,6 +410,10 @@ void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins) {
     run.loader->shard(run.dist->rank(), run.dist->world_size(), run.sync->owned_rows());
   }
   s.batches_per_epoch = run.loader->batches_per_epoch();
+  if (const int64_t n = run.data.train->size(), world = run.dist ? run.dist->world_size() : 1; n < s.batch_size * world)
+    log().warn("trainer.batch_size {}{} is more than the {} examples of an epoch: each step takes {} examples (the "
+               "whole epoch), not {}", s.batch_size, world > 1 ? fmt::format(" x {} ranks", world) : "", n, n,
+               s.batch_size * world);
   if (run.threads >= 2 && run.loader->helper() && s.model->small_steps()) {
     Helper::use_for_loops(run.loader->helper());
     log().debug("small steps: the prefetch thread joins the model's loops (tt::parallel_for) as the second thread");
