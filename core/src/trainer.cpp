@@ -211,8 +211,8 @@ struct Trainer::Impl {
       if (!run.pipeline.overrides.empty()) {
         std::string given;
         for (const auto& o : run.pipeline.overrides) given += (given.empty() ? "" : " ") + o;
-        log().warn("the overrides {} change nothing here: the run is complete (an override of trainer.max_steps or "
-                   "trainer.epochs past its end trains it further)", given);
+        log().warn("the overrides {} train nothing: the run is complete (an override of trainer.max_steps or "
+                   "trainer.epochs past its end trains it further); a --predict or --sample now uses them", given);
       }
       if (report) report->keep(previous);  // a prediction adds its figures to it
       return;

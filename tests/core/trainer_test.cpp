@@ -245,7 +245,7 @@ TEST(Trainer, OverridesOnAResumeOfACompletedRunAreSaidToChangeNothing) {
   again.fit();
   const std::string said = testing::internal::GetCapturedStderr();
   EXPECT_HAS(said, "is complete at step 2 (of 2); nothing to train");
-  EXPECT_HAS(said, "the overrides trainer.batch_size=8 change nothing here: the run is complete");
+  EXPECT_HAS(said, "the overrides trainer.batch_size=8 train nothing: the run is complete");
 }
 
 // A resume refused for its overrides (a model that does not fit the checkpoint) is a

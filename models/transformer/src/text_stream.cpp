@@ -476,7 +476,8 @@ std::string TextStream::position() const {
 }
 
 void TextStream::position_mismatch(const std::string& what_differs) const {
-  TT_FAIL(what_, ": the checkpoint's data position does not match this dataset: ", what_differs);
+  TT_FAIL_AS(ConfigError, what_, ": the checkpoint's data position does not match this dataset: ", what_differs,
+             " (resume with the data the run trained on, as its pipeline.yaml names it, or start a new run)");
 }
 
 void TextStream::restore(const std::string& position) {
