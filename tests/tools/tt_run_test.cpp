@@ -315,6 +315,19 @@ TEST(TtRun, ExitCodesAndMessages) {
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_HAS(r.output, "is a file of the run's own");
   EXPECT_FALSE(fs::exists(dir / "tab3" / "summary.json"));
+  // a run's relative data path, read again by a resume from another directory: where it started is said
+  fs::create_directories(dir / "first");
+  tt::test::write_text(dir / "first" / "t.csv", table);
+  r = run("cd " + quote(dir / "first") + " && " + tt_run() + " " + tt::test::source_dir() +
+          "/configs/tabular-inference.yaml -q trainer.threads=1 data.path=t.csv model.init_from=" +
+          tt::test::source_dir() + "/models/tabular-icl/pretrained/small.safetensors --run-dir " + quote(dir / "rel"));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  r = run("cd " + quote(dir) + " && " + tt_run() + " --resume rel");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "(the run was started in " + fs::canonical(dir / "first").string() +
+                           ", where its relative paths lead: resume it from there");
+  r = run("cd " + quote(dir / "first") + " && " + tt_run() + " --resume " + quote(dir / "rel"));
+  EXPECT_EQ(r.rc, 0) << r.output;
   // a comparison's options on a pipeline that is not one are refused, not ignored
   r = run(tt_run() + " " + quote(plain) + " --steps 5 --run-dir " + quote(dir / "steps"));
   EXPECT_EQ(r.rc, 2) << r.output;

@@ -346,10 +346,24 @@ void claim_run_dir(Run& run) {
 }
 }  // namespace
 
+namespace {
+constexpr const char* kStartedIn = "# relative paths from ";
+// The directory a run was started in, from its pipeline.yaml ("" where it does not say).
+std::string started_in(const fs::path& run_dir) {
+  std::ifstream in(run_dir / "pipeline.yaml");
+  for (std::string line; std::getline(in, line) && line.rfind('#', 0) == 0;)
+    if (line.rfind(kStartedIn, 0) == 0) return line.substr(std::strlen(kStartedIn));
+  return "";
+}
+}  // namespace
+
 void write_pipeline_file(Run& run) {
   if (!run.root) return;
-  write_file_atomic(run.state.run_dir / "pipeline.yaml",
-                    "# resolved by tt-run from " + run.pipeline.file + "\n" + run.pipeline.resolved_yaml());
+  std::error_code ec;
+  const std::string here = run.config.resume ? started_in(run.state.run_dir) : fs::current_path(ec).string();
+  write_file_atomic(run.state.run_dir / "pipeline.yaml", "# resolved by tt-run from " + run.pipeline.file + "\n" +
+                                                             (here.empty() ? "" : kStartedIn + here + "\n") +
+                                                             run.pipeline.resolved_yaml());
 }
 
 void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins) {
@@ -364,7 +378,15 @@ void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins) {
   s.datasets = &run.data;
   Registry& reg = Registry::global();
 
-  run.data = with_context("data (" + p.data.name + ")", [&] { return reg.dataset(p.data.name).factory(p.data.options, p.seed); });
+  try {
+    run.data = with_context("data (" + p.data.name + ")", [&] { return reg.dataset(p.data.name).factory(p.data.options, p.seed); });
+  } catch (const ConfigError& e) {  // a relative path read from another directory than the run's first
+    std::error_code ec;
+    const std::string first = run.config.resume ? started_in(s.run_dir) : "", here = fs::current_path(ec).string();
+    if (first.empty() || first == here) throw;
+    throw ConfigError(detail::cat(e.what(), " (the run was started in ", first, ", where its relative paths lead: "
+                                  "resume it from there, cd ", first, ")"));
+  }
   TT_CHECK(run.data.train, "data (", p.data.name, ") produced no training set");
   s.model = with_context("model (" + p.model.name + ")", [&] { return reg.model(p.model.name).factory(p.model.options, run.data); });
   if (!run.predict_input.empty()) s.model->check_predict_input(run.predict_input);  // before training
