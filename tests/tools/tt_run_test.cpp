@@ -332,6 +332,15 @@ TEST(TtRun, ExitCodesAndMessages) {
   r = run(tt_run() + " " + quote(plain) + " --steps 5 --run-dir " + quote(dir / "steps"));
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_HAS(r.output, "--steps, --warmup and --repeats set a comparison");
+  // a negative count was taken for not given: ignored, or refused as a comparison's on a pipeline without one
+  for (const auto& [option, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"--steps -1", "--steps must be at least 1, got -1"},
+           {"--warmup -5", "--warmup must be at least 0, got -5"},
+           {"--repeats 0", "--repeats must be at least 1, got 0"}}) {
+    r = run(tt_run() + " " + quote(plain) + " " + option + " --run-dir " + quote(dir / "steps"));
+    EXPECT_EQ(r.rc, 2) << option << "\n" << r.output;
+    EXPECT_HAS(r.output, expect);
+  }
   EXPECT_FALSE(fs::exists(dir / "steps")) << "a run started";
   // as are the options of a mode not asked for, and --run-dir with --resume (it was ignored)
   const std::pair<std::string, std::string> unused[] = {

@@ -30,6 +30,7 @@
 #include <functional>
 #include <iostream>
 #include <optional>
+#include <tuple>
 
 #include "child.h"
 #include "compare.h"
@@ -281,6 +282,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return tt::cli_exit(app, e, "tt-run");
   }
+  // a negative count was taken for "not given" and silently ignored
+  for (const auto& [option, value, least] : {std::tuple<const char*, int, int>{"--steps", cmp_steps, 1},
+                                             {"--warmup", cmp_warmup, 0}, {"--repeats", cmp_repeats, 1}})
+    if (app.count(option) && value < least) {
+      std::fprintf(stderr, "tt-run: %s must be at least %d, got %d\n", option, least, value);
+      return 2;
+    }
   if (overwrite && !resume_dir.empty()) {
     std::fprintf(stderr, "tt-run: --overwrite starts the run again and --resume continues it: give one of them\n");
     return 2;
@@ -427,7 +435,8 @@ int main(int argc, char** argv) {
     }
     tt::Pipeline pipeline = resume_dir.empty() ? tt::load_pipeline(pipeline_file, overrides)
                                                : tt::Trainer::pipeline_of_run(resume_dir, overrides);
-    TT_CHECK_AS(ConfigError, (pipeline.has_compare && resume_dir.empty()) || (cmp_steps < 0 && cmp_warmup < 0 && cmp_repeats < 0),
+    TT_CHECK_AS(ConfigError, (pipeline.has_compare && resume_dir.empty()) ||
+                                 app.count("--steps") + app.count("--warmup") + app.count("--repeats") == 0,
                 "--steps, --warmup and --repeats set a comparison (a pipeline's compare: section, or tt-run --compare "
                 "A.yaml B.yaml) and this one has none: trainer.max_steps=N trains N steps");
     TT_CHECK_AS(ConfigError, !(pipeline.has_compare && resume_dir.empty()) || (!sample_prompt && predict_input.empty()),
