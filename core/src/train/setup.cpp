@@ -442,6 +442,10 @@ void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins) {
   }
   const int64_t by_epochs = run.max_epochs > 0 ? run.max_epochs * s.batches_per_epoch : -1;
   s.total_steps = by_epochs < 0 ? run.max_steps : (run.max_steps < 0 ? by_epochs : std::min(by_epochs, run.max_steps));
+  if (s.total_steps == 0 && !p.model.options.is_set("init_from") && !run.from_checkpoint)
+    log().warn("this run trains no steps and model.init_from is not set: it evaluates{} the model's initial, untrained "
+               "weights (set model.init_from to a run directory or weights file)",
+               run.predict_input.empty() ? "" : " and predicts with");
   run.set_lr(run.schedule->lr({0, s.total_steps, 0.0, run.base_lr}));
 }
 
