@@ -250,6 +250,11 @@ TEST(LoraPlugin, FineTunesAPretrainedLmOnHeldOutTextWithAFractionOfTheState) {
   auto merged = f.tune("merged", "[]", (f.dir / "tuned" / "merged.pt").string(), "0", 1);
   ASSERT_EQ(merged.rc, 0) << merged.output;
   EXPECT_NEAR(f.val("merged"), f.val("tuned"), 1e-4);
+  // The tuned run itself, which holds the adapters beside the base: refused, naming these two ways
+  auto whole = f.tune("whole", "[]", (f.dir / "tuned").string(), "0", 1);
+  EXPECT_EQ(whole.rc, 2) << whole.output;
+  EXPECT_HAS(whole.output, "its adapters are a plugin's: use its merged weights (lora's export_merged: true writes "
+                           "RUN/merged.pt) or give the plugin again with its adapters");
 }
 
 TEST(LoraPlugin, InitFromAndBadOptionsAreClearErrors) {

@@ -81,9 +81,13 @@ void init_model_from(Run& run, const std::string& from, int64_t average) {
       std::string what = e.what();
       mismatch = first_line(what);
     }
-    M.check(mismatch.empty(), "init_from",
-            it->string() + " does not fit this model (" + mismatch +
-                "): use the model settings of the run that wrote it (its pipeline.yaml)");
+    // a run fine-tuned with adapters (tt::nn's adapter_<plugin> tensors, e.g. lora's) holds them beside the base
+    const std::string fix = mismatch.find(".adapter_") != std::string::npos
+                                ? "its adapters are a plugin's: use its merged weights (lora's export_merged: true "
+                                  "writes RUN/merged.pt) or give the plugin again with its adapters (plugins: [{name: "
+                                  "lora, load: RUN/adapters.pt}]) and the base weights it was trained from"
+                                : "use the model settings of the run that wrote it (its pipeline.yaml)";
+    M.check(mismatch.empty(), "init_from", it->string() + " does not fit this model (" + mismatch + "): " + fix);
     used.push_back(*it);
     if (average == 1) break;
     torch::NoGradGuard no_grad;
