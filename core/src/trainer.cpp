@@ -200,6 +200,11 @@ struct Trainer::Impl {
     if (interrupted())
       throw Interrupted(detail::cat("interrupted during setup, before the first step: nothing was trained",
                                     run.config.resume ? "; the run's checkpoints are as they were" : ""));
+    // An override that ends the run before the step its checkpoint is at (it was said "completed")
+    TT_CHECK_AS(ConfigError, !run.from_checkpoint || s.step <= s.total_steps, s.run_dir.string(),
+                "'s checkpoint is at step ", s.step, ", past the ", s.total_steps, " steps this resume would train "
+                "(trainer.max_steps or trainer.epochs): resume with trainer.max_steps of at least ", s.step,
+                " (or the run as it was)");
     // A resume of a run at its end (e.g. tt-run --resume RUN --sample PROMPT on a finished run).
     const bool at_end = run.config.resume && s.step >= s.total_steps;
     const nlohmann::json previous = at_end && run.root ? read_summary(s.run_dir / "summary.json") : nlohmann::json();

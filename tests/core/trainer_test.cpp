@@ -572,6 +572,23 @@ TEST(Trainer, AnInterruptDuringAPeriodicEvaluationAbandonsItAndKeepsTheStepInACh
   tt::clear_interrupt();
 }
 
+// A resume whose trainer.max_steps ends before the step its checkpoint is at is refused (it was
+// marked completed, its pipeline.yaml saying fewer steps than it trained).
+TEST(Trainer, AResumeEndingBeforeItsCheckpointsStepIsRefused) {
+  const auto out = tt::test::temp_dir("resume_past");
+  const fs::path dir = out / "run";
+  tt::Trainer first(tt::test::regression_pipeline(out, "  max_steps: 6\n"), {dir, false, true});
+  first.fit();
+  const std::string summary = tt::test::read_file(dir / "summary.json");
+  tt::Trainer fewer(tt::Trainer::pipeline_of_run(dir, {"trainer.max_steps=4"}), {dir, true, true});
+  EXPECT_HAS(tt::test::config_error([&] { fewer.fit(); }),
+             "'s checkpoint is at step 6, past the 4 steps this resume would train (trainer.max_steps or trainer.epochs): "
+             "resume with trainer.max_steps of at least 6");
+  EXPECT_EQ(tt::test::read_file(dir / "summary.json"), summary);
+  tt::Trainer same(tt::Trainer::pipeline_of_run(dir, {"trainer.max_steps=6"}), {dir, true, true});
+  EXPECT_NO_THROW(same.fit());
+}
+
 // A loss the trainer cannot step on names the model and what is wrong with it.
 TEST(Trainer, ALossThatIsNotAScalarOrHasNoGraphIsNamedForWhatItIs) {
   tt::test::register_test_components();
