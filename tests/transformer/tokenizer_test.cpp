@@ -240,6 +240,19 @@ TEST(SentencePieceTraining, BadArgumentsAreConfigErrorsNamingTheFix) {
   t.vocab_size = 400;
   t.model_type = "bigram";
   expect_error<tt::ConfigError>([&] { tt::lm::train_sentencepiece(t); }, {"--model-type", "bigram"});
+  t.model_type = "bpe";
+  // not text (the text dataset refuses it; SentencePiece trained on it), and text without a line
+  // SentencePiece reads ("no reason given")
+  write_text(dir / "latin1.txt", std::string(2000, '\xE9'));
+  t.inputs = {(dir / "latin1.txt").string()};
+  expect_error<tt::ConfigError>([&] { tt::lm::train_sentencepiece(t); },
+                                {"latin1.txt is not a text file (", "are not valid UTF-8", "give UTF-8 text files"});
+  std::string one_line;
+  while (one_line.size() <= (size_t{1} << 20)) one_line += "a line that never ends ";
+  write_text(dir / "one-line.txt", one_line);
+  t.inputs = {(dir / "one-line.txt").string()};
+  expect_error<tt::ConfigError>([&] { tt::lm::train_sentencepiece(t); },
+                                {"SentencePiece read no sentence", "skips lines over 1 MiB", "fold -s -w 2000"});
   fs::remove_all(dir);
 }
 

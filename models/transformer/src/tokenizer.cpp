@@ -42,6 +42,7 @@
 #include "tt/options.h"
 #include "tt/runtime.h"
 #include "tt/temp_dir.h"
+#include "tt/text_file.h"
 
 namespace fs = std::filesystem;
 namespace sp = sentencepiece;
@@ -411,7 +412,7 @@ std::vector<std::string> text_files(const std::vector<std::string>& inputs) {
   return files;
 }
 
-std::vector<std::string> train_sentencepiece(const TokenizerTraining& t) {
+void check_training(const TokenizerTraining& t) {
   const std::string ext = ".model";
   TT_CHECK_AS(ConfigError, t.out.size() > ext.size() && t.out.compare(t.out.size() - ext.size(), ext.size(), ext) == 0,
               "--out must end in .model (got '", t.out, "'); the .vocab is written beside it");
@@ -425,6 +426,10 @@ std::vector<std::string> train_sentencepiece(const TokenizerTraining& t) {
   TT_CHECK_AS(ConfigError, t.max_sentences >= 0, "--max-sentences must be 0 (all lines) or positive, got ",
               t.max_sentences);
   TT_CHECK_AS(ConfigError, t.threads >= 0, "--threads must be 0 (OMP_NUM_THREADS when set, else all cores) or positive, got ", t.threads);
+}
+
+std::vector<std::string> train_sentencepiece(const TokenizerTraining& t) {
+  check_training(t);
 
   const std::vector<std::string> files = text_files(t.inputs);
   uintmax_t bytes = 0;
@@ -432,6 +437,13 @@ std::vector<std::string> train_sentencepiece(const TokenizerTraining& t) {
     TT_CHECK_AS(ConfigError, f.find(',') == std::string::npos, "SentencePiece cannot read '", f,
                 "': it splits its input list at commas; rename the file");
     bytes += fs::file_size(f);
+    std::ifstream in(f, std::ios::binary);  // as the text dataset refuses it
+    std::string head(size_t{1} << 20, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    head.resize(static_cast<size_t>(in.gcount()));
+    const std::string not_text = not_text_reason(head);
+    TT_CHECK_AS(ConfigError, not_text.empty(), f, " is not a text file (", not_text, "); give UTF-8 text files",
+                files.size() > 1 ? " (every file under the directories given is read: move the others out)" : "");
   }
   TT_CHECK_AS(ConfigError, bytes > 0, "the training text is empty (", files.size(), " file",
               files.size() == 1 ? "" : "s", ")");
@@ -542,6 +554,18 @@ std::vector<std::string> train_sentencepiece(const TokenizerTraining& t) {
   if (why.find("smaller than required_chars") != std::string::npos)  // its advice names spm_train's flags
     TT_FAIL_AS(ConfigError, "SentencePiece: ", why.substr(0, why.find(" Increase")), " Try a larger --vocab-size ",
                "(byte fallback alone takes 259 ids) or a lower --character-coverage");
+  // SentencePiece takes a line for a sentence and skips those longer than max_sentence_length
+  const auto has_short_line = [&] {
+    for (const auto& f : files) {
+      std::ifstream in(f, std::ios::binary);
+      for (std::string line; std::getline(in, line);)
+        if (line.size() <= (size_t{1} << 20) && line.find_first_not_of(" \t\r") != std::string::npos) return true;
+    }
+    return false;
+  };
+  TT_CHECK_AS(ConfigError, !why.empty() || has_short_line(), "SentencePiece read no sentence: it takes each line for "
+              "one and skips lines over 1 MiB, and every line of the input is longer (text without line breaks?): "
+              "break it into lines, e.g. fold -s -w 2000 FILE > NEW.txt");
   TT_FAIL("SentencePiece training failed: ", why.empty() ? "no reason given" : why);
 }
 

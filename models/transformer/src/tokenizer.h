@@ -64,6 +64,8 @@ std::vector<std::string> text_files(const std::vector<std::string>& inputs);
 // BPE model's input file holding over 32,767 characters without a space is read with such runs
 // cut into lines (SentencePiece's BPE trainer crashes on them), and a note says so.
 std::vector<std::string> train_sentencepiece(const TokenizerTraining& t);
+// Refuses options out of range (ConfigError naming the flag); train_sentencepiece calls it first.
+void check_training(const TokenizerTraining& t);
 
 // Number of UTF-8 code points in `s` (for bits/char).
 int64_t utf8_chars(std::string_view s);

@@ -43,6 +43,7 @@ std::string sample_text(const std::vector<std::string>& files, size_t limit) {
 void run_tokenizer(TokenizerArgs a) {
   auto& t = a.training;
   t.byte_fallback = !a.no_byte_fallback;
+  check_training(t);  // before it says what it trains
   const auto files = text_files(t.inputs);
   std::fprintf(stderr, "tokenizer: training a %s SentencePiece model of %lld tokens on %zu file%s%s...\n",
                t.model_type.c_str(), static_cast<long long>(t.vocab_size), files.size(), files.size() == 1 ? "" : "s",
