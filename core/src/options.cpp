@@ -326,7 +326,10 @@ Options Options::parse(const YAML::Node& node, const Schema& schema, const std::
     } else {
       // not given: a refusal points to the section (its file alone where the command line set
       // some of it); the message names the option
-      v.where = origins.empty() ? location(file, node) : (file.empty() ? "<pipeline>" : file);
+      const auto origin = origins.find(spec.key);  // set to ~ on the command line
+      v.where = origin != origins.end() ? origin->second
+                : origins.empty()       ? location(file, node)
+                                        : (file.empty() ? "<pipeline>" : file);
       const bool has_default = spec.default_yaml != "~" && !spec.default_yaml.empty();
       v.yaml = has_default ? check_value(YAML::Load(spec.default_yaml), spec.type, v.where, prefix + spec.key) : "~";
       v.null = !has_default;

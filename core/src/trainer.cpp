@@ -200,16 +200,18 @@ struct Trainer::Impl {
     if (interrupted())
       throw Interrupted(detail::cat("interrupted during setup, before the first step: nothing was trained",
                                     run.config.resume ? "; the run's checkpoints are as they were" : ""));
-    // An override that ends the run before the step its checkpoint is at (it was said "completed")
-    TT_CHECK_AS(ConfigError, !run.from_checkpoint || s.step <= s.total_steps, s.run_dir.string(),
-                "'s checkpoint is at step ", s.step, ", past the ", s.total_steps, " steps this resume would train "
-                "(trainer.max_steps or trainer.epochs): resume with trainer.max_steps of at least ", s.step,
-                " (or the run as it was)");
     // A resume of a run at its end (e.g. tt-run --resume RUN --sample PROMPT on a finished run).
     const bool at_end = run.config.resume && s.step >= s.total_steps;
     const nlohmann::json previous = at_end && run.root ? read_summary(s.run_dir / "summary.json") : nlohmann::json();
     std::string status = summary_status(previous);
     if (at_end && run.dist) status = run.dist->broadcast_string(status);
+    // An unfinished run's resume that would end before its checkpoint's step (it was said completed)
+    const int64_t epochs = (s.step + s.batches_per_epoch - 1) / std::max<int64_t>(1, s.batches_per_epoch);
+    TT_CHECK_AS(ConfigError, !run.from_checkpoint || s.step <= s.total_steps || status == "completed",
+                s.run_dir.string(), "'s checkpoint is at step ", s.step, ", past the ", s.total_steps,
+                " steps this resume would train: resume with trainer.max_steps of at least ", s.step,
+                run.pipeline.trainer.is_set("epochs") ? detail::cat(" and trainer.epochs of at least ", epochs) : "",
+                " (or as it was)");
     if (at_end && status == "completed") {
       log().info("{}: the run in {} is complete at step {} (of {}); nothing to train, outputs kept as they are",
                  run.pipeline.name, s.run_dir.string(), s.step, s.total_steps);
@@ -362,7 +364,16 @@ struct Trainer::Impl {
       report_failure("failed", e.what(), e.exit_code());
       throw;
     } catch (const c10::Error& e) {
-      report_failure("failed", e.what_without_backtrace(), 1);
+      // out of memory outside the steps, which say it their way (a model built too large): the
+      // meter's pool's error, or LibTorch's own allocator's without the meter's cache
+      const std::string what = e.what_without_backtrace();
+      if (dynamic_cast<const c10::OutOfMemoryError*>(&e) || what.find("not enough memory") != std::string::npos) {
+        OutOfMemory oom(detail::cat("out of memory outside the training steps: ", first_line(what),
+                                    " (a smaller model, trainer.batch_size or trainer.eval_batch_size)"));
+        report_failure("failed", oom.what(), oom.exit_code());
+        throw oom;
+      }
+      report_failure("failed", what, 1);
       throw;
     } catch (const std::exception& e) {
       report_failure("failed", e.what(), 1);

@@ -312,6 +312,9 @@ TEST(TabularCsv, BadInputIsAClearError) {
              "is not UTF-8 text (NUL bytes on line 3)");
   EXPECT_HAS(config_error([&] { read_csv(write("lines.csv", "a,y\n1,\"no\nline\"\n"), o); }),
              "lines.csv:2 has a quoted field that runs past the end of the line");
+  // a quote inside a field is a character, as pandas reads it (5'11" tall)
+  EXPECT_EQ(read_csv(write("inch.csv", "a,y\n1,5'11\"\n2,6'\n3,5'11\"\n"), o).class_names,
+            (std::vector<std::string>{"5'11\"", "6'"}));
   // Any width is read; a table wider than the ensemble can cover (features / member_features
   // members, at most max_members) is refused when the model is built, naming the file and the fix.
   std::string wide = "";

@@ -525,10 +525,6 @@ int main(int argc, char** argv) {
     return e.exit_code();
   } catch (const tt::Error& e) {
     return fail("", e.what(), e.exit_code());
-  } catch (const c10::OutOfMemoryError& e) {  // outside the training steps (a model built too large)
-    const std::string what = e.what_without_backtrace();
-    return fail("", ("out of memory outside the training steps: " + what.substr(0, what.find('\n')) +
-                     " (a smaller model, trainer.batch_size or trainer.eval_batch_size)").c_str(), 4);
   } catch (const c10::Error& e) {
     return fail(" in LibTorch", e.what_without_backtrace(), 1);
   } catch (const std::exception& e) {

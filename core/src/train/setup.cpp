@@ -2,6 +2,7 @@
 
 #include <spdlog/sinks/base_sink.h>
 #include <torch/torch.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -380,10 +381,17 @@ void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins) {
 
   try {
     run.data = with_context("data (" + p.data.name + ")", [&] { return reg.dataset(p.data.name).factory(p.data.options, p.seed); });
-  } catch (const ConfigError& e) {  // a relative path read from another directory than the run's first
+  } catch (const ConfigError& e) {  // a relative path of the data's missing here and found where the run started
+    const std::string first = run.config.resume ? started_in(s.run_dir) : "";
+    bool moved = false;
     std::error_code ec;
-    const std::string first = run.config.resume ? started_in(s.run_dir) : "", here = fs::current_path(ec).string();
-    if (first.empty() || first == here) throw;
+    for (const auto& [key, yaml] : p.data.options.resolved()) {
+      const YAML::Node v = YAML::Load(yaml);
+      for (const YAML::Node& x : v.IsSequence() ? std::vector<YAML::Node>(v.begin(), v.end()) : std::vector<YAML::Node>{v})
+        moved = moved || (!first.empty() && x.IsScalar() && fs::path(x.Scalar()).is_relative() &&
+                          !fs::exists(x.Scalar(), ec) && fs::exists(fs::path(first) / x.Scalar(), ec));
+    }
+    if (!moved) throw;
     throw ConfigError(detail::cat(e.what(), " (the run was started in ", first, ", where its relative paths lead: "
                                   "resume it from there, cd ", first, ")"));
   }

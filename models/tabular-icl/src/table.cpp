@@ -38,7 +38,7 @@ std::vector<std::string> split_line(const std::string& line, bool* open_quote = 
       } else {
         cur += c;
       }
-    } else if (c == '"') {
+    } else if (c == '"' && cur.find_first_not_of(" \t") == std::string::npos) {  // opens a field; elsewhere a character
       quoted = true;
     } else if (c == ',') {
       out.push_back(cur);

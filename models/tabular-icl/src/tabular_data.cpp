@@ -116,13 +116,12 @@ Schema csv_schema() {
       .range(ge(1))
       .field("query_size", &C::query_size, 64, "fine-tuning: query rows per episode (TabTune's query_size)")
       .range(ge(1))
-      .field("episodes", &C::episodes, 64, "fine-tuning: episodes per epoch").range(ge(1))
-      // where the pipeline is read, --dry-run too (the factory, which reads the file, runs later)
-      .validate([](const Options& o) { o.check(o.is_set("path"), "path", "is required: the CSV file to learn from"); });
+      .field("episodes", &C::episodes, 64, "fine-tuning: episodes per epoch").range(ge(1));
 }
 
 Datasets make_csv(const Options& o, uint64_t seed) {
-  const auto c = o.to<CsvDataOptions>();  // path: required by the schema
+  const auto c = o.to<CsvDataOptions>();
+  o.check(c.path.has_value(), "path", "is required: the CSV file to learn from");
   Table all = read_csv(*c.path, c);
   const Split split = stratified_split(all, c.test_fraction, static_cast<uint64_t>(c.split_seed));
   o.check(split.train.size() >= 2, "test_fraction", "leaves fewer than 2 training rows");

@@ -34,7 +34,7 @@ class AmpPlugin final : public tt::Plugin {
             std::vector<std::string> keep)
       : options_(std::move(options)), dtype_(dtype), keep_(std::move(keep)) {
     if (dtype_ == c10::ScalarType::Half)
-      runs_only_on("cuda", "dtype fp16: LibTorch autocasts fp16 on CUDA only; on the CPU use dtype: bf16");
+      runs_only_on("cuda", "dtype fp16: tt's amp autocasts fp16 on CUDA only; on the CPU use dtype: bf16");
     if (!scaler) return;
     scaler_ = std::make_unique<tt::amp::GradScaler>(so);
     may_skip_steps("its GradScaler unscales the gradients before the step and skips a step whose gradients overflowed; "
