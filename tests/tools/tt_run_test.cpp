@@ -271,11 +271,13 @@ TEST(TtRun, ExitCodesAndMessages) {
   r = run(tt_run() + " " + quote(oom));
   EXPECT_EQ(r.rc, 4) << r.output;
   EXPECT_NE(r.output.find("out of memory at step 1"), std::string::npos) << r.output;
-  // a model too large to allocate (8 GB of factors, under a 6 GB address-space limit so that it
-  // fails whatever the host's overcommit) is out of memory too, in the exit and the summary
-  r = run("ulimit -v 6000000 && " + tt_run() + " " + quote(write_pipeline(dir, tt::test::topic_yaml(dir, ""))) +
-          " model.k=2000000 -q --run-dir " +
-          quote(dir / "huge"));
+  // a model too large to allocate (a 19 GB attention weight, under a 6 GB address-space limit so
+  // that it fails whatever the host's overcommit) is out of memory too, in the exit and the summary
+  const tt::test::TinyLm lm("huge");
+  std::ofstream(dir / "huge.yaml") << "name: huge\ndata: {name: text, train: " << (lm.dir / "train.txt").string()
+                                   << ", seq_len: 16}\nmodel: {name: transformer, d_model: 40000, n_layers: 1, "
+                                      "n_heads: 1, sample_tokens: 0}\ntrainer: {max_steps: 1, threads: 1}\n";
+  r = run("ulimit -v 6000000 && " + tt_run() + " " + quote(dir / "huge.yaml") + " -q --run-dir " + quote(dir / "huge"));
   EXPECT_EQ(r.rc, 4) << r.output;
   EXPECT_HAS(r.output, "out of memory outside the training steps: ");
   EXPECT_EQ(tt::test::summary_of(dir / "huge")["exit_code"], 4);
