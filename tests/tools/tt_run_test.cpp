@@ -313,6 +313,10 @@ TEST(TtRun, ExitCodesAndMessages) {
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_HAS(r.output, "is a file of the run's own");
   EXPECT_FALSE(fs::exists(dir / "tab3" / "summary.json"));
+  r = run(tabular + " output.dir=" + quote(dir) + " output.run_name=named --predict-out " +
+          quote(dir / "named" / "summary.json"));  // a run directory named by output.run_name
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "is a file of the run's own");
   // a run's relative data path, read again by a resume from another directory: where it started is said
   fs::create_directories(dir / "first");
   tt::test::write_text(dir / "first" / "t.csv", table);

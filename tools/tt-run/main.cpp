@@ -30,6 +30,7 @@
 #include <functional>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <tuple>
 
 #include "child.h"
@@ -136,9 +137,9 @@ void check_writable_file(const char* option, const std::string& file) {
 }
 
 // --predict-out must not overwrite what the run reads or writes: a file the pipeline's data or
-// model.init_from names (the training table), or a file of the run directory's own (its
-// pipeline.yaml, summary, checkpoints; an earlier prediction, a .csv, may be written again).
-void check_predict_output(const std::string& out, const std::string& resolved_yaml, const std::filesystem::path& run_dir) {
+// model.init_from names (the training table), or a file of the run directory's own (one it
+// writes, or any there but a .csv: an earlier prediction may be written again).
+void check_predict_output(const std::string& out, const std::string& resolved_yaml, std::filesystem::path run_dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const YAML::Node root = YAML::Load(resolved_yaml);
@@ -154,12 +155,19 @@ void check_predict_output(const std::string& out, const std::string& resolved_ya
   };
   walk(root["data"], "data");
   walk(root["model"]["init_from"], "model.init_from");
+  if (run_dir.empty() && root["output"]["run_name"].IsScalar())  // output.dir/run_name, a name of the user's
+    run_dir = fs::path(root["output"]["dir"].Scalar()) / root["output"]["run_name"].Scalar();
   if (run_dir.empty()) return;  // a new directory named by the time: nothing of the run's own is there yet
   const fs::path at = fs::weakly_canonical(fs::absolute(out), ec), dir = fs::weakly_canonical(fs::absolute(run_dir), ec);
-  const auto [d, a] = std::mismatch(dir.begin(), dir.end(), at.begin(), at.end());
-  TT_CHECK_AS(ConfigError, d != dir.end() || at.extension() == ".csv", "--predict-out ", out, " is a file of the run's own (",
-              run_dir.string(), "), which it would overwrite; name another file (the default is ",
-              (run_dir / "predictions.csv").string(), ")");
+  const auto inside = std::mismatch(dir.begin(), dir.end(), at.begin(), at.end());
+  if (inside.first != dir.end()) return;
+  static const std::set<std::string> written = {"pipeline.yaml", "summary.json", "log.txt",     "metrics.jsonl",
+                                                "loss.dat",      "loss.png",     "samples.txt", "gnuplot.log"};
+  const bool own = inside.second == at.end() || *inside.second == "checkpoints" || written.count(at.filename().string()) > 0 ||
+                   (fs::exists(at, ec) && at.extension() != ".csv");
+  TT_CHECK_AS(ConfigError, !own, "--predict-out ", out, " is a file of the run's own (", run_dir.string(),
+              "), which it would overwrite; name another file (the default is ", (run_dir / "predictions.csv").string(),
+              ")");
 }
 
 // The error that ends tt-run. A stop signal after it (tt-run --nproc stops the other workers

@@ -53,9 +53,7 @@ int64_t last_logged_step(const fs::path& metrics) {
   }
   return last;
 }
-}  // namespace
 
-namespace {
 // log.txt: each line written and flushed at once; the first failure (disk full) is kept for the
 // end of the run, which then fails naming the file, instead of spdlog's note on stderr.
 class LogFileSink final : public spdlog::sinks::base_sink<std::mutex> {
