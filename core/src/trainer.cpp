@@ -205,13 +205,7 @@ struct Trainer::Impl {
     const nlohmann::json previous = at_end && run.root ? read_summary(s.run_dir / "summary.json") : nlohmann::json();
     std::string status = summary_status(previous);
     if (at_end && run.dist) status = run.dist->broadcast_string(status);
-    // An unfinished run's resume that would end before its checkpoint's step (it was said completed)
-    const int64_t epochs = (s.step + s.batches_per_epoch - 1) / std::max<int64_t>(1, s.batches_per_epoch);
-    TT_CHECK_AS(ConfigError, !run.from_checkpoint || s.step <= s.total_steps || status == "completed",
-                s.run_dir.string(), "'s checkpoint is at step ", s.step, ", past the ", s.total_steps,
-                " steps this resume would train: resume with trainer.max_steps of at least ", s.step,
-                run.pipeline.trainer.is_set("epochs") ? detail::cat(" and trainer.epochs of at least ", epochs) : "",
-                " (or as it was)");
+    check_resume_length(run, status);
     if (at_end && status == "completed") {
       log().info("{}: the run in {} is complete at step {} (of {}); nothing to train, outputs kept as they are",
                  run.pipeline.name, s.run_dir.string(), s.step, s.total_steps);

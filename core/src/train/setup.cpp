@@ -2,7 +2,6 @@
 
 #include <spdlog/sinks/base_sink.h>
 #include <torch/torch.h>
-#include <yaml-cpp/yaml.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -31,29 +30,7 @@ namespace fs = std::filesystem;
 
 namespace tt {
 
-nlohmann::json read_summary(const fs::path& summary) {
-  std::ifstream in(summary);
-  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  return j.is_object() ? j : nlohmann::json();
-}
-
-std::string summary_status(const nlohmann::json& j) {
-  return j.contains("status") && j["status"].is_string() ? j["status"].get<std::string>() : "";
-}
-
 namespace {
-// The last step a run's metrics.jsonl has a line of (0: none): what a run killed before it could
-// write its summary trained.
-int64_t last_logged_step(const fs::path& metrics) {
-  std::ifstream in(metrics);
-  int64_t last = 0;
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) last = std::max(last, j["step"].get<int64_t>());
-  }
-  return last;
-}
-
 // log.txt: each line written and flushed at once; the first failure (disk full) is kept for the
 // end of the run, which then fails naming the file, instead of spdlog's note on stderr.
 class LogFileSink final : public spdlog::sinks::base_sink<std::mutex> {
@@ -345,26 +322,6 @@ void claim_run_dir(Run& run) {
 }
 }  // namespace
 
-namespace {
-constexpr const char* kStartedIn = "# relative paths from ";
-// The directory a run was started in, from its pipeline.yaml ("" where it does not say).
-std::string started_in(const fs::path& run_dir) {
-  std::ifstream in(run_dir / "pipeline.yaml");
-  for (std::string line; std::getline(in, line) && line.rfind('#', 0) == 0;)
-    if (line.rfind(kStartedIn, 0) == 0) return line.substr(std::strlen(kStartedIn));
-  return "";
-}
-}  // namespace
-
-void write_pipeline_file(Run& run) {
-  if (!run.root) return;
-  std::error_code ec;
-  const std::string here = run.config.resume ? started_in(run.state.run_dir) : fs::current_path(ec).string();
-  write_file_atomic(run.state.run_dir / "pipeline.yaml", "# resolved by tt-run from " + run.pipeline.file + "\n" +
-                                                             (here.empty() ? "" : kStartedIn + here + "\n") +
-                                                             run.pipeline.resolved_yaml());
-}
-
 void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins) {
   const Pipeline& p = run.pipeline;
   const Options& T = p.trainer;
@@ -379,19 +336,10 @@ void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins) {
 
   try {
     run.data = with_context("data (" + p.data.name + ")", [&] { return reg.dataset(p.data.name).factory(p.data.options, p.seed); });
-  } catch (const ConfigError& e) {  // a relative path of the data's missing here and found where the run started
-    const std::string first = run.config.resume ? started_in(s.run_dir) : "";
-    bool moved = false;
-    std::error_code ec;
-    for (const auto& [key, yaml] : p.data.options.resolved()) {
-      const YAML::Node v = YAML::Load(yaml);
-      for (const YAML::Node& x : v.IsSequence() ? std::vector<YAML::Node>(v.begin(), v.end()) : std::vector<YAML::Node>{v})
-        moved = moved || (!first.empty() && x.IsScalar() && fs::path(x.Scalar()).is_relative() &&
-                          !fs::exists(x.Scalar(), ec) && fs::exists(fs::path(first) / x.Scalar(), ec));
-    }
-    if (!moved) throw;
-    throw ConfigError(detail::cat(e.what(), " (the run was started in ", first, ", where its relative paths lead: "
-                                  "resume it from there, cd ", first, ")"));
+  } catch (const ConfigError& e) {
+    const std::string hint = moved_data_hint(run);  // a relative path read from another directory
+    if (hint.empty()) throw;
+    throw ConfigError(e.what() + hint);
   }
   TT_CHECK(run.data.train, "data (", p.data.name, ") produced no training set");
   s.model = with_context("model (" + p.model.name + ")", [&] { return reg.model(p.model.name).factory(p.model.options, run.data); });

@@ -1,0 +1,84 @@
+#include "train/run_dir.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "train/run.h"
+#include "tt/error.h"
+#include "tt/report.h"
+
+namespace fs = std::filesystem;
+
+namespace tt {
+
+namespace {
+constexpr const char* kStartedIn = "# relative paths from ";
+}  // namespace
+
+void write_pipeline_file(Run& run) {
+  if (!run.root) return;
+  std::error_code ec;
+  const std::string here = run.config.resume ? started_in(run.state.run_dir) : fs::current_path(ec).string();
+  write_file_atomic(run.state.run_dir / "pipeline.yaml", "# resolved by tt-run from " + run.pipeline.file + "\n" +
+                                                             (here.empty() ? "" : kStartedIn + here + "\n") +
+                                                             run.pipeline.resolved_yaml());
+}
+
+std::string started_in(const fs::path& run_dir) {
+  std::ifstream in(run_dir / "pipeline.yaml");
+  for (std::string line; std::getline(in, line) && line.rfind('#', 0) == 0;)
+    if (line.rfind(kStartedIn, 0) == 0) return line.substr(std::strlen(kStartedIn));
+  return "";
+}
+
+nlohmann::json read_summary(const fs::path& summary) {
+  std::ifstream in(summary);
+  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() ? j : nlohmann::json();
+}
+
+std::string summary_status(const nlohmann::json& j) {
+  return j.contains("status") && j["status"].is_string() ? j["status"].get<std::string>() : "";
+}
+
+int64_t last_logged_step(const fs::path& metrics) {
+  std::ifstream in(metrics);
+  int64_t last = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) last = std::max(last, j["step"].get<int64_t>());
+  }
+  return last;
+}
+
+std::string moved_data_hint(const Run& run) {
+  const std::string first = run.config.resume ? started_in(run.state.run_dir) : "";
+  if (first.empty()) return "";
+  std::error_code ec;
+  for (const auto& [key, yaml] : run.pipeline.data.options.resolved()) {
+    const YAML::Node v = YAML::Load(yaml);
+    for (const YAML::Node& x : v.IsSequence() ? std::vector<YAML::Node>(v.begin(), v.end()) : std::vector<YAML::Node>{v})
+      if (x.IsScalar() && fs::path(x.Scalar()).is_relative() && !fs::exists(x.Scalar(), ec) &&
+          fs::exists(fs::path(first) / x.Scalar(), ec))
+        return detail::cat(" (the run was started in ", first, ", where its relative paths lead: resume it from there, cd ",
+                           first, ")");
+  }
+  return "";
+}
+
+void check_resume_length(const Run& run, const std::string& status) {
+  const State& s = run.state;
+  const int64_t epochs = (s.step + s.batches_per_epoch - 1) / std::max<int64_t>(1, s.batches_per_epoch);
+  TT_CHECK_AS(ConfigError, !run.from_checkpoint || s.step <= s.total_steps || status == "completed",
+              s.run_dir.string(), "'s checkpoint is at step ", s.step, ", past the ", s.total_steps,
+              " steps this resume would train: resume with trainer.max_steps of at least ", s.step,
+              run.pipeline.trainer.is_set("epochs") ? detail::cat(" and trainer.epochs of at least ", epochs) : "",
+              " (or as it was)");
+}
+
+}  // namespace tt

@@ -1,0 +1,38 @@
+#pragma once
+// A run directory's records, written and read again: pipeline.yaml (with the directory the run
+// was started in), summary.json, the steps metrics.jsonl says were trained; and the resume's
+// checks that read them.
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+namespace tt {
+
+struct Run;
+
+// The run directory's pipeline.yaml: the resolved pipeline (rank 0), and the directory the run
+// was first started in (a resume keeps it).
+void write_pipeline_file(Run& run);
+// That directory, from a run directory's pipeline.yaml ("" where it does not say).
+std::string started_in(const std::filesystem::path& run_dir);
+
+// A run directory's summary.json as an object (null when missing or not JSON), and the status
+// a summary says the run ended with ("completed", "failed", "interrupted"), or "".
+nlohmann::json read_summary(const std::filesystem::path& summary);
+std::string summary_status(const nlohmann::json& summary);
+
+// The last step a run's metrics.jsonl has a line of (0: none): what a run killed before it could
+// write its summary trained.
+int64_t last_logged_step(const std::filesystem::path& metrics);
+
+// For a resume's refusal of its data: " (the run was started in DIR, ...)" where a relative path
+// among the data's options is missing here and found where the run started; else "".
+std::string moved_data_hint(const Run& run);
+
+// A resume from a checkpoint of an unfinished run (`status`: its summary's) that would end before
+// the checkpoint's step is refused (it was marked completed, its pipeline.yaml saying fewer steps
+// than it trained); a completed run's resume trains nothing whatever it asks.
+void check_resume_length(const Run& run, const std::string& status);
+
+}  // namespace tt
