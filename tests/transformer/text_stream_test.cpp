@@ -348,6 +348,13 @@ TEST(TextStream, RestoreContinuesExactly) {
   }
 }
 
+// The position as version 2 wrote it: version 3's without the text's token and character counts
+// (the two fields after the tag and 3 others).
+std::string as_version2(const std::string& v3) {
+  EXPECT_EQ(v3.compare(0, 16, "tt-text-stream/3"), 0);
+  return "tt-text-stream/2" + v3.substr(16, 3 * 8) + v3.substr(16 + 5 * 8);
+}
+
 // The position as version 1 wrote it: every token in 4 bytes (version 2 uses 1 with the bytes
 // tokenizer). Its layout: tag, 7 fixed fields, pending tokens, 2 fields, the shuffle buffer's
 // windows, the generator's state.
@@ -378,7 +385,7 @@ std::string as_version1(const std::string& v2) {
   return out;
 }
 
-TEST(TextStream, PositionsTakeAByteATokenWithTheBytesTokenizerAndVersion1IsStillRead) {
+TEST(TextStream, PositionsTakeAByteATokenWithTheBytesTokenizerAndVersions1And2AreStillRead) {
   const auto dir = tt::test::temp_dir("text-restore-v1");
   write_file(dir / "t.txt", sample_text(60, 12));
   const auto o = opts({(dir / "t.txt").string()}, 8, 0, 6, 0, 40);
@@ -386,14 +393,19 @@ TEST(TextStream, PositionsTakeAByteATokenWithTheBytesTokenizerAndVersion1IsStill
   a.start_epoch(0);
   a.next(3);
   const std::string pos = a.position();
-  ASSERT_EQ(pos.compare(0, 16, "tt-text-stream/2"), 0);
-  const std::string v1 = as_version1(pos);
+  ASSERT_EQ(pos.compare(0, 16, "tt-text-stream/3"), 0);
+  const std::string v2 = as_version2(pos), v1 = as_version1(v2);
   // 6 windows of 9 tokens in the shuffle buffer alone: 3 bytes saved on each token.
-  EXPECT_GE(v1.size() - pos.size(), 3u * 6 * 9);
+  EXPECT_GE(v1.size() - v2.size(), 3u * 6 * 9);
+  TextStream c(o, bytes(), "data.train");
+  c.restore(v2);
+  EXPECT_EQ(c.position(), pos) << "version 2 restores the same state";
   TextStream b(o, bytes(), "data.train");
   b.restore(v1);
   EXPECT_EQ(b.position(), pos) << "version 1 restores the same state";
-  EXPECT_EQ(rest_of_epoch(b), rest_of_epoch(a));
+  const auto rest = rest_of_epoch(a);
+  EXPECT_EQ(rest_of_epoch(b), rest);
+  EXPECT_EQ(rest_of_epoch(c), rest);
 }
 
 TEST(TextStream, RestoreBeforeAnyEpochAndAtTheEnd) {
@@ -450,6 +462,24 @@ TEST(TextStream, RestoreRejectsBadOrMismatchedPositions) {
   msg = tt::test::message_of<tt::Error>([&] { one.restore(pos); }, "a tt::Error");
   EXPECT_NE(msg.find("2 files"), std::string::npos) << msg;
   EXPECT_NE(msg.find("has 1"), std::string::npos) << msg;
+  // The same files, one of them replaced by other text: refused, naming the counts (version 2's
+  // positions record no counts and cannot tell).
+  write_file(dir / "e" / "a.txt", sample_text(40, 10));
+  const std::vector<std::string> e = {(dir / "e" / "a.txt").string()};
+  TextStream before(opts(e, 8, 0, 4, 0, 64), bytes(), "data.train");
+  before.start_epoch(0);
+  before.next(2);
+  const std::string saved = before.position();
+  write_file(dir / "e" / "a.txt", sample_text(40, 12));
+  TextStream replaced(opts(e, 8, 0, 4, 0, 64), bytes(), "data.train");
+  msg = tt::test::message_of<tt::ConfigError>([&] { replaced.restore(saved); }, "a tt::ConfigError");
+  EXPECT_NE(msg.find("does not match this dataset"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("the text it was saved from had " + std::to_string(before.total_tokens()) + " tokens"),
+            std::string::npos) << msg;
+  EXPECT_NE(msg.find("has " + std::to_string(replaced.total_tokens())), std::string::npos) << msg;
+  EXPECT_NE(msg.find("changed or replaced"), std::string::npos) << msg;
+  EXPECT_NE(before.total_tokens(), replaced.total_tokens());
+  EXPECT_NO_THROW(replaced.restore(as_version2(saved)));
 
   // A failed restore leaves the stream as it was; a good one still works afterwards.
   s.restore(pos);

@@ -184,13 +184,15 @@ CachedCount read_count(const fs::path& file, const std::string& key) {
   return rest == key && c.tokens >= 0 && c.chars >= 0 ? c : CachedCount{};
 }
 
-// Version 2 writes tokens in the narrowest width that holds the vocabulary (a byte for the
-// bytes tokenizer); version 1 (4 bytes a token) is still read. Every prefetched batch carries
-// its position, and the shuffle buffer is most of one.
-constexpr char kTag[] = "tt-text-stream/2";
+// Version 3 records the counted text's tokens and characters (a file replaced by another, its
+// count and name alike, is told on resume); version 2 writes tokens in the narrowest width that
+// holds the vocabulary (a byte for the bytes tokenizer); version 1 (4 bytes a token) is still
+// read. Every prefetched batch carries its position, and the shuffle buffer is most of one.
+constexpr char kTag[] = "tt-text-stream/3";
+constexpr char kTagV2[] = "tt-text-stream/2";
 constexpr char kTagV1[] = "tt-text-stream/1";
 constexpr size_t kTagLen = sizeof(kTag) - 1;
-static_assert(sizeof(kTagV1) == sizeof(kTag), "the versions' tags are read alike");
+static_assert(sizeof(kTagV1) == sizeof(kTag) && sizeof(kTagV2) == sizeof(kTag), "the versions' tags are read alike");
 int token_width(int64_t vocab) { return vocab <= 256 ? 1 : vocab <= 65536 ? 2 : 4; }
 
 }  // namespace
@@ -456,6 +458,8 @@ std::string TextStream::position() const {
   w.u64(files_.size());
   w.i64(o_.seq_len);
   w.i64(tokenizer_->vocab_size());
+  w.i64(tokens_);
+  w.i64(chars_);
   w.i64(epoch_);
   w.u64(file_);
   w.i64(offset_);
@@ -482,8 +486,8 @@ void TextStream::position_mismatch(const std::string& what_differs) const {
 
 void TextStream::restore(const std::string& position) {
   ByteReader r(position);
-  const bool v1 = r.starts_with(kTagV1, kTagLen);
-  if (!r.expect(v1 ? kTagV1 : kTag, kTagLen))
+  const bool v1 = r.starts_with(kTagV1, kTagLen), v2 = r.starts_with(kTagV2, kTagLen);
+  if (!r.expect(v1 ? kTagV1 : v2 ? kTagV2 : kTag, kTagLen))
     position_mismatch("it is not a text stream position (" + std::to_string(position.size()) +
                       " bytes without the tag '" + kTag + "')");
   const auto truncated = [&] {
@@ -492,6 +496,7 @@ void TextStream::restore(const std::string& position) {
   const uint64_t n_files = r.u64();
   const int64_t seq_len = r.i64();
   const int64_t vocab = r.i64();
+  const int64_t tokens = v1 || v2 ? tokens_ : r.i64(), chars = v1 || v2 ? chars_ : r.i64();
   if (!r.ok()) truncated();
   if (n_files != files_.size())
     position_mismatch("it was saved from " + std::to_string(n_files) + " files, this dataset has " +
@@ -502,6 +507,10 @@ void TextStream::restore(const std::string& position) {
   if (vocab != tokenizer_->vocab_size())
     position_mismatch("it was saved with a tokenizer of " + std::to_string(vocab) + " tokens, this one (" +
                       tokenizer_->describe() + ") has " + std::to_string(tokenizer_->vocab_size()));
+  if (tokens != tokens_ || chars != chars_)
+    position_mismatch("the text it was saved from had " + std::to_string(tokens) + " tokens in " +
+                      std::to_string(chars) + " characters, " + join_paths(o_.paths) + " has " +
+                      std::to_string(tokens_) + " in " + std::to_string(chars_) + " (a file was changed or replaced)");
   const auto in_vocab = [&](int32_t t) { return t >= 0 && t < vocab; };
   const int width = v1 ? 4 : token_width(vocab);
 
