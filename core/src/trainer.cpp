@@ -14,6 +14,7 @@
 #include "train/callbacks.h"
 #include "train/checkpoints.h"
 #include "train/grad_sync.h"
+#include "train/run_dir.h"
 #include "train/run.h"
 #include "train/setup.h"
 #include "train/step.h"
@@ -442,7 +443,7 @@ Trainer::Prediction Trainer::predict(const fs::path& input, const fs::path& outp
 
 Pipeline Trainer::pipeline_of_run(const fs::path& run_dir, const std::vector<std::string>& overrides) {
   const fs::path file = run_dir / "pipeline.yaml";
-  TT_CHECK_AS(ConfigError, fs::exists(file), run_dir.string(), " is not a tt run directory (no pipeline.yaml)");
+  check_run_directory(run_dir);
   return load_pipeline(file.string(), overrides);
 }
 

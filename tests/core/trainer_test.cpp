@@ -348,6 +348,31 @@ TEST(Trainer, AResumeOfARunTrainedToTheEndWritesTheOutputsItMissed) {
 // trained steps and has none is refused, whether its summary or its metrics say it trained. A run
 // whose weights came from model.init_from resumes from its checkpoint without that source
 // (it used to need the file though every weight is in the checkpoint).
+TEST(Trainer, AResumeOfADirectoryThatIsNoRunNamesTheRunsMeant) {
+  const auto out = tt::test::temp_dir("resume_which");
+  for (const char* run : {"lm-20260102-000000", "lm-20260101-000000", "lmx-20260101-000000"}) {
+    fs::create_directories(out / "runs" / run);
+    tt::test::write_text(out / "runs" / run / "pipeline.yaml", "name: lm\n");
+  }
+  fs::create_directories(out / "runs" / "lm-notes");  // no pipeline.yaml: no run
+  const auto refusal = [](const fs::path& dir) {
+    return tt::test::config_error([&] { tt::Trainer::pipeline_of_run(dir, {}); });
+  };
+  // The name without its start time: the runs of that name, the newest last.
+  const std::string base = (out / "runs").string();
+  EXPECT_HAS(refusal(out / "runs" / "lm"), base + "/lm: no such directory; the runs of that name: " + base +
+                                               "/lm-20260101-000000, " + base + "/lm-20260102-000000: give one of them");
+  // The directory of the runs: the runs in it.
+  const std::string all = refusal(out / "runs");
+  EXPECT_HAS(all, base + " is not a tt run directory (no pipeline.yaml); the runs in it: ");
+  EXPECT_HAS(all, "lmx-20260101-000000");
+  EXPECT_EQ(all.find("lm-notes"), std::string::npos) << all;
+  // Nothing near: the plain refusal.
+  const std::string none = refusal(out / "other");
+  EXPECT_HAS(none, "other: no such directory");
+  EXPECT_EQ(none.find("runs of that name"), std::string::npos) << none;
+}
+
 TEST(Trainer, AResumeWithoutACheckpointStartsFromStepZeroAndAResumeNeedsNoInitFrom) {
   const auto out = tt::test::temp_dir("resume_none");
   const std::string yaml = tt::test::topic_yaml(out, "  max_steps: 6\n");

@@ -29,6 +29,25 @@ void write_pipeline_file(Run& run) {
                                                              run.pipeline.resolved_yaml());
 }
 
+void check_run_directory(const fs::path& run_dir) {
+  std::error_code ec;
+  if (fs::exists(run_dir / "pipeline.yaml", ec)) return;
+  const bool is_dir = fs::is_directory(run_dir, ec);
+  const fs::path where = is_dir ? run_dir : run_dir.parent_path().empty() ? fs::path(".") : run_dir.parent_path();
+  const std::string prefix = is_dir ? "" : run_dir.filename().string() + "-";
+  std::vector<std::string> runs;  // sorted: a name's runs by start time, the newest last
+  for (fs::directory_iterator it(where, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().filename().string().rfind(prefix, 0) == 0 && fs::exists(it->path() / "pipeline.yaml"))
+      runs.push_back((is_dir || run_dir.has_parent_path() ? it->path() : it->path().filename()).string());
+  std::sort(runs.begin(), runs.end());
+  std::string known;
+  for (size_t i = runs.size() > 5 ? runs.size() - 5 : 0; i < runs.size(); ++i) known += (known.empty() ? "" : ", ") + runs[i];
+  TT_FAIL_AS(ConfigError, run_dir.string(), is_dir ? " is not a tt run directory (no pipeline.yaml)" : ": no such directory",
+             runs.empty() ? "" : is_dir ? "; the runs in it: " : "; the runs of that name: ", known,
+             runs.size() > 5 ? " (the newest 5 of " + std::to_string(runs.size()) + ")" : "",
+             runs.empty() ? "" : ": give one of them");
+}
+
 std::string started_in(const fs::path& run_dir) {
   std::ifstream in(run_dir / "pipeline.yaml");
   for (std::string line; std::getline(in, line) && line.rfind('#', 0) == 0;)

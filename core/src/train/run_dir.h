@@ -14,6 +14,11 @@ struct Run;
 // The run directory's pipeline.yaml: the resolved pipeline (rank 0), and the directory the run
 // was first started in (a resume keeps it).
 void write_pipeline_file(Run& run);
+// Refuses a directory that holds no pipeline.yaml (a ConfigError naming it), with the run
+// directories a user may have meant: a run's directory is its name and start time
+// (NAME-YYYYMMDD-HHMMSS), so `--resume runs/NAME` names those of runs/ that start "NAME-", and a
+// directory of runs names the runs in it.
+void check_run_directory(const std::filesystem::path& run_dir);
 // That directory, from a run directory's pipeline.yaml ("" where it does not say).
 std::string started_in(const std::filesystem::path& run_dir);
 
