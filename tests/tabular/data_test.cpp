@@ -265,8 +265,10 @@ TEST(TabularCsv, ReadsFeaturesAndLabelsByNameOrLast) {
 
 TEST(TabularCsv, BadInputIsAClearError) {
   CsvOptions o;
+  o.categorical = "none";
   EXPECT_HAS(config_error([&] { read_csv(write("text.csv", "a,b,y\n1,2,0\n3,red,1\n"), o); }),
-             "text.csv:3 column 'b' is not numeric ('red')");
+             "text.csv:3 column 'b' is not numeric ('red'): features are numbers where data.categorical is none (set "
+             "it to auto to read a column of text as categories, or drop the column)");
   std::string many = "a,y\n";
   for (int i = 0; i < 1001; ++i) many += std::to_string(i) + "," + std::to_string(i) + "\n";
   EXPECT_HAS(config_error([&] { read_csv(write("many.csv", many), o); }), "has 1001 classes; tabular-icl takes at most 1000");
@@ -415,6 +417,50 @@ TEST(TabularCsv, ByteOrderMarkIsNotPartOfTheFirstColumnsName) {
   CsvOptions predict;
   predict.require_label = false;
   EXPECT_EQ(read_csv_like(write("bom-rows.csv", bom + "a,b\n7,8\n"), f, predict).x, (std::vector<float>{7, 8}));
+}
+
+// data.categorical: auto (the default): a feature column with a value that is not a number is
+// categorical, its values ordered (numbers by value, then text) and read as their ranks; a
+// --predict file's values take the training table's codes, one it has not lies between its
+// neighbours; data.impute: mean gives a missing category the training rows' most frequent one.
+TEST(TabularCsv, TextColumnsAreCategoriesReadAsTheirRanksInTrainingAndPrediction) {
+  CsvOptions o;
+  o.impute = "mean";
+  const Table t = read_csv(write("cat.csv", "color,size,y\nred,1,0\nblue,2,1\ngreen,3,0\nblue,4,1\n10,5,0\n"
+                                            "2,6,1\nNA,7,0\nred,8,1\nred,9,1\n"),
+                           o);
+  ASSERT_EQ(t.categories.size(), 2u);
+  EXPECT_EQ(t.categories[0], (std::vector<std::string>{"2", "10", "blue", "green", "red"}));
+  EXPECT_TRUE(t.categories[1].empty()) << "a column of numbers stays numbers";
+  std::vector<float> color;
+  for (int64_t r = 0; r < t.rows; ++r) color.push_back(t.x[static_cast<size_t>(r * 2)]);
+  EXPECT_EQ(color, (std::vector<float>{4, 2, 3, 2, 1, 0, 4, 4, 4}));  // NA: red, the most frequent
+  EXPECT_EQ(t.impute, (std::vector<float>{4, 5}));
+  // The training split's own most frequent category: rows 1, 3 and 4 (blue, blue, 10).
+  Table split = t;
+  impute_means_of(split, {1, 3, 4});
+  EXPECT_EQ(split.impute[0], 2.f);
+  EXPECT_EQ(split.x[6 * 2], 2.f);
+  EXPECT_EQ(t.subset({0, 1}).categories, t.categories);
+
+  CsvOptions predict;
+  predict.require_label = false;
+  const Table q = read_csv_like(write("cat-rows.csv", "size,color\n1,blue\n2,purple\n3,1\n4,\n5,zebra\n6,10\n"),
+                                split, predict);
+  std::vector<float> qc;
+  for (int64_t r = 0; r < q.rows; ++r) qc.push_back(q.x[static_cast<size_t>(r * 2)]);
+  // blue 2; purple between green (3) and red (4); 1 before 2; missing: the split's blue; zebra
+  // after red; 10 its own
+  EXPECT_EQ(qc, (std::vector<float>{2, 3.5f, -0.5f, 2, 4.5f, 1}));
+  // A training table's column of numbers stays numbers: text there is refused, naming the table.
+  const std::string e = config_error([&] { read_csv_like(write("cat-size.csv", "size,color\nbig,red\n"), split, predict); });
+  EXPECT_HAS(e, "cat-size.csv:2 column 'size' is not numeric ('big'): the column is numbers in the training table");
+  // Without impute, a missing category is refused as a missing number is.
+  o.impute = "none";
+  EXPECT_HAS(config_error([&] { read_csv(write("cat-gap.csv", "color,y\nred,0\n,1\n"), o); }),
+             "cat-gap.csv:3 column 'color' has a missing value");
+  // Hexadecimal is no number: with auto, its column is a category of that spelling.
+  EXPECT_EQ(read_csv(write("cat-hex.csv", "a,y\n0x1,0\n2,1\n"), o).categories[0], (std::vector<std::string>{"2", "0x1"}));
 }
 
 // A --predict file's missing values take data.impute's values from the training table (its

@@ -143,19 +143,100 @@ std::string list(const std::vector<std::string>& v) {
   return s;
 }
 
-// Features of `raw` at columns `cols`. A missing value takes `impute`'s value for its column where
-// it is given (a training table's, for prediction); else, with impute_mean, its column's mean
-// (those means become t.impute); else it is refused, `refusal` saying why and how to fix it.
+// data.impute: mean fitted on `rows`: each feature's mean over the values they have, a categorical
+// column's most frequent category (the smallest code of those as frequent), becomes t.impute and
+// every missing cell's value. `no_value`: the refusal of a column without values there.
+void fit_impute(Table& t, const std::vector<int64_t>& rows, const char* no_value) {
+  const int64_t F = t.features();
+  t.categories.resize(static_cast<size_t>(F));
+  std::vector<char> is_missing_cell(t.x.size(), 0);
+  for (auto [i, j] : t.missing) is_missing_cell[static_cast<size_t>(i * F + j)] = 1;
+  std::vector<double> sum(static_cast<size_t>(F), 0.0);
+  std::vector<int64_t> count(static_cast<size_t>(F), 0);
+  std::vector<std::map<float, int64_t>> seen(static_cast<size_t>(F));  // categorical columns' codes
+  for (int64_t i : rows)
+    for (int64_t j = 0; j < F; ++j) {
+      const auto k = static_cast<size_t>(j);
+      if (is_missing_cell[static_cast<size_t>(i * F + j)]) continue;
+      const float v = t.x[static_cast<size_t>(i * F + j)];
+      sum[k] += v;
+      ++count[k];
+      if (!t.categories[k].empty()) ++seen[k][v];
+    }
+  for (int64_t j = 0; j < F; ++j) {
+    const auto k = static_cast<size_t>(j);
+    TT_CHECK_AS(ConfigError, count[k] > 0, "tabular: ", t.source, " column '", t.feature_names[k], "' ", no_value);
+    t.impute[k] = static_cast<float>(sum[k] / static_cast<double>(count[k]));
+    if (!t.categories[k].empty())
+      t.impute[k] = std::max_element(seen[k].begin(), seen[k].end(), [](const auto& a, const auto& b) {
+                      return a.second < b.second;
+                    })->first;
+  }
+  for (auto [i, j] : t.missing) t.x[static_cast<size_t>(i * F + j)] = t.impute[static_cast<size_t>(j)];
+}
+
+// A categorical column's order: numbers by value, then text; each spelling is its own category.
+struct CategoryOrder {
+  bool operator()(const std::string& a, const std::string& b) const {
+    double va = 0, vb = 0;
+    const bool na = parse_number(a, va), nb = parse_number(b, vb);
+    if (na != nb) return na;
+    return na && va != vb ? va < vb : a < b;
+  }
+};
+// A category's code: its index among `cats`; one they lack lies halfway between its neighbours
+// in their order (as an unseen number lies between the values a column has).
+float category_code(const std::vector<std::string>& cats, const std::string& v, bool& unseen) {
+  const auto it = std::lower_bound(cats.begin(), cats.end(), v, CategoryOrder());
+  const auto i = static_cast<float>(it - cats.begin());
+  unseen = it == cats.end() || *it != v;
+  return unseen ? i - 0.5f : i;
+}
+
+// data.categorical: auto: the columns of `cols` with a value that is not a number become
+// categorical (t.categories), said in the log; a column of numbers with a little text is warned
+// about, as a typo more likely than categories.
+void find_categories(const Raw& raw, const std::string& path, const std::vector<size_t>& cols, Table& t) {
+  for (size_t j = 0; j < cols.size(); ++j) {
+    std::set<std::string, CategoryOrder> values;
+    int64_t numbers = 0, present = 0, first_text = -1;
+    for (size_t i = 0; i < raw.rows.size(); ++i) {
+      const std::string& f = raw.rows[i][cols[j]];
+      if (is_missing(f)) continue;
+      double v = 0;
+      ++present;
+      if (parse_number(f, v)) ++numbers;
+      else if (first_text < 0) first_text = static_cast<int64_t>(i);
+      values.insert(f);
+    }
+    if (first_text < 0) continue;
+    t.categories[j].assign(values.begin(), values.end());
+    const std::string& name = raw.header[cols[j]];
+    if (numbers * 10 >= present * 9)
+      log().warn("tabular: {} column '{}' is numbers but for {} of {} values ({}:{} '{}'): read as {} categories; if "
+                 "it holds numbers, correct those values or leave them empty (data.categorical: none refuses such a "
+                 "column)", path, name, present - numbers, present, path, raw.line_of[first_text],
+                 raw.rows[first_text][cols[j]], values.size());
+    else
+      log().info("tabular: {} column '{}' read as {} categories ({}{})", path, name, values.size(),
+                 list(std::vector<std::string>(t.categories[j].begin(),
+                                               t.categories[j].begin() + std::min<size_t>(5, values.size()))),
+                 values.size() > 5 ? ", ..." : "");
+  }
+}
+
+// Features of `raw` at columns `cols`. A categorical column's value (t.categories) becomes its
+// code. A missing value takes `impute`'s value for its column where it is given (a training
+// table's, for prediction); else, with impute_mean, its column's mean or most frequent category
+// (those become t.impute); else it is refused, `refusal` saying why and how to fix it.
 void fill_features(const Raw& raw, const std::string& path, const std::vector<size_t>& cols, bool impute_mean,
-                   const std::vector<float>& impute, const std::string& refusal, Table& t) {
+                   const std::vector<float>& impute, const std::string& refusal, const std::string& not_numeric,
+                   Table& t) {
   const size_t F = cols.size();
   t.x.assign(raw.rows.size() * F, 0.f);
-  struct Column {  // for the mean of the values present
-    double sum = 0;
-    int64_t count = 0;
-  };
-  std::vector<Column> present(F);
+  t.categories.resize(F);  // a training table made without any: numbers
   std::vector<std::pair<size_t, size_t>> missing;
+  std::vector<int64_t> unseen(F, 0);
   for (size_t i = 0; i < raw.rows.size(); ++i)
     for (size_t j = 0; j < F; ++j) {
       const std::string& f = raw.rows[i][cols[j]];
@@ -166,31 +247,33 @@ void fill_features(const Raw& raw, const std::string& path, const std::vector<si
         missing.emplace_back(i, j);
         continue;
       }
+      if (!t.categories[j].empty()) {
+        bool new_category = false;
+        t.x[i * F + j] = category_code(t.categories[j], f, new_category);
+        unseen[j] += new_category ? 1 : 0;
+        continue;
+      }
       TT_CHECK_AS(ConfigError, parse_number(f, v), "tabular: ", path, ":", raw.line_of[i], " column '",
-                  raw.header[cols[j]], "' is not numeric ('", f,
-                  "'): features must be numbers (encode categories as numbers first, or drop the column)");
+                  raw.header[cols[j]], "' is not numeric ('", f, "'): ", not_numeric);
       TT_CHECK_AS(ConfigError, std::fabs(v) <= std::numeric_limits<float>::max(), "tabular: ", path, ":",
                   raw.line_of[i], " column '", raw.header[cols[j]], "' has ", f,
                   ", beyond float32's range (features are float32): rescale the column");
       t.x[i * F + j] = static_cast<float>(v);
-      present[j].sum += v;
-      ++present[j].count;
     }
+  for (size_t j = 0; j < F; ++j)
+    if (unseen[j] > 0)
+      log().info("tabular: {} column '{}': {} values are categories the training table has not (each is placed "
+                 "between its neighbours in the categories' order)", path, raw.header[cols[j]], unseen[j]);
   if (!impute.empty()) {
     for (auto [i, j] : missing) t.x[i * F + j] = impute[j];
     return;
   }
   if (!impute_mean) return;
   t.impute.assign(F, 0.f);
-  for (size_t j = 0; j < F; ++j) {
-    TT_CHECK_AS(ConfigError, present[j].count > 0, "tabular: ", path, " column '", raw.header[cols[j]],
-                "' has no value at all to impute from: drop the column");
-    t.impute[j] = static_cast<float>(present[j].sum / static_cast<double>(present[j].count));
-  }
-  for (auto [i, j] : missing) {
-    t.x[i * F + j] = t.impute[j];
-    t.missing.emplace_back(static_cast<int64_t>(i), static_cast<int64_t>(j));
-  }
+  for (auto [i, j] : missing) t.missing.emplace_back(static_cast<int64_t>(i), static_cast<int64_t>(j));
+  std::vector<int64_t> all(raw.rows.size());
+  std::iota(all.begin(), all.end(), 0);
+  fit_impute(t, all, "has no value at all to impute from: drop the column");
 }
 
 // The class id of a label among read_csv's class names: by spelling, or, where every class is a
@@ -247,6 +330,7 @@ Table Table::subset(const std::vector<int64_t>& idx) const {
   t.class_names = class_names;
   t.label_name = label_name;
   t.impute = impute;
+  t.categories = categories;
   const int64_t F = features();
   t.rows = static_cast<int64_t>(idx.size());
   t.x.resize(idx.size() * F);
@@ -262,25 +346,9 @@ Table Table::subset(const std::vector<int64_t>& idx) const {
 
 void impute_means_of(Table& t, const std::vector<int64_t>& rows) {
   if (t.impute.empty()) return;  // impute: none (a table without gaps still refits: a --predict file's take them)
-  const int64_t F = t.features();
-  std::vector<char> is_missing_cell(t.x.size(), 0);
-  for (auto [i, j] : t.missing) is_missing_cell[static_cast<size_t>(i * F + j)] = 1;
-  std::vector<double> sum(static_cast<size_t>(F), 0.0);
-  std::vector<int64_t> count(static_cast<size_t>(F), 0);
-  for (int64_t i : rows)
-    for (int64_t j = 0; j < F; ++j)
-      if (!is_missing_cell[static_cast<size_t>(i * F + j)]) {
-        sum[static_cast<size_t>(j)] += t.x[static_cast<size_t>(i * F + j)];
-        ++count[static_cast<size_t>(j)];
-      }
-  for (int64_t j = 0; j < F; ++j) {
-    const auto k = static_cast<size_t>(j);
-    TT_CHECK_AS(ConfigError, count[k] > 0, "tabular: ", t.source, " column '", t.feature_names[k],
-                "' has no value in the training rows to impute from (data.impute: mean takes the training rows' "
-                "mean): drop the column, or choose another data.split_seed");
-    t.impute[k] = static_cast<float>(sum[k] / static_cast<double>(count[k]));
-  }
-  for (auto [i, j] : t.missing) t.x[static_cast<size_t>(i * F + j)] = t.impute[static_cast<size_t>(j)];
+  fit_impute(t, rows,
+             "has no value in the training rows to impute from (data.impute: mean takes the training rows' values): "
+             "drop the column, or choose another data.split_seed");
 }
 
 Table read_csv(const std::string& path, const CsvOptions& o) {
@@ -306,8 +374,12 @@ Table read_csv(const std::string& path, const CsvOptions& o) {
       cols.push_back(j);
       t.feature_names.push_back(raw.header[j]);
     }
+  t.categories.assign(cols.size(), {});
+  if (o.categorical == "auto") find_categories(raw, path, cols, t);
   fill_features(raw, path, cols, o.impute == "mean", {},
-                "fill it in, or set data.impute: mean to replace missing values by the column's mean", t);
+                "fill it in, or set data.impute: mean to replace missing values by the column's mean", 
+                "features are numbers where data.categorical is none (set it to auto to read a column of text as "
+                "categories, or drop the column)", t);
   // Labels: sorted numerically when all are numbers, else as text.
   std::vector<std::string> labels;
   bool numeric = true;
@@ -357,6 +429,7 @@ Table read_csv_like(const std::string& path, const Table& like, const CsvOptions
   t.feature_names = like.feature_names;
   t.class_names = like.class_names;
   t.impute = like.impute;
+  t.categories = like.categories;
   std::vector<size_t> cols;
   std::vector<std::string> lacks;
   for (const auto& name : like.feature_names) {
@@ -379,7 +452,7 @@ Table read_csv_like(const std::string& path, const Table& like, const CsvOptions
   fill_features(raw, path, cols, false, like.impute,
                 detail::cat("fill it in: the training table ", like.source, " was read with data.impute: none (set "
                             "data.impute: mean to give missing values the training table's column means)"),
-                t);
+                detail::cat("the column is numbers in the training table ", like.source, ": give a number"), t);
   t.label_name = o.label.value_or("").empty() ? like.label_name : *o.label;
   auto lab = t.label_name.empty() ? raw.header.end() : std::find(raw.header.begin(), raw.header.end(), t.label_name);
   if (lab == raw.header.end() && t.label_name.empty() && raw.header.size() == cols.size() + 1) lab = raw.header.end() - 1;

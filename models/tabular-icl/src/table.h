@@ -25,6 +25,8 @@ struct Table {
   std::vector<int64_t> line;               // the file line of each row (1-based; read_csv and read_csv_like)
   std::vector<float> impute;               // per feature: what a missing value becomes (data.impute: mean: the
                                            // mean of the training rows' values); empty: a missing value is refused
+  std::vector<std::vector<std::string>> categories;  // per feature: a categorical column's categories in their
+                                                    // order (a value's code is its index), empty: numbers
   std::vector<std::pair<int64_t, int64_t>> missing;  // read_csv with impute mean: the (row, feature) cells missing
   std::map<std::string, int64_t> unknown_labels;  // read_csv_like: rows per label that is no class of like's (y -1)
   int64_t rows = 0;
@@ -39,6 +41,7 @@ struct Table {
 struct CsvOptions {
   std::optional<std::string> label;  // label column name; unset or "" = the last column
   std::string impute;                // "mean": a missing value becomes the column's mean; else ("none") an error
+  std::string categorical = "auto";  // "auto": a column with text becomes categories; else ("none") an error
   bool require_label = true;         // false (predict): a table without the label column is fine
 };
 

@@ -100,14 +100,20 @@ Schema csv_schema() {
   using C = CsvDataOptions;
   // label and impute are members of the base CsvOptions: bound as CsvDataOptions's, as the others.
   return Schema()
-      .field("path", &C::path, std::nullopt, "the CSV file: a header row, numeric features, a label column")
+      .field("path", &C::path, std::nullopt, "the CSV file: a header row, feature columns (numbers, or categories: data.categorical), a label column")
       .field<C, std::optional<std::string>>("label", &CsvOptions::label, std::nullopt,
                                             "the label column's name (default: the last column)")
       .field<C, std::string>("impute", &CsvOptions::impute, "none",
                              "missing values (empty, NA, NaN, null, ?, and pandas' other default markers): none = an "
-                             "error, mean = the column's mean over the training rows (the test rows' and a --predict "
-                             "file's too)")
+                             "error, mean = the column's mean over the training rows, a categorical column's most "
+                             "frequent category (the test rows' and a --predict file's too)")
       .choices({"none", "mean"})
+      .field<C, std::string>("categorical", &CsvOptions::categorical, "auto",
+                             "auto = a feature column with a value that is not a number is categorical: its values "
+                             "ordered (numbers by value, then text) and read as their ranks 0, 1, ... (a --predict "
+                             "file's category the training table has not lies between its neighbours; data.impute: "
+                             "mean gives a missing one the most frequent category); none = an error")
+      .choices({"auto", "none"})
       .field("test_fraction", &C::test_fraction, 0.3, "share of each class held out for testing (stratified)")
       .range(gt(0), lt(1))
       .field("split_seed", &C::split_seed, 0, "seed of the stratified split (numpy's and scikit-learn's seeds: < 2^32)")
