@@ -1,4 +1,4 @@
-// CSV parsing by hand: the files are plain (a header, comma-separated numbers, optional double
+// CSV parsing by hand: the files are plain (a header, comma-separated fields, optional double
 // quotes around a field); no Debian library is needed for that much.
 #include "table.h"
 
@@ -262,8 +262,9 @@ void fill_features(const Raw& raw, const std::string& path, const std::vector<si
     }
   for (size_t j = 0; j < F; ++j)
     if (unseen[j] > 0)
-      log().info("tabular: {} column '{}': {} values are categories the training table has not (each is placed "
-                 "between its neighbours in the categories' order)", path, raw.header[cols[j]], unseen[j]);
+      log().info("tabular: {} column '{}': {} {} the training table has not (placed between {} neighbours in the "
+                 "categories' order)", path, raw.header[cols[j]], unseen[j],
+                 unseen[j] == 1 ? "value is a category" : "values are categories", unseen[j] == 1 ? "its" : "their");
   if (!impute.empty()) {
     for (auto [i, j] : missing) t.x[i * F + j] = impute[j];
     return;

@@ -1,6 +1,6 @@
 #pragma once
-// A numeric table read from a CSV file (no torch): a header row, numeric feature columns and a
-// label column (by name, or the last one). Labels may be any text; they become class ids
+// A numeric table read from a CSV file (no torch): a header row, feature columns (numbers, or
+// categories read as their ranks) and a label column (by name, or the last one). Labels may be any text; they become class ids
 // 0..C-1 in the sorted order of their values (numerically when all are numbers: labels equal as
 // numbers, 1 and 1.0, are one class, named as the training table first spells it, and a --predict
 // file's label is matched to it by value).
@@ -46,7 +46,8 @@ struct CsvOptions {
 };
 
 // Throws tt::ConfigError naming the file, line and column for: a missing file, an empty file or
-// one without data rows, an unknown label column (listing those present), a non-numeric feature,
+// one without data rows, an unknown label column (listing those present), a non-numeric feature
+// (with categorical: none; auto reads its column as categories),
 // a missing value (with impute: none), rows of the wrong width, more than kMaxTableClasses classes.
 Table read_csv(const std::string& path, const CsvOptions& o);
 // data.impute: mean, fitted on `rows` (the training split): each feature's mean over the values
@@ -61,7 +62,8 @@ void impute_means_of(Table& t, const std::vector<int64_t>& rows);
 // o.label, else like's label column by name, else a single column beyond the features. A label
 // that is no class of like's gives y -1 and is counted in unknown_labels. Missing feature values
 // take like.impute (the training table's means: scikit-learn's SimpleImputer fitted on it), or are
-// refused where like has none (o.impute is not read). ConfigError naming the file, the features
+// refused where like has none (o.impute is not read). A categorical feature's value takes like's
+// code; one like has not lies halfway between its neighbours in their order. ConfigError naming the file, the features
 // it lacks and the columns it has that like has not, when a feature is missing.
 Table read_csv_like(const std::string& path, const Table& like, const CsvOptions& o);
 
