@@ -68,6 +68,27 @@ size_t first_invalid_utf8(std::string_view text) {
   return std::string::npos;
 }
 
+std::string printable_text(std::string_view text) {
+  static constexpr char kReplacement[] = "\xEF\xBF\xBD";
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const uint8_t c = static_cast<uint8_t>(text[i]);
+    const size_t n = utf8_sequence(text, i);
+    const size_t whole = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+    const bool control = (c < 0x20 && c != '\n' && c != '\t') || c == 0x7F ||
+                         (c == 0xC2 && n == 2 && static_cast<uint8_t>(text[i + 1]) < 0xA0);  // U+0080-U+009F
+    if (n == 0 || n != whole || control) {
+      out += kReplacement;
+      i += n == 0 ? 1 : n;
+    } else {
+      out.append(text, i, n);
+      i += n;
+    }
+  }
+  return out;
+}
+
 std::string line_column(std::string_view text, size_t offset) {
   size_t line = 1, start = 0;
   for (size_t i = 0; i < offset && i < text.size(); ++i)

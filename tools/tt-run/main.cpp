@@ -44,6 +44,7 @@
 #include "tt/dist.h"
 #include "tt/error.h"
 #include "tt/log.h"
+#include "tt/text_file.h"
 #include "tt/meter.h"
 #include "tt/module.h"
 #include "tt/module_loader.h"
@@ -517,8 +518,8 @@ int main(int argc, char** argv) {
     trainer.fit();
     if (dist_env.rank != 0) return 0;  // rank 0 samples and predicts, once, as it writes the run's files
     if (sample_prompt) {
-      const std::string text = trainer.generate(*sample_prompt, gen);
-      std::printf("%s%s\n", quiet ? "" : "\nsample:\n", text.c_str());
+      const std::string text = trainer.generate(*sample_prompt, gen);  // a terminal gets no escape sequences
+      std::printf("%s%s\n", quiet ? "" : "\nsample:\n", (isatty(1) ? tt::printable_text(text) : text).c_str());
     }
     if (!predict_input.empty()) {
       const std::filesystem::path out = predict_output.empty() ? trainer.run_dir() / "predictions.csv" : std::filesystem::path(predict_output);

@@ -19,6 +19,11 @@ TT_API std::string not_text_reason(std::string_view bytes, int64_t offset = 0);
 // byte offset, or std::string::npos when all of it is.
 TT_API size_t first_invalid_utf8(std::string_view text);
 
+// `text` for a terminal or a log: each byte that is not valid UTF-8 and each control character
+// but newline and tab (C0, DEL, C1: a terminal's escape sequences among them) becomes U+FFFD.
+// A language model's sample, early in training, is any bytes.
+TT_API std::string printable_text(std::string_view text);
+
 // "L:C" for a byte offset into `text`: its line and column (in bytes), both from 1.
 TT_API std::string line_column(std::string_view text, size_t offset);
 

@@ -8,6 +8,7 @@
 #include "text_stream.h"
 #include "tt/error.h"
 #include "tt/log.h"
+#include "tt/text_file.h"
 #include "tt/runtime.h"
 #include "tt/state.h"
 
@@ -287,7 +288,7 @@ void TransformerLM::write_outputs(const std::filesystem::path& run_dir, State& s
       << sampling_.temperature << ", top_k " << sampling_.top_k << (cut ? "; cut short by an interrupt" : "") << ")\n"
       << text << "\n";
   log().info("sample ({} tokens, temperature {}): {}", sampling_.tokens, sampling_.temperature,
-             text.size() > 400 ? text.substr(0, 400) + " ..." : text);
+             printable_text(text.size() > 400 ? text.substr(0, 400) + " ..." : text));
 }
 
 std::string TransformerLM::describe() const {
