@@ -286,13 +286,7 @@ struct Trainer::Impl {
     progress->finish();
     run.set_capping(false);
     end_training_measurements();
-    const int64_t steps_here = s.step - run.start_step;
-    TT_CHECK_AS(NumericError, steps_here == 0 || rec.dropped_batches < steps_here, "every one of the ", steps_here,
-                " steps had a loss that is not finite and was dropped (trainer.on_nan=skip): nothing was trained. "
-                "Check the data and the model's loss for NaN/inf, lower optimizer.lr, or set trainer.grad_clip");
-    if (rec.dropped_batches > 0)
-      log().warn("{} of {} steps had a loss that is not finite and were dropped (trainer.on_nan=skip)",
-                 rec.dropped_batches, steps_here);
+    check_trained_numbers(run, s.step - run.start_step);
     finish();
   }
 

@@ -903,6 +903,26 @@ TEST(Trainer, NanLossIsAClearErrorOrSkipped) {
   EXPECT_EQ(code, 5) << e;
   EXPECT_HAS(e, "every one of the 1 steps had a loss that is not finite and was dropped");
   EXPECT_EQ(tt::test::summary_of(out / "c")["status"], "failed");
+
+  // Nor one whose weights an update made infinite: every later loss is not finite, and dropping
+  // batches cannot undo it (it ended "completed", its exported weights all NaN).
+  const std::string clean = "model: test-regression\ndata: {name: test-regression-data, n: 32}\noptimizer: sgd\n"
+                            "trainer: {batch_size: 8, epochs: 1, threads: 1, progress: off, shuffle: false}\n"
+                            "output: {plots: false}\n";
+  tt::Trainer diverged(tt::parse_pipeline(clean, "p.yaml", {"trainer.on_nan=skip", "optimizer.lr=1e300"}),
+                       {out / "d", false, true});
+  code = 0;
+  try {
+    diverged.fit();
+  } catch (const tt::Error& error) {
+    code = error.exit_code();
+    e = error.what();
+  }
+  EXPECT_EQ(code, 5) << e;
+  EXPECT_HAS(e, "loss is ");
+  EXPECT_HAS(e, "holds NaN/inf: an earlier step's update made the weights non-finite, which dropping batches "
+                "(trainer.on_nan=skip) cannot undo");
+  EXPECT_EQ(tt::test::summary_of(out / "d")["status"], "failed");
 }
 
 TEST(Trainer, WritesRunDirectory) {

@@ -24,24 +24,53 @@ struct Accumulated {
   bool sum_reduced = false;  // the model's loss is a sum (not weighted by micro-batch share)
 };
 
-// A non-finite loss: dropped (on_nan: skip) or an error that says what to try.
+std::string last_checkpoint(const Run& run) {
+  return run.last_checkpoint_step >= 0
+             ? checkpoint_path(run.state.run_dir / "checkpoints", run.last_checkpoint_step).string()
+             : std::string("none");
+}
+
+// A non-finite loss: dropped (on_nan: skip) or an error that says what to try. Dropping cannot
+// help once the weights themselves are not finite (an earlier step's update made them so: every
+// later loss is NaN): that is the error too.
 bool finite_or_dropped(Run& run, double loss) {
   State& s = run.state;
   if (std::isfinite(loss)) return true;
   if (run.pipeline.trainer.get_string("on_nan") == "skip") {
+    if (const std::string p = nonfinite_parameter(s); !p.empty())
+      TT_FAIL_AS(NumericError, "loss is ", loss, " at step ", s.step + 1, " and the model's parameter '", p,
+                 "' holds NaN/inf: an earlier step's update made the weights non-finite, which dropping batches "
+                 "(trainer.on_nan=skip) cannot undo. Lower optimizer.lr or set trainer.grad_clip. Last checkpoint: ",
+                 last_checkpoint(run));
     log().warn("loss is {} at step {} (epoch {}, batch {}): batch dropped (trainer.on_nan=skip)", loss, s.step + 1,
                s.epoch, s.batch_in_epoch);
     return false;
   }
   TT_FAIL_AS(NumericError, "loss is ", loss, " at step ", s.step + 1, " (epoch ", s.epoch, ", batch ", s.batch_in_epoch,
              "). Lower optimizer.lr, set trainer.grad_clip, check the data for NaN/inf, or set "
-             "trainer.on_nan=skip to drop such batches. Last checkpoint: ",
-             run.last_checkpoint_step >= 0
-                 ? checkpoint_path(s.run_dir / "checkpoints", run.last_checkpoint_step).string()
-                 : std::string("none"));
+             "trainer.on_nan=skip to drop such batches. Last checkpoint: ", last_checkpoint(run));
 }
 
 }  // namespace
+
+void check_trained_numbers(Run& run, int64_t steps) {
+  const int64_t dropped = run.record.dropped_batches;
+  TT_CHECK_AS(NumericError, steps == 0 || dropped < steps, "every one of the ", steps,
+              " steps had a loss that is not finite and was dropped (trainer.on_nan=skip): nothing was trained. "
+              "Check the data and the model's loss for NaN/inf, lower optimizer.lr, or set trainer.grad_clip");
+  if (dropped > 0) log().warn("{} of {} steps had a loss that is not finite and were dropped (trainer.on_nan=skip)", dropped, steps);
+  if (const std::string p = steps > 0 ? nonfinite_parameter(run.state) : ""; !p.empty())
+    TT_FAIL_AS(NumericError, "after training, the model's parameter '", p, "' holds NaN/inf: the weights diverged. "
+               "Lower optimizer.lr or set trainer.grad_clip. Last checkpoint: ", last_checkpoint(run));
+}
+
+std::string nonfinite_parameter(const State& s) {
+  if (!s.model) return "";
+  at::NoGradGuard no_grad;
+  for (const auto& p : s.model->named_parameters())
+    if (p.value().defined() && p.value().is_floating_point() && !p.value().isfinite().all().item<bool>()) return p.key();
+  return "";
+}
 
 std::string held_by_plugins(const State& s) {
   std::string held;  // what plugins said they hold in tensors is part of the peak

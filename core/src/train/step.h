@@ -26,6 +26,11 @@ int64_t gradient_bytes(const std::vector<at::Tensor>& parameters);
 // For an out-of-memory message: " (plugins hold 4.00 MiB of it: ema's the weights' average)",
 // what plugins reported holding in tensors (tt::report_held), or "".
 std::string held_by_plugins(const State& s);
+// The name of the first of the model's parameters that holds a NaN or an infinity; "" if none.
+std::string nonfinite_parameter(const State& s);
+// After the training loop's `steps` (this process's): a NumericError where every step's loss was
+// dropped (trainer.on_nan=skip) or the weights are not finite; a warning of the dropped steps.
+void check_trained_numbers(Run& run, int64_t steps);
 
 // `started`: when loading the batch began (the step's time counts from there).
 void train_step(Run& run, Batch batch, Clock::time_point started);
