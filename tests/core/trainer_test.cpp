@@ -111,6 +111,7 @@ TEST(Trainer, ResumeIsBitwiseIdentical) {
   // TopicTraining.DeferredRowUpdatesResumeToRounding covers them)
   std::string yaml = tt::test::topic_yaml(out, "  max_steps: 10\n");
   yaml.replace(yaml.find("k: 4}"), 5, "k: 4, defer_updates: false}");
+  yaml.replace(yaml.find("plots: false"), 12, "plots: true");
   tt::Trainer straight(tt::parse_pipeline(yaml, "p.yaml"), {out / "straight", false, true});
   straight.fit();
 
@@ -135,6 +136,9 @@ TEST(Trainer, ResumeIsBitwiseIdentical) {
   // metrics.jsonl has each step once
   std::string metrics = tt::test::read_file(out / "split" / "metrics.jsonl");
   EXPECT_EQ(metrics.find("\"step\":7,"), metrics.rfind("\"step\":7,"));
+  // and the loss plot's data every step from the first (it began at the resumed step, 7)
+  EXPECT_EQ(tt::test::read_file(out / "split" / "loss.dat"), tt::test::read_file(out / "straight" / "loss.dat"));
+  EXPECT_EQ(tt::test::read_file(out / "split" / "loss.dat").rfind("1 ", 0), 0u);
 }
 
 // A resumed run's summary gives the optimizer state the uninterrupted run's does: counted from

@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -73,6 +74,21 @@ int64_t last_logged_step(const fs::path& metrics) {
     if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) last = std::max(last, j["step"].get<int64_t>());
   }
   return last;
+}
+
+std::vector<std::pair<int64_t, double>> logged_losses(const fs::path& metrics, int64_t up_to) {
+  std::ifstream in(metrics);
+  std::vector<std::pair<int64_t, double>> out;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer() || !j.contains("loss") ||
+        !j["loss"].is_number())
+      continue;
+    const int64_t step = j["step"].get<int64_t>();
+    const double loss = j["loss"].get<double>();
+    if (step <= up_to && std::isfinite(loss) && (out.empty() || step > out.back().first)) out.emplace_back(step, loss);
+  }
+  return out;
 }
 
 std::string moved_data_hint(const Run& run) {

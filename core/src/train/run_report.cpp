@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "train/callbacks.h"
+#include "train/run_dir.h"
 #include "tt/checkpoint.h"
 #include "tt/extension.h"
 #include "tt/json_text.h"
@@ -230,7 +231,10 @@ json RunReport::memory_estimate() const {
 }
 
 void RunReport::write_plots() const {
-  std::vector<std::pair<int64_t, double>> losses;  // steps with a loss: a dropped batch's is NaN
+  // steps with a loss (a dropped batch's is NaN); a resumed run's from its start, metrics.jsonl's
+  std::vector<std::pair<int64_t, double>> losses =
+      run_.start_step > 0 ? logged_losses(run_.state.run_dir / "metrics.jsonl", run_.start_step)
+                          : std::vector<std::pair<int64_t, double>>();
   for (size_t i = 0; i < run_.record.step_losses.size(); ++i)
     if (std::isfinite(run_.record.step_losses[i]))
       losses.emplace_back(run_.start_step + static_cast<int64_t>(i) + 1, run_.record.step_losses[i]);
