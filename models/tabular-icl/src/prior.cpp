@@ -12,14 +12,15 @@
 #include "tt/error.h"
 
 namespace tt::tab {
-namespace {
 
-uint64_t mix(uint64_t a, uint64_t b) {  // splitmix64 of a combination: independent streams per table
+uint64_t mix(uint64_t a, uint64_t b) {
   uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+
+namespace {
 
 at::Tensor activate(const at::Tensor& x, int kind) {
   switch (kind) {
@@ -221,6 +222,7 @@ Batch sample_prior_table(const PriorOptions& o, uint64_t seed) {
   b.set("y", y.unsqueeze(0));
   b.set("support", support.unsqueeze(0));
   b.set("n_classes", torch::full({1}, C, torch::kLong));
+  b.set("id_seed", torch::full({1}, id_seed_of(seed), torch::kLong));
   return b;
 }
 

@@ -18,7 +18,9 @@
 //   at least a few rows) and the class ids permuted. Feature count uniform in
 //   [min_features, max_features]; the support share of the rows uniform in [support_min, support_max].
 // Batch tensors (B tables): x [B, rows, max_features] float (columns past the table's count are 0),
-// feature_mask [B, max_features] bool, y [B, rows] int64, support [B, rows] bool, n_classes [B] int64.
+// feature_mask [B, max_features] bool, y [B, rows] int64, support [B, rows] bool, n_classes [B] int64,
+// id_seed [B] int64 (the seed of the table's random feature identities in training: a function of
+// the table's seed, so that a table has the same ones on any rank and in any micro-batch).
 #include <cstdint>
 #include <memory>
 
@@ -64,6 +66,11 @@ class PriorDataset : public Dataset {
   int64_t tables_;
   uint64_t seed_;
 };
+
+// splitmix64 of a combination of two numbers: independent streams per table.
+uint64_t mix(uint64_t a, uint64_t b);
+// A table's feature-identity seed (id_seed) from the seed its rows were drawn from: in [0, 2^62).
+inline int64_t id_seed_of(uint64_t table_seed) { return static_cast<int64_t>(mix(table_seed, 0x1D5EED) >> 2); }
 
 Schema prior_schema();
 Datasets make_prior(const Options& o, uint64_t seed);

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <random>
 
+#include "prior.h"  // id_seed_of
 #include "tt/error.h"
 
 namespace tt::tab {
@@ -45,13 +46,16 @@ Batch EpisodeDataset::get(const at::Tensor& indices) {
   at::Tensor y = torch::empty({B, N}, torch::kLong);
   at::Tensor support = torch::zeros({B, N}, torch::kBool);
   support.slice(1, 0, support_).fill_(true);
+  at::Tensor id_seed = torch::empty({B}, torch::kLong);
   std::vector<int64_t> rows(static_cast<size_t>(train_->rows));
   const at::Tensor idx = indices.to(torch::kLong).contiguous();
   for (int64_t b = 0; b < B; ++b) {
     // Episode i is a function of (seed, i) alone: any rank, a resumed run or a prefetching
     // loader that asks for episode i gets the same rows and relabelling.
     const auto i = static_cast<uint64_t>(idx.data_ptr<int64_t>()[b]);
-    std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + i * 0xBF58476D1CE4E5B9ull + 1);
+    const uint64_t episode_seed = seed_ * 0x9E3779B97F4A7C15ull + i * 0xBF58476D1CE4E5B9ull + 1;
+    std::mt19937_64 rng(episode_seed);
+    id_seed.data_ptr<int64_t>()[b] = id_seed_of(episode_seed);
     std::iota(rows.begin(), rows.end(), 0);
     std::shuffle(rows.begin(), rows.end(), rng);
     std::vector<int64_t> relabel(static_cast<size_t>(C));
@@ -70,6 +74,7 @@ Batch EpisodeDataset::get(const at::Tensor& indices) {
   out.set("y", y);
   out.set("support", support);
   out.set("n_classes", torch::full({B}, C, torch::kLong));
+  out.set("id_seed", id_seed);
   return out;
 }
 

@@ -113,6 +113,17 @@ at::Tensor TabularIcl::feature_ids(int64_t features, uint64_t seed) const {
   return (g / g.norm(2, 0, true)).t().contiguous();
 }
 
+at::Tensor TabularIcl::table_ids(const at::Tensor& feature_mask, const at::Tensor& seeds) const {
+  const int64_t B = feature_mask.size(0), F = feature_mask.size(1);
+  at::Tensor ids = torch::zeros({B, F, s_.d_id});
+  const at::Tensor s = seeds.to(torch::kCPU, torch::kLong).contiguous(), mask = feature_mask.cpu();
+  for (int64_t b = 0; b < B; ++b) {
+    const at::Tensor where = mask[b].nonzero().squeeze(1);
+    ids[b].index_copy_(0, where, feature_ids(where.size(0), static_cast<uint64_t>(s.data_ptr<int64_t>()[b])));
+  }
+  return ids;
+}
+
 at::Tensor TabularIcl::represent(const at::Tensor& z, const at::Tensor& ids, const at::Tensor& fw, int64_t chunk) {
   const int64_t B = z.size(0), N = z.size(1), F = z.size(2);
   const int64_t step = chunk > 0 ? chunk : std::max<int64_t>(N, 1);
@@ -151,14 +162,7 @@ at::Tensor TabularIcl::probabilities(const at::Tensor& x_in, const at::Tensor& f
   const int64_t B = x_in.size(0), F = x_in.size(2);
   TT_CHECK(feature_mask.dim() == 2 && feature_mask.size(0) == B && feature_mask.size(1) == F,
            "tabular-icl: feature_mask must be [", B, ", ", F, "], got ", feature_mask.sizes());
-  if (!ids.defined()) {  // each table's own: its unmasked features get feature_ids of a random seed
-    ids = torch::zeros({B, F, s_.d_id}, x_in.options());
-    const at::Tensor seeds = torch::randint(0, int64_t{1} << 62, {B}, torch::kLong);
-    for (int64_t b = 0; b < B; ++b) {
-      const at::Tensor where = feature_mask[b].nonzero().squeeze(1);
-      ids[b].index_copy_(0, where, feature_ids(where.size(0), static_cast<uint64_t>(seeds[b].item<int64_t>())));
-    }
-  }
+  if (!ids.defined()) ids = table_ids(feature_mask, torch::randint(0, int64_t{1} << 62, {B}, torch::kLong)).to(x_in.options());
   TT_CHECK(ids.dim() == 3 && ids.size(0) == B && ids.size(1) == F && ids.size(2) == s_.d_id,
            "tabular-icl: ids must be [", B, ", ", F, ", ", s_.d_id, "], got ", ids.sizes());
   const at::Tensor sw = support.to(x_in.scalar_type());
@@ -247,9 +251,11 @@ ModelOutput TabularIcl::forward_loss(const Batch& batch) {
   }
   const at::Tensor& support = batch.at("support");
   const at::Tensor& x = batch.at("x");
-  // training: fresh feature identities every step; evaluation: the same ones every time
+  // training: each table's own feature identities (its id_seed: the same on any rank and in any
+  // micro-batch; else drawn at random); evaluation: the same ones every time
   at::Tensor ids;
   if (!is_training()) ids = feature_ids(x.size(2), 0).unsqueeze(0).expand({x.size(0), x.size(2), s_.d_id});
+  else if (batch.has("id_seed")) ids = table_ids(batch.at("feature_mask"), batch.at("id_seed")).to(x.options());
   const at::Tensor p = probabilities(x, batch.at("feature_mask"), y, support, ids);
   // Query rows whose class occurs among the support rows.
   const at::Tensor yc = y.clamp(0, kMaxClasses - 1);

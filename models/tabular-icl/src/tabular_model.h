@@ -117,6 +117,11 @@ class TabularIcl : public Model {
   // Identities [features, d_id] from `seed` (the same seed, the same identities): unit rows,
   // orthonormal when features <= d_id.
   at::Tensor feature_ids(int64_t features, uint64_t seed) const;
+  // Each table's identities [B, F, d_id] (CPU): feature_ids(its unmasked features, seeds[b]) for
+  // those features, zeros for the masked ones.
+  at::Tensor table_ids(const at::Tensor& feature_mask, const at::Tensor& seeds) const;
+  // Training: a batch's id_seed (the prior's and tabular-csv's episodes carry one) gives each table
+  // its identities, so a table trains the same on any rank and in any micro-batch.
   ModelOutput forward_loss(const Batch& batch) override;
   // With a tabular evaluation set (tabular-csv's test split): the training split as context, the
   // test rows as queries (val_accuracy, val_roc_auc, val_log_loss, val_brier, val_ece, val_examples);
