@@ -213,6 +213,32 @@ TEST(TabularModel, LossIsTheQueryRowsNllAndTrainsOnOneTable) {
   EXPECT_NEAR(last, query_nll(t.y), 1e-5 * last);
 }
 
+// A training table's feature identities come from its id_seed and the loss is each table's mean
+// averaged over the tables: a table trains the same in any micro-batch and on any rank (the
+// trainer weighs a micro-batch by its share of the tables), whatever each table's query count.
+TEST(TabularModel, ATableTrainsTheSameInAnyMicroBatchOrRankWhateverItsQueryCount) {
+  auto m = tiny();
+  m->train();
+  const Table3 a = make_table(5), b = make_table(6);
+  Table3 few = b;  // 26 support rows, 6 query rows: half a's query count
+  few.support.slice(1, 20, 26).fill_(true);
+  const auto with_seed = [](tt::Batch batch, int64_t seed) {
+    batch.set("id_seed", torch::full({1}, seed, torch::kLong));
+    return batch;
+  };
+  const tt::Batch one = with_seed(batch_of(a, 3), 11), two = with_seed(batch_of(few, 3), 12);
+  // The same id_seed, the same identities (in training without one, every forward draws anew).
+  const double alone_a = m->forward_loss(one).loss.item<double>(), alone_b = m->forward_loss(two).loss.item<double>();
+  EXPECT_EQ(m->forward_loss(one).loss.item<double>(), alone_a);
+  EXPECT_NE(m->forward_loss(with_seed(batch_of(a, 3), 13)).loss.item<double>(), alone_a);
+  // Both tables in one batch: the mean of the two tables' own losses (pooling their query rows
+  // would weigh a by 12 rows and few by 6).
+  tt::Batch both;
+  for (const char* k : {"x", "feature_mask", "y", "support", "n_classes", "id_seed"})
+    both.set(k, torch::cat({one.at(k), two.at(k)}, 0));
+  EXPECT_NEAR(m->forward_loss(both).loss.item<double>(), 0.5 * (alone_a + alone_b), 1e-6);
+}
+
 // Training takes at most 10 classes per table; a batch with more is refused with the fix.
 TEST(TabularModel, TrainingATableOfMoreThanTenClassesIsAClearError) {
   auto m = tiny();
