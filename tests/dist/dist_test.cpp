@@ -131,6 +131,9 @@ TEST(Dist, ResumeNeedsTheSameWorldSize) {
   auto one = run(env_clean() + tt_run_bin() + " --resume " + (dir / "half").string() + " -q");
   EXPECT_EQ(one.rc, 2) << one.output;
   EXPECT_NE(one.output.find("same world size"), std::string::npos) << one.output;
+  EXPECT_NE(one.output.find("also for a --sample or --predict of the finished run"), std::string::npos) << one.output;
+  EXPECT_NE(one.output.find("start a new run from its weights: model.init_from=" + (dir / "half").string()),
+            std::string::npos) << one.output;
 }
 
 TEST(Dist, ARefusalOnRank0StopsEveryRankWithItsExitCode) {

@@ -50,7 +50,9 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
     const int64_t saved_world = ar.try_read("trainer/world_size", ws) ? ws.toInt() : 1;
     TT_CHECK_AS(ConfigError, saved_world == s.world_size, file.string(), " was written by a run of ", saved_world,
                 " process(es) but this one has ", s.world_size, ": resume with the same world size (tt-run --nproc ",
-                saved_world, "); the data order and sharded state depend on it");
+                saved_world, ", also for a --sample or --predict of the finished run); the data order and sharded "
+                "state depend on it. To go on with another world size, start a new run from its weights: "
+                "model.init_from=", s.run_dir.string());
   }
   torch::serialize::InputArchive model_ar, opt_ar;
   ar.read("model", model_ar);
