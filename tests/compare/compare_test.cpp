@@ -315,6 +315,30 @@ TEST(Compare, ValidationColumnShowsEachVariantsValidationMetric) {
   EXPECT_NE(r.output.find(std::string(" ") + buf), std::string::npos) << buf << r.output;
 }
 
+// Where nothing evaluates, the column is the model's own loss over all of its data at the end
+// (the topic model's corpus_loss): the training loss of the last batch is a sum over that
+// batch's documents and tells nothing across batch sizes.
+TEST(Compare, WithoutAnEvaluationTheColumnIsTheModelsLossOverItsWholeData) {
+  Cmp c;
+  std::ofstream(c.dir / "t.yaml") << tt::test::topic_yaml(
+      c.dir / "runs", "",
+      "compare:\n  steps: 3\n  warmup_steps: 0\n  variants:\n    small: {set: {trainer.batch_size: 8}}\n"
+      "    large: {set: {trainer.batch_size: 32}}\n");
+  auto r = tt::test::run(tt::test::tt_run_bin() + " " + (c.dir / "t.yaml").string() + " --run-dir " +
+                         (c.dir / "mm").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const json j = tt::test::read_json(c.dir / "mm" / "compare.json");
+  EXPECT_EQ(j["validation_metric"], "corpus_loss");
+  std::map<std::string, std::string> csv_val;
+  for (const auto& row : csv_rows(c.dir / "mm" / "compare.csv")) csv_val[row.at("variant")] = row.at("corpus_loss");
+  for (const char* name : {"small", "large"}) {
+    const json summary = tt::test::summary_of(c.dir / "mm" / name);
+    const double corpus = summary["model_metrics"]["corpus_loss"].get<double>();
+    EXPECT_NEAR(std::stod(csv_val[name]), corpus, 1e-6 * corpus) << name;
+  }
+  EXPECT_NE(r.output.find("corpus_loss"), std::string::npos) << r.output;
+}
+
 TEST(Compare, BytesAPluginHoldsShowInTheRestOfThePeak) {
   Cmp c;
   auto r = c.run("rest", R"(compare:

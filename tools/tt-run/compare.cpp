@@ -224,23 +224,32 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
     return key.size() > metric.size() + 1 &&
            key.compare(key.size() - metric.size() - 1, std::string::npos, "_" + metric) == 0;
   };
-  std::string val_key;
-  for (const auto& r : results) {
-    if (!r.ok || !r.summary.contains("validation") || r.summary["validation"].empty()) continue;
-    const json& val = r.summary["validation"];
-    bool has_loss = false;
-    for (auto it = val.begin(); it != val.end(); ++it)
-      has_loss = has_loss || it.key() == "val_loss" || renamed(it.key(), "val_loss");
-    if (has_loss) {
-      val_key = "val_loss";
-      break;
+  // Where no variant evaluates, the model's own figures at the end of training (model_metrics:
+  // the topic model's corpus_loss, a loss over the whole corpus whatever the batch size, where
+  // the last batch's training loss is not comparable across batch sizes) take the column.
+  std::string val_key, section = "validation";
+  for (const char* sec : {"validation", "model_metrics"}) {
+    section = sec;
+    for (const auto& r : results) {
+      if (!r.ok || !r.summary.contains(section) || !r.summary[section].is_object() || r.summary[section].empty()) continue;
+      const json& val = r.summary[section];
+      std::string loss;  // val_loss (or a plugin's renamed one); among model_metrics the first *loss
+      for (auto it = val.begin(); it != val.end() && loss.empty(); ++it)
+        if (section == "validation" ? it.key() == "val_loss" || renamed(it.key(), "val_loss")
+                                    : it.key().size() >= 4 && it.key().compare(it.key().size() - 4, 4, "loss") == 0)
+          loss = section == "validation" ? "val_loss" : it.key();
+      if (!loss.empty()) {
+        val_key = loss;
+        break;
+      }
+      if (val_key.empty()) val_key = val.begin().key();
     }
-    if (val_key.empty()) val_key = val.begin().key();
+    if (!val_key.empty()) break;
   }
   // The key of r's figure under val_key: its own, else the one a plugin renamed (empty: none).
   auto key_of = [&](const Result& r) -> std::string {
-    if (val_key.empty() || !r.ok || !r.summary.contains("validation")) return "";
-    const json& val = r.summary["validation"];
+    if (val_key.empty() || !r.ok || !r.summary.contains(section) || !r.summary[section].is_object()) return "";
+    const json& val = r.summary[section];
     if (val.contains(val_key) && val[val_key].is_number()) return val_key;
     for (auto it = val.begin(); it != val.end(); ++it)
       if (renamed(it.key(), val_key) && it->is_number()) return it.key();
@@ -248,7 +257,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   };
   auto val_of = [&](const Result& r) -> const json* {
     const std::string k = key_of(r);
-    return k.empty() ? nullptr : &r.summary["validation"][k];
+    return k.empty() ? nullptr : &r.summary[section][k];
   };
   auto ratio = [](double x, double y) { return y > 0 ? fixed(x / y, 3) + "x" : std::string("-"); };
   auto quoted = [](std::string t) {
