@@ -357,8 +357,11 @@ struct Trainer::Impl {
       // meter's pool's error, or LibTorch's own allocator's without the meter's cache
       const std::string what = e.what_without_backtrace();
       if (dynamic_cast<const c10::OutOfMemoryError*>(&e) || what.find("not enough memory") != std::string::npos) {
-        OutOfMemory oom(detail::cat("out of memory outside the training steps: ", first_line(what),
-                                    " (a smaller model, trainer.batch_size or trainer.eval_batch_size)"));
+        const bool setup = run.record.train_started == Clock::time_point{};  // the batch size plays no part yet
+        OutOfMemory oom(detail::cat("out of memory ", setup ? "in setup, building the model or reading the data: "
+                                    : "outside the training steps: ", first_line(what), setup ?
+                                    " (a smaller model: its size options, such as model.k or model.d_model; or less data in memory)"
+                                    : " (a smaller model, trainer.batch_size or trainer.eval_batch_size)"));
         report_failure("failed", oom.what(), oom.exit_code());
         throw oom;
       }

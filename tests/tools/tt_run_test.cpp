@@ -279,7 +279,9 @@ TEST(TtRun, ExitCodesAndMessages) {
                                       "n_heads: 1, sample_tokens: 0}\ntrainer: {max_steps: 1, threads: 1}\n";
   r = run("ulimit -v 6000000 && " + tt_run() + " " + quote(dir / "huge.yaml") + " -q --run-dir " + quote(dir / "huge"));
   EXPECT_EQ(r.rc, 4) << r.output;
-  EXPECT_HAS(r.output, "out of memory outside the training steps: ");
+  EXPECT_HAS(r.output, "out of memory in setup, building the model or reading the data: ");
+  EXPECT_HAS(r.output, "(a smaller model: its size options, such as model.k or model.d_model; or less data in memory)");
+  EXPECT_EQ(r.output.find("trainer.batch_size"), std::string::npos) << r.output;
   EXPECT_EQ(tt::test::summary_of(dir / "huge")["exit_code"], 4);
   // a --predict file that is not there is refused before anything trains
   auto plain = write_pipeline(dir, tt::test::topic_yaml(dir, "  max_steps: 2\n"));
