@@ -340,6 +340,10 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
 Pipeline parse_pipeline(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
   // yaml-cpp takes any bytes; a string that is not UTF-8 would fail only where the run writes
   // its JSON files, after training
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)  // a data file given for the pipeline
+    TT_FAIL_AS(ConfigError, file, " is not a pipeline file but binary data (a NUL byte at offset ", nul, "): tt-run takes a pipeline "
+               "YAML file, whose data section names the data (e.g. data: {name: topic-npy, path: FILE}; tt-run --list "
+               "shows the datasets)");
   if (const size_t bad = first_invalid_utf8(text); bad != std::string::npos)
     TT_FAIL_AS(ConfigError, file, ":", line_column(text, bad), ": not UTF-8 text (a byte of another encoding, such as "
                "Latin-1): save the file as UTF-8, e.g. iconv -f latin1 -t utf-8 ", file, " > NEW.yaml");

@@ -98,6 +98,9 @@ TEST(Pipeline, TextThatIsNotUtf8IsRefusedWhereItIs) {
   EXPECT_EQ(error_of(good, {"name=caf\xe9"}),
             "command line 'name=caf\xe9': not UTF-8 text (a byte of another encoding, such as Latin-1); give it in "
             "UTF-8");
+  // a data file (an .npy) given for the pipeline is not "not UTF-8": it is no pipeline at all
+  EXPECT_HAS(error_of(std::string("\x93NUMPY\x01\x00v\x00{'descr': '<f4'", 25)),
+             "p.yaml is not a pipeline file but binary data (a NUL byte at offset 7): tt-run takes a pipeline YAML file");
   EXPECT_EQ(tt::parse_pipeline("name: caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\n" + good, "p.yaml").name,
             "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");  // UTF-8 of 2, 3 and 4 bytes
 }
