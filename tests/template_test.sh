@@ -24,6 +24,10 @@ awk 'BEGIN { print "x1,x2,label"; for (i = 0; i < 90; i++) { c = i % 3; printf "
 grep -qF "init_from: $WORK/prefix/share/tt/models/tabular-icl/pretrained/small.safetensors" \
   "$WORK/runs/tabular/pipeline.yaml" || { cat "$WORK/runs/tabular/pipeline.yaml"; echo "FAIL: not the installed model"; exit 1; }
 grep -q '"status": "completed"' "$WORK/runs/tabular/summary.json" || { cat "$WORK/tabular.log"; exit 1; }
+# An installed tt-run points at the installed example pipelines, not a checkout's configs/.
+(cd "$WORK/elsewhere" && "$WORK/prefix/bin/tt-run" no-such.yaml) > "$WORK/missing.log" 2>&1 && exit 1
+grep -qF "The examples are in $WORK/prefix/share/tt/configs/, e.g. $WORK/prefix/share/tt/configs/quickstart.yaml" \
+  "$WORK/missing.log" || { cat "$WORK/missing.log"; echo "FAIL: the hint does not name the installed configs"; exit 1; }
 # Staged for a package (DESTDIR): the staged configs name the model where it will be installed.
 DESTDIR="$WORK/stage" cmake --install "$BUILD" --prefix /opt/tt > "$WORK/stage.log"
 grep -qF "init_from: /opt/tt/share/tt/models/tabular-icl/pretrained/small.safetensors" \

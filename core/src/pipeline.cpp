@@ -9,6 +9,7 @@
 
 #include "train/plugin_host.h"
 #include "tt/error.h"
+#include "tt/examples.h"
 #include "tt/registry.h"
 #include "tt/text_file.h"
 #include "tt/yaml_util.h"
@@ -219,7 +220,7 @@ constexpr size_t kMaxPlugins = 64;
 Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<std::string>& overrides) {
   if (!root.IsDefined() || root.IsNull())
     TT_FAIL_AS(ConfigError, file, ": the pipeline is empty. A pipeline needs at least 'model:' and 'data:'; "
-               "start from configs/quickstart.yaml");
+               "start from ", examples_dir(), "/quickstart.yaml");
   TT_CHECK_AS(ConfigError, root.IsMap(), location(file, root),
               ": a pipeline is a YAML map (model:, data:, trainer:, ...), not ", root.IsSequence() ? "a list" : "a value");
   for (const auto& o : overrides) apply_override(root, o);
@@ -367,11 +368,19 @@ Pipeline parse_pipeline(const std::string& text, const std::string& file, const 
   return parse_tree(root, file, overrides);
 }
 
+std::string examples_dir() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "configs";
+  const auto installed = (exe.parent_path().parent_path() / "share" / "tt" / "configs").lexically_normal();
+  return std::filesystem::is_directory(installed, ec) ? installed.string() : "configs";
+}
+
 Pipeline load_pipeline(const std::string& path, const std::vector<std::string>& overrides) {
   namespace fs = std::filesystem;
   std::error_code ec;
   TT_CHECK_AS(ConfigError, fs::exists(path, ec), path, ": pipeline file not found (from ", fs::current_path().string(),
-              "). The examples are in configs/, e.g. configs/quickstart.yaml");
+              "). The examples are in ", examples_dir(), "/, e.g. ", examples_dir(), "/quickstart.yaml");
   TT_CHECK_AS(ConfigError, !fs::is_directory(path, ec), path, ": is a directory, not a pipeline file",
               " (to resume a run directory use --resume ", path, ")");
   std::ifstream in(path);

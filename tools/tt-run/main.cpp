@@ -43,6 +43,7 @@
 #include "tt/compat.h"
 #include "tt/dist.h"
 #include "tt/error.h"
+#include "tt/examples.h"
 #include "tt/log.h"
 #include "tt/text_file.h"
 #include "tt/meter.h"
@@ -366,7 +367,8 @@ int main(int argc, char** argv) {
                 "predict for would be overwritten)");
     if (!predict_output.empty()) check_writable_file("--predict-out", predict_output);
     if (pipeline_file.empty() && resume_dir.empty()) {
-      std::fprintf(stderr, "tt-run: name a pipeline, e.g. tt-run configs/quickstart.yaml (tt-run --help for more)\n");
+      std::fprintf(stderr, "tt-run: name a pipeline, e.g. tt-run %s/quickstart.yaml (tt-run --help for more)\n",
+                   tt::examples_dir().c_str());
       return 2;
     }
     tt::Meter::global().install();  // before any tensor exists, so every byte is counted
