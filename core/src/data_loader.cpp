@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "tt/error.h"
+#include "tt/log.h"
 #include "tt/meter.h"
 
 namespace tt {
@@ -37,6 +38,15 @@ void DataLoader::shard(int rank, int world_size, bool owned) {
     const int64_t fewest = data_->size() / world_size;  // the last rank's share
     owned_batches_ = (fewest + batch_size_ - 1) / batch_size_;
   }
+  // The epoch's last global batch, when it has fewer examples than ranks, is not trained (a rank
+  // would get none); one process would train them.
+  const int64_t rest = data_->size() % (batch_size_ * world_size);
+  if (!owned_ && !stream_ && rank == 0 && rest > 0 && rest < world_size)
+    log().warn("the epoch's last {} example(s) of {} are not trained: fewer than the {} ranks are left after {} "
+               "global batches of {} (trainer.batch_size {} x {} ranks); one process would train them: a batch size "
+               "that leaves none or at least {}, or another number of ranks, trains every example",
+               rest, data_->size(), world_size, data_->size() / (batch_size_ * world_size), batch_size_ * world_size,
+               batch_size_, world_size, world_size);
 }
 
 namespace {

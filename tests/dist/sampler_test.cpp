@@ -3,11 +3,14 @@
 // read from the same (seed, epoch) order, the order changes per epoch identically for every
 // rank; owned sharding keeps each example on one rank; streams are rank-strided.
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
 #include <torch/torch.h>
 
 #include <set>
+#include <sstream>
 
 #include "tt/data_loader.h"
+#include "tt/log.h"
 #include "tt/dataset.h"
 
 namespace {
@@ -85,11 +88,25 @@ TEST(Sampler, RanksSplitTheGlobalBatchOfOneProcess) {
   EXPECT_NE(ids(ranks[0]->get(0, 0)), ids(ranks[0]->get(1, 0)));
 }
 
-TEST(Sampler, AFinalBatchSmallerThanTheWorldIsDropped) {
+TEST(Sampler, AFinalBatchSmallerThanTheWorldIsDroppedAndRankZeroSaysSo) {
+  std::ostringstream said;  // what the loader logs
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(said);
+  tt::log().sinks().push_back(sink);
   auto data = std::make_shared<Ids>(25);  // 2 x 12 + 1
   tt::DataLoader l(data, 4, false, 0);
   l.shard(1, 3);
   EXPECT_EQ(l.batches_per_epoch(), 2);
+  EXPECT_EQ(said.str(), "") << "rank 1 says nothing";
+  tt::DataLoader r0(data, 4, false, 0);
+  r0.shard(0, 3);
+  EXPECT_NE(said.str().find("the epoch's last 1 example(s) of 25 are not trained: fewer than the 3 ranks are left after "
+                            "2 global batches of 12 (trainer.batch_size 4 x 3 ranks)"),
+            std::string::npos) << said.str();
+  said.str("");
+  tt::DataLoader even(std::make_shared<Ids>(26), 4, false, 0);  // 3 x 8 + 2: one example for each of 2 ranks
+  even.shard(0, 2);
+  EXPECT_EQ(said.str(), "");
+  tt::log().sinks().pop_back();
 }
 
 TEST(Sampler, OwnedShardsKeepEachExampleOnOneRank) {
