@@ -141,11 +141,7 @@ struct Trainer::Impl {
         if (interrupted()) {
           progress->finish();
           checkpoint();
-          throw Interrupted(detail::cat(
-              "interrupted at step ", s.step, "; checkpoint written. Continue with: tt-run ",
-              run.dist ? detail::cat("--nproc ", run.dist->world_size(), " ") : "", "--resume ", s.run_dir.string(),
-              run.dist ? detail::cat(" (or ", run.dist->world_size(), " workers launched as before, with --resume)")
-                       : ""));
+          throw Interrupted(detail::cat("interrupted at step ", s.step, "; checkpoint written. ", how_to_continue(run)));
         }
       }
       if (run.done() && s.batch_in_epoch + 1 < s.batches_per_epoch) break;  // stopped mid-epoch

@@ -485,6 +485,14 @@ TEST(Dist, OwnedRowsTrainLikeAllReduce) {
   auto res = run(env_clean() + tt_run_bin() + " --nproc 2 --resume " + (dir / "owned").string() + " -q");
   EXPECT_EQ(res.rc, 2) << res.output;
   EXPECT_NE(res.output.find("dist_rows: owned cannot resume"), std::string::npos) << res.output;
+  // and its interrupt says so, where it said to resume
+  auto stopped = run(env_clean() + "timeout --preserve-status -s INT 5 " + base + "trainer.dist_rows=owned "
+                     "trainer.max_steps=1000000 trainer.epochs=~ --run-dir " + (dir / "stopped").string());
+  EXPECT_EQ(stopped.rc, 130) << stopped.output;
+  EXPECT_HAS(stopped.output, "checkpoint written. trainer.dist_rows: owned cannot resume (rank 0 holds the optimizer "
+                             "moments of its own rows only); a new run may start from its weights: model.init_from=" +
+                             (dir / "stopped").string());
+  EXPECT_EQ(stopped.output.find("Continue with"), std::string::npos) << stopped.output;
 }
 
 // state.stop set by a plugin on one rank only (test-stop on rank 1 from step 2, at BATCH_END or at

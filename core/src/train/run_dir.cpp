@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "train/grad_sync.h"
 #include "train/run.h"
+#include "tt/dist.h"
 #include "tt/error.h"
 #include "tt/report.h"
 
@@ -114,6 +116,17 @@ void check_resume_length(const Run& run, const std::string& status) {
               " steps this resume would train: resume with trainer.max_steps of at least ", s.step,
               run.pipeline.trainer.is_set("epochs") ? detail::cat(" and trainer.epochs of at least ", epochs) : "",
               " (or as it was)");
+}
+
+std::string how_to_continue(const Run& run) {
+  const std::string dir = run.state.run_dir.string();
+  if (run.sync && run.sync->owned_rows())
+    return "trainer.dist_rows: owned cannot resume (rank 0 holds the optimizer moments of its own rows only); a new "
+           "run may start from its weights: model.init_from=" + dir;
+  if (!run.dist) return "Continue with: tt-run --resume " + dir;
+  const std::string n = std::to_string(run.dist->world_size());
+  return "Continue with: tt-run --nproc " + n + " --resume " + dir + " (or " + n +
+         " workers launched as before, with --resume)";
 }
 
 }  // namespace tt

@@ -45,4 +45,8 @@ std::string moved_data_hint(const Run& run);
 // than it trained); a completed run's resume trains nothing whatever it asks.
 void check_resume_length(const Run& run, const std::string& status);
 
+// After an interrupt's checkpoint: "Continue with: tt-run [--nproc N] --resume DIR ...", or, for
+// trainer.dist_rows: owned (whose checkpoints cannot be resumed), the new run from its weights.
+std::string how_to_continue(const Run& run);
+
 }  // namespace tt
