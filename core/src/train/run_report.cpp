@@ -125,6 +125,7 @@ json RunReport::build() const {
       {"median_step_seconds", median_after_warm_up(rec.step_times)},
       {"median_optimizer_seconds", median_after_warm_up(rec.optimizer_times)},
       {"world_size", s.world_size},
+      {"global_batch_size", s.batch_size * s.world_size},  // batch_size is each rank's
       {"steps_per_second", train_seconds > 0 ? steps_here / train_seconds : 0.0},
       {"memory",
        {{"peak_tensor_bytes", in_loop ? run_.peak() : mem.peak_tensor},
@@ -259,7 +260,10 @@ void RunReport::print() const {
   out += fmt::format("  model      {}\n", s.model->describe());
   out += fmt::format("  plugins    [{}]\n", run_.host.names());
   out += fmt::format("  steps      {} ({} batches of {} per epoch, {} epochs done)", s.step, s.batches_per_epoch,
-                     s.batch_size, s.epoch);
+                     s.world_size > 1 ? fmt::format("{} ({} per rank x {} ranks)", s.batch_size * s.world_size,
+                                                    s.batch_size, s.world_size)
+                                      : std::to_string(s.batch_size),
+                     s.epoch);
   if (summary_.contains("steps_per_second")) {
     // three significant digits at least: a slow run's 0.083 steps/s is not '0.1'
     const double sps = summary_["steps_per_second"].get<double>();
