@@ -421,6 +421,30 @@ TEST(Dist, Zero1ShardsTheOptimizerStateAndMatchesDdpAndResumesIt) {
     ASSERT_TRUE(b.count(k)) << k;
     EXPECT_LE((t - b[k]).abs().max().item<double>(), 1e-6) << k;
   }
+  // trainer.grad_clip: zero1 clips the summed shards by their global norm, as DDP clips the whole
+  // gradient (a norm of 0.05 clips every step here: the parameters differ from the unclipped ones)
+  auto ddp_clip = run(base + (lm.dir / "ddp-clip").string() + " trainer.grad_clip=0.05");
+  ASSERT_EQ(ddp_clip.rc, 0) << ddp_clip.output;
+  auto z_clip = run(base + (lm.dir / "z-clip").string() + " trainer.grad_clip=0.05 'plugins=[zero1]'");
+  ASSERT_EQ(z_clip.rc, 0) << z_clip.output;
+  auto dc = checkpoint_params(last_checkpoint(lm.dir / "ddp-clip")), zc = checkpoint_params(last_checkpoint(lm.dir / "z-clip"));
+  ASSERT_EQ(dc.size(), a.size());
+  double moved = 0;
+  for (const auto& [k, t] : dc) {
+    ASSERT_TRUE(zc.count(k)) << k;
+    EXPECT_LE((t - zc[k]).abs().max().item<double>(), 1e-6) << k;
+    moved = std::max(moved, (t - a[k]).abs().max().item<double>());
+  }
+  EXPECT_GT(moved, 1e-4) << "the clipping changed nothing";
+  const auto norms = [](const fs::path& dir) {
+    std::vector<double> out;
+    for (const auto& line : tt::test::step_lines(dir / "metrics.jsonl")) out.push_back(json::parse(line)["grad_norm"].get<double>());
+    return out;
+  };
+  const auto nd = norms(lm.dir / "ddp-clip"), nz = norms(lm.dir / "z-clip");
+  ASSERT_EQ(nd.size(), 8u);
+  ASSERT_EQ(nz.size(), nd.size());
+  for (size_t i = 0; i < nd.size(); ++i) EXPECT_NEAR(nz[i], nd[i], 1e-5 * nd[i]) << "step " << i + 1;
   // resume from step 4 with the sharded state: the same parameters at the end
   fs::copy(lm.dir / "z", lm.dir / "zr", fs::copy_options::recursive);
   for (const auto& e : fs::directory_iterator(lm.dir / "zr" / "checkpoints"))

@@ -113,7 +113,8 @@ struct TT_API State {
   int rank = 0;
   int world_size = 1;
   // true: the trainer all-reduces gradients before BEFORE_STEP. A plugin whose optimizer
-  // synchronizes them itself (zero1) sets it false on OPTIMIZER; that optimizer's save() is
+  // synchronizes them itself (zero1) sets it false on OPTIMIZER (and applies trainer.grad_clip to
+  // the synchronized gradients: the trainer does not clip then); that optimizer's save() is
   // then collective (every rank calls it; rank 0 writes the archive).
   bool gradient_sync = true;
 };

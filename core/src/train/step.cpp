@@ -227,7 +227,9 @@ void next_step(Run& run) {
 void optimizer_step(Run& run) {
   State& s = run.state;
   const Options& T = run.pipeline.trainer;
-  if (!s.skip_step && T.is_set("grad_clip")) {
+  // A data-parallel optimizer that synchronizes the gradients itself (zero1: gradient_sync off)
+  // clips them once summed; here each rank holds only its own part.
+  if (!s.skip_step && T.is_set("grad_clip") && (s.gradient_sync || s.world_size == 1)) {
     TT_CHECK_AS(ConfigError, run.gradient_ready.released() == 0, "trainer.grad_clip is set, but gradient-ready hooks "
                 "(tt::add_gradient_ready_hook; plugins: ", run.host.names(), ") released ", run.gradient_ready.released(),
                 " of ", run.trainable.size(), " gradients as they landed, before the step: the clipping norm cannot "

@@ -22,6 +22,8 @@ class Zero1Plugin final : public tt::Plugin {
   Zero1Plugin() { must_wrap_the_final_optimizer("it shards the optimizer it is given across the ranks"); }
   void on(tt::Event event, tt::State& s) override {
     if (event == tt::Event::OPTIMIZER) wrap(s);
+    if (event == tt::Event::AFTER_STEP && zero1_ && s.pipeline && s.pipeline->trainer.is_set("grad_clip"))
+      s.last_step.grad_norm = zero1_->last_norm();
     if (event == tt::Event::AFTER_STEP && zero1_ && !reported_) {
       reported_ = true;
       s.metrics["zero1_owned_parameters"] = static_cast<double>(zero1_->owned_elements());
@@ -35,10 +37,9 @@ class Zero1Plugin final : public tt::Plugin {
       tt::log().warn("zero1: a single process (no WORLD_SIZE): nothing to shard, the optimizer is left as it is");
       return;
     }
-    TT_CHECK_AS(ConfigError, !s.pipeline || !s.pipeline->trainer.is_set("grad_clip"),
-                "trainer.grad_clip needs the whole gradient on every rank, which zero1 does not "
-                "gather; unset grad_clip or drop zero1");
     zero1_ = std::make_shared<tt::zero1::Zero1>(s.optimizer, *ctx);
+    if (s.pipeline && s.pipeline->trainer.is_set("grad_clip"))  // on the summed shards (the trainer leaves it)
+      zero1_->set_max_norm(s.pipeline->trainer.get_float("grad_clip"));
     s.optimizer = zero1_;
     s.gradient_sync = false;
     tt::log().info("zero1: rank {} steps {} of {} parameters ({:.1f}%); gradients reduce-scattered, parameters "

@@ -1,5 +1,7 @@
 #include "zero1.h"
 
+#include <cmath>
+
 #include <sstream>
 
 #include "tt/checkpoint.h"
@@ -59,6 +61,11 @@ torch::Tensor Zero1::step(LossClosure closure) {
   }
   at::Tensor mine = ctx_.reduce_scatter_sum(flat);
   flat = at::Tensor();
+  if (max_norm_ >= 0) {  // torch's clip_grad_norm_ on the whole gradient: scaled by max / (norm + 1e-6) if below 1
+    last_norm_ = std::sqrt(ctx_.sum(mine.to(torch::kDouble).pow(2).sum().item<double>()));
+    const double coef = max_norm_ / (last_norm_ + 1e-6);
+    if (coef < 1) mine.mul_(coef);
+  }
   // The shard's summed gradients go into its parameters' own gradient tensors (no new
   // memory, so the meter's optimizer-state delta over the step is the shard's state alone).
   for (size_t i = 0; i < params_.size(); ++i) {

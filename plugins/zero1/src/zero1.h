@@ -4,7 +4,8 @@
 // one flat buffer padded to the largest shard. A step reduce-scatters the gradients (each
 // rank receives the sum of its shard), steps the wrapped optimizer on that shard, and
 // all-gathers the updated parameters, so every rank ends the step with the same parameters
-// and ~1/world of the optimizer state.
+// and ~1/world of the optimizer state. Gradient clipping happens on the summed shards (the
+// trainer's clip_grad_norm_ would see each rank's partial gradient).
 #include <torch/torch.h>
 
 #include <memory>
@@ -27,6 +28,11 @@ class Zero1 : public torch::optim::Optimizer {
   void load(torch::serialize::InputArchive& archive) override;
 
   torch::optim::Optimizer& inner() { return *inner_; }
+  // trainer.grad_clip: each step scales the summed gradients so that their global norm (every
+  // rank's shard's, all-reduced) is at most max_norm, as torch's clip_grad_norm_ scales the whole
+  // gradient; last_norm() is the norm before it.
+  void set_max_norm(double max_norm) { max_norm_ = max_norm; }
+  double last_norm() const { return last_norm_; }
   int64_t owned_elements() const { return owned_numel_; }
   int64_t total_elements() const { return total_numel_; }
   // Which rank owns each trainable parameter (in the trainer's order).
@@ -40,6 +46,7 @@ class Zero1 : public torch::optim::Optimizer {
   std::vector<int64_t> offset_;      // within its owner's region
   int64_t chunk_ = 0;                // elements per rank's region (the largest shard)
   int64_t owned_numel_ = 0, total_numel_ = 0;
+  double max_norm_ = -1, last_norm_ = 0;  // max_norm_ < 0: no clipping
 };
 
 }  // namespace tt::zero1
