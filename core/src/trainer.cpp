@@ -247,7 +247,9 @@ struct Trainer::Impl {
     log().info("{}: {} | data {} | {} | plugins [{}] | {} threads | run dir {}", run.pipeline.name,
                s.model->describe(), run.data.train->describe(), training, run.host.names(), run.threads,
                s.run_dir.string());
-    if (run.resumed) log().info("resumed from {} at step {}", run.resumed_from, s.step);
+    std::string changed;  // on the command line: pipeline.yaml now holds it, log.txt keeps what it was
+    for (const auto& o : run.pipeline.overrides) changed += " " + o;
+    if (run.resumed) log().info("resumed from {} at step {}{}", run.resumed_from, s.step, changed.empty() ? "" : " with" + changed);
     if (run.config.resume) write_pipeline_file(run);  // the overrides it was resumed with, now that they fit and it trains
 
     fire(Event::FIT_START);
