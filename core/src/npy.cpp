@@ -182,8 +182,15 @@ std::string npy_header_bytes(at::ScalarType dtype, const std::vector<int64_t>& s
 }
 
 NpyHeader parse_npy_header(std::string_view bytes, const std::string& name) {
-  TT_CHECK_AS(ConfigError, bytes.size() >= 10 && bytes.substr(0, 6) == std::string_view("\x93NUMPY", 6), name,
-              ": not a .npy file (it does not start with the NumPy magic \\x93NUMPY); write it with numpy.save");
+  if (!(bytes.size() >= 10 && bytes.substr(0, 6) == std::string_view("\x93NUMPY", 6))) {
+    // what it is instead, where that is plain: a zip archive (.npz, torch.save), or text (a CSV)
+    const bool zip = bytes.substr(0, 4) == std::string_view("PK\x03\x04", 4);
+    const bool text = !bytes.empty() && bytes.find('\0') == std::string_view::npos;
+    TT_FAIL_AS(ConfigError, name, ": not a .npy file (it does not start with the NumPy magic \\x93NUMPY", zip ?
+               "; it is a zip archive: an .npz of numpy.savez or scipy.sparse.save_npz, or a torch.save file" : text ?
+               "; it is text, a CSV perhaps" : "", "); write the array with numpy.save",
+               zip || text ? " (a sparse matrix: scipy.io.mmwrite's Matrix Market file, which data: topic-mtx reads)" : "");
+  }
   const int major = static_cast<unsigned char>(bytes[6]);
   TT_CHECK_AS(ConfigError, major >= 1 && major <= 3, name, ": .npy format version ", major, ".",
               static_cast<int>(static_cast<unsigned char>(bytes[7])), " is not supported (1.0 to 3.0 are)");

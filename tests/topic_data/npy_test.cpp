@@ -87,6 +87,11 @@ TEST(Npy, HeaderErrorsNameTheFileAndTheProblem) {
   const auto err = [&](const std::string& name) { return config_error([&] { tt::read_npy_header(dir / name); }); };
   write_text(dir / "magic.npy", "PK\3\4 not numpy at all, long enough");
   EXPECT_HAS(err("magic.npy"), "magic.npy: not a .npy file");
+  // what it is instead, and the sparse matrix's way: an .npz (a zip archive), a CSV (text)
+  EXPECT_HAS(err("magic.npy"), "; it is a zip archive: an .npz of numpy.savez or scipy.sparse.save_npz, or a "
+                               "torch.save file); write the array with numpy.save (a sparse matrix: scipy.io.mmwrite");
+  write_text(dir / "table.npy", "a,b,c\n1,2,3\n");
+  EXPECT_HAS(err("table.npy"), "; it is text, a CSV perhaps); write the array with numpy.save");
   raw_npy(dir / "big.npy", "{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }", "abcd");
   EXPECT_HAS(err("big.npy"), "big-endian");
   raw_npy(dir / "struct.npy", "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }", "abcd");
