@@ -108,6 +108,12 @@ TEST(Dist, TwoRanksOfBatchBFollowOneRankOfBatch2B) {
                    (dir / "all").string());
     ASSERT_EQ(all.rc, 0) << all.output;
     EXPECT_EQ(summary_of(dir / "all")["threads"], cores);
+    // ... and two workers of all the cores each are warned about, once
+    const std::string warning = "2 workers on this machine x " + std::to_string(cores) + " threads each = " +
+                                std::to_string(2 * cores) + ", more than its " + std::to_string(cores) + " cores";
+    EXPECT_HAS(all.output, warning);
+    EXPECT_EQ(all.output.find(warning), all.output.rfind(warning)) << all.output;
+    EXPECT_EQ(two.output.find("workers on this machine"), std::string::npos) << two.output;
   }
   // rank 0 alone wrote the run directory
   EXPECT_TRUE(fs::exists(dir / "two" / "metrics.jsonl"));

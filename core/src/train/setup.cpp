@@ -152,6 +152,13 @@ void setup_process(Run& run) {
     log().warn("{} is {}, more than the {} cores this process may use; using {}",
                asked > 0 ? "trainer.threads" : "OMP_NUM_THREADS", threads, cores, cores);
   run.threads = configure_threads(asked);
+  // Workers on one machine (LOCAL_WORLD_SIZE: tt-run --nproc's, torchrun's) whose threads add up
+  // to more than its cores wait on each other's threads: steps many times slower.
+  if (const char* local = std::getenv("LOCAL_WORLD_SIZE"); run.dist && run.root && local)
+    if (const int n = std::atoi(local), cores = usable_cores(); n > 1 && n * run.threads > cores)
+      log().warn("{} workers on this machine x {} threads each = {}, more than its {} cores: their steps wait on each "
+                 "other (many times slower); set trainer.threads=0 (tt-run --nproc shares the cores out) or at most {}",
+                 n, run.threads, n * run.threads, cores, std::max(1, cores / n));
   set_flush_denormal(T.get_bool("flush_denormal"));
   seed_everything(run.pipeline.seed);
   run.meter.set_caching(T.get_bool("cache_allocations"));
