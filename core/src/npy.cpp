@@ -215,7 +215,8 @@ NpyHeader parse_npy_header(std::string_view bytes, const std::string& name) {
                "' is big-endian; convert it to little-endian first (numpy: a.astype(a.dtype.newbyteorder('<')))");
   const DtypeInfo* d = dtype_of(h.descr);
   if (!d && h.descr.size() == 3 && h.descr[0] == '>') d = dtype_of("|" + h.descr.substr(1));
-  TT_CHECK_AS(ConfigError, d, name, ": dtype '", h.descr, "' is not supported (supported: ", supported_dtypes(), ")");
+  TT_CHECK_AS(ConfigError, d, name, ": dtype '", h.descr, "' is not supported (supported: ", supported_dtypes(),
+              "); convert it first, e.g. a.astype(numpy.float32) or, for counts that fit, a.astype(numpy.int32)");
   h.dtype = d->type;
   h.item_size = d->size;
   return h;

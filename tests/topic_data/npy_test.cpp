@@ -98,6 +98,7 @@ TEST(Npy, HeaderErrorsNameTheFileAndTheProblem) {
   EXPECT_HAS(err("struct.npy"), "structured dtype");
   raw_npy(dir / "complex.npy", "{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", "abcdabcd");
   EXPECT_HAS(err("complex.npy"), "dtype '<c8' is not supported");
+  EXPECT_HAS(err("complex.npy"), "convert it first, e.g. a.astype(numpy.float32)");
   raw_npy(dir / "noshape.npy", "{'descr': '<f4', 'fortran_order': False, }", "");
   EXPECT_HAS(err("noshape.npy"), "missing 'shape'");
   raw_npy(dir / "garbage.npy", "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (1,), }", "abcd");

@@ -231,7 +231,7 @@ std::string NpyDataset::describe() const {
 Schema npy_schema() {
   Schema s;
   s.add("path", Type::String, "~",
-        "the documents x terms .npy (float32/float64/int32/int64/int16/uint8, C order), e.g. from tt-data "
+        "the documents x terms .npy (float32/float64/float16/int64/int32/int16/int8/uint8/bool, C order), e.g. from tt-data "
         "synth-topics");
   s.add("load", Type::String, "auto",
         "memory: read the file once into its rows' non-zeros (each epoch then reads memory); map: memory-map it "
