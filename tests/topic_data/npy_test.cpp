@@ -4,11 +4,15 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <spdlog/sinks/ostream_sink.h>
+
 #include <fstream>
+#include <sstream>
 
 #include "data_test_util.h"
 #include "source_npy.h"
 #include "source_pt.h"
+#include "tt/log.h"
 #include "tt/meter.h"
 #include "tt/runtime.h"
 
@@ -325,6 +329,10 @@ TEST(TopicNpy, RefusesBadCountsWhenTheRowIsRead) {
 // data.load: memory reads the file once into its rows' non-zeros: every dtype gives the batches
 // the mapped file gives, every row is checked at load (the first bad one named), and non-zeros
 // beyond the budget give up (auto then maps the file).
+namespace {
+std::string path_of(const std::filesystem::path& dir, const char* name) { return (dir / name).string(); }
+}  // namespace
+
 TEST(TopicNpy, ReadIntoMemoryGivesTheMappedBatchesAndChecksEveryRowAtLoad) {
   auto dir = tt::test::temp_dir("npy");
   auto counts = counts_6x4();
@@ -371,6 +379,19 @@ TEST(TopicNpy, ReadIntoMemoryGivesTheMappedBatchesAndChecksEveryRowAtLoad) {
                                    0);
              }),
              "load");
+  // Counts that are not whole numbers are read, and warned about, naming the first
+  std::ostringstream said;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(said);
+  tt::log().sinks().push_back(sink);
+  make(tt::topic::make_npy(tt::test::options(schema, "{path: " + path_of(dir, "X.npy") + "}"), 0));
+  EXPECT_EQ(said.str().find("not whole numbers"), std::string::npos) << said.str();
+  auto f = counts.to(torch::kFloat);
+  f[2][0] = 5.5;
+  tt::write_npy(dir / "frac.npy", f);
+  make(tt::topic::make_npy(tt::test::options(schema, "{path: " + path_of(dir, "frac.npy") + "}"), 0));
+  tt::log().sinks().pop_back();
+  EXPECT_HAS(said.str(), "1 of its 12 non-zero counts are not whole numbers (document 2, term 0: 5.5); the topic "
+                         "model is a Poisson model of word counts");
 }
 
 TEST(TopicNpy, OptionsTrueFAndVocabulary) {

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -12,6 +13,7 @@
 #include "nonzeros.h"
 #include "source_synthetic.h"
 #include "tt/error.h"
+#include "tt/log.h"
 #include "tt/npy.h"
 
 namespace tt::topic {
@@ -276,6 +278,17 @@ torch::Tensor CsrCounts::dense() const {
 SparseCountsDataset::SparseCountsDataset(CsrCounts counts, bool dense_batches, std::string name)
     : csr_(std::move(counts)), name_(std::move(name)) {
   dense_batches_ = dense_batches;
+  // Counts that are not whole numbers (proportions, tf-idf weights) fit, but not as the word
+  // counts the Poisson model is of: a row normalized to sum to 1 loses its document's length.
+  const at::Tensor fractional = (csr_.vals != csr_.vals.floor()).nonzero();
+  if (fractional.size(0) > 0) {
+    const int64_t p = fractional[0][0].item<int64_t>();
+    const int64_t* rp = csr_.row_ptr.data_ptr<int64_t>();
+    const int64_t doc = std::upper_bound(rp, rp + csr_.row_ptr.numel(), p) - rp - 1;
+    log().warn("{}: {} of its {} non-zero counts are not whole numbers (document {}, term {}: {}); the topic model "
+               "is a Poisson model of word counts: give the counts (proportions lose the documents' lengths)", name_,
+               fractional.size(0), csr_.nnz(), doc, csr_.cols[p].item<int64_t>(), csr_.vals[p].item<float>());
+  }
 }
 
 Batch SparseCountsDataset::get(const at::Tensor& indices) {
