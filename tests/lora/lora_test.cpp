@@ -114,6 +114,15 @@ TEST(Lora, AllLinearTrainPatternsAndBadTargets) {
   EXPECT_HAS(e, "'attn_out' matches no Linear layer");
   EXPECT_HAS(e, "b0.qkv");
   EXPECT_HAS(config_error([&] { Lora bad(*other, config({"fc1"}, 32)); }), "exceeds the smaller side");
+  // all-linear leaves out a layer narrower than r (the 5-output head at r 8), as PEFT's leaves out
+  // the output layer; where every layer is, it is refused
+  Net wide;
+  Lora eight(*wide, config({"all-linear"}, 8));
+  EXPECT_EQ(eight.layers().size(), 8u);
+  for (const auto& l : eight.layers()) EXPECT_NE(l.name, "head");
+  Net narrow;
+  EXPECT_HAS(config_error([&] { Lora bad(*narrow, config({"all-linear"}, 64)); }),
+             "every Linear layer of the model is narrower than r = 64");
   torch::nn::Sequential plain(torch::nn::Linear(4, 4));
   EXPECT_HAS(config_error([&] { Lora bad(*plain, config({"all-linear"})); }), "no tt::nn::Linear");
 }

@@ -9,6 +9,7 @@
 
 #include "tt/checkpoint.h"
 #include "tt/error.h"
+#include "tt/log.h"
 #include "tt/weights.h"
 
 namespace tt::lora {
@@ -67,9 +68,15 @@ Lora::Lora(torch::nn::Module& model, Config config) : config_(std::move(config))
   }
 
   for (auto& p : model.parameters()) p.set_requires_grad(false);
+  std::string narrow;  // all-linear's layers too narrow for rank r (a 1-output head): left out, as PEFT's
   for (size_t i = 0; i < linears.size(); ++i) {
     if (!chosen[i]) continue;
     auto* l = linears[i].second;
+    if (is_all_linear(config_.targets) && config_.r > std::min(l->in_features, l->out_features)) {
+      narrow += (narrow.empty() ? "" : ", ") + linears[i].first + " (" + std::to_string(l->in_features) + " -> " +
+                std::to_string(l->out_features) + ")";
+      continue;
+    }
     TT_CHECK_AS(ConfigError, config_.r <= std::min(l->in_features, l->out_features), "lora r = ", config_.r,
                 " exceeds the smaller side of ", linears[i].first, " (", l->in_features, " -> ", l->out_features,
                 "): a low-rank adapter needs r at most that (leave such a layer out of lora.targets)");
@@ -78,6 +85,10 @@ Lora::Lora(torch::nn::Module& model, Config config) : config_(std::move(config))
     l->add_adapter("lora", a);
     layers_.push_back({linears[i].first, l, a});
   }
+  if (!narrow.empty())
+    tt::log().info("lora: all-linear leaves out the layers narrower than r = {}: {}", config_.r, narrow);
+  TT_CHECK_AS(ConfigError, !layers_.empty(), "lora: every Linear layer of the model is narrower than r = ", config_.r,
+              " (", narrow, "): lower lora.r");
   for (const auto& pattern : config_.train) {
     bool hit = false;
     for (const auto& item : model.named_modules("", false)) {

@@ -84,7 +84,7 @@ void register_lora(tt::Registry& r) {
       "train (gradients and optimizer state for them alone); adapters saved alone, merge for inference",
       tt::Schema()
           .field("targets", &C::targets, d.targets,
-                 "Linear layers to adapt: name patterns (qkv, proj, fc1, fc2, blocks.0.attn.*) or [all-linear]")
+                 "Linear layers to adapt: name patterns (qkv, proj, fc1, fc2, blocks.0.attn.*) or [all-linear] (every one at least r wide)")
           .field("r", &C::r, d.r, "rank of the adapters")
           .range(tt::ge(1))
           .field("alpha", &C::alpha, d.alpha, "scaling: the adapter's output is multiplied by alpha / r")
