@@ -129,6 +129,16 @@ TEST(Pipeline, OverrideErrorsNameTheCommandLine) {
   EXPECT_NE(e.find("command line 'trainer.batch_size=lots': trainer.batch_size must be an integer"), std::string::npos)
       << e;
   EXPECT_NE(error_of(yaml, {"trainer.batch_size"}).find("an override is key=value"), std::string::npos);
+  // Another component named on the command line keeps the file's keys of the one it replaces:
+  // the refusal of the first that does not fit says so and how to give the whole section.
+  std::string adam = yaml;
+  adam.replace(adam.find("weight_decay: 1.0e-5"), 20, "beta2: 0.95");
+  e = error_of(adam, {"optimizer.name=sgd"});
+  EXPECT_HAS(e, ": unknown key 'beta2' in optimizer (sgd)");
+  EXPECT_HAS(e, ". The command line's optimizer.name=sgd keeps p.yaml's other optimizer keys: give the whole section "
+                "instead, e.g. 'optimizer={name: sgd}'");
+  adam.replace(adam.find("name: adamw"), 11, "name: sgd");
+  EXPECT_EQ(error_of(adam).find("command line"), std::string::npos) << error_of(adam);
 }
 
 namespace {
