@@ -242,7 +242,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
         val_key = loss;
         break;
       }
-      if (val_key.empty()) val_key = val.begin().key();
+      if (val_key.empty() && section == "validation") val_key = val.begin().key();  // a figure of another name
     }
     if (!val_key.empty()) break;
   }

@@ -157,8 +157,10 @@ void setup_process(Run& run) {
   if (const char* local = std::getenv("LOCAL_WORLD_SIZE"); run.dist && run.root && local)
     if (const int n = std::atoi(local), cores = usable_cores(); n > 1 && n * run.threads > cores)
       log().warn("{} workers on this machine x {} threads each = {}, more than its {} cores: their steps wait on each "
-                 "other (many times slower); set trainer.threads=0 (tt-run --nproc shares the cores out) or at most {}",
-                 n, run.threads, n * run.threads, cores, std::max(1, cores / n));
+                 "other (many times slower); {} {}", n, run.threads, n * run.threads, cores, asked > 0 ?
+                 "set trainer.threads=0 (tt-run --nproc shares the cores out) or at most" :
+                 "unset OMP_NUM_THREADS (tt-run --nproc then shares the cores out) or set it to at most",
+                 std::max(1, cores / n));
   set_flush_denormal(T.get_bool("flush_denormal"));
   seed_everything(run.pipeline.seed);
   run.meter.set_caching(T.get_bool("cache_allocations"));

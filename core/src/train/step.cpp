@@ -67,8 +67,11 @@ void check_trained_numbers(Run& run, int64_t steps) {
 std::string nonfinite_parameter(const State& s) {
   if (!s.model) return "";
   at::NoGradGuard no_grad;
-  for (const auto& p : s.model->named_parameters())
-    if (p.value().defined() && p.value().is_floating_point() && !p.value().isfinite().all().item<bool>()) return p.key();
+  for (const auto& p : s.model->named_parameters()) {  // a sum first: no numel-sized temporary for a finite one
+    const at::Tensor& t = p.value();
+    if (t.defined() && t.is_floating_point() && !std::isfinite(t.sum().item<double>()) && !t.isfinite().all().item<bool>())
+      return p.key();
+  }
   return "";
 }
 

@@ -22,7 +22,7 @@ class Zero1Plugin final : public tt::Plugin {
   Zero1Plugin() { must_wrap_the_final_optimizer("it shards the optimizer it is given across the ranks"); }
   void on(tt::Event event, tt::State& s) override {
     if (event == tt::Event::OPTIMIZER) wrap(s);
-    if (event == tt::Event::AFTER_STEP && zero1_ && s.pipeline && s.pipeline->trainer.is_set("grad_clip"))
+    if (event == tt::Event::AFTER_STEP && zero1_ && !s.skip_step && s.pipeline && s.pipeline->trainer.is_set("grad_clip"))
       s.last_step.grad_norm = zero1_->last_norm();
     if (event == tt::Event::AFTER_STEP && zero1_ && !reported_) {
       reported_ = true;
