@@ -350,6 +350,9 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
 Pipeline parse_pipeline(const std::string& text, const std::string& file, const std::vector<std::string>& overrides) {
   // yaml-cpp takes any bytes; a string that is not UTF-8 would fail only where the run writes
   // its JSON files, after training
+  if (text.rfind("\xFF\xFE", 0) == 0 || text.rfind("\xFE\xFF", 0) == 0)  // a UTF-16 editor's "Unicode"
+    TT_FAIL_AS(ConfigError, file, " is UTF-16 text (its byte-order mark): save it as UTF-8, e.g. iconv -f UTF-16 -t "
+               "UTF-8 ", file, " > NEW.yaml");
   if (const size_t nul = text.find('\0'); nul != std::string::npos)  // a data file given for the pipeline
     TT_FAIL_AS(ConfigError, file, " is not a pipeline file but binary data (a NUL byte at offset ", nul, "): tt-run takes a pipeline "
                "YAML file, whose data section names the data (e.g. data: {name: topic-npy, path: FILE}; tt-run --list "

@@ -78,9 +78,14 @@ std::string printable_text(std::string_view text) {
     const size_t whole = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
     const bool control = (c < 0x20 && c != '\n' && c != '\t') || c == 0x7F ||
                          (c == 0xC2 && n == 2 && static_cast<uint8_t>(text[i + 1]) < 0xA0);  // U+0080-U+009F
-    if (n == 0 || n != whole || control) {
+    if (n == 0 || control) {
       out += kReplacement;
       i += n == 0 ? 1 : n;
+    } else if (n != whole) {  // cut short by the end: the lead byte and the continuation bytes after it
+      out += kReplacement;
+      size_t k = 1;
+      while (k < n && (static_cast<uint8_t>(text[i + k]) & 0xC0) == 0x80) ++k;
+      i += k;
     } else {
       out.append(text, i, n);
       i += n;

@@ -98,6 +98,8 @@ TEST(Pipeline, TextThatIsNotUtf8IsRefusedWhereItIs) {
   EXPECT_EQ(error_of(good, {"name=caf\xe9"}),
             "command line 'name=caf\xe9': not UTF-8 text (a byte of another encoding, such as Latin-1); give it in "
             "UTF-8");
+  // a UTF-16 file (a Windows editor's "Unicode") is text of another encoding
+  EXPECT_HAS(error_of(std::string("\xFF\xFEm\0o\0", 6)), "p.yaml is UTF-16 text (its byte-order mark): save it as UTF-8");
   // a data file (an .npy) given for the pipeline is not "not UTF-8": it is no pipeline at all
   EXPECT_HAS(error_of(std::string("\x93NUMPY\x01\x00v\x00{'descr': '<f4'", 25)),
              "p.yaml is not a pipeline file but binary data (a NUL byte at offset 7): tt-run takes a pipeline YAML file");

@@ -354,9 +354,12 @@ TEST(Trainer, AResumeOfARunTrainedToTheEndWritesTheOutputsItMissed) {
 // (it used to need the file though every weight is in the checkpoint).
 TEST(Trainer, AResumeOfADirectoryThatIsNoRunNamesTheRunsMeant) {
   const auto out = tt::test::temp_dir("resume_which");
-  for (const char* run : {"lm-20260102-000000", "lm-20260101-000000", "lmx-20260101-000000"}) {
+  const auto now = fs::file_time_type::clock::now();
+  int age = 4;  // minutes: the runs were started in the order their names say
+  for (const char* run : {"lm-big-20260101-000000", "lmx-20260101-000000", "lm-20260101-000000", "lm-20260102-000000"}) {
     fs::create_directories(out / "runs" / run);
     tt::test::write_text(out / "runs" / run / "pipeline.yaml", "name: lm\n");
+    fs::last_write_time(out / "runs" / run / "pipeline.yaml", now - std::chrono::minutes(age--));
   }
   fs::create_directories(out / "runs" / "lm-notes");  // no pipeline.yaml: no run
   const auto refusal = [](const fs::path& dir) {
@@ -371,6 +374,11 @@ TEST(Trainer, AResumeOfADirectoryThatIsNoRunNamesTheRunsMeant) {
   EXPECT_HAS(all, base + " is not a tt run directory (no pipeline.yaml); the runs in it: ");
   EXPECT_HAS(all, "lmx-20260101-000000");
   EXPECT_EQ(all.find("lm-notes"), std::string::npos) << all;
+  EXPECT_EQ(refusal(out / "runs" / "lm").find("lm-big"), std::string::npos) << "another run's name";
+  EXPECT_HAS(refusal(out / "runs" / "lm/"), "lm-20260102-000000: give one of them");  // a trailing slash
+  // A file: --resume takes a directory.
+  tt::test::write_text(out / "runs" / "notes.txt", "x");
+  EXPECT_HAS(refusal(out / "runs" / "notes.txt"), "notes.txt is a file: --resume takes a run's directory");
   // Nothing near: the plain refusal.
   const std::string none = refusal(out / "other");
   EXPECT_HAS(none, "other: no such directory");

@@ -32,20 +32,36 @@ void write_pipeline_file(Run& run) {
                                                              run.pipeline.resolved_yaml());
 }
 
-void check_run_directory(const fs::path& run_dir) {
+void check_run_directory(const fs::path& given) {
   std::error_code ec;
-  if (fs::exists(run_dir / "pipeline.yaml", ec)) return;
+  if (fs::exists(given / "pipeline.yaml", ec)) return;
+  fs::path run_dir = given.lexically_normal();  // runs/lm/ is runs/lm
+  if (run_dir.filename().empty()) run_dir = run_dir.parent_path();
+  TT_CHECK_AS(ConfigError, !fs::is_regular_file(run_dir, ec), given.string(), " is a file: --resume takes a run's "
+              "directory (the one holding its pipeline.yaml, checkpoints/ and summary.json)");
   const bool is_dir = fs::is_directory(run_dir, ec);
   const fs::path where = is_dir ? run_dir : run_dir.parent_path().empty() ? fs::path(".") : run_dir.parent_path();
-  const std::string prefix = is_dir ? "" : run_dir.filename().string() + "-";
-  std::vector<std::string> runs;  // sorted: a name's runs by start time, the newest last
-  for (fs::directory_iterator it(where, ec), end; !ec && it != end; it.increment(ec))
-    if (it->path().filename().string().rfind(prefix, 0) == 0 && fs::exists(it->path() / "pipeline.yaml"))
-      runs.push_back((is_dir || run_dir.has_parent_path() ? it->path() : it->path().filename()).string());
+  const std::string name = is_dir ? "" : run_dir.filename().string();
+  // NAME-YYYYMMDD-HHMMSS (report.cpp's run directory names): another run's name is no match
+  const auto of_that_name = [&](const std::string& f) {
+    if (is_dir) return true;
+    const std::string rest = f.size() > name.size() + 1 && f.rfind(name + "-", 0) == 0 ? f.substr(name.size() + 1) : "";
+    return rest.size() >= 15 && rest[8] == '-' &&
+           std::all_of(rest.begin(), rest.begin() + 8, [](char c) { return c >= '0' && c <= '9'; }) &&
+           std::all_of(rest.begin() + 9, rest.begin() + 15, [](char c) { return c >= '0' && c <= '9'; });
+  };
+  std::vector<std::pair<fs::file_time_type, std::string>> runs;  // by the time their pipeline.yaml was written
+  for (fs::directory_iterator it(where, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code ec2;
+    const auto when = fs::last_write_time(it->path() / "pipeline.yaml", ec2);
+    if (!ec2 && of_that_name(it->path().filename().string()))
+      runs.emplace_back(when, (is_dir || run_dir.has_parent_path() ? it->path() : it->path().filename()).string());
+  }
   std::sort(runs.begin(), runs.end());
   std::string known;
-  for (size_t i = runs.size() > 5 ? runs.size() - 5 : 0; i < runs.size(); ++i) known += (known.empty() ? "" : ", ") + runs[i];
-  TT_FAIL_AS(ConfigError, run_dir.string(), is_dir ? " is not a tt run directory (no pipeline.yaml)" : ": no such directory",
+  for (size_t i = runs.size() > 5 ? runs.size() - 5 : 0; i < runs.size(); ++i)
+    known += (known.empty() ? "" : ", ") + runs[i].second;
+  TT_FAIL_AS(ConfigError, given.string(), is_dir ? " is not a tt run directory (no pipeline.yaml)" : ": no such directory",
              runs.empty() ? "" : is_dir ? "; the runs in it: " : "; the runs of that name: ", known,
              runs.size() > 5 ? " (the newest 5 of " + std::to_string(runs.size()) + ")" : "",
              runs.empty() ? "" : ": give one of them");

@@ -17,9 +17,9 @@ struct Run;
 // was first started in (a resume keeps it).
 void write_pipeline_file(Run& run);
 // Refuses a directory that holds no pipeline.yaml (a ConfigError naming it), with the run
-// directories a user may have meant: a run's directory is its name and start time
-// (NAME-YYYYMMDD-HHMMSS), so `--resume runs/NAME` names those of runs/ that start "NAME-", and a
-// directory of runs names the runs in it.
+// directories a user may have meant, the newest last: a run's directory is its name and start
+// time (NAME-YYYYMMDD-HHMMSS), so `--resume runs/NAME` names those of runs/ of that name, and a
+// directory of runs names the runs in it. A file is refused as one.
 void check_run_directory(const std::filesystem::path& run_dir);
 // That directory, from a run directory's pipeline.yaml ("" where it does not say).
 std::string started_in(const std::filesystem::path& run_dir);
