@@ -194,6 +194,7 @@ struct Trainer::Impl {
                  "from step 0", s.run_dir.string());
     }
     if (run.sync) run.sync->broadcast_model();
+    set_up = true;  // the model built, its data read and any checkpoint loaded
     if (interrupted())
       throw Interrupted(detail::cat("interrupted during setup, before the first step: nothing was trained",
                                     run.config.resume ? "; the run's checkpoints are as they were" : ""));
@@ -341,6 +342,7 @@ struct Trainer::Impl {
   }
 
   // Whatever ends the fit early is in log.txt and summary.json (status failed or interrupted).
+  bool set_up = false;
   void fit_reporting_failures() {
     try {
       fit();
@@ -355,7 +357,7 @@ struct Trainer::Impl {
       // meter's pool's error, or LibTorch's own allocator's without the meter's cache
       const std::string what = e.what_without_backtrace();
       if (dynamic_cast<const c10::OutOfMemoryError*>(&e) || what.find("not enough memory") != std::string::npos) {
-        const bool setup = run.record.train_started == Clock::time_point{};  // the batch size plays no part yet
+        const bool setup = !set_up;  // the batch size plays no part yet
         OutOfMemory oom(detail::cat("out of memory ", setup ? "in setup, building the model or reading the data: "
                                     : "outside the training steps: ", first_line(what), setup ?
                                     " (a smaller model: its size options, such as model.k or model.d_model; or less data in memory)"
