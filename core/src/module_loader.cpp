@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "tt/error.h"
+#include "tt/examples.h"
 #include "tt/log.h"
 #include "tt/module.h"
 #include "tt/registry.h"
@@ -41,6 +42,16 @@ fs::path core_library_dir() {
     return fs::absolute(fs::path(info.dli_fname)).parent_path();
   return fs::current_path();
 }
+
+}  // namespace
+
+std::string examples_dir() {
+  std::error_code ec;
+  const fs::path installed = (core_library_dir() / TT_CONFIGS_FROM_LIBDIR).lexically_normal();
+  return fs::is_directory(installed, ec) ? installed.string() : "configs";
+}
+
+namespace {
 
 std::string fingerprint_of(const char* torch, uint32_t gxx, int32_t abi, int32_t cuda) {
   std::ostringstream o;

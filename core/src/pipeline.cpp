@@ -380,14 +380,6 @@ Pipeline parse_pipeline(const std::string& text, const std::string& file, const 
   return parse_tree(root, file, overrides);
 }
 
-std::string examples_dir() {
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "configs";
-  const auto installed = (exe.parent_path().parent_path() / "share" / "tt" / "configs").lexically_normal();
-  return std::filesystem::is_directory(installed, ec) ? installed.string() : "configs";
-}
-
 Pipeline load_pipeline(const std::string& path, const std::vector<std::string>& overrides) {
   namespace fs = std::filesystem;
   std::error_code ec;

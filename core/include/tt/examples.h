@@ -1,6 +1,7 @@
 #pragma once
 // Where the example pipelines are, for messages that point a user at one: an installed tt's
-// share/tt/configs (beside its bin/), else a checkout's configs/ (tt-run run from its root).
+// DATADIR/tt/configs (found from its core library's directory, as its modules are), else a
+// checkout's configs/ (tt-run run from its root).
 #include <string>
 
 #include "tt/export.h"

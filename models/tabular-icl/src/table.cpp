@@ -452,7 +452,8 @@ Table read_csv_like(const std::string& path, const Table& like, const CsvOptions
   }
   fill_features(raw, path, cols, false, like.impute,
                 detail::cat("fill it in: the training table ", like.source, " was read with data.impute: none (set "
-                            "data.impute: mean to give missing values the training table's column means)"),
+                            "data.impute: mean to give missing values the training table's column means, a category its most "
+                            "frequent)"),
                 detail::cat("the column is numbers in the training table ", like.source, ": give a number"), t);
   t.label_name = o.label.value_or("").empty() ? like.label_name : *o.label;
   auto lab = t.label_name.empty() ? raw.header.end() : std::find(raw.header.begin(), raw.header.end(), t.label_name);

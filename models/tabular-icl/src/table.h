@@ -45,13 +45,17 @@ struct CsvOptions {
   bool require_label = true;         // false (predict): a table without the label column is fine
 };
 
+// A categorical column's categories are the whole file's (a test row's category that no
+// training row has keeps its own code, where a --predict file's unseen one lies between its
+// neighbours).
 // Throws tt::ConfigError naming the file, line and column for: a missing file, an empty file or
 // one without data rows, an unknown label column (listing those present), a non-numeric feature
 // (with categorical: none; auto reads its column as categories),
 // a missing value (with impute: none), rows of the wrong width, more than kMaxTableClasses classes.
 Table read_csv(const std::string& path, const CsvOptions& o);
 // data.impute: mean, fitted on `rows` (the training split): each feature's mean over the values
-// those rows have becomes t.impute and every missing cell's value, the other rows' values unread
+// those rows have (a categorical column's most frequent category) becomes t.impute and every
+// missing cell's value, the other rows' values unread
 // (scikit-learn's SimpleImputer fitted on the training rows). read_csv imputes the whole file's
 // means; tabular-csv refits them on its training split before splitting. ConfigError where a
 // feature has no value in `rows`.

@@ -281,7 +281,8 @@ ModelOutput TabularIcl::forward_loss(const Batch& batch) {
       torch::one_hot(yc, kMaxClasses).mul(support.unsqueeze(-1)).sum(1).gt(0).gather(1, yc);  // [B, N]
   const at::Tensor scored = support.logical_not() & y.ge(0) & in_support;
   const at::Tensor nll = -torch::log(p.gather(-1, yc.unsqueeze(-1)).squeeze(-1).clamp_min(1e-12));
-  // Each table's mean over its scored rows, averaged over the tables: a micro-batch's loss is then
+  // Each table's mean over its scored rows, averaged over the tables (a table without a scored
+  // row counts 0, as it does in any micro-batch or rank): a micro-batch's loss is then
   // weighted by its share of the tables, as the trainer weighs it (and an all-reduce over ranks),
   // so that micro-batches and data-parallel ranks train as the whole batch does (the rows pooled
   // over the tables would weigh a table by its query count, which the prior draws at random).
