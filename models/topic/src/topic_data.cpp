@@ -280,8 +280,9 @@ SparseCountsDataset::SparseCountsDataset(CsrCounts counts, bool dense_batches, s
   dense_batches_ = dense_batches;
   // Counts that are not whole numbers (proportions, tf-idf weights) fit, but not as the word
   // counts the Poisson model is of: a row normalized to sum to 1 loses its document's length.
-  const at::Tensor fractional = (csr_.vals != csr_.vals.floor()).nonzero();
-  if (fractional.size(0) > 0) {
+  // (a source that fills csr_ later, the synthetic one, draws whole counts)
+  const at::Tensor fractional = csr_.vals.defined() ? (csr_.vals != csr_.vals.floor()).nonzero() : at::Tensor();
+  if (fractional.defined() && fractional.size(0) > 0) {
     const int64_t p = fractional[0][0].item<int64_t>();
     const int64_t* rp = csr_.row_ptr.data_ptr<int64_t>();
     const int64_t doc = std::upper_bound(rp, rp + csr_.row_ptr.numel(), p) - rp - 1;
