@@ -320,6 +320,59 @@ TEST(Dist, BadSettingsAreRefused) {
   EXPECT_HAS(run(tt_run_bin() + " --help").output, "--nproc");
 }
 
+namespace {
+size_t occurrences(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+}  // namespace
+
+// The launcher checks the command line and the pipeline as a worker would before it starts any:
+// an error is said once (each worker said it, then the launcher "rank 0 ... exited with status 2;
+// stopping the other 1 worker(s)"), and no worker or run directory is made.
+TEST(Dist, TheLauncherRefusesABadCommandLineOnceBeforeStartingWorkers) {
+  const fs::path dir = tt::test::temp_dir("dist_once");
+  const fs::path y = topic_pipeline(dir, "o");
+  std::vector<std::string> bads = {"trainer.no_such_key=1", "trainer.device=tpu", "--no-such-option", "--sample hi",
+                                   "--profile-memory"};
+  if (!torch::cuda::is_available()) bads.push_back("trainer.device=cuda");  // said by each worker as it set up
+  for (const std::string& bad : bads) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = run(env_clean() + tt_run_bin() + " --nproc 2 " + y.string() + " " + bad + " -q --run-dir " +
+                 (dir / "o").string());
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(r.rc, 2) << bad << ": " << r.output;
+    EXPECT_EQ(occurrences(r.output, "tt-run: "), 1u) << bad << ": " << r.output;
+    EXPECT_EQ(r.output.find("tt-run --nproc: rank"), std::string::npos) << bad << ": " << r.output;
+    EXPECT_EQ(r.output.find("distributed"), std::string::npos) << bad << ": " << r.output;
+    EXPECT_LT(secs, 10.0) << bad;
+    EXPECT_FALSE(fs::exists(dir / "o")) << bad;
+  }
+}
+
+// --version, --help, --list and --dry-run train nothing: under --nproc they run once (their output
+// was printed by every worker, interleaved).
+TEST(Dist, TheCommandsThatTrainNothingRunOnceUnderTheLauncher) {
+  const fs::path dir = tt::test::temp_dir("dist_nothing");
+  const fs::path y = topic_pipeline(dir, "n");
+  const std::string launch = env_clean() + tt_run_bin() + " --nproc 2 ";
+  auto r = run(launch + "--version");
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_EQ(occurrences(r.output, "LibTorch "), 1u) << r.output;
+  r = run(launch + "--help");
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_EQ(occurrences(r.output, "Exit codes:"), 1u) << r.output;
+  r = run(launch + "--list");
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_EQ(occurrences(r.output, "trainer options:"), 1u) << r.output;
+  EXPECT_HAS(r.output, "\n\ndatasets:\n  ");  // whole lines, not two workers' spliced together
+  r = run(launch + "--dry-run " + y.string() + " -q");
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_EQ(occurrences(r.output, "\ntrainer:\n"), 1u) << r.output;
+  EXPECT_HAS(r.output, "tt-run --nproc 2: 2 workers would each train this pipeline (trainer.batch_size per worker)");
+}
+
 TEST(Dist, MismatchedPipelinesAcrossRanksAreDetected) {
   const fs::path dir = tt::test::temp_dir("dist_mismatch");
   const fs::path y = topic_pipeline(dir, "m");

@@ -21,6 +21,7 @@
 #include <malloc.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
+#include <torch/cuda.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -172,6 +173,26 @@ void check_predict_output(const std::string& out, const std::string& resolved_ya
               ")");
 }
 
+// What each worker of tt-run --nproc N checks of trainer.device once it has joined the others
+// (core/src/train/setup.cpp), checked by the launcher first, so that it is said once.
+void check_device_for_workers(const tt::Options& trainer, int nproc) {
+  torch::Device device(torch::kCPU);
+  try {
+    device = torch::Device(trainer.get_string("device"));
+  } catch (const std::exception&) {
+    return;  // the workers say what is wrong with it
+  }
+  if (!device.is_cuda()) return;
+  if (!torch::cuda::is_available())
+    trainer.fail("device", TT_WITH_CUDA ? "is cuda but no CUDA device is visible"
+                                        : "is cuda but this tt is built without CUDA (LibTorch is CPU-only)");
+  const int64_t n = static_cast<int64_t>(torch::cuda::device_count());
+  if (nproc > 1 && !device.has_index())
+    trainer.check(nproc <= n || n == 1, "device",
+                  "is cuda but --nproc " + std::to_string(nproc) + " starts more workers than the " +
+                      std::to_string(n) + " visible GPUs (one each): give --nproc " + std::to_string(n) + " or fewer");
+}
+
 // The error that ends tt-run. A stop signal after it (tt-run --nproc stops the other workers
 // when one fails) is answered without the "stopping ... writing a checkpoint" line: nothing
 // trains any more.
@@ -192,27 +213,27 @@ int main(int argc, char** argv) {
     const char* tunables = std::getenv("GLIBC_TUNABLES");
     if (!std::getenv("MALLOC_ARENA_MAX") && !(tunables && std::strstr(tunables, "arena_max"))) mallopt(M_ARENA_MAX, 1);
   }
-  {  // tt-run --nproc N ...: start N workers of the rest of the command line
-    std::vector<std::string> args(argv + 1, argv + argc);
-    std::optional<int> nproc;
-    try {
-      nproc = tt::launch::take_nproc(args);
-    } catch (const tt::Error& e) {
-      std::fprintf(stderr, "tt-run: error: %s\n", e.what());
-      return e.exit_code();
-    }
-    if (nproc) {
-      try {
-        tt::launch::Options lo;
-        lo.nproc = *nproc;
-        lo.tt_run = std::filesystem::read_symlink("/proc/self/exe").string();
-        lo.args = std::move(args);
-        return tt::launch::run(lo);
-      } catch (const tt::Error& e) {
-        std::fprintf(stderr, "tt-run: error: %s\n", e.what());
-        return e.exit_code();
-      }
-    }
+  // tt-run --nproc N ...: this process checks the rest of the command line and the pipeline
+  // once, as a worker would, then starts N workers of it (launch.h) where a worker would train.
+  // Errors, --help, --version, --list and --dry-run are answered here, once.
+  std::optional<int> nproc;
+  std::vector<std::string> worker_args(argv + 1, argv + argc);
+  std::vector<char*> args_without_nproc{argv[0]};
+  try {
+    nproc = tt::launch::take_nproc(worker_args);
+    TT_CHECK_AS(ConfigError, !nproc || *nproc >= 1, "--nproc ", nproc.value_or(0),
+                ": the number of worker processes must be at least 1");
+  } catch (const tt::Error& e) {
+    std::fprintf(stderr, "tt-run: error: %s\n", e.what());
+    return e.exit_code();
+  }
+  if (nproc) {
+    for (auto& a : worker_args) args_without_nproc.push_back(a.data());
+    argc = static_cast<int>(args_without_nproc.size());
+    argv = args_without_nproc.data();
+    // The launcher gives each worker its own torchrun variables; a cluster shell's are not this run's.
+    for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
+      unsetenv(v);
   }
   CLI::App app{"tt-run: train a model from a YAML pipeline, with memory techniques as plugins"};
   std::string pipeline_file, resume_dir, run_dir;
@@ -407,7 +428,9 @@ int main(int argc, char** argv) {
     };
     // A data-parallel worker (tt-run --nproc, torchrun) trains its part of one pipeline; the
     // modes that start tt-run processes of their own run once, on their own.
-    const tt::dist::Env dist_env = tt::dist::env_from_environment();
+    tt::dist::Env dist_env;
+    if (nproc) dist_env.world_size = *nproc;  // the launcher checks as its workers will
+    else dist_env = tt::dist::env_from_environment();
     const bool data_parallel = dist_env.world_size > 1;
     if (data_parallel) {
       const std::string with = given({"--compare", "--profile-memory", "--budget", "--recommend"});
@@ -483,7 +506,7 @@ int main(int argc, char** argv) {
                   "evaluation_peak_tensor_bytes)");
     }
     if (pipeline.has_compare && !dry_run && resume_dir.empty() && !planning) return run_compare({pipeline_file}, overrides);
-    if (plans) {
+    if (plans && !nproc) {  // under --nproc each worker plans (a budget is per process)
       plan_opts.tt_run = std::filesystem::read_symlink("/proc/self/exe").string();
       plan_opts.file = pipeline_file;
       plan_opts.overrides = overrides;
@@ -498,6 +521,9 @@ int main(int argc, char** argv) {
     if (dry_run) {
       std::fputs(pipeline.resolved_yaml().c_str(), stdout);
       std::fflush(stdout);
+      if (nproc)
+        std::fprintf(stderr, "tt-run --nproc %d: %d workers would each train this pipeline (trainer.batch_size "
+                     "per worker)\n", *nproc, *nproc);
       // a comparison: every variant's pipeline built and validated as compare would run it
       if (pipeline.has_compare && resume_dir.empty()) return run_compare({pipeline_file}, overrides);
       return 0;
@@ -515,6 +541,15 @@ int main(int argc, char** argv) {
       cfg.run_dir = run_dir;
     }
     if (!predict_output.empty()) check_predict_output(predict_output, pipeline.resolved_yaml(), cfg.run_dir);
+    if (nproc) {
+      check_device_for_workers(pipeline.trainer, *nproc);
+      if (tt::interrupt_requested()) throw tt::Interrupted("interrupted before the workers started");
+      tt::launch::Options lo;
+      lo.nproc = *nproc;
+      lo.tt_run = std::filesystem::read_symlink("/proc/self/exe").string();
+      lo.args = worker_args;
+      return tt::launch::run(lo);
+    }
     tt::Trainer trainer(std::move(pipeline), cfg);
     if (!predict_input.empty()) trainer.will_predict(predict_input);  // the model checks it before training
     trainer.fit();
