@@ -1,5 +1,6 @@
 #include "tt/runtime.h"
 
+#include "tt/dist.h"
 #include "tt/error.h"
 
 #include <ATen/Context.h>
@@ -96,7 +97,11 @@ static std::atomic<int> g_grace{15};
 static std::atomic<bool> g_first_from_parent{false};
 
 static void on_signal(int sig, siginfo_t* info, void*) {
-  const bool from_parent = info && info->si_code == SI_USER && info->si_pid == ::getppid();
+  const bool from_parent =
+      info && (info->si_code == SI_USER || info->si_code == SI_QUEUE) && info->si_pid == ::getppid();
+  // tt-run --nproc stopping this worker because another failed (tt/dist.h): no one pressed Ctrl-C
+  const bool worker_failed = from_parent && info->si_code == SI_QUEUE &&
+                             info->si_value.sival_int == dist::kStopAfterWorkerFailed;
   if (g_interrupt.load()) {  // second signal: stop now
     // ... unless one of the two came from the parent: it passes on the interrupt it got, and
     // `pkill` or a batch system signals every process, so a child gets the same interrupt twice
@@ -111,7 +116,13 @@ static void on_signal(int sig, siginfo_t* info, void*) {
   g_first_from_parent.store(from_parent);
   const char* phase = g_phase.load();
   const auto say = [](const char* text) { (void)!::write(2, text, std::strlen(text)); };
-  if (g_message_phase && std::strcmp(phase, g_message_phase) != 0) {  // strcmp, strlen: async-signal-safe
+  if (worker_failed && (g_message_phase || *g_interrupt_message)) {  // (nothing said after an error of its own)
+    say("\n");
+    say(g_interrupt_program);
+    say(": stopping (");
+    say(phase);
+    say("): another worker failed, and tt-run --nproc stops the others\n");
+  } else if (g_message_phase && std::strcmp(phase, g_message_phase) != 0) {  // strcmp, strlen: async-signal-safe
     say("\n");
     say(g_interrupt_program);
     say(": stopping (");

@@ -373,6 +373,17 @@ TEST(Dist, TheCommandsThatTrainNothingRunOnceUnderTheLauncher) {
   EXPECT_HAS(r.output, "tt-run --nproc 2: 2 workers would each train this pipeline (trainer.batch_size per worker)");
 }
 
+// A cluster shell's torchrun variables (another host, a port in use) do not reach tt-run --nproc,
+// which runs on this machine only.
+TEST(Dist, TheLauncherTrainsOnLoopbackWhateverTheEnvironmentsMasterSays) {
+  const fs::path dir = tt::test::temp_dir("dist_env");
+  const fs::path y = topic_pipeline(dir, "e");
+  auto r = run("RANK=3 WORLD_SIZE=8 LOCAL_RANK=3 MASTER_ADDR=192.0.2.1 MASTER_PORT=1 TT_DIST_TIMEOUT=20 " +
+               tt_run_bin() + " --nproc 2 " + y.string() + " trainer.batch_size=8 -q --run-dir " + (dir / "e").string());
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_EQ(summary_of(dir / "e")["world_size"], 2) << r.output;
+}
+
 TEST(Dist, MismatchedPipelinesAcrossRanksAreDetected) {
   const fs::path dir = tt::test::temp_dir("dist_mismatch");
   const fs::path y = topic_pipeline(dir, "m");

@@ -4,8 +4,14 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <thread>
 
 #include "../../tools/tt-run/launch.h"
 #include "test_support.h"
@@ -28,14 +34,17 @@ struct Ended {
   double seconds;
 };
 
-Ended launch_two(const std::string& tt_run) {
+Ended launch_two(const std::string& tt_run, const std::function<void()>& meanwhile = {}) {
   tt::launch::Options o;
   o.nproc = 2;
   o.tt_run = tt_run;
   o.grace_seconds = 5;
   testing::internal::CaptureStderr();
   const auto t0 = std::chrono::steady_clock::now();
+  std::thread side;
+  if (meanwhile) side = std::thread(meanwhile);
   const int code = tt::launch::run(o);
+  if (side.joinable()) side.join();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return {code, testing::internal::GetCapturedStderr(), s};
 }
@@ -65,4 +74,68 @@ TEST(Launch, TheOthersStoppedAfterAFailureLeaveItsExitCode) {
   e = launch_two(worker(dir, "if [ \"$RANK\" = 0 ]; then exit 2; fi; sleep 0.3; exit 1"));
   EXPECT_EQ(e.code, 2) << e.err;
   EXPECT_HAS(e.err, "exited with status 2; stopping the other 1 worker(s)");
+}
+
+namespace {
+// Waits until both stand-in workers have written dir/started.RANK, then sends this process (the
+// launcher) `count` SIGINTs, 30 ms apart, as a terminal's Ctrl-C pressed twice would.
+std::function<void()> ctrl_c(const fs::path& dir, int count) {
+  return [dir, count] {
+    for (int i = 0; i < 200 && !(fs::exists(dir / "started.0") && fs::exists(dir / "started.1")); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int i = 0; i < count; ++i) {
+      if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      kill(getpid(), SIGINT);
+    }
+  };
+}
+}  // namespace
+
+TEST(Launch, ACtrlCIsAnInterruptNotAFailure) {
+  // each worker writes its checkpoint and exits 130: tt-run exits 130 and names no rank as failed
+  const fs::path dir = tt::test::temp_dir("launch_int");
+  const std::string started = "touch " + (dir / "started.").string() + "$RANK; ";
+  auto e = launch_two(worker(dir, "trap 'kill $!; exit 130' INT; " + started + "sleep 30 & wait"), ctrl_c(dir, 1));
+  EXPECT_EQ(e.code, 130) << e.err;
+  EXPECT_EQ(e.err.find("tt-run --nproc: rank"), std::string::npos) << e.err;
+  // a second Ctrl-C kills the workers at once (they take the first as a stop after the batch): 130 too,
+  // not "killed by signal" and 1
+  fs::remove(dir / "started.0");
+  fs::remove(dir / "started.1");
+  e = launch_two(worker(dir, "trap '' INT; " + started + "while :; do sleep 0.1; done"), ctrl_c(dir, 2));
+  EXPECT_EQ(e.code, 130) << e.err;
+  EXPECT_LT(e.seconds, 10.0) << e.err;
+  EXPECT_EQ(e.err.find("tt-run --nproc: rank"), std::string::npos) << e.err;
+  EXPECT_EQ(e.err.find("killed by signal"), std::string::npos) << e.err;
+}
+
+TEST(Launch, TheWorkersTrainOnLoopbackAndAFreePortWhateverTheEnvironmentSays) {
+  // torchrun's variables exported in a cluster shell: --nproc is one machine (torchrun --standalone)
+  const fs::path dir = tt::test::temp_dir("launch_env");
+  setenv("MASTER_ADDR", "192.0.2.1", 1);
+  setenv("MASTER_PORT", "1", 1);
+  const auto e = launch_two(worker(dir, "echo $MASTER_ADDR $MASTER_PORT $WORLD_SIZE > " + (dir / "at.").string() + "$RANK"));
+  unsetenv("MASTER_ADDR");
+  unsetenv("MASTER_PORT");
+  EXPECT_EQ(e.code, 0) << e.err;
+  const std::string at0 = tt::test::read_file(dir / "at.0"), at1 = tt::test::read_file(dir / "at.1");
+  EXPECT_EQ(at0, at1);
+  EXPECT_EQ(at0.rfind("127.0.0.1 ", 0), 0u) << at0;
+  EXPECT_EQ(at0.find(" 1 "), std::string::npos) << at0;
+  EXPECT_HAS(at0, " 2\n");
+}
+
+TEST(Launch, AWorkerStoppedAfterAnotherFailedSaysSoNotCtrlC) {
+  // rank 1 fails at once; rank 0 (a real tt-run, waiting for it at the rendezvous) is stopped by
+  // the launcher and says why, not "Ctrl-C again to abort"
+  const fs::path dir = tt::test::temp_dir("launch_peer");
+  const fs::path y = dir / "p.yaml";
+  std::ofstream(y) << tt::test::topic_yaml(dir);
+  const auto e = launch_two(worker(dir, "if [ \"$RANK\" = 1 ]; then exit 1; fi; TT_DIST_TIMEOUT=30 "
+                                        "TT_INTERRUPT_GRACE=1 exec " + tt::test::tt_run_bin() + " " + y.string() +
+                                        " -q --run-dir " + (dir / "run").string()));
+  EXPECT_EQ(e.code, 1) << e.err;
+  EXPECT_HAS(e.err, "rank 1 (pid ");
+  EXPECT_HAS(e.err, "tt-run: stopping (in setup): another worker failed, and tt-run --nproc stops the others");
+  EXPECT_EQ(e.err.find("Ctrl-C"), std::string::npos) << e.err;
 }

@@ -16,15 +16,23 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <utility>
 
+extern char** environ;
+
+#include "tt/dist.h"
 #include "tt/error.h"
 #include "tt/runtime.h"
 
 namespace tt::launch {
 
 namespace {
-volatile std::sig_atomic_t g_signal = 0;
-void on_signal(int sig) { g_signal = sig; }
+// The last signal and how many came: two Ctrl-Cs within one turn of the loop are two.
+volatile std::sig_atomic_t g_signal = 0, g_signal_count = 0;
+void on_signal(int sig) {
+  g_signal = sig;
+  g_signal_count = g_signal_count + 1;
+}
 
 // A port the kernel says is free now (bound to 0, then released). The master binds it
 // again moments later; TCPStore sets SO_REUSEADDR, so TIME_WAIT does not get in the way.
@@ -38,8 +46,9 @@ int free_port() {
   socklen_t len = sizeof a;
   const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
                   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  const int err = errno;
   ::close(fd);
-  TT_CHECK(ok, "tt-run --nproc: cannot find a free port on 127.0.0.1 (set MASTER_PORT)");
+  TT_CHECK(ok, "tt-run --nproc: cannot find a free port on 127.0.0.1: ", std::strerror(err));
   return ntohs(a.sin_port);
 }
 
@@ -80,16 +89,10 @@ std::optional<int> take_nproc(std::vector<std::string>& args) {
 
 int run(const Options& o) {
   TT_CHECK_AS(ConfigError, o.nproc >= 1, "--nproc ", o.nproc, ": the number of worker processes must be at least 1");
-  const char* addr_env = std::getenv("MASTER_ADDR");
-  const char* port_env = std::getenv("MASTER_PORT");
-  const std::string addr = addr_env && *addr_env ? addr_env : "127.0.0.1";
-  const std::string port = port_env && *port_env ? port_env : std::to_string(free_port());
-
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  // One machine, as torchrun --standalone: loopback and a port free now, whatever MASTER_ADDR and
+  // MASTER_PORT a cluster shell exports (they named another host, or a port in use).
+  const std::string addr = "127.0.0.1";
+  const std::string port = std::to_string(free_port());
 
   // The workers share this machine's cores, as torchrun's do: each takes cores / N threads
   // (trainer.threads 0 reads OMP_NUM_THREADS) unless the user has set OMP_NUM_THREADS.
@@ -97,6 +100,39 @@ int run(const Options& o) {
   const std::string worker_threads = threads_from_environment() > 0
                                          ? std::string(std::getenv("OMP_NUM_THREADS"))
                                          : std::to_string(std::max(1, usable_cores() / o.nproc));
+
+  // Each worker's environment and arguments, made before fork: the child only execs.
+  std::vector<std::vector<std::string>> envs(o.nproc);
+  for (int r = 0; r < o.nproc; ++r) {
+    const std::vector<std::pair<std::string, std::string>> set = {
+        {"RANK", std::to_string(r)},          {"LOCAL_RANK", std::to_string(r)},
+        {"WORLD_SIZE", std::to_string(o.nproc)}, {"LOCAL_WORLD_SIZE", std::to_string(o.nproc)},
+        {"MASTER_ADDR", addr},                {"MASTER_PORT", port},
+        {"OMP_NUM_THREADS", worker_threads}};
+    for (char** e = environ; e && *e; ++e) {
+      const std::string kv = *e;
+      const std::string name = kv.substr(0, kv.find('='));
+      if (std::none_of(set.begin(), set.end(), [&](const auto& p) { return p.first == name; })) envs[r].push_back(kv);
+    }
+    for (const auto& [k, v] : set) envs[r].push_back(k + "=" + v);
+  }
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(o.tt_run.c_str()));
+  for (const auto& a : o.args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<std::vector<char*>> envps(o.nproc);
+  for (int r = 0; r < o.nproc; ++r) {
+    for (auto& kv : envs[r]) envps[r].push_back(kv.data());
+    envps[r].push_back(nullptr);
+  }
+  const std::string cannot_run = "tt-run --nproc: cannot run " + o.tt_run + "\n";
+
+  g_signal = g_signal_count = 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
 
   std::vector<pid_t> pids(o.nproc, -1);
   std::vector<bool> alive(o.nproc, false);
@@ -112,19 +148,8 @@ int run(const Options& o) {
       if (getppid() != parent) _exit(1);
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
-      setenv("RANK", std::to_string(r).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(o.nproc).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(o.nproc).c_str(), 1);
-      setenv("MASTER_ADDR", addr.c_str(), 1);
-      setenv("MASTER_PORT", port.c_str(), 1);
-      setenv("OMP_NUM_THREADS", worker_threads.c_str(), 1);
-      std::vector<char*> argv;
-      argv.push_back(const_cast<char*>(o.tt_run.c_str()));
-      for (const auto& a : o.args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(o.tt_run.c_str(), argv.data());
-      std::fprintf(stderr, "tt-run --nproc: cannot run %s: %s\n", o.tt_run.c_str(), std::strerror(errno));
+      execve(o.tt_run.c_str(), argv.data(), envps[r].data());
+      (void)!::write(2, cannot_run.data(), cannot_run.size());
       _exit(127);
     }
     pids[r] = pid;
@@ -142,18 +167,25 @@ int run(const Options& o) {
     for (int r = 0; r < o.nproc; ++r)
       if (alive[r]) kill(pids[r], sig);
   };
+  // SIGTERM with a value that tells the workers why (tt/dist.h): another one failed.
+  auto stop_all = [&] {
+    sigval v{};
+    v.sival_int = tt::dist::kStopAfterWorkerFailed;
+    for (int r = 0; r < o.nproc; ++r)
+      if (alive[r]) sigqueue(pids[r], SIGTERM, v);
+  };
   while (remaining > 0) {
-    if (g_signal) {
-      const int sig = g_signal;
-      g_signal = 0;
+    if (g_signal_count > signals_received) {
       // The first Ctrl-C / SIGTERM is passed on (each worker checkpoints and stops); a second one
       // aborts at once, as it does a run alone (a worker takes its parent's second signal for a
       // copy of the first: tt/runtime.h).
-      signal_all(signals_received++ == 0 ? sig : SIGKILL);
+      if (signals_received == 0) signal_all(g_signal);
+      signals_received = g_signal_count;
+      if (signals_received > 1) signal_all(SIGKILL);
     }
     if (stopping && !terminated && std::chrono::steady_clock::now() >= term_at) {
       terminated = true;
-      signal_all(SIGTERM);
+      stop_all();
     }
     if (stopping && std::chrono::steady_clock::now() >= kill_at) {
       signal_all(SIGKILL);
@@ -173,6 +205,13 @@ int run(const Options& o) {
     --remaining;
     const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    // Interrupted: the launcher passed a Ctrl-C / SIGTERM on (each worker writes its checkpoint
+    // and exits 130) or killed the workers at a second one. Nothing failed: tt-run exits 130,
+    // as a run alone does, unless a worker gave another reason.
+    if (signals_received > 0 && failed && (code == 130 || (WIFSIGNALED(status) && signals_received > 1))) {
+      if (exit_code == 0) exit_code = 130;
+      continue;
+    }
     if (failed && exit_code != 0 && generic_first && code != 1 && code != 130 && WIFEXITED(status)) {
       std::fprintf(stderr, "tt-run --nproc: rank %d (pid %d) %s; tt-run exits with its status\n", r,
                    static_cast<int>(pid), describe(status).c_str());
@@ -182,16 +221,17 @@ int run(const Options& o) {
     if (failed && exit_code == 0) {
       exit_code = code;
       generic_first = code == 1;
+      const std::string how = code == 130 && WIFEXITED(status) ? "was interrupted (status 130)" : describe(status);
       if (remaining > 0 && !stopping) {
         std::fprintf(stderr, "tt-run --nproc: rank %d (pid %d) %s; stopping the other %d worker(s)\n", r,
-                     static_cast<int>(pid), describe(status).c_str(), remaining);
+                     static_cast<int>(pid), how.c_str(), remaining);
         // A second first for those stopping by themselves (a refusal rank 0 passed on, a peer
         // seen gone), then SIGTERM; SIGKILL after the grace.
         stopping = true;
         term_at = std::chrono::steady_clock::now() + std::chrono::seconds(1);
         kill_at = term_at + std::chrono::milliseconds(static_cast<int64_t>(o.grace_seconds * 1000));
       } else if (remaining == 0 && o.nproc > 1 && exit_code != 130) {
-        std::fprintf(stderr, "tt-run --nproc: rank %d (pid %d) %s\n", r, static_cast<int>(pid), describe(status).c_str());
+        std::fprintf(stderr, "tt-run --nproc: rank %d (pid %d) %s\n", r, static_cast<int>(pid), how.c_str());
       }
     }
   }

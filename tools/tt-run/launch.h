@@ -14,12 +14,15 @@ struct Options {
 };
 
 // Starts the workers with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR
-// (127.0.0.1 unless set), MASTER_PORT (a free port unless set) and OMP_NUM_THREADS (the usable
-// cores / N unless set, so that the workers share the cores); forwards SIGINT/SIGTERM
-// to them; when one fails, stops the others (SIGTERM a second later, then SIGKILL after
-// grace_seconds) and names the rank and how it ended. Returns tt-run's exit code: 0 when all
-// succeeded, else the first failing worker's code (1 where a signal ended it), unless that was 1
-// and a later one gave a reason (an exit code from 2 to 127 other than 130): then that one.
+// (always 127.0.0.1), MASTER_PORT (a port free now: the environment's MASTER_ADDR and
+// MASTER_PORT are not read, as torchrun --standalone) and OMP_NUM_THREADS (the usable cores / N
+// unless set, so that the workers share the cores); forwards the first SIGINT/SIGTERM to them
+// and answers a second with SIGKILL (tt-run then exits 130, as it does when they exit 130
+// after an interrupt); when one fails, stops the others (SIGTERM with
+// tt::dist::kStopAfterWorkerFailed a second later, then SIGKILL after grace_seconds) and names
+// the rank and how it ended. Returns tt-run's exit code: 0 when all succeeded, else the first
+// failing worker's code (1 where a signal ended it), unless that was 1 and a later one gave a
+// reason (an exit code from 2 to 127 other than 130): then that one.
 int run(const Options& options);
 
 // Removes "--nproc N" / "--nproc=N" from argv; returns N (run() refuses one below 1), or

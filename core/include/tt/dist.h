@@ -27,6 +27,10 @@ struct Env {
   std::chrono::milliseconds timeout{60000};
 };
 
+// The value tt-run --nproc sends with SIGTERM (sigqueue) when it stops the other workers after
+// one failed: a worker's interrupt handler (tt/runtime.h) then says so, not "Ctrl-C again to abort".
+constexpr int kStopAfterWorkerFailed = 0x74747374;
+
 // The torchrun variables as set; nullopt-like world_size 1 when WORLD_SIZE is unset.
 // Inconsistent settings (WORLD_SIZE without RANK, RANK >= WORLD_SIZE, a bad port) throw
 // ConfigError naming the variable and the fix.

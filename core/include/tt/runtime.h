@@ -44,7 +44,8 @@ TT_API void request_interrupt();  // async-signal-safe
 // interrupt; stopping now ..." and exits with 130. The grace is TT_INTERRUPT_GRACE seconds from
 // the environment when set (> 0), else 15. With `message_phase` set, `message` is for that phase
 // only (e.g. "training": "after this batch, writing a checkpoint"); in another the line is
-// "<program>: stopping (<phase>; Ctrl-C again to abort)".
+// "<program>: stopping (<phase>; Ctrl-C again to abort)"; a SIGTERM from tt-run --nproc after
+// another worker failed (tt::dist::kStopAfterWorkerFailed) says that instead.
 TT_API void install_interrupt_handlers(const char* message, const char* program = "tt",
                                        const char* message_phase = nullptr);
 TT_API bool interrupt_requested();
