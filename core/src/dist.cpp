@@ -2,6 +2,12 @@
 
 #include <ATen/ATen.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
 #include <functional>
 #include <mutex>
@@ -19,6 +25,21 @@ namespace tt::dist {
 
 namespace {
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+
+// Whether another process listens on TCP `port` (a bind to it, as the store's, is refused).
+bool port_in_use(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  const bool in_use = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno == EADDRINUSE;
+  ::close(fd);
+  return in_use;
+}
 }  // namespace
 
 struct Context::Impl {
@@ -116,6 +137,11 @@ Context::Context(const Env& env) : env_(env), impl_(std::make_unique<Impl>(env_)
   } catch (const std::exception& e) {
     std::string what = e.what();
     what = first_line(what);
+    // failed at once: no timeout helps
+    TT_CHECK(env.rank != 0 || (what.find("Address already in use") == std::string::npos &&
+                               !port_in_use(env.master_port)),
+             "distributed rendezvous: rank 0 could not serve the workers at ", where, ": port ", env.master_port,
+             " is in use (", what, "). Choose another MASTER_PORT, a free TCP port, and give every worker the same");
     TT_FAIL("distributed rendezvous: rank ", env.rank, " of ", env.world_size, " could not ",
             env.rank == 0 ? "serve or gather the workers at " : "reach the master at ", where, " within ", secs,
             " s (", what, "). Check MASTER_ADDR/MASTER_PORT (the master must be reachable and the port free), that all ",

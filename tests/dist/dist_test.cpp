@@ -3,7 +3,10 @@
 // collective, and bad settings are refused with clear errors.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -382,6 +385,31 @@ TEST(Dist, TheLauncherTrainsOnLoopbackWhateverTheEnvironmentsMasterSays) {
                tt_run_bin() + " --nproc 2 " + y.string() + " trainer.batch_size=8 -q --run-dir " + (dir / "e").string());
   EXPECT_EQ(r.rc, 0) << r.output;
   EXPECT_EQ(summary_of(dir / "e")["world_size"], 2) << r.output;
+}
+
+// A port another process listens on fails the rendezvous at once; the error says so, and names
+// MASTER_PORT rather than TT_DIST_TIMEOUT (a longer wait cannot help).
+TEST(Dist, AMasterPortInUseIsSaidToBeInUse) {
+  const fs::path dir = tt::test::temp_dir("dist_busy");
+  const fs::path y = topic_pipeline(dir, "b");
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const int port = ntohs(a.sin_port);
+  auto r = run("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+               " TT_DIST_TIMEOUT=15 " + tt_run_bin() + " " + y.string() + " -q --run-dir " + (dir / "b").string());
+  ::close(fd);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_HAS(r.output, "distributed rendezvous: rank 0 could not serve the workers at 127.0.0.1:" +
+                           std::to_string(port) + ": port " + std::to_string(port) + " is in use");
+  EXPECT_HAS(r.output, "Choose another MASTER_PORT");
+  EXPECT_EQ(r.output.find("raise TT_DIST_TIMEOUT"), std::string::npos) << r.output;
 }
 
 TEST(Dist, MismatchedPipelinesAcrossRanksAreDetected) {
