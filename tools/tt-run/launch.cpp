@@ -27,10 +27,18 @@ extern char** environ;
 namespace tt::launch {
 
 namespace {
-// The last signal and how many came: two Ctrl-Cs within one turn of the loop are two.
-volatile std::sig_atomic_t g_signal = 0, g_signal_count = 0;
-void on_signal(int sig) {
-  g_signal = sig;
+// The first signal and how many came: two Ctrl-Cs within one turn of the loop are two. As in
+// a run alone (tt/runtime.h), a second signal where one of the two came from the parent process
+// is a copy of the first: timeout(1) and batch systems signal the process, then its group.
+volatile std::sig_atomic_t g_signal = 0, g_signal_count = 0, g_first_from_parent = 0;
+void on_signal(int sig, siginfo_t* info, void*) {
+  const bool from_parent =
+      info && (info->si_code == SI_USER || info->si_code == SI_QUEUE) && info->si_pid == ::getppid();
+  if (g_signal_count > 0 && (from_parent || g_first_from_parent)) return;
+  if (g_signal_count == 0) {
+    g_signal = sig;
+    g_first_from_parent = from_parent;
+  }
   g_signal_count = g_signal_count + 1;
 }
 
@@ -127,9 +135,10 @@ int run(const Options& o) {
   }
   const std::string cannot_run = "tt-run --nproc: cannot run " + o.tt_run + "\n";
 
-  g_signal = g_signal_count = 0;
+  g_signal = g_signal_count = g_first_from_parent = 0;
   struct sigaction sa {};
-  sa.sa_handler = on_signal;
+  sa.sa_sigaction = on_signal;
+  sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);

@@ -17,8 +17,9 @@ struct Options {
 // (always 127.0.0.1), MASTER_PORT (a port free now: the environment's MASTER_ADDR and
 // MASTER_PORT are not read, as torchrun --standalone) and OMP_NUM_THREADS (the usable cores / N
 // unless set, so that the workers share the cores); forwards the first SIGINT/SIGTERM to them
-// and answers a second with SIGKILL (tt-run then exits 130, as it does when they exit 130
-// after an interrupt); when one fails, stops the others (SIGTERM with
+// and answers a second with SIGKILL (unless one of the two came from the parent process: a
+// copy, as timeout(1) sends; tt-run then exits 130, as it does when they exit 130 after an
+// interrupt); when one fails, stops the others (SIGTERM with
 // tt::dist::kStopAfterWorkerFailed a second later, then SIGKILL after grace_seconds) and names
 // the rank and how it ended. Returns tt-run's exit code: 0 when all succeeded, else the first
 // failing worker's code (1 where a signal ended it), unless that was 1 and a later one gave a
