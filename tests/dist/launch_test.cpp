@@ -139,3 +139,16 @@ TEST(Launch, AWorkerStoppedAfterAnotherFailedSaysSoNotCtrlC) {
   EXPECT_HAS(e.err, "tt-run: stopping (in setup): another worker failed, and tt-run --nproc stops the others");
   EXPECT_EQ(e.err.find("Ctrl-C"), std::string::npos) << e.err;
 }
+
+TEST(Launch, TheLinesOfRanksAboveZeroSayTheirRank) {
+  // the same warning from every rank: rank 1's lines start "[rank 1] ", rank 0's are as it wrote
+  // them; an empty line stays empty, and a last line without its newline is passed on too
+  const fs::path dir = tt::test::temp_dir("launch_label");
+  const auto e = launch_two(worker(dir, "echo \"warning: from $RANK\" >&2; echo >&2; printf 'last %s' $RANK >&2"));
+  EXPECT_EQ(e.code, 0) << e.err;
+  EXPECT_HAS(e.err, "[rank 1] warning: from 1\n");
+  EXPECT_HAS(e.err, "[rank 1] last 1\n");
+  EXPECT_HAS(e.err, "warning: from 0\n");
+  EXPECT_EQ(e.err.find("[rank 0]"), std::string::npos) << e.err;
+  EXPECT_EQ(e.err.find("[rank 1] \n"), std::string::npos) << e.err;
+}

@@ -1,6 +1,8 @@
 #include "launch.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -16,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 extern char** environ;
@@ -58,6 +61,65 @@ int free_port() {
   ::close(fd);
   TT_CHECK(ok, "tt-run --nproc: cannot find a free port on 127.0.0.1: ", std::strerror(err));
   return ntohs(a.sin_port);
+}
+
+// A worker's stdout or stderr, read by the launcher and written to its own with "[rank R] "
+// before each line, so that the ranks' duplicated warnings can be told apart (rank 0's go to the
+// terminal directly, unchanged).
+struct Labelled {
+  int fd = -1;          // the pipe's read end; -1 once it is closed
+  int to = 1;           // 1 or 2
+  std::string prefix;   // "[rank R] "
+  std::string partial;  // the line read so far
+  void write_all(const std::string& text) const {
+    for (size_t at = 0; at < text.size();) {
+      const ssize_t n = ::write(to, text.data() + at, text.size() - at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      at += static_cast<size_t>(n);
+    }
+  }
+  // Reads what is there; writes the complete lines. At the end of the stream, the rest too.
+  void pump() {
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return;  // EAGAIN: nothing more now
+      if (n == 0) {
+        if (!partial.empty()) write_all(prefix + partial + "\n");
+        partial.clear();
+        ::close(fd);
+        fd = -1;
+        return;
+      }
+      partial.append(buf, static_cast<size_t>(n));
+      std::string out;
+      size_t start = 0;
+      for (size_t nl; (nl = partial.find('\n', start)) != std::string::npos; start = nl + 1)
+        out += (nl == start ? "" : prefix) + partial.substr(start, nl + 1 - start);  // an empty line stays empty
+      partial.erase(0, start);
+      if (!out.empty()) write_all(out);
+    }
+  }
+};
+
+// Waits up to `ms` for output of the workers; passes on what came.
+void pump_output(std::vector<Labelled>& streams, int ms) {
+  std::vector<pollfd> fds;
+  std::vector<Labelled*> of;
+  for (auto& l : streams)
+    if (l.fd >= 0) {
+      fds.push_back({l.fd, POLLIN, 0});
+      of.push_back(&l);
+    }
+  if (fds.empty()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return;
+  }
+  if (::poll(fds.data(), fds.size(), ms) <= 0) return;
+  for (size_t i = 0; i < fds.size(); ++i)
+    if (fds[i].revents != 0) of[i]->pump();
 }
 
 std::string describe(int status) {
@@ -146,7 +208,14 @@ int run(const Options& o) {
   std::vector<pid_t> pids(o.nproc, -1);
   std::vector<bool> alive(o.nproc, false);
   const pid_t parent = getpid();
+  std::vector<Labelled> streams;  // ranks 1 and up: their stdout and stderr
   for (int r = 0; r < o.nproc; ++r) {
+    int out[2] = {-1, -1}, err[2] = {-1, -1};
+    if (r > 0 && (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)) {
+      for (int fd : {out[0], out[1]})
+        if (fd >= 0) ::close(fd);
+      out[0] = out[1] = err[0] = err[1] = -1;  // no pipes: its lines go out unlabelled
+    }
     pid_t pid = fork();
     TT_CHECK(pid >= 0, "tt-run --nproc: fork failed: ", std::strerror(errno));
     if (pid == 0) {
@@ -157,12 +226,24 @@ int run(const Options& o) {
       if (getppid() != parent) _exit(1);
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
+      if (out[1] >= 0) {
+        dup2(out[1], 1);
+        dup2(err[1], 2);
+      }
       execve(o.tt_run.c_str(), argv.data(), envps[r].data());
       (void)!::write(2, cannot_run.data(), cannot_run.size());
       _exit(127);
     }
     pids[r] = pid;
     alive[r] = true;
+    if (out[0] >= 0) {
+      const std::string prefix = "[rank " + std::to_string(r) + "] ";
+      for (auto [rd, wr, to] : {std::tuple{out[0], out[1], 1}, std::tuple{err[0], err[1], 2}}) {
+        ::close(wr);
+        ::fcntl(rd, F_SETFL, ::fcntl(rd, F_GETFL) | O_NONBLOCK);
+        streams.push_back({rd, to, prefix, ""});
+      }
+    }
   }
 
   int remaining = o.nproc, exit_code = 0, signals_received = 0;
@@ -203,7 +284,7 @@ int run(const Options& o) {
     int status = 0;
     pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid == 0 || (pid < 0 && errno == EINTR)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      pump_output(streams, 50);
       continue;
     }
     if (pid < 0) break;
@@ -244,6 +325,16 @@ int run(const Options& o) {
       }
     }
   }
+  // The workers' last lines; a process they started that still holds a pipe gets a second.
+  const auto drain_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (std::any_of(streams.begin(), streams.end(), [](const Labelled& l) { return l.fd >= 0; }) &&
+         std::chrono::steady_clock::now() < drain_until)
+    pump_output(streams, 50);
+  for (auto& l : streams)
+    if (l.fd >= 0) {
+      if (!l.partial.empty()) l.write_all(l.prefix + l.partial + "\n");
+      ::close(l.fd);
+    }
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
   return exit_code;

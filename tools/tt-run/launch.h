@@ -16,7 +16,8 @@ struct Options {
 // Starts the workers with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR
 // (always 127.0.0.1), MASTER_PORT (a port free now: the environment's MASTER_ADDR and
 // MASTER_PORT are not read, as torchrun --standalone) and OMP_NUM_THREADS (the usable cores / N
-// unless set, so that the workers share the cores); forwards the first SIGINT/SIGTERM to them
+// unless set, so that the workers share the cores); writes the output of ranks 1 and up with
+// "[rank R] " before each line (rank 0's is unchanged); forwards the first SIGINT/SIGTERM to them
 // and answers a second with SIGKILL (unless one of the two came from the parent process: a
 // copy, as timeout(1) sends; tt-run then exits 130, as it does when they exit 130 after an
 // interrupt); when one fails, stops the others (SIGTERM with
