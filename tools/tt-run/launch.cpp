@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,17 +31,26 @@ extern char** environ;
 namespace tt::launch {
 
 namespace {
-// The first signal and how many came: two Ctrl-Cs within one turn of the loop are two. As in
-// a run alone (tt/runtime.h), a second signal where one of the two came from the parent process
-// is a copy of the first: timeout(1) and batch systems signal the process, then its group.
+// The first signal and how many came: two Ctrl-Cs within one turn of the loop are two. A second
+// signal within 100 ms of the first where one of the two came from the parent process is a copy
+// of it: timeout(1) signals the process, then at once its group. A parent's second signal later
+// than that (a batch system's, or a script's, as a second Ctrl-C) is a second.
 volatile std::sig_atomic_t g_signal = 0, g_signal_count = 0, g_first_from_parent = 0;
+timespec g_first_at{};  // clock_gettime is async-signal-safe
 void on_signal(int sig, siginfo_t* info, void*) {
   const bool from_parent =
       info && (info->si_code == SI_USER || info->si_code == SI_QUEUE) && info->si_pid == ::getppid();
-  if (g_signal_count > 0 && (from_parent || g_first_from_parent)) return;
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  if (g_signal_count > 0 && (from_parent || g_first_from_parent)) {
+    const double since = static_cast<double>(now.tv_sec - g_first_at.tv_sec) +
+                         1e-9 * static_cast<double>(now.tv_nsec - g_first_at.tv_nsec);
+    if (since < 0.1) return;
+  }
   if (g_signal_count == 0) {
     g_signal = sig;
     g_first_from_parent = from_parent;
+    g_first_at = now;
   }
   g_signal_count = g_signal_count + 1;
 }
