@@ -127,7 +127,7 @@ Schema csv_schema() {
       .range(ge(1))
       .field("query_size", &C::query_size, 64, "fine-tuning: query rows per episode (TabTune's query_size)")
       .range(ge(1))
-      .field("episodes", &C::episodes, 64, "fine-tuning: episodes per epoch").range(ge(1));
+      .field("episodes", &C::episodes, 64, "fine-tuning: episodes per epoch (each epoch has the same ones, their feature identities too)").range(ge(1));
 }
 
 Datasets make_csv(const Options& o, uint64_t seed) {

@@ -5,7 +5,8 @@
 //     split is smaller, its rows are divided in the same proportion), the classes relabelled by a
 //     random permutation per episode; `episodes` examples per epoch, episode i drawn from (seed, i)
 //     (the same episodes every epoch, in the loader's new order; data-parallel ranks and resumed
-//     runs see exactly the episodes a single run would, with the same feature identities: id_seed).
+//     runs see exactly the episodes a single run would, with the same feature identities: id_seed;
+//     an epoch repeats its episodes exactly, identities too: raise episodes for more views).
 //     Batch tensors as the prior's (x, feature_mask, y, support, n_classes, id_seed).
 //   validation: the test split with the training split as its context (EvalSet), which the
 //     model's evaluate() reads as a whole.

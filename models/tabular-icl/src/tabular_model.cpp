@@ -12,7 +12,6 @@
 #include <sstream>
 
 #include "metrics.h"
-#include "prior.h"  // mix
 #include "tabular_data.h"
 #include "tt/error.h"
 #include "tt/log.h"
@@ -123,15 +122,6 @@ at::Tensor TabularIcl::table_ids(const at::Tensor& feature_mask, const at::Tenso
     ids[b].index_copy_(0, where, feature_ids(where.size(0), static_cast<uint64_t>(s.data_ptr<int64_t>()[b])));
   }
   return ids;
-}
-
-uint64_t TabularIcl::weights_salt() const {
-  std::vector<at::Tensor> firsts;  // the first value of each trainable weight: every step moves some
-  for (const auto& p : parameters())
-    if (p.requires_grad() && p.numel() > 0) firsts.push_back(p.detach().reshape(-1)[0]);
-  if (firsts.empty()) return 0;
-  const at::Tensor v = torch::stack(firsts).to(torch::kCPU, torch::kFloat).contiguous();
-  return fnv1a(v.data_ptr(), static_cast<size_t>(v.numel()) * sizeof(float));
 }
 
 at::Tensor TabularIcl::represent(const at::Tensor& z, const at::Tensor& ids, const at::Tensor& fw, int64_t chunk) {
@@ -261,19 +251,12 @@ ModelOutput TabularIcl::forward_loss(const Batch& batch) {
   }
   const at::Tensor& support = batch.at("support");
   const at::Tensor& x = batch.at("x");
-  // training: each table's own feature identities, from its id_seed and the weights (the same on
-  // any rank and in any micro-batch of a step, another view of the table every step: a repeated
-  // episode too); without an id_seed drawn at random; evaluation: the same ones every time
+  // training: each table's own feature identities (its id_seed: the same on any rank and in any
+  // micro-batch; an example repeated in a later epoch has them again, as it has its rows); without
+  // an id_seed drawn at random; evaluation: the same ones every time
   at::Tensor ids;
-  if (!is_training()) {
-    ids = feature_ids(x.size(2), 0).unsqueeze(0).expand({x.size(0), x.size(2), s_.d_id});
-  } else if (batch.has("id_seed")) {
-    const uint64_t salt = weights_salt();
-    const at::Tensor seeds = batch.at("id_seed").to(torch::kCPU, torch::kLong).contiguous().clone();
-    for (int64_t b = 0; b < seeds.numel(); ++b)
-      seeds.data_ptr<int64_t>()[b] = static_cast<int64_t>(mix(static_cast<uint64_t>(seeds.data_ptr<int64_t>()[b]), salt) >> 2);
-    ids = table_ids(batch.at("feature_mask"), seeds).to(x.options());
-  }
+  if (!is_training()) ids = feature_ids(x.size(2), 0).unsqueeze(0).expand({x.size(0), x.size(2), s_.d_id});
+  else if (batch.has("id_seed")) ids = table_ids(batch.at("feature_mask"), batch.at("id_seed")).to(x.options());
   const at::Tensor p = probabilities(x, batch.at("feature_mask"), y, support, ids);
   // Query rows whose class occurs among the support rows.
   const at::Tensor yc = y.clamp(0, kMaxClasses - 1);

@@ -120,12 +120,9 @@ class TabularIcl : public Model {
   // Each table's identities [B, F, d_id] (CPU): feature_ids(its unmasked features, seeds[b]) for
   // those features, zeros for the masked ones.
   at::Tensor table_ids(const at::Tensor& feature_mask, const at::Tensor& seeds) const;
-  // A hash of the first value of each trainable weight: the same on every rank and in every
-  // micro-batch of a step (the weights are), another after each optimizer step.
-  uint64_t weights_salt() const;
-  // Training: a batch's id_seed (the prior's and tabular-csv's episodes carry one), mixed with
-  // weights_salt(), gives each table its identities, so a table trains the same on any rank and in
-  // any micro-batch, and sees other identities at each step (a repeated episode included).
+  // Training: a batch's id_seed (the prior's and tabular-csv's episodes carry one) gives each table
+  // its identities, so a table trains the same on any rank and in any micro-batch (a repeated
+  // episode has the same ones: raise data.episodes for more views of the table).
   ModelOutput forward_loss(const Batch& batch) override;
   // With a tabular evaluation set (tabular-csv's test split): the training split as context, the
   // test rows as queries (val_accuracy, val_roc_auc, val_log_loss, val_brier, val_ece, val_examples);
