@@ -126,6 +126,33 @@ TEST(Dist, TwoRanksOfBatchBFollowOneRankOfBatch2B) {
   EXPECT_TRUE(fs::exists(dir / "two" / "checkpoints"));
 }
 
+// The tabular model too: each episode's feature identities come from the episode (id_seed), not
+// from a rank's generator, and its loss is each table's mean averaged over the tables, so the
+// trainer's weighting of ranks by their tables gives the whole batch's gradient.
+TEST(Dist, TheTabularModelOf2RanksOfBatchBFollows1RankOfBatch2B) {
+  const fs::path dir = tt::test::temp_dir("dist_tab");
+  {
+    std::ofstream csv(dir / "t.csv");
+    csv << "a,b,c,y\n";
+    for (int i = 0; i < 90; ++i) csv << (i % 3) * 2 + (i % 7) * 0.1 << "," << (i % 5) * 0.3 << "," << i % 4 << "," << i % 3 << "\n";
+  }
+  std::ofstream(dir / "t.yaml") << "name: tab\nseed: 0\ndata: {name: tabular-csv, path: " << (dir / "t.csv").string()
+                                << ", support_size: 16, query_size: 8, episodes: 8}\nmodel: {name: tabular-icl, d_cell: 4, "
+                                   "d_id: 8, d_model: 32, n_layers: 2, n_heads: 4, d_ff: 64, ensemble: 1}\n"
+                                   "optimizer: {name: adamw, lr: 1.0e-3}\ntrainer: {epochs: 2, threads: 0}\n"
+                                   "output: {dir: " << dir.string() << ", plots: false}\n";
+  const std::string yaml = (dir / "t.yaml").string();
+  auto one = run(env_clean() + tt_run_bin() + " " + yaml + " trainer.batch_size=4 -q --run-dir " + (dir / "one").string());
+  ASSERT_EQ(one.rc, 0) << one.output;
+  auto two = run(env_clean() + tt_run_bin() + " --nproc 2 " + yaml + " trainer.batch_size=2 -q --run-dir " +
+                 (dir / "two").string());
+  ASSERT_EQ(two.rc, 0) << two.output;
+  auto a = losses(dir / "one"), b = losses(dir / "two");
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * std::abs(a[i])) << "step " << i + 1;
+}
+
 TEST(Dist, ResumeNeedsTheSameWorldSize) {
   const fs::path dir = tt::test::temp_dir("dist_resume");
   const fs::path y = topic_pipeline(dir, "r", "  checkpoint_every: 4\n");
