@@ -167,7 +167,15 @@ void install_interrupt_handlers(const char* message, const char* program, const 
     if (const char* env = std::getenv("TT_INTERRUPT_GRACE"); env && std::atoi(env) > 0) grace = std::atoi(env);
     g_grace.store(grace);
     sem_init(&g_signalled, 0, 0);
+    // The watchdog takes no SIGINT or SIGTERM: their handlers run on the process's other threads,
+    // never two at once on two threads (the thread inherits the mask blocked around its start).
+    sigset_t both, before;
+    sigemptyset(&both);
+    sigaddset(&both, SIGINT);
+    sigaddset(&both, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &both, &before);
     std::thread(watchdog, grace).detach();
+    pthread_sigmask(SIG_SETMASK, &before, nullptr);
   });
   struct sigaction sa {};
   sa.sa_sigaction = on_signal;

@@ -211,9 +211,19 @@ int run(const Options& o) {
   struct sigaction sa {};
   sa.sa_sigaction = on_signal;
   sa.sa_flags = SA_SIGINFO;
-  sigemptyset(&sa.sa_mask);
+  sigemptyset(&sa.sa_mask);  // one handler at a time, whichever of the two signals came
+  sigaddset(&sa.sa_mask, SIGINT);
+  sigaddset(&sa.sa_mask, SIGTERM);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // A pipe whose reader is gone (tt-run ... | head) is an error to ignore, not the launcher's
+  // end: it goes on supervising; the workers inherit the setting (their writes fail, they run on).
+  signal(SIGPIPE, SIG_IGN);
+  if (tt::interrupt_requested()) {  // a Ctrl-C in the launcher's checks, before this handler: the first
+    g_signal = SIGINT;
+    g_signal_count = 1;
+    tt::clear_interrupt();
+  }
 
   std::vector<pid_t> pids(o.nproc, -1);
   std::vector<bool> alive(o.nproc, false);
@@ -308,7 +318,9 @@ int run(const Options& o) {
     // Interrupted: the launcher passed a Ctrl-C / SIGTERM on (each worker writes its checkpoint
     // and exits 130) or killed the workers at a second one. Nothing failed: tt-run exits 130,
     // as a run alone does, unless a worker gave another reason.
-    if (signals_received > 0 && failed && (code == 130 || (WIFSIGNALED(status) && signals_received > 1))) {
+    // (a worker the first signal reached before its handlers were installed died of it)
+    if (signals_received > 0 && failed &&
+        (code == 130 || (WIFSIGNALED(status) && (signals_received > 1 || WTERMSIG(status) == g_signal)))) {
       if (exit_code == 0) exit_code = 130;
       continue;
     }
@@ -347,6 +359,7 @@ int run(const Options& o) {
     }
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
+  signal(SIGPIPE, SIG_DFL);
   return exit_code;
 }
 

@@ -186,11 +186,16 @@ void check_device_for_workers(const tt::Options& trainer, int nproc) {
   if (!torch::cuda::is_available())
     trainer.fail("device", TT_WITH_CUDA ? "is cuda but no CUDA device is visible"
                                         : "is cuda but this tt is built without CUDA (LibTorch is CPU-only)");
+  // tt-run --nproc gives each worker the GPU of its local rank (it sets no CUDA_VISIBLE_DEVICES):
+  // two workers on one GPU would fail inside NCCL after setup
   const int64_t n = static_cast<int64_t>(torch::cuda::device_count());
-  if (nproc > 1 && !device.has_index())
-    trainer.check(nproc <= n || n == 1, "device",
+  if (nproc > 1) {
+    trainer.check(!device.has_index(), "device", "is " + device.str() + " but --nproc " + std::to_string(nproc) +
+                                                     " workers each take the GPU of their local rank: give cuda");
+    trainer.check(nproc <= n, "device",
                   "is cuda but --nproc " + std::to_string(nproc) + " starts more workers than the " +
                       std::to_string(n) + " visible GPUs (one each): give --nproc " + std::to_string(n) + " or fewer");
+  }
 }
 
 // The error that ends tt-run. A stop signal after it (tt-run --nproc stops the other workers

@@ -281,14 +281,15 @@ SparseCountsDataset::SparseCountsDataset(CsrCounts counts, bool dense_batches, s
   // Counts that are not whole numbers (proportions, tf-idf weights) fit, but not as the word
   // counts the Poisson model is of: a row normalized to sum to 1 loses its document's length.
   // (a source that fills csr_ later, the synthetic one, draws whole counts)
-  const at::Tensor fractional = csr_.vals.defined() ? (csr_.vals != csr_.vals.floor()).nonzero() : at::Tensor();
-  if (fractional.defined() && fractional.size(0) > 0) {
-    const int64_t p = fractional[0][0].item<int64_t>();
+  const at::Tensor fractional = csr_.vals.defined() ? csr_.vals != csr_.vals.floor() : at::Tensor();
+  const int64_t how_many = fractional.defined() ? fractional.sum().item<int64_t>() : 0;
+  if (how_many > 0) {
+    const int64_t p = fractional.to(at::kByte).argmax().item<int64_t>();  // the first (no nnz-long index list)
     const int64_t* rp = csr_.row_ptr.data_ptr<int64_t>();
     const int64_t doc = std::upper_bound(rp, rp + csr_.row_ptr.numel(), p) - rp - 1;
     log().warn("{}: {} of its {} non-zero counts are not whole numbers (document {}, term {}: {}); the topic model "
                "is a Poisson model of word counts: give the counts (proportions lose the documents' lengths)", name_,
-               fractional.size(0), csr_.nnz(), doc, csr_.cols[p].item<int64_t>(), csr_.vals[p].item<float>());
+               how_many, csr_.nnz(), doc, csr_.cols[p].item<int64_t>(), csr_.vals[p].item<float>());
   }
 }
 
