@@ -126,12 +126,15 @@ TEST(Launch, TheWorkersTrainOnLoopbackAndAFreePortWhateverTheEnvironmentSays) {
 }
 
 TEST(Launch, AWorkerStoppedAfterAnotherFailedSaysSoNotCtrlC) {
-  // rank 1 fails at once; rank 0 (a real tt-run, waiting for it at the rendezvous) is stopped by
-  // the launcher and says why, not "Ctrl-C again to abort"
+  // rank 1 fails once rank 0 (a real tt-run) listens at the rendezvous (its handlers are in place
+  // by then); rank 0 is stopped by the launcher and says why, not "Ctrl-C again to abort"
   const fs::path dir = tt::test::temp_dir("launch_peer");
   const fs::path y = dir / "p.yaml";
   std::ofstream(y) << tt::test::topic_yaml(dir);
-  const auto e = launch_two(worker(dir, "if [ \"$RANK\" = 1 ]; then exit 1; fi; TT_DIST_TIMEOUT=30 "
+  const std::string listening = "H=$(printf %04X $MASTER_PORT); for i in $(seq 1200); do cat /proc/net/tcp "
+                                "/proc/net/tcp6 2>/dev/null | grep -qE \":$H [0-9A-F]+:0000 0A\" && break; sleep 0.05; "
+                                "done; ";
+  const auto e = launch_two(worker(dir, "if [ \"$RANK\" = 1 ]; then " + listening + "exit 1; fi; TT_DIST_TIMEOUT=30 "
                                         "TT_INTERRUPT_GRACE=1 exec " + tt::test::tt_run_bin() + " " + y.string() +
                                         " -q --run-dir " + (dir / "run").string()));
   EXPECT_EQ(e.code, 1) << e.err;

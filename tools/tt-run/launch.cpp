@@ -62,7 +62,7 @@ int free_port() {
   TT_CHECK(fd >= 0, "tt-run --nproc: cannot open a socket to find a free port: ", std::strerror(errno));
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_addr.s_addr = htonl(INADDR_ANY);  // as the master's store binds it: free there too
   a.sin_port = 0;
   socklen_t len = sizeof a;
   const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
