@@ -207,7 +207,11 @@ std::vector<Case> cases() {
   c.push_back({"CsvEmpty", csv_case(""), 2, {"t.csv"}});
   c.push_back({"CsvHeaderOnly", csv_case("a,b,label\n"), 2, {"t.csv"}});
   c.push_back({"CsvRaggedRow", csv_case("a,b,label\n1,2,x\n3,y\n4,5,y\n6,7,x\n"), 2, {"t.csv:3", "2 fields", "header has 3"}});
-  c.push_back({"CsvTextFeature", csv_case("a,b,label\n1,2,x\n3,hello,y\n4,5,y\n6,7,x\n"), 2, {"t.csv", "hello"}});
+  // a column of text is categories by default; with data.categorical: none it is refused
+  c.push_back({"CsvTextFeature", [](const fs::path& d) {
+                 write(d / "t.csv", "a,b,label\n1,2,x\n3,hello,y\n4,5,y\n6,7,x\n");
+                 return P(d, tabular_pipeline(d, d / "t.csv"), "data.categorical=none");
+               }, 2, {"t.csv", "hello", "data.categorical"}});
   c.push_back({"CsvMissingValue", csv_case("a,b,label\n1,2,x\n3,,y\n4,5,y\n6,7,x\n1,2,x\n3,4,y\n"), 2, {"t.csv", "impute"}});
   c.push_back({"CsvOneClass", csv_case("a,b,label\n1,2,x\n3,4,x\n4,5,x\n6,7,x\n"), 2, {"t.csv", "class"}});
   c.push_back({"CsvClassWithOneRow", csv_case("a,b,label\n1,2,x\n3,4,y\n4,5,x\n6,7,x\n5,5,x\n"), 2, {"t.csv", "'y'"}});
