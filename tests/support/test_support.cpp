@@ -7,7 +7,9 @@
 #include <atomic>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -20,13 +22,68 @@ namespace fs = std::filesystem;
 
 namespace tt::test {
 
+namespace {
+
+// The directories temp_dir made: those of the running test, and those made outside any test (a
+// suite's set-up), which live until the program ends.
+struct MadeDirs {
+  std::mutex mutex;
+  std::vector<fs::path> of_test, of_program;
+};
+MadeDirs& made_dirs() {
+  static MadeDirs dirs;
+  return dirs;
+}
+
+// Removes `dirs` when `passed` (and TT_KEEP_TEST_DIRS is unset); otherwise names them on stderr,
+// kept to look into.
+void remove_or_keep(std::vector<fs::path> dirs, bool passed) {
+  const bool keep = !passed || std::getenv("TT_KEEP_TEST_DIRS") != nullptr;
+  for (const auto& d : dirs) {
+    std::error_code ec;
+    if (keep) {
+      if (fs::exists(d, ec)) std::fprintf(stderr, "tt-test: kept %s\n", d.c_str());
+    } else {
+      fs::remove_all(d, ec);
+    }
+  }
+}
+
+class TempDirCleanup : public ::testing::EmptyTestEventListener {
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    std::vector<fs::path> dirs;
+    {
+      std::lock_guard<std::mutex> lock(made_dirs().mutex);
+      dirs.swap(made_dirs().of_test);
+    }
+    remove_or_keep(std::move(dirs), !info.result()->Failed());
+  }
+  void OnTestProgramEnd(const ::testing::UnitTest& unit) override {
+    std::vector<fs::path> dirs;
+    {
+      std::lock_guard<std::mutex> lock(made_dirs().mutex);
+      dirs.swap(made_dirs().of_program);
+    }
+    remove_or_keep(std::move(dirs), unit.Passed());
+  }
+};
+
+}  // namespace
+
 fs::path temp_dir(const std::string& tag) {
   static std::atomic<int> counter{0};
   fs::path d = fs::temp_directory_path() /
                ("tt-test-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
   fs::remove_all(d);
   fs::create_directories(d);
+  std::lock_guard<std::mutex> lock(made_dirs().mutex);
+  const bool in_test = ::testing::UnitTest::GetInstance()->current_test_info() != nullptr;
+  (in_test ? made_dirs().of_test : made_dirs().of_program).push_back(d);
   return d;
+}
+
+void install_temp_dir_cleanup() {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new TempDirCleanup);  // gtest owns it
 }
 
 std::string source_dir() { return TT_SOURCE_DIR; }

@@ -30,7 +30,12 @@ class Trainer;
 
 namespace tt::test {
 
+// A new empty directory under the system's temporary directory, named after `tag`. It is removed
+// when the test that made it passes (a suite's set-up's: when the program passes) and kept, its
+// path on stderr, when it fails; TT_KEEP_TEST_DIRS=1 keeps them all.
 std::filesystem::path temp_dir(const std::string& tag);
+// Makes temp_dir's clean-up happen (the tests' main calls it once).
+void install_temp_dir_cleanup();
 std::string source_dir();
 std::string tt_run_bin();
 std::string tt_data_bin();
