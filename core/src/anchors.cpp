@@ -9,6 +9,7 @@
 namespace tt {
 Error::~Error() = default;
 ConfigError::~ConfigError() = default;
+UnknownKeyError::~UnknownKeyError() = default;
 ModuleError::~ModuleError() = default;
 OutOfMemory::~OutOfMemory() = default;
 NumericError::~NumericError() = default;

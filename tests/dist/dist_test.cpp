@@ -48,7 +48,9 @@ fs::path topic_pipeline(const fs::path& dir, const std::string& name, const std:
   return f;
 }
 
-std::string env_clean() { return "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u MASTER_ADDR -u MASTER_PORT "; }
+std::string env_clean() {
+  return "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT ";
+}
 
 // Two ranks started by hand, as torchrun would, on loopback port `port`: rank 1 in the background
 // (its output to dir/r1.txt, its exit status to dir/r1.rc), rank 0 in the foreground; each runs
@@ -338,6 +340,13 @@ TEST(Dist, BadSettingsAreRefused) {
   auto big_rank = run(env_clean() + "WORLD_SIZE=2 RANK=2 " + tt_run_bin() + " " + y.string() + " -q");
   EXPECT_EQ(big_rank.rc, 2) << big_rank.output;
   EXPECT_NE(big_rank.output.find("RANK must be below WORLD_SIZE"), std::string::npos) << big_rank.output;
+  auto big_local = run(env_clean() + "WORLD_SIZE=2 RANK=0 LOCAL_WORLD_SIZE=3 " + tt_run_bin() + " " + y.string() + " -q");
+  EXPECT_EQ(big_local.rc, 2) << big_local.output;
+  EXPECT_HAS(big_local.output, "LOCAL_WORLD_SIZE='3' is not an integer in [1, 2]");
+  auto local_rank = run(env_clean() + "WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 LOCAL_WORLD_SIZE=1 " + tt_run_bin() + " " +
+                        y.string() + " -q");
+  EXPECT_EQ(local_rank.rc, 2) << local_rank.output;
+  EXPECT_HAS(local_rank.output, "LOCAL_RANK (1) must be below LOCAL_WORLD_SIZE (1)");
   for (const char* n : {"0", "-1"}) {  // -1 once read as "no --nproc", then refused by the parser
     auto few = run(env_clean() + tt_run_bin() + " --nproc " + n + " " + y.string());
     EXPECT_EQ(few.rc, 2) << few.output;
@@ -366,7 +375,7 @@ TEST(Dist, TheLauncherRefusesABadCommandLineOnceBeforeStartingWorkers) {
   const fs::path y = topic_pipeline(dir, "o");
   std::vector<std::string> bads = {"trainer.no_such_key=1", "trainer.device=tpu", "--no-such-option", "--sample hi",
                                    "--profile-memory"};
-  if (!torch::cuda::is_available()) bads.push_back("trainer.device=cuda");  // said by each worker as it set up
+  if (!torch::cuda::is_available()) bads.push_back("trainer.device=cuda");  // dist::check_device_for_workers
   for (const std::string& bad : bads) {
     const auto t0 = std::chrono::steady_clock::now();
     auto r = run(env_clean() + tt_run_bin() + " --nproc 2 " + y.string() + " " + bad + " -q --run-dir " +

@@ -21,7 +21,6 @@
 #include <malloc.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
-#include <torch/cuda.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -171,31 +170,6 @@ void check_predict_output(const std::string& out, const std::string& resolved_ya
   TT_CHECK_AS(ConfigError, !own, "--predict-out ", out, " is a file of the run's own (", run_dir.string(),
               "), which it would overwrite; name another file (the default is ", (run_dir / "predictions.csv").string(),
               ")");
-}
-
-// What each worker of tt-run --nproc N checks of trainer.device once it has joined the others
-// (core/src/train/setup.cpp), checked by the launcher first, so that it is said once.
-void check_device_for_workers(const tt::Options& trainer, int nproc) {
-  torch::Device device(torch::kCPU);
-  try {
-    device = torch::Device(trainer.get_string("device"));
-  } catch (const std::exception&) {
-    return;  // the workers say what is wrong with it
-  }
-  if (!device.is_cuda()) return;
-  if (!torch::cuda::is_available())
-    trainer.fail("device", TT_WITH_CUDA ? "is cuda but no CUDA device is visible"
-                                        : "is cuda but this tt is built without CUDA (LibTorch is CPU-only)");
-  // tt-run --nproc gives each worker the GPU of its local rank (it sets no CUDA_VISIBLE_DEVICES):
-  // two workers on one GPU would fail inside NCCL after setup
-  const int64_t n = static_cast<int64_t>(torch::cuda::device_count());
-  if (nproc > 1) {
-    trainer.check(!device.has_index(), "device", "is " + device.str() + " but --nproc " + std::to_string(nproc) +
-                                                     " workers each take the GPU of their local rank: give cuda");
-    trainer.check(nproc <= n, "device",
-                  "is cuda but --nproc " + std::to_string(nproc) + " starts more workers than the " +
-                      std::to_string(n) + " visible GPUs (one each): give --nproc " + std::to_string(n) + " or fewer");
-  }
 }
 
 // The error that ends tt-run. A stop signal after it (tt-run --nproc stops the other workers
@@ -547,7 +521,7 @@ int main(int argc, char** argv) {
     }
     if (!predict_output.empty()) check_predict_output(predict_output, pipeline.resolved_yaml(), cfg.run_dir);
     if (nproc) {
-      check_device_for_workers(pipeline.trainer, *nproc);
+      tt::dist::check_device_for_workers(pipeline.trainer, *nproc);
       if (tt::interrupt_requested()) throw tt::Interrupted("interrupted before the workers started");
       tt::launch::Options lo;
       lo.nproc = *nproc;

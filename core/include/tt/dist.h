@@ -1,7 +1,7 @@
 #pragma once
 // Data-parallel training over PyTorch's c10d: Gloo for CPU tensors, NCCL for CUDA tensors
 // where tt is built against a CUDA Torch that has it (each rank on cuda:LOCAL_RANK). The context comes from the
-// torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT): rank 0
+// torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT): rank 0
 // serves a TCPStore at MASTER_ADDR:MASTER_PORT, every rank connects to it and joins one
 // ProcessGroupGloo. Without WORLD_SIZE (or with WORLD_SIZE=1) there is no context and
 // training is single-process. c10d stays out of this header (pimpl).
@@ -18,6 +18,10 @@
 
 #include "tt/export.h"
 
+namespace tt {
+class Options;
+}
+
 namespace tt::dist {
 
 struct Env {
@@ -25,6 +29,8 @@ struct Env {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::chrono::milliseconds timeout{60000};
+  int local_world_size = 0;  // the workers on this machine (LOCAL_WORLD_SIZE); 0 where unset (last: the
+                             // fields before it keep their offsets for modules built before it)
 };
 
 // The value tt-run --nproc sends with SIGTERM (sigqueue) when it stops the other workers after
@@ -36,6 +42,16 @@ constexpr int kStopAfterWorkerFailed = 0x74747374;
 // ConfigError naming the variable and the fix.
 TT_API Env env_from_environment();
 
+// The device `trainer.device` names (cpu, cuda or cuda:N), checked against this machine (CUDA built
+// in, a GPU visible; ConfigError naming trainer.device otherwise), for a run alone (`env`
+// nullptr) or the data-parallel worker of `env`: there a plain `cuda` is the GPU of its local rank
+// (cuda:0 where the worker sees one GPU only, given its own by CUDA_VISIBLE_DEVICES).
+TT_API c10::Device worker_device(const Options& trainer, const Env* env);
+// tt-run --nproc's check of `trainer.device` before it starts `nproc` workers on this machine:
+// each takes the GPU of its local rank (the launcher sets no CUDA_VISIBLE_DEVICES), so a `cuda`
+// run needs a plain `cuda` and a GPU per worker.
+TT_API void check_device_for_workers(const Options& trainer, int nproc);
+
 class TT_API Context {
  public:
   explicit Context(const Env& env);  // rendezvous; throws tt::Error on timeout
@@ -46,6 +62,7 @@ class TT_API Context {
   int rank() const { return env_.rank; }
   int world_size() const { return env_.world_size; }
   int local_rank() const { return env_.local_rank; }
+  const Env& env() const { return env_; }
   bool is_root() const { return env_.rank == 0; }
   // Whether CUDA tensors go over NCCL (CUDA builds whose Torch has it, with a GPU visible).
   bool has_nccl() const;

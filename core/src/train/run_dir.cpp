@@ -84,28 +84,32 @@ std::string summary_status(const nlohmann::json& j) {
   return j.contains("status") && j["status"].is_string() ? j["status"].get<std::string>() : "";
 }
 
-int64_t last_logged_step(const fs::path& metrics) {
+namespace {
+// Calls f(step, line) for each line of metrics.jsonl that is a JSON object with an integer "step",
+// in the file's order (a line cut short by a kill is skipped).
+template <class F>
+void for_each_step_line(const fs::path& metrics, F&& f) {
   std::ifstream in(metrics);
-  int64_t last = 0;
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) last = std::max(last, j["step"].get<int64_t>());
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) f(j["step"].get<int64_t>(), j);
   }
+}
+}  // namespace
+
+int64_t last_logged_step(const fs::path& metrics) {
+  int64_t last = 0;
+  for_each_step_line(metrics, [&](int64_t step, const nlohmann::json&) { last = std::max(last, step); });
   return last;
 }
 
 std::vector<std::pair<int64_t, double>> logged_losses(const fs::path& metrics, int64_t up_to) {
-  std::ifstream in(metrics);
   std::vector<std::pair<int64_t, double>> out;
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer() || !j.contains("loss") ||
-        !j["loss"].is_number())
-      continue;
-    const int64_t step = j["step"].get<int64_t>();
+  for_each_step_line(metrics, [&](int64_t step, const nlohmann::json& j) {
+    if (!j.contains("loss") || !j["loss"].is_number()) return;
     const double loss = j["loss"].get<double>();
     if (step <= up_to && std::isfinite(loss) && (out.empty() || step > out.back().first)) out.emplace_back(step, loss);
-  }
+  });
   return out;
 }
 

@@ -154,40 +154,21 @@ void setup_process(Run& run) {
   run.threads = configure_threads(asked);
   // Workers on one machine (LOCAL_WORLD_SIZE: tt-run --nproc's, torchrun's) whose threads add up
   // to more than its cores wait on each other's threads: steps many times slower.
-  if (const char* local = std::getenv("LOCAL_WORLD_SIZE"); run.dist && run.root && local)
-    if (const int n = std::atoi(local), cores = usable_cores(); n > 1 && n * run.threads > cores)
-      log().warn("{} workers on this machine x {} threads each = {}, more than its {} cores: their steps wait on each "
-                 "other (many times slower); {} {}", n, run.threads, n * run.threads, cores, asked > 0 ?
-                 "set trainer.threads=0 (tt-run --nproc shares the cores out) or at most" :
-                 "unset OMP_NUM_THREADS (tt-run --nproc then shares the cores out) or set it to at most",
-                 std::max(1, cores / n));
+  if (const int n = run.dist ? run.dist->env().local_world_size : 0, cores = usable_cores();
+      run.root && n > 1 && n * run.threads > cores)
+    log().warn("{} workers on this machine x {} threads each = {}, more than its {} cores: their steps wait on each "
+               "other (many times slower); {} {}", n, run.threads, n * run.threads, cores, asked > 0 ?
+               "set trainer.threads=0 (tt-run --nproc shares the cores out) or at most" :
+               "unset OMP_NUM_THREADS (tt-run --nproc then shares the cores out) or set it to at most",
+               std::max(1, cores / n));
   set_flush_denormal(T.get_bool("flush_denormal"));
   seed_everything(run.pipeline.seed);
   run.meter.set_caching(T.get_bool("cache_allocations"));
   run.meter.set_cap(0);  // the cap applies to training, from FIT_START on
-  const std::string dev = T.get_string("device");
-  try {
-    s.device = torch::Device(dev);
-  } catch (const std::exception&) {
-    T.fail("device", "must be cpu, cuda or cuda:N, got '" + dev + "'");
-  }
-  if (s.device.is_cuda() && !torch::cuda::is_available())
-    T.fail("device", TT_WITH_CUDA ? "is cuda but no CUDA device is visible"
-                                  : "is cuda but this tt is built without CUDA (LibTorch is CPU-only)");
-  if (run.dist && s.device.is_cuda()) {
-    // One GPU per rank, as torchrun does it: `device: cuda` means cuda:LOCAL_RANK.
-    const int64_t n = static_cast<int64_t>(torch::cuda::device_count());
-    const int local = run.dist->local_rank();
-    if (!s.device.has_index()) {
-      // one visible GPU: the launcher gave each rank its own (CUDA_VISIBLE_DEVICES per rank)
-      T.check(local < n || n == 1, "device",
-              "is cuda but local rank " + std::to_string(local) + " has no GPU of its own (" + std::to_string(n) +
-                  " visible): start at most " + std::to_string(n) + " workers per machine");
-      s.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(n == 1 ? 0 : local));
-    }
+  s.device = dist::worker_device(T, run.dist ? &run.dist->env() : nullptr);
+  if (run.dist && s.device.is_cuda())
     T.check(run.dist->has_nccl(), "device",
             "is cuda in a data-parallel run but this tt has no NCCL backend: build it against a CUDA Torch with NCCL");
-  }
   // cuda:N is the current device too: the meter's statistics and device-less launches refer to it
   if (s.device.is_cuda() && s.device.has_index()) Meter::use_device(s.device.index());
 }
