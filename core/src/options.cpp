@@ -310,7 +310,7 @@ Options Options::parse(const YAML::Node& node, const Schema& schema, const std::
         std::string valid;
         for (const auto& k : schema.keys()) valid += (valid.empty() ? "" : ", ") + k;
         msg += valid.empty() ? " (it takes no options)" : " (valid keys: " + valid + ")";
-        throw ConfigError(msg);
+        throw UnknownKeyError(msg);
       }
     }
   }

@@ -206,11 +206,11 @@ ComponentSpec parse_component(const YAML::Node& node, const std::string& section
   std::string ctx = section + " (" + c.name + ")";
   try {
     c.options = Options::parse(opts, *schema, ctx, file, {"name"}, origins_under(overrides, prefix, node));
-  } catch (const ConfigError& e) {
+  } catch (const UnknownKeyError& e) {
     // A name changed on the command line keeps the file's other keys, set for the one it named
     const auto renamed = std::find_if(overrides.begin(), overrides.end(),
                                       [&](const std::string& o) { return o.rfind(path + ".name=", 0) == 0; });
-    if (renamed == overrides.end() || std::string(e.what()).find(": unknown key '") == std::string::npos) throw;
+    if (renamed == overrides.end()) throw;
     throw ConfigError(detail::cat(e.what(), ". The command line's ", *renamed, " keeps ", file, "'s other ", path,
                                   " keys: give the whole section instead, e.g. '", path, "={name: ", c.name, "}'"));
   }

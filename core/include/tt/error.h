@@ -26,6 +26,15 @@ class TT_API ConfigError : public Error {
   int exit_code() const override { return 2; }
 };
 
+// A section has a key its component does not take (Options::parse; exit 2 as any ConfigError):
+// its own type, so a caller can add what it knows (pipeline.cpp: a component renamed on the
+// command line keeps the file's other keys).
+class TT_API UnknownKeyError : public ConfigError {
+ public:
+  using ConfigError::ConfigError;
+  ~UnknownKeyError() override;
+};
+
 // A plugin or model library was not found or was refused (exit 3).
 class TT_API ModuleError : public Error {
  public:
