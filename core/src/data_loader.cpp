@@ -170,7 +170,11 @@ Batch DataLoader::get(int64_t epoch, int64_t index) {
       error_ = nullptr;
     }
   }
-  if (!have) b = fetch(epoch, index);
+  if (have) {
+    for (const auto& [name, t] : b.batch.tensors) Meter::global().adopt(t);  // the step's from now on
+  } else {
+    b = fetch(epoch, index);
+  }
   const int64_t next = index + 1;
   if (next < batches_per_epoch()) request(epoch, next);
   else request(epoch + 1, 0);

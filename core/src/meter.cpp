@@ -68,7 +68,9 @@ void raise_to(std::atomic<int64_t>& peak, int64_t now) {
 
 class TrackingAllocator final : public c10::Allocator {
  public:
-  std::atomic<int64_t> current{0}, peak{0}, count{0}, cap{0}, cached{0}, background{0}, marked_peak{0};
+  // current = foreground + background; peak and marked_peak are foreground peaks
+  std::atomic<int64_t> current{0}, peak{0}, count{0}, cap{0}, cached{0}, marked_peak{0};
+  std::atomic<int64_t> foreground{0}, background{0}, background_peak{0};
   // Reserved: the pool's pages (live and idle) plus the live blocks malloc holds.
   std::atomic<int64_t> pooled{0}, unpooled{0}, reserved_peak{0};
   std::atomic<bool> caching{false};
@@ -138,22 +140,44 @@ class TrackingAllocator final : public c10::Allocator {
     h->requested = n;
     h->block = block;
     h->background = t_background;
-    if (t_background) background.fetch_add(static_cast<int64_t>(n));
-    const int64_t now = current.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
-    raise_to(peak, now);
-    raise_to(marked_peak, now);
+    current.fetch_add(static_cast<int64_t>(n));
     count.fetch_add(1);
-    if (tracing.load(std::memory_order_relaxed)) record(now);
+    if (t_background) {
+      raise_to(background_peak, background.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n));
+    } else {
+      raise_foreground(static_cast<int64_t>(n));
+    }
     void* data = static_cast<char*>(base) + kHeader;
     return {data, data, &TrackingAllocator::deleter, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  // `n` more foreground bytes: the peaks (and the trace) follow the foreground.
+  void raise_foreground(int64_t n) {
+    const int64_t now = foreground.fetch_add(n) + n;
+    raise_to(peak, now);
+    raise_to(marked_peak, now);
+    if (tracing.load(std::memory_order_relaxed)) record(now);
+  }
+
+  // A background block becomes foreground (the step took the prefetched batch it belongs to).
+  void adopt(void* data) {
+    auto* h = reinterpret_cast<Header*>(static_cast<char*>(data) - kHeader);
+    if (!h->background) return;
+    h->background = false;
+    background.fetch_sub(static_cast<int64_t>(h->requested));
+    raise_foreground(static_cast<int64_t>(h->requested));
   }
 
   void free_block(void* data) {
     void* base = static_cast<char*>(data) - kHeader;
     auto* h = static_cast<Header*>(base);
-    const int64_t now = current.fetch_sub(static_cast<int64_t>(h->requested)) - static_cast<int64_t>(h->requested);
-    if (tracing.load(std::memory_order_relaxed)) record(now);
-    if (h->background) background.fetch_sub(static_cast<int64_t>(h->requested));
+    current.fetch_sub(static_cast<int64_t>(h->requested));
+    if (h->background) {
+      background.fetch_sub(static_cast<int64_t>(h->requested));
+    } else {
+      const int64_t now = foreground.fetch_sub(static_cast<int64_t>(h->requested)) - static_cast<int64_t>(h->requested);
+      if (tracing.load(std::memory_order_relaxed)) record(now);
+    }
     if (h->block) {
       std::lock_guard<std::mutex> lock(mu_);
       pool_.give(h->block);
@@ -205,16 +229,24 @@ void Meter::install() {
 bool Meter::installed() const { return g_alloc != nullptr; }
 int64_t Meter::current() const { return g_alloc ? g_alloc->current.load() : 0; }
 int64_t Meter::background_current() const { return g_alloc ? g_alloc->background.load() : 0; }
+int64_t Meter::foreground_current() const { return g_alloc ? g_alloc->foreground.load() : 0; }
+int64_t Meter::background_peak() const { return g_alloc ? g_alloc->background_peak.load() : 0; }
+void Meter::adopt(const at::Tensor& t) {
+  if (!g_alloc || !t.defined() || !t.has_storage() || t.device().type() != c10::DeviceType::CPU) return;
+  const c10::DataPtr& p = t.storage().data_ptr();
+  if (p.get() && p.get_deleter() == &TrackingAllocator::deleter) g_alloc->adopt(p.get());
+}
 Meter::BackgroundScope::BackgroundScope() : was_(t_background) { t_background = true; }
 Meter::BackgroundScope::~BackgroundScope() { t_background = was_; }
 int64_t Meter::peak() const { return g_alloc ? g_alloc->peak.load() : 0; }
 void Meter::reset_peak() {
   if (!g_alloc) return;
-  g_alloc->peak.store(g_alloc->current.load());
+  g_alloc->peak.store(g_alloc->foreground.load());
   g_alloc->reserved_peak.store(g_alloc->reserved());
+  g_alloc->background_peak.store(g_alloc->background.load());
 }
 void Meter::mark_peak() {
-  if (g_alloc) g_alloc->marked_peak.store(g_alloc->current.load());
+  if (g_alloc) g_alloc->marked_peak.store(g_alloc->foreground.load());
 }
 int64_t Meter::peak_since_mark() const { return g_alloc ? g_alloc->marked_peak.load() : 0; }
 int64_t Meter::reserved() const { return g_alloc ? g_alloc->reserved() : 0; }
@@ -227,7 +259,7 @@ void Meter::start_trace(size_t max_events) {
   g_alloc->trace.reserve(max_events);
   g_alloc->trace_max = max_events;
   g_alloc->trace_t0 = std::chrono::steady_clock::now();
-  g_alloc->trace.push_back({0.0, g_alloc->current.load()});
+  g_alloc->trace.push_back({0.0, g_alloc->foreground.load()});
   g_alloc->tracing.store(true);
 }
 

@@ -383,3 +383,35 @@ TEST(Meter, BackgroundTensorsAreKeptApartFromTheForeground) {
   EXPECT_EQ(m.background_current(), bg0);
   EXPECT_EQ(m.foreground_current() - fg0, 2040);
 }
+
+// The peak follows the foreground: a batch prefetched during the step's peak does not raise it
+// (whether it did depended on how the two threads interleaved, so peaks varied run to run); it
+// counts from when the step takes it (adopt), as if the step had read it then, and
+// background_peak() says what the prefetch held besides.
+TEST(Meter, APrefetchedBatchCountsInThePeakFromWhenTheStepTakesIt) {
+  Meter& m = Meter::global();
+  ASSERT_TRUE(m.installed());
+  m.set_caching(false);
+  m.reset_peak();
+  const int64_t fg0 = m.foreground_current(), bg0 = m.background_current();
+  torch::Tensor batch;
+  std::thread([&] {
+    Meter::BackgroundScope scope;
+    auto scratch = torch::empty({2000}, torch::kFloat);  // the loader's own temporary, freed there
+    batch = torch::empty({1000}, torch::kFloat);
+  }).join();
+  EXPECT_EQ(m.peak(), fg0);  // nothing of the prefetch
+  EXPECT_EQ(m.background_peak() - bg0, 12000);
+  const torch::Tensor view = batch.slice(0, 0, 10);
+  m.adopt(batch);
+  m.adopt(view);  // the same storage: counted once
+  EXPECT_EQ(m.background_current(), bg0);
+  EXPECT_EQ(m.foreground_current() - fg0, 4000);
+  EXPECT_EQ(m.peak() - fg0, 4000);
+  auto foreground = torch::empty({500}, torch::kFloat);
+  m.adopt(foreground);  // already the foreground's: unchanged
+  EXPECT_EQ(m.foreground_current() - fg0, 6000);
+  batch = torch::Tensor();
+  EXPECT_EQ(m.foreground_current() - fg0, 6000);  // the view still holds the storage
+  EXPECT_EQ(m.peak() - fg0, 6000);
+}

@@ -16,6 +16,10 @@
 
 #include "tt/export.h"
 
+namespace at {
+class Tensor;
+}
+
 namespace tt {
 
 struct MemorySnapshot {
@@ -39,10 +43,17 @@ class TT_API Meter {
 
   int64_t current() const;  // live tensor bytes
   // Live tensor bytes allocated inside a BackgroundScope (the loader's prefetch of the next
-  // batch), and the rest: the trainer measures what a step adds (activations, optimizer
-  // state) on the foreground bytes, so a batch fetched meanwhile is not counted in them.
+  // batch) and not yet adopted, and the rest: the trainer measures what a step adds
+  // (activations, optimizer state) on the foreground bytes, so a batch fetched meanwhile is not
+  // counted in them.
   int64_t background_current() const;
-  int64_t foreground_current() const { return current() - background_current(); }
+  int64_t foreground_current() const;
+  // The most background bytes live at once: what the prefetch holds besides peak().
+  int64_t background_peak() const;
+  // Makes `t`'s storage foreground from now on (it counts in peak() as if allocated now): the
+  // loader hands the prefetched batch to the step with it. A foreground tensor, or one this
+  // allocator did not make, is left as it is.
+  void adopt(const at::Tensor& t);
   // Marks the tensors this thread allocates while it lives as background ones.
   class TT_API BackgroundScope {
    public:
@@ -54,12 +65,15 @@ class TT_API Meter {
    private:
     bool was_;
   };
+  // The most foreground bytes live at once. A prefetched batch counts from when the step takes
+  // it, so the peak does not depend on how the loader's thread and the step interleave (it
+  // repeats run to run); the process held up to background_peak() more.
   int64_t peak() const;
-  void reset_peak();        // peak := current, reserved_peak := reserved
+  void reset_peak();        // peak := foreground, reserved_peak := reserved, background_peak := background
   // A second peak of live tensor bytes, from a mark on, that leaves peak() alone: a plugin's
   // own measure of a phase (oom-guard's peak since its out-of-memory retry). Before any mark,
   // the peak since install().
-  void mark_peak();         // peak_since_mark := current
+  void mark_peak();         // peak_since_mark := foreground
   int64_t peak_since_mark() const;
   // Memory held for tensors: their blocks (whole pages while caching) and the cached ones;
   // with the tensors' peak, it tells the allocator's share of the process's RSS.
@@ -67,7 +81,7 @@ class TT_API Meter {
   int64_t reserved_peak() const;
   int64_t allocations() const;  // number of allocations so far
 
-  // A timeline of live tensor bytes: after start_trace(), every allocation and free records
+  // A timeline of live (foreground) tensor bytes: after start_trace(), every allocation and free records
   // (seconds since the start, live bytes after it), up to max_events (the first event is the
   // state at the start). For profiling one step; off (one relaxed load per allocation) otherwise.
   struct TraceEvent {

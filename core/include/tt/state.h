@@ -30,7 +30,8 @@ struct MemoryBreakdown {
   int64_t held = 0;  // what plugins report holding in tensors (tt::report_held, Held::Tensors)
   int64_t peak_reserved = 0;  // CPU: the allocator's peak hold (tensors' pages and its cache)
   // `peak` less the four parts, the teacher and what plugins report holding in tensors: what a
-  // plugin holds of its own unreported and what is live beside the step (the next batch); negative
+  // plugin holds of its own unreported and what is live beside the step (not the next batch: the
+  // loader's prefetch counts from when the step takes it, tt/meter.h); negative
   // where the parts, each its own largest, were not all live at the peak. summary.json's
   // rest_bytes, which compare and profile show.
   int64_t rest(int64_t peak) const {

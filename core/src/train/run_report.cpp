@@ -131,6 +131,7 @@ json RunReport::build() const {
        {{"peak_tensor_bytes", in_loop ? run_.peak() : mem.peak_tensor},
         {"peak_rss_bytes", in_loop ? run_.rss_peak() : mem.peak_rss},
         {"peak_reserved_bytes", mem.peak_reserved},
+        {"peak_prefetch_bytes", run_.meter.background_peak()},
         {"rss_anon_start_bytes", mem.rss_anon_start},
         {"library_pages_released_bytes", rec.library_pages_released},
         {"rss_anon_end_bytes", mem.rss_anon_end},
