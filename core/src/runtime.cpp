@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -34,6 +35,21 @@ int usable_cores() {
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      const size_t at = line.find_first_not_of(" \t", line.find(':') + 1);
+      if (at != std::string::npos) return line.substr(at);
+    }
+  return "unknown CPU";
+}
+
+double load_average() {
+  double load = -1;
+  return getloadavg(&load, 1) == 1 ? load : -1;
 }
 
 int threads_from_environment() {

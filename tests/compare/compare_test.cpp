@@ -9,10 +9,12 @@
 #include <vector>
 
 #include "test_support.h"
+#include "tt/compat.h"
 #include "tt/error.h"
 #include "tt/meter.h"
 #include "tt/options.h"
 #include "tt/report.h"
+#include "tt/runtime.h"
 
 namespace {
 using nlohmann::json;
@@ -561,6 +563,12 @@ TEST(Compare, CompareOverridesChangeTheComparisonAndTheOthersEachVariant) {
     const json s = tt::test::summary_of(c.dir / "ovr" / v);
     EXPECT_EQ(s["batch_size"], 2) << v;
   }
+  // trainer.max_steps does not set a comparison's length (it ran compare.steps, silently)
+  auto steps = c.run("max", "compare: {steps: 2, warmup_steps: 0, variants: {baseline: {}}}\n", "trainer.max_steps=4");
+  ASSERT_EQ(steps.rc, 0) << steps.output;
+  EXPECT_EQ(tt::test::step_lines(c.dir / "max" / "baseline" / "metrics.jsonl").size(), 2u);
+  EXPECT_HAS(steps.output, "compare: trainer.max_steps=4 does not set how long the variants run: each runs 0 warm-up + "
+                           "2 timed steps (--warmup N and --steps N set them)");
   // pipelines named on the command line have no compare: section to change
   std::ofstream(c.dir / "a.yaml") << c.base();
   std::ofstream(c.dir / "b.yaml") << c.base();
@@ -568,6 +576,37 @@ TEST(Compare, CompareOverridesChangeTheComparisonAndTheOthersEachVariant) {
                            (c.dir / "b.yaml").string() + " compare.steps=2");
   EXPECT_EQ(bad.rc, 2) << bad.output;
   EXPECT_NE(bad.output.find("'compare.steps=2' changes a compare: section"), std::string::npos) << bad.output;
+}
+
+// Under the table: what its columns are, and what the times were measured on (the CPU, LibTorch,
+// the load average), also in compare.json; compare.csv and compare.json carry the whole process's
+// peak RSS beside the training loop's, which the RSS column shows.
+TEST(Compare, TheTableSaysWhatItsColumnsAreAndWhatItRanOn) {
+  Cmp c;
+  auto r = c.run("legend", "compare: {steps: 2, warmup_steps: 0, variants: {baseline: {}, checkpoint: {plugins: "
+                           "[checkpoint]}}}\n");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_HAS(r.output, "  MiB of tensors (tt's allocator): peak, the most live at once, and its parts params..rest; RSS: "
+                       "the training loop's peak resident set (the whole process's is process_peak_rss_bytes in "
+                       "compare.json); step ms: the median step after the warm-up; vs base: the ratio to baseline\n");
+  EXPECT_HAS(r.output, "  on " + tt::cpu_model() + " (" + std::to_string(tt::usable_cores()) + " cores), LibTorch " +
+                           TT_TORCH_VERSION_STRING + ", 1 thread per variant; load average ");
+  const json doc = tt::test::read_json(c.dir / "legend" / "compare.json");
+  EXPECT_EQ(doc["machine"]["cpu"], tt::cpu_model());
+  EXPECT_EQ(doc["machine"]["libtorch"], TT_TORCH_VERSION_STRING);
+  EXPECT_GE(doc["machine"]["load_average_before"].get<double>(), 0.0);
+  const auto rows = csv_rows(c.dir / "legend" / "compare.csv");
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows) {
+    const json s = tt::test::summary_of(c.dir / "legend" / row.at("variant"));
+    EXPECT_EQ(std::stoll(row.at("process_peak_rss_bytes")), s["memory"]["process_peak_rss_bytes"].get<int64_t>());
+    EXPECT_GE(std::stoll(row.at("process_peak_rss_bytes")), std::stoll(row.at("peak_rss_bytes")));
+    EXPECT_EQ(s["machine"]["cpu"], tt::cpu_model());  // each run's summary says it too
+  }
+  for (const auto& [name, v] : by_name(doc)) {
+    EXPECT_EQ(v["process_peak_rss_bytes"],
+              tt::test::summary_of(c.dir / "legend" / name)["memory"]["process_peak_rss_bytes"]);
+  }
 }
 
 // What a plugin reports holding (tt::report_held) is a line of the breakdown, and the rest is

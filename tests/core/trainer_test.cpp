@@ -949,6 +949,10 @@ TEST(Trainer, WritesRunDirectory) {
   EXPECT_EQ(summary["memory"]["parameters_bytes"], 9 * 4);
   EXPECT_EQ(summary["memory"]["gradients_bytes"], 9 * 4);
   EXPECT_EQ(summary["memory"]["optimizer_state_bytes"], 2 * 9 * 4);  // Adam: exp_avg + exp_avg_sq
+  // the loader's thread built every batch after the first (x: 16 x 8 floats, y: 16)
+  EXPECT_GE(summary["memory"]["peak_prefetch_bytes"].get<int64_t>(), 16 * 9 * 4);
+  EXPECT_EQ(summary["machine"]["cpu"], tt::cpu_model());
+  EXPECT_EQ(summary["machine"]["cores"], tt::usable_cores());
   EXPECT_TRUE(summary.contains("validation"));
   // one metrics line per step with the documented fields, plus eval and epoch lines
   std::ifstream in(dir / "metrics.jsonl");

@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "child.h"
+#include "tt/compat.h"
 #include "tt/error.h"
 #include "tt/json_text.h"
 #include "tt/log.h"
@@ -211,7 +212,7 @@ void pareto_plot(const fs::path& out, const std::vector<Variant>& vs, const std:
 // The table (stdout), compare.csv, compare.json and the Pareto plot of the variants' results: at
 // the end of a comparison, or of an interrupted one (the variants not run say so in their rows).
 void write_report(const fs::path& out, const Options& o, const Spec& spec, const std::vector<Result>& results,
-                  size_t base) {
+                  size_t base, double load_before) {
   const size_t n = spec.variants.size();
   // A pipeline that evaluates gets a validation column
   // (val_loss when the model reports it, else the first of its metrics by name): a variant
@@ -259,6 +260,8 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
     const std::string k = key_of(r);
     return k.empty() ? nullptr : &r.summary[section][k];
   };
+  // The whole process's peak RSS (set-up and the final writes too), where the row's is training's.
+  auto process_rss = [](const Result& r) { return r.summary["memory"].value("process_peak_rss_bytes", int64_t{0}); };
   auto ratio = [](double x, double y) { return y > 0 ? fixed(x / y, 3) + "x" : std::string("-"); };
   auto quoted = [](std::string t) {
     for (size_t p = t.find('"'); p != std::string::npos; p = t.find('"', p + 2)) t.insert(p, 1, '"');
@@ -271,8 +274,23 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
               {"repeats", spec.repeats},
               {"variants", json::array()}};
   if (!val_key.empty()) doc["validation_metric"] = val_key;
+  // What the times were measured on. The 1-minute load average after the runs holds the last
+  // variants' own threads: the rest is other processes' work, which slows steps unevenly.
+  const double load_after = load_average();
+  const int cores = usable_cores();
+  int threads = 0;
+  for (const auto& r : results)
+    if (r.ok) threads = std::max(threads, r.summary.value("threads", 0));
+  const double others = std::max(load_before, load_after - threads);
+  doc["machine"] = {{"cpu", cpu_model()},
+                    {"cores", cores},
+                    {"libtorch", TT_TORCH_VERSION_STRING},
+                    {"threads", threads},
+                    {"load_average_before", load_before},
+                    {"load_average_after", load_after}};
   std::ofstream csv(out / "compare.csv");
-  csv << "variant,status,peak_tensor_bytes,peak_vs_baseline,process_peak_tensor_bytes,peak_rss_bytes,parameters_bytes,gradients_bytes,"
+  csv << "variant,status,peak_tensor_bytes,peak_vs_baseline,process_peak_tensor_bytes,peak_rss_bytes,process_peak_rss_bytes,"
+         "parameters_bytes,gradients_bytes,"
          "optimizer_state_bytes,activations_bytes,rest_bytes,median_step_ms,step_vs_baseline,samples_per_s,final_loss,"
       << (val_key.empty() ? "" : val_key + ",validation_metric,") << "plugins,reason\n";
   int w = 8;
@@ -300,7 +318,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
     if (!r.ok) {
       j["reason"] = r.reason;
       std::printf("%-*s %-14s %s\n", w, v.name.c_str(), r.status.c_str(), first_line(r.reason).c_str());
-      csv << v.name << ',' << quoted(r.status) << ",,,,,,,,,,,,,," << (val_key.empty() ? "" : ",,") << ','
+      csv << v.name << ',' << quoted(r.status) << ",,,,,,,,,,,,,,," << (val_key.empty() ? "" : ",,") << ','
           << quoted(first_line(r.reason)) << '\n';
     } else {
       const bool with_base = b.ok;
@@ -343,6 +361,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
                 {"process_peak_tensor_bytes", r.process_peak},
                 {"peak_since_oom_retry", r.peak_since_retry_shown()},
                 {"peak_rss_bytes", r.rss},
+                {"process_peak_rss_bytes", process_rss(r)},
                 {"parameters_bytes", r.params},
                 {"gradients_bytes", r.grads},
                 {"optimizer_state_bytes", r.optimizer},
@@ -364,7 +383,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
         j["step_vs_baseline"] = r.step_ms / b.step_ms;
       }
       csv << v.name << ",ok," << r.peak << ',' << (with_base ? fixed(double(r.peak) / b.peak, 4) : "") << ','
-          << r.process_peak << ',' << r.rss
+          << r.process_peak << ',' << r.rss << ',' << process_rss(r)
           << ',' << r.params << ',' << r.grads << ',' << r.optimizer << ',' << r.activations << ',' << rest << ','
           << fixed(r.step_ms, 3) << ',' << (with_base ? fixed(r.step_ms / b.step_ms, 4) : "") << ','
           << fixed(r.samples_per_s, 3) << ',' << fixed(r.loss, 6) << ',';
@@ -385,7 +404,25 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
                   spec.variants[i].name.c_str(), format_mib(static_cast<double>(*lo)).c_str(),
                   format_mib(static_cast<double>(*hi)).c_str(), rss.size());
   }
+  for (size_t i = 0; i < results.size(); ++i) {  // a step time that moved between runs
+    const std::vector<double>& t = results[i].repeat_step_ms;
+    if (!results[i].ok || t.size() < 2) continue;
+    const auto [lo, hi] = std::minmax_element(t.begin(), t.end());
+    if (*hi > *lo * 1.1)
+      std::printf("  ~ %s: step time ranged %.1f..%.1f ms over its %zu runs; the row is the median\n",
+                  spec.variants[i].name.c_str(), *lo, *hi, t.size());
+  }
   for (const auto& f : footnotes) std::printf("  * %s\n", f.c_str());
+  std::printf("  MiB of tensors (tt's allocator): peak, the most live at once, and its parts params..rest; RSS: the "
+              "training loop's peak resident set (the whole process's is process_peak_rss_bytes in compare.json); "
+              "step ms: the median step after the warm-up; vs base: the ratio to %s\n", spec.baseline.c_str());
+  std::printf("  on %s (%d cores), LibTorch %s, %d thread%s per variant; load average %.2f before, %.2f after\n",
+              cpu_model().c_str(), cores, TT_TORCH_VERSION_STRING, threads, threads == 1 ? "" : "s", load_before,
+              load_after);
+  if (others >= 0.5)
+    std::printf("  ! other processes kept about %.1f of the %d cores busy while this ran: step times and their "
+                "ratios are not reliable; compare again on an idle machine (--repeats N runs the variants in "
+                "turn)\n", others, cores);
   std::ofstream(out / "compare.json") << tt::json_text(doc, 2) << "\n";
   pareto_plot(out, spec.variants, results);
 }
@@ -435,6 +472,12 @@ int run(const Options& o) {
   TT_CHECK_AS(ConfigError, spec.warmup >= 0, "compare: warmup_steps must be 0 or more");
   TT_CHECK_AS(ConfigError, spec.repeats >= 1, "compare: repeats must be at least 1");
   if (spec.baseline.empty()) spec.baseline = spec.variants.front().name;
+  // Each variant runs warmup + steps steps whatever its trainer.max_steps: one set on the command
+  // line changes nothing but whether an evaluation-only pipeline trains.
+  for (const auto& ov : overrides)
+    if (ov.rfind("trainer.max_steps=", 0) == 0 && ov != "trainer.max_steps=0")
+      log().warn("compare: {} does not set how long the variants run: each runs {} warm-up + {} timed steps "
+                 "(--warmup N and --steps N set them)", ov, spec.warmup, spec.steps);
   size_t base = spec.variants.size();
   for (size_t i = 0; i < spec.variants.size(); ++i)
     if (spec.variants[i].name == spec.baseline) base = i;
@@ -530,6 +573,7 @@ int run(const Options& o) {
     throw ConfigError(msg);
   }
 
+  const double load_before = load_average();  // other processes' work: nothing of ours runs yet
   if (!o.quiet)
     std::printf("comparing %zu variants, %d steps each after %d warm-up steps, %d run%s each, in %s\n", n, spec.steps,
                 spec.warmup, spec.repeats, spec.repeats > 1 ? "s" : "", out.c_str());
@@ -608,7 +652,7 @@ int run(const Options& o) {
     if (interrupted && r.status == "not run") r.reason = "the comparison was interrupted before this variant";
   }
 
-  write_report(out, o, spec, results, base);
+  write_report(out, o, spec, results, base, load_before);
   std::printf("\n%s: compare.csv, compare.json%s, one folder and log per variant\n", out.c_str(),
               fs::exists(out / "compare.png") ? ", compare.png (Pareto plot)" : "");
   std::fflush(stdout);  // the table before what follows on stderr, also when both go to one pipe

@@ -32,6 +32,10 @@ TT_API int usable_threads(int threads);
 TT_API int configure_threads(int threads);
 // The cores this process may run on (its CPU affinity, which containers and taskset narrow).
 TT_API int usable_cores();
+// What a time was measured on: the CPU's model name (/proc/cpuinfo's first "model name", else
+// "unknown CPU") and the 1-minute load average (-1 where it cannot be read).
+TT_API std::string cpu_model();
+TT_API double load_average();
 TT_API void set_flush_denormal(bool on);
 TT_API void seed_everything(uint64_t seed);
 

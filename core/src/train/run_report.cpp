@@ -10,10 +10,12 @@
 #include "train/callbacks.h"
 #include "train/run_dir.h"
 #include "tt/checkpoint.h"
+#include "tt/compat.h"
 #include "tt/extension.h"
 #include "tt/json_text.h"
 #include "tt/log.h"
 #include "tt/registry.h"
+#include "tt/runtime.h"
 
 namespace fs = std::filesystem;
 
@@ -119,6 +121,7 @@ json RunReport::build() const {
       {"parameters", s.model ? count_elements(s.model->parameters()) : 0},
       {"trainable_parameters", count_elements(run_.trainable)},
       {"threads", run_.threads},
+      {"machine", {{"cpu", cpu_model()}, {"cores", usable_cores()}, {"libtorch", TT_TORCH_VERSION_STRING}}},
       {"wall_seconds", seconds_since(rec.started)},
       {"setup_seconds", rec.setup_seconds},
       {"train_seconds", train_seconds},
