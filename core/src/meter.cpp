@@ -159,6 +159,8 @@ class TrackingAllocator final : public c10::Allocator {
     if (tracing.load(std::memory_order_relaxed)) record(now);
   }
 
+
+ public:
   // A background block becomes foreground (the step took the prefetched batch it belongs to).
   void adopt(void* data) {
     auto* h = reinterpret_cast<Header*>(static_cast<char*>(data) - kHeader);
@@ -167,6 +169,8 @@ class TrackingAllocator final : public c10::Allocator {
     background.fetch_sub(static_cast<int64_t>(h->requested));
     raise_foreground(static_cast<int64_t>(h->requested));
   }
+
+ private:
 
   void free_block(void* data) {
     void* base = static_cast<char*>(data) - kHeader;
