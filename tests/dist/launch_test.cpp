@@ -155,3 +155,28 @@ TEST(Launch, TheLinesOfRanksAboveZeroSayTheirRank) {
   EXPECT_EQ(e.err.find("[rank 0]"), std::string::npos) << e.err;
   EXPECT_EQ(e.err.find("[rank 1] \n"), std::string::npos) << e.err;
 }
+
+TEST(Launch, AFailedWorkersLastLinesComeBeforeTheLauncherSaysItFailed) {
+  // rank 1 says why and exits 3 at once: its line is passed on before "rank 1 ... exited"
+  const fs::path dir = tt::test::temp_dir("launch_last");
+  const auto e = launch_two(worker(dir, "if [ \"$RANK\" = 1 ]; then echo 'error: why it failed' >&2; exit 3; fi; "
+                                        "sleep 0.5"));
+  EXPECT_EQ(e.code, 3) << e.err;
+  const size_t why = e.err.find("[rank 1] error: why it failed\n"), said = e.err.find("tt-run --nproc: rank 1");
+  ASSERT_NE(why, std::string::npos) << e.err;
+  ASSERT_NE(said, std::string::npos) << e.err;
+  EXPECT_LT(why, said) << e.err;
+}
+
+TEST(Launch, ALineLongerThanTheLauncherHoldsIsPassedOnWholeWithOnePrefix) {
+  // 300,000 characters without a newline (a progress bar that never ends its line), then more:
+  // passed on in parts as they come, labelled once, nothing lost
+  const fs::path dir = tt::test::temp_dir("launch_long");
+  const auto e = launch_two(worker(dir, "if [ \"$RANK\" = 1 ]; then head -c 300000 /dev/zero | tr '\\0' x >&2; "
+                                        "echo ' end' >&2; echo 'next' >&2; fi"));
+  EXPECT_EQ(e.code, 0) << e.err;
+  EXPECT_HAS(e.err, "[rank 1] " + std::string(300000, 'x') + " end\n[rank 1] next\n");
+  size_t labels = 0;
+  for (size_t at = e.err.find("[rank 1]"); at != std::string::npos; at = e.err.find("[rank 1]", at + 1)) ++labels;
+  EXPECT_EQ(labels, 2u) << e.err.size();
+}

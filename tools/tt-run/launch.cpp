@@ -79,8 +79,11 @@ int free_port() {
 struct Labelled {
   int fd = -1;          // the pipe's read end; -1 once it is closed
   int to = 1;           // 1 or 2
+  int rank = 0;
   std::string prefix;   // "[rank R] "
   std::string partial;  // the line read so far
+  bool mid_line = false;  // a line too long to hold was passed on in part: its rest has no prefix
+  static constexpr size_t kMaxLine = 64 * 1024;
   void write_all(const std::string& text) const {
     for (size_t at = 0; at < text.size();) {
       const ssize_t n = ::write(to, text.data() + at, text.size() - at);
@@ -89,28 +92,41 @@ struct Labelled {
       at += static_cast<size_t>(n);
     }
   }
-  // Reads what is there; writes the complete lines. At the end of the stream, the rest too.
-  void pump() {
+  // Reads what is there, up to 64 KiB (a worker that writes without pause does not hold up the
+  // others or the launcher's signals); writes the complete lines, and a line longer than kMaxLine
+  // in parts. At the end of the stream, the rest too. Returns whether more may be waiting.
+  bool pump() {
     char buf[4096];
-    for (;;) {
+    for (int reads = 0; reads < 16;) {
       const ssize_t n = ::read(fd, buf, sizeof buf);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return;  // EAGAIN: nothing more now
+      if (n < 0) return false;  // EAGAIN: nothing more now
+      ++reads;
       if (n == 0) {
-        if (!partial.empty()) write_all(prefix + partial + "\n");
+        if (!partial.empty()) write_all((mid_line ? "" : prefix) + partial + "\n");
         partial.clear();
         ::close(fd);
         fd = -1;
-        return;
+        return false;
       }
+      const size_t scanned = partial.size();  // holds no newline: only what came is searched
       partial.append(buf, static_cast<size_t>(n));
       std::string out;
       size_t start = 0;
-      for (size_t nl; (nl = partial.find('\n', start)) != std::string::npos; start = nl + 1)
-        out += (nl == start ? "" : prefix) + partial.substr(start, nl + 1 - start);  // an empty line stays empty
+      for (size_t nl; (nl = partial.find('\n', std::max(start, scanned))) != std::string::npos; start = nl + 1) {
+        const bool bare = nl == start || (start == 0 && mid_line);  // an empty line stays empty
+        out += (bare ? "" : prefix) + partial.substr(start, nl + 1 - start);
+        mid_line = false;
+      }
       partial.erase(0, start);
+      if (partial.size() > kMaxLine) {
+        out += (mid_line ? "" : prefix) + partial;
+        partial.clear();
+        mid_line = true;
+      }
       if (!out.empty()) write_all(out);
     }
+    return true;
   }
 };
 
@@ -237,7 +253,16 @@ int run(const Options& o) {
       out[0] = out[1] = err[0] = err[1] = -1;  // no pipes: its lines go out unlabelled
     }
     pid_t pid = fork();
-    TT_CHECK(pid >= 0, "tt-run --nproc: fork failed: ", std::strerror(errno));
+    if (pid < 0) {  // the workers started so far are stopped (they wait for the others) and reaped
+      const int err = errno;
+      for (int q = 0; q < r; ++q) kill(pids[q], SIGKILL);
+      for (int q = 0; q < r; ++q) waitpid(pids[q], nullptr, 0);
+      for (int fd : {out[0], out[1], err[0], err[1]})
+        if (fd >= 0) ::close(fd);
+      for (auto& l : streams)
+        if (l.fd >= 0) ::close(l.fd);
+      TT_FAIL("tt-run --nproc: fork failed for rank ", r, ": ", std::strerror(err));
+    }
     if (pid == 0) {
       // Its own process group: a Ctrl-C at the terminal reaches the launcher only, which
       // passes the first on and answers a second with SIGKILL.
@@ -261,7 +286,7 @@ int run(const Options& o) {
       for (auto [rd, wr, to] : {std::tuple{out[0], out[1], 1}, std::tuple{err[0], err[1], 2}}) {
         ::close(wr);
         ::fcntl(rd, F_SETFL, ::fcntl(rd, F_GETFL) | O_NONBLOCK);
-        streams.push_back({rd, to, prefix, ""});
+        streams.push_back({rd, to, r, prefix});
       }
     }
   }
@@ -313,6 +338,9 @@ int run(const Options& o) {
     if (r == o.nproc) continue;
     alive[r] = false;
     --remaining;
+    for (auto& l : streams)  // its last lines before what the launcher says of it (a few MiB at most)
+      for (int k = 0; l.rank == r && l.fd >= 0 && k < 64 && l.pump(); ++k) {
+      }
     const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
     // Interrupted: the launcher passed a Ctrl-C / SIGTERM on (each worker writes its checkpoint
