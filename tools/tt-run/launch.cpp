@@ -254,14 +254,14 @@ int run(const Options& o) {
     }
     pid_t pid = fork();
     if (pid < 0) {  // the workers started so far are stopped (they wait for the others) and reaped
-      const int err = errno;
+      const int why = errno;
       for (int q = 0; q < r; ++q) kill(pids[q], SIGKILL);
       for (int q = 0; q < r; ++q) waitpid(pids[q], nullptr, 0);
       for (int fd : {out[0], out[1], err[0], err[1]})
         if (fd >= 0) ::close(fd);
       for (auto& l : streams)
         if (l.fd >= 0) ::close(l.fd);
-      TT_FAIL("tt-run --nproc: fork failed for rank ", r, ": ", std::strerror(err));
+      TT_FAIL("tt-run --nproc: fork failed for rank ", r, ": ", std::strerror(why));
     }
     if (pid == 0) {
       // Its own process group: a Ctrl-C at the terminal reaches the launcher only, which
