@@ -286,7 +286,12 @@ int run(const Options& o) {
       for (auto [rd, wr, to] : {std::tuple{out[0], out[1], 1}, std::tuple{err[0], err[1], 2}}) {
         ::close(wr);
         ::fcntl(rd, F_SETFL, ::fcntl(rd, F_GETFL) | O_NONBLOCK);
-        streams.push_back({rd, to, r, prefix});
+        Labelled l;
+        l.fd = rd;
+        l.to = to;
+        l.rank = r;
+        l.prefix = prefix;
+        streams.push_back(std::move(l));
       }
     }
   }
