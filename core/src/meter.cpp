@@ -111,11 +111,13 @@ class TrackingAllocator final : public c10::Allocator {
   }
 
   c10::DataPtr do_allocate(size_t n) {
+    // The cap is on what the peak measures: the foreground's bytes (a batch the loader prefetches
+    // counts once the step takes it), so a run planned by its measured peak fits under it.
     const int64_t c = cap.load();
-    if (c > 0 && current.load() + static_cast<int64_t>(n) > c) {
+    if (c > 0 && !t_background && foreground.load() + static_cast<int64_t>(n) > c) {
       release_cache();
       TORCH_CHECK_WITH(OutOfMemoryError, false, "tt memory cap exceeded: tried to allocate ", format_bytes(n),
-                       "; ", format_bytes(current.load()), " of tensors are live and the cap is ", format_bytes(c),
+                       "; ", format_bytes(foreground.load()), " of tensors are live and the cap is ", format_bytes(c),
                        " (trainer.memory_cap)");
     }
     void* base = nullptr;
@@ -159,7 +161,6 @@ class TrackingAllocator final : public c10::Allocator {
     if (tracing.load(std::memory_order_relaxed)) record(now);
   }
 
-
  public:
   // A background block becomes foreground (the step took the prefetched batch it belongs to).
   void adopt(void* data) {
@@ -171,7 +172,6 @@ class TrackingAllocator final : public c10::Allocator {
   }
 
  private:
-
   void free_block(void* data) {
     void* base = static_cast<char*>(data) - kHeader;
     auto* h = static_cast<Header*>(base);
@@ -247,7 +247,6 @@ void Meter::reset_peak() {
   if (!g_alloc) return;
   g_alloc->peak.store(g_alloc->foreground.load());
   g_alloc->reserved_peak.store(g_alloc->reserved());
-  g_alloc->background_peak.store(g_alloc->background.load());
 }
 void Meter::mark_peak() {
   if (g_alloc) g_alloc->marked_peak.store(g_alloc->foreground.load());

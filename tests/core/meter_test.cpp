@@ -51,6 +51,17 @@ TEST(Meter, CapRaisesTheDeviceOutOfMemoryError) {
     EXPECT_NE(std::string(e.what()).find("tt memory cap exceeded: tried to allocate 4.00 MiB"), std::string::npos)
         << e.what();
   }
+  // the cap is on what the peak measures: the loader's prefetch is not refused, and its batch
+  // counts once the step takes it
+  m.set_cap(m.foreground_current() + (1 << 20));
+  torch::Tensor prefetched;
+  std::thread([&] {
+    Meter::BackgroundScope scope;
+    prefetched = torch::empty({1 << 20}, torch::kFloat);
+  }).join();
+  EXPECT_EQ(prefetched.numel(), 1 << 20);
+  m.adopt(prefetched);
+  EXPECT_THROW(torch::empty({1000}, torch::kFloat), c10::OutOfMemoryError);
   m.set_cap(0);
   auto big = torch::empty({1 << 20}, torch::kFloat);
   EXPECT_EQ(big.numel(), 1 << 20);

@@ -48,7 +48,7 @@ class TT_API Meter {
   // counted in them.
   int64_t background_current() const;
   int64_t foreground_current() const;
-  // The most background bytes live at once: what the prefetch holds besides peak().
+  // The most background bytes live at once since install(): what the prefetch held besides peak().
   int64_t background_peak() const;
   // Makes `t`'s storage foreground from now on (it counts in peak() as if allocated now): the
   // loader hands the prefetched batch to the step with it. A foreground tensor, or one this
@@ -69,7 +69,7 @@ class TT_API Meter {
   // it, so the peak does not depend on how the loader's thread and the step interleave (it
   // repeats run to run); the process held up to background_peak() more.
   int64_t peak() const;
-  void reset_peak();        // peak := foreground, reserved_peak := reserved, background_peak := background
+  void reset_peak();        // peak := foreground, reserved_peak := reserved
   // A second peak of live tensor bytes, from a mark on, that leaves peak() alone: a plugin's
   // own measure of a phase (oom-guard's peak since its out-of-memory retry). Before any mark,
   // the peak since install().
@@ -92,7 +92,8 @@ class TT_API Meter {
   std::vector<TraceEvent> stop_trace();
   double trace_time() const;  // seconds since start_trace (for marks on the timeline)
 
-  // Cap on live CPU tensor bytes; 0 removes it.
+  // Cap on live CPU tensor bytes, the foreground's (what peak() measures: the loader's prefetch is
+  // not refused, its batch counts once the step takes it); 0 removes it.
   void set_cap(int64_t bytes);
   int64_t cap() const;
   // Cap on the current CUDA device: the caching allocator's memory fraction (a real CUDA
