@@ -170,8 +170,10 @@ Batch DataLoader::get(int64_t epoch, int64_t index) {
       error_ = nullptr;
     }
   }
-  if (have) {
-    for (const auto& [name, t] : b.batch.tensors) Meter::global().adopt(t);  // the step's from now on
+  if (have) {  // the step's from now on, with the epoch's order if the loader's thread made it
+    for (const auto& [name, t] : b.batch.tensors) Meter::global().adopt(t);
+    std::lock_guard<std::mutex> lock(order_mu_);
+    if (order_.defined()) Meter::global().adopt(order_);
   } else {
     b = fetch(epoch, index);
   }

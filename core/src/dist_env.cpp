@@ -47,6 +47,7 @@ Env env_from_environment() {
   if (const char* lw = getenv_or_null("LOCAL_WORLD_SIZE")) {
     e.local_world_size = static_cast<int>(
         parse_int_env("LOCAL_WORLD_SIZE", lw, 1, e.world_size, "the workers on this machine, at most WORLD_SIZE"));
+    if (!lr) e.local_rank = e.rank % e.local_world_size;  // ranks numbered machine by machine
     TT_CHECK_AS(ConfigError, e.local_rank < e.local_world_size, "LOCAL_RANK (", e.local_rank,
                 ") must be below LOCAL_WORLD_SIZE (", e.local_world_size, "): ", how);
   }

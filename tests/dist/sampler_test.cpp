@@ -11,6 +11,7 @@
 
 #include "tt/data_loader.h"
 #include "tt/log.h"
+#include "tt/meter.h"
 #include "tt/dataset.h"
 
 namespace {
@@ -147,4 +148,22 @@ TEST(Sampler, StreamsAreRankStrided) {
   ids(r1.get(0, 2));
   EXPECT_EQ(ids(r0.get(0, 3)), (std::vector<int64_t>{18}));
   EXPECT_EQ(ids(r1.get(0, 3)), (std::vector<int64_t>{19}));
+}
+
+// With prefetch, the next epoch's shuffled order and its first batch are made on the loader's
+// thread: both count as the step's (the meter's foreground, which its peak follows) once the step
+// takes that batch, as they do where the step made them itself (a run resumed in that epoch); the
+// order did not count at all before.
+TEST(Sampler, APrefetchedEpochsOrderCountsOnceTheStepTakesItsFirstBatch) {
+  tt::Meter& m = tt::Meter::global();
+  ASSERT_TRUE(m.installed());
+  auto data = std::make_shared<Ids>(200000);  // an order: 1,600,000 bytes; a batch's ids: 800,000
+  tt::DataLoader l(data, 100000, true, 5, /*prefetch=*/true);
+  const int64_t before = m.foreground_current();
+  {
+    const tt::Batch first = l.get(0, 0);  // made here (nothing prefetched yet)
+    const tt::Batch second = l.get(0, 1);
+  }
+  const tt::Batch b = l.get(1, 0);  // epoch 1's order and batch made on the loader's thread
+  EXPECT_EQ(m.foreground_current() - before, 1600000 + 800000);
 }

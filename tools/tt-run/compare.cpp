@@ -1,5 +1,6 @@
 #include "compare.h"
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -274,9 +275,11 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
               {"repeats", spec.repeats},
               {"variants", json::array()}};
   if (!val_key.empty()) doc["validation_metric"] = val_key;
-  // What the times were measured on. The 1-minute load average after the runs holds the last
-  // variants' own threads: the rest is other processes' work, which slows steps unevenly.
+  // What the times were measured on. The machine's 1-minute load average (the host's, in a
+  // container) after the runs holds the last variants' own threads: the rest is other processes'
+  // work, which slows steps unevenly. -1: unknown.
   const double load_after = load_average();
+  const bool load_known = load_before >= 0 && load_after >= 0;
   const int cores = usable_cores();
   int threads = 0;
   for (const auto& r : results)
@@ -286,8 +289,8 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
                     {"cores", cores},
                     {"libtorch", TT_TORCH_VERSION_STRING},
                     {"threads", threads},
-                    {"load_average_before", load_before},
-                    {"load_average_after", load_after}};
+                    {"load_average_before", load_known ? json(load_before) : json()},
+                    {"load_average_after", load_known ? json(load_after) : json()}};
   std::ofstream csv(out / "compare.csv");
   csv << "variant,status,peak_tensor_bytes,peak_vs_baseline,process_peak_tensor_bytes,peak_rss_bytes,process_peak_rss_bytes,"
          "parameters_bytes,gradients_bytes,"
@@ -297,7 +300,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   for (const auto& v : spec.variants) w = std::max(w, static_cast<int>(v.name.size()));
   // rest: the peak less parameters, gradients, optimizer state, activations, a teacher and what
   // plugins report holding in tensors; what a plugin holds of its own unreported (EMA weights,
-  // buffers) and what is live beside the step (the next batch)
+  // buffers) and the step's batch (the next one, prefetched, counts once the step takes it)
   std::printf("\n%-*s %-14s %11s %8s %9s %9s %9s %9s %11s %9s %9s %8s %10s %9s", w, "variant", "status", "peak MiB",
               "vs base", "RSS MiB", "params", "grads", "optim", "activations", "rest", "step ms", "vs base",
               "samples/s", "loss");
@@ -416,13 +419,15 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   std::printf("  MiB of tensors (tt's allocator): peak, the most live at once, and its parts params..rest; RSS: the "
               "training loop's peak resident set (the whole process's is process_peak_rss_bytes in compare.json); "
               "step ms: the median step after the warm-up; vs base: the ratio to %s\n", spec.baseline.c_str());
-  std::printf("  on %s (%d cores), LibTorch %s, %d thread%s per variant; load average %.2f before, %.2f after\n",
-              cpu_model().c_str(), cores, TT_TORCH_VERSION_STRING, threads, threads == 1 ? "" : "s", load_before,
-              load_after);
-  if (others >= 0.5)
-    std::printf("  ! other processes kept about %.1f of the %d cores busy while this ran: step times and their "
-                "ratios are not reliable; compare again on an idle machine (--repeats N runs the variants in "
-                "turn)\n", others, cores);
+  std::printf("  on %s (%d cores), LibTorch %s, %d thread%s per variant; %s\n", cpu_model().c_str(), cores,
+              TT_TORCH_VERSION_STRING, threads, threads == 1 ? "" : "s",
+              load_known ? fmt::format("the machine's load average {:.2f} before, {:.2f} after", load_before,
+                                       load_after).c_str()
+                         : "the machine's load average unknown");
+  if (load_known && others >= 0.5)
+    std::printf("  ! the load average is about %.1f more than this comparison's own threads make: other processes "
+                "were running, so step times and their ratios are not reliable; compare again on an idle machine "
+                "(--repeats N runs the variants in turn)\n", others);
   std::ofstream(out / "compare.json") << tt::json_text(doc, 2) << "\n";
   pareto_plot(out, spec.variants, results);
 }

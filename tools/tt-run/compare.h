@@ -6,7 +6,7 @@
 // The table breaks the peak into parameters, gradients, optimizer state, activations and the
 // rest (peak less those four, a teacher and what plugins report holding in tensors, each named
 // under the table with what they report holding elsewhere: tt::report_held; what a plugin holds
-// of its own unreported, the prefetched batch; summary.json's rest_bytes), and has a
+// of its own unreported, the step's batch; summary.json's rest_bytes), and has a
 // validation column when the pipeline evaluates (val_loss, else the first of the model's
 // validation metrics by name; each variant's whole validation object is in compare.json).
 // A variant whose pipeline is refused (an unknown plugin or option, a plugin that does not

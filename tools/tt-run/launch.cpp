@@ -82,7 +82,6 @@ struct Labelled {
   int rank = 0;
   std::string prefix;   // "[rank R] "
   std::string partial;  // the line read so far
-  bool mid_line = false;  // a line too long to hold was passed on in part: its rest has no prefix
   static constexpr size_t kMaxLine = 64 * 1024;
   void write_all(const std::string& text) const {
     for (size_t at = 0; at < text.size();) {
@@ -94,7 +93,8 @@ struct Labelled {
   }
   // Reads what is there, up to 64 KiB (a worker that writes without pause does not hold up the
   // others or the launcher's signals); writes the complete lines, and a line longer than kMaxLine
-  // in parts. At the end of the stream, the rest too. Returns whether more may be waiting.
+  // as lines of kMaxLine, each labelled (so that no other rank's line lands inside one). At the
+  // end of the stream, the rest too. Returns whether more may be waiting.
   bool pump() {
     char buf[4096];
     for (int reads = 0; reads < 16;) {
@@ -103,7 +103,7 @@ struct Labelled {
       if (n < 0) return false;  // EAGAIN: nothing more now
       ++reads;
       if (n == 0) {
-        if (!partial.empty()) write_all((mid_line ? "" : prefix) + partial + "\n");
+        if (!partial.empty()) write_all(prefix + partial + "\n");
         partial.clear();
         ::close(fd);
         fd = -1;
@@ -113,17 +113,10 @@ struct Labelled {
       partial.append(buf, static_cast<size_t>(n));
       std::string out;
       size_t start = 0;
-      for (size_t nl; (nl = partial.find('\n', std::max(start, scanned))) != std::string::npos; start = nl + 1) {
-        const bool bare = nl == start || (start == 0 && mid_line);  // an empty line stays empty
-        out += (bare ? "" : prefix) + partial.substr(start, nl + 1 - start);
-        mid_line = false;
-      }
+      for (size_t nl; (nl = partial.find('\n', std::max(start, scanned))) != std::string::npos; start = nl + 1)
+        out += (nl == start ? "" : prefix) + partial.substr(start, nl + 1 - start);  // an empty line stays empty
       partial.erase(0, start);
-      if (partial.size() > kMaxLine) {
-        out += (mid_line ? "" : prefix) + partial;
-        partial.clear();
-        mid_line = true;
-      }
+      for (; partial.size() >= kMaxLine; partial.erase(0, kMaxLine)) out += prefix + partial.substr(0, kMaxLine) + "\n";
       if (!out.empty()) write_all(out);
     }
     return true;

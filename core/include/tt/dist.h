@@ -29,8 +29,7 @@ struct Env {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::chrono::milliseconds timeout{60000};
-  int local_world_size = 0;  // the workers on this machine (LOCAL_WORLD_SIZE); 0 where unset (last: the
-                             // fields before it keep their offsets for modules built before it)
+  int local_world_size = 0;  // the workers on this machine (LOCAL_WORLD_SIZE); 0 where unset
 };
 
 // The value tt-run --nproc sends with SIGTERM (sigqueue) when it stops the other workers after

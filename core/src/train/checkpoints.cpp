@@ -173,14 +173,14 @@ void load_checkpoint(Run& run) {
   // The optimizer's state is counted from the state itself, as a new run's first step counts it;
   // where tt does not know its tensors (a wrapping optimizer's), it is what the load left live:
   // the archive's tensors are read with the file, so only its end tells what stays.
-  const int64_t before = run.live_foreground();
+  const int64_t before = run.live();
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {
       load_checkpoint_file(run, *it);
       run.resumed_from = it->string();
       const int64_t counted = optimizer_state_bytes(*run.state.optimizer);
       run.state.memory.optimizer_state =
-          counted >= 0 ? counted : std::max<int64_t>(0, run.live_foreground() - before);
+          counted >= 0 ? counted : std::max<int64_t>(0, run.live() - before);
       run.optimizer_measured = true;
       return;
     } catch (const Error&) {

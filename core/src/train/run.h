@@ -112,11 +112,10 @@ struct Run {
   Run(Pipeline p, TrainerConfig c);
   ~Run();
 
-  // Live and peak bytes where the model's tensors live: the CPU meter, or CUDA's allocator.
+  // Live and peak bytes where the model's tensors live: the CPU meter's foreground (not the batch
+  // the loader is prefetching meanwhile; activations and optimizer state are measured on it, and
+  // the peak counts it so), or CUDA's allocator.
   int64_t live() const;
-  // live() without the batch the loader is prefetching meanwhile (activations and optimizer
-  // state are measured on it).
-  int64_t live_foreground() const;
   int64_t peak() const;
   void reset_peak();
   // The process's RSS high-water mark, the resets of measure_apart carried over.

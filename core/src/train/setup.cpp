@@ -77,8 +77,7 @@ Run::~Run() {
   }
 }
 
-int64_t Run::live() const { return state.device.is_cuda() ? Meter::device_current() : meter.current(); }
-int64_t Run::live_foreground() const {
+int64_t Run::live() const {
   return state.device.is_cuda() ? Meter::device_current() : meter.foreground_current();
 }
 int64_t Run::peak() const {

@@ -99,7 +99,7 @@ Accumulated forward_backward(Run& run) {
     const int64_t begin = s.micro_index * s.micro_batch_size, end = std::min(batch.size, begin + s.micro_batch_size);
     s.micro = s.micro_count == 1 ? batch : batch.slice(begin, end);
     run.host.fire(Event::BEFORE_FORWARD, s);
-    const int64_t before = run.live_foreground();
+    const int64_t before = run.live();
     {
       auto scopes = run.host.enter_forward_scopes(s);
       s.output = with_context(detail::cat("model (", model_name, ") forward at step ", s.step + 1),
@@ -121,7 +121,7 @@ Accumulated forward_backward(Run& run) {
     s.batch_loss += raw * weight;
     s.loss = weight == 1.0 ? s.output.loss : s.output.loss * weight;
     run.host.fire(Event::AFTER_LOSS, s);
-    s.memory.activations = std::max(s.memory.activations, run.live_foreground() - before);
+    s.memory.activations = std::max(s.memory.activations, run.live() - before);
     run.host.fire(Event::BEFORE_BACKWARD, s);
     if (const std::string& by = run.host.loss_replaced_by(); !by.empty()) {
       // A plugin's loss (AFTER_LOSS or BEFORE_BACKWARD) is checked as the model's was, naming it.
@@ -254,7 +254,7 @@ void optimizer_step(Run& run) {
       run.optimizer_measured = true;
     }
   } else if (!s.skip_step) {
-    const int64_t before = run.live_foreground();
+    const int64_t before = run.live();
     const auto t0 = Clock::now();
     s.optimizer->step();
     const double seconds = seconds_since(t0);
@@ -262,7 +262,7 @@ void optimizer_step(Run& run) {
     s.last_step.optimizer_seconds = seconds;
     if (!run.optimizer_measured) {  // counted from the state where tt knows its tensors, else what the step left
       const int64_t counted = optimizer_state_bytes(*s.optimizer);
-      s.memory.optimizer_state = counted >= 0 ? counted : std::max<int64_t>(0, run.live_foreground() - before);
+      s.memory.optimizer_state = counted >= 0 ? counted : std::max<int64_t>(0, run.live() - before);
       run.optimizer_measured = true;
     }
   }
@@ -279,7 +279,7 @@ bool fused_step(Run& run) {
   if (!run.host.plugins().empty() || run.pipeline.trainer.is_set("grad_clip") || run.sync ||
       s.micro_batch_size < s.batch.size)
     return false;
-  const int64_t before = run.live_foreground();
+  const int64_t before = run.live();
   const int64_t state_before = run.gradients_measured ? -1 : optimizer_state_bytes(*s.optimizer);
   const auto t0 = Clock::now();
   FusedStep f = with_context(detail::cat("model (", run.pipeline.model.name, ") fused step at step ", s.step + 1),
@@ -294,7 +294,7 @@ bool fused_step(Run& run) {
   // of it in a new run; none after a resume, whose checkpoint brought the state) and the model's
   // workspace for that step's batch (the activations figure).
   if (!run.gradients_measured && !s.skip_step) {
-    const int64_t grown = std::max<int64_t>(0, run.live_foreground() - before);
+    const int64_t grown = std::max<int64_t>(0, run.live() - before);
     const int64_t state_after = optimizer_state_bytes(*s.optimizer);
     const int64_t state_grown = state_before >= 0 && state_after >= 0 ? state_after - state_before
                                 : run.optimizer_measured                ? 0

@@ -103,11 +103,11 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
       // nothing in this re-run reads, is not computed (only its backward runs).
       std::optional<tt::nn::LeanRecompute> lean;
       if (ctx->saved_data["lean"].toBool()) lean.emplace(*block);
-      const int64_t before = tt::Meter::global().current();
+      const int64_t before = tt::Meter::global().foreground_current();
       // through the inner runner as in the forward: saved-tensor hooks it opens act on what this re-run saves
       at::Tensor y = call_block(inner, index, *block, input);
       if (auto* probe = reinterpret_cast<CheckpointRunner*>(ctx->saved_data["probe"].toInt()))
-        probe->record(index, tt::Meter::global().current() - before, ctx->saved_data["lean"].toBool());
+        probe->record(index, tt::Meter::global().foreground_current() - before, ctx->saved_data["lean"].toBool());
       TT_CHECK(y.requires_grad(), "checkpoint: block ", index, " recomputed an output that does not require grad");
       root = torch::autograd::impl::gradient_edge(y);
       // y's values are not needed for backward, only its graph: letting them go here keeps one
