@@ -565,8 +565,13 @@ int tt_run(int argc, char** argv) {
 // trainer.release_library_pages gave back before training, about 30 MiB read back after
 // summary.json recorded the process's peak RSS (process_peak_rss_bytes), which /usr/bin/time and
 // a container's limit then saw exceeded. Nothing of tt's is left for that teardown to do.
+// A data-parallel worker (WORLD_SIZE above 1) ends as usual: rank 0 serves the store the others
+// may still read from as it ends (a refusal's reason, the last gathers), and ending at once
+// broke their reads off.
 int main(int argc, char** argv) {
   const int rc = tt_run(argc, argv);
+  const char* world = std::getenv("WORLD_SIZE");
+  if (world && std::strcmp(world, "1") != 0 && *world) return rc;
   tt::log().flush();
   std::fflush(nullptr);
   std::_Exit(rc);
