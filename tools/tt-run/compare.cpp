@@ -285,7 +285,8 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   for (const auto& r : results)
     if (r.ok) threads = std::max(threads, r.summary.value("threads", 0));
   const double others = std::max(load_before, load_after - threads);
-  doc["machine"] = {{"cpu", cpu_model()},
+  const std::string cpu = cpu_model();
+  doc["machine"] = {{"cpu", cpu},
                     {"cores", cores},
                     {"libtorch", TT_TORCH_VERSION_STRING},
                     {"threads", threads},
@@ -397,29 +398,30 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   }
   for (const auto& f : peak_notes) std::printf("  + %s\n", f.c_str());
   for (const auto& f : held_notes) std::printf("  %s\n", f.c_str());
-  for (size_t i = 0; i < results.size(); ++i) {  // RSS depends on what other processes map: said where it moved
-    const std::vector<int64_t> rss = results[i].rss_per_run();
-    if (!results[i].ok || rss.size() < 2) continue;
-    const auto [lo, hi] = std::minmax_element(rss.begin(), rss.end());
-    if (*hi > *lo + *lo / 10)
+  // A figure that moved by more than 10% between a variant's runs (repeats): its lowest and highest.
+  auto spread = [](const auto& runs) -> std::optional<std::pair<double, double>> {
+    if (runs.size() < 2) return std::nullopt;
+    const auto [lo, hi] = std::minmax_element(runs.begin(), runs.end());
+    if (!(*hi > *lo * 1.1)) return std::nullopt;
+    return std::make_pair(static_cast<double>(*lo), static_cast<double>(*hi));
+  };
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].ok) continue;
+    const char* name = spec.variants[i].name.c_str();
+    const size_t runs = results[i].runs.size();
+    if (const auto rss = spread(results[i].rss_per_run()))  // it depends on what other processes map
       std::printf("  ~ %s: peak RSS ranged %s..%s MiB over its %zu runs (pages of shared libraries that another "
                   "process maps too stay resident); the row is the median run's\n",
-                  spec.variants[i].name.c_str(), format_mib(static_cast<double>(*lo)).c_str(),
-                  format_mib(static_cast<double>(*hi)).c_str(), rss.size());
-  }
-  for (size_t i = 0; i < results.size(); ++i) {  // a step time that moved between runs
-    const std::vector<double>& t = results[i].repeat_step_ms;
-    if (!results[i].ok || t.size() < 2) continue;
-    const auto [lo, hi] = std::minmax_element(t.begin(), t.end());
-    if (*hi > *lo * 1.1)
-      std::printf("  ~ %s: step time ranged %.1f..%.1f ms over its %zu runs; the row is the median\n",
-                  spec.variants[i].name.c_str(), *lo, *hi, t.size());
+                  name, format_mib(rss->first).c_str(), format_mib(rss->second).c_str(), runs);
+    if (const auto t = spread(results[i].repeat_step_ms))
+      std::printf("  ~ %s: step time ranged %.1f..%.1f ms over its %zu runs; the row is the median\n", name, t->first,
+                  t->second, runs);
   }
   for (const auto& f : footnotes) std::printf("  * %s\n", f.c_str());
   std::printf("  MiB of tensors (tt's allocator): peak, the most live at once, and its parts params..rest; RSS: the "
               "training loop's peak resident set (the whole process's is process_peak_rss_bytes in compare.json); "
               "step ms: the median step after the warm-up; vs base: the ratio to %s\n", spec.baseline.c_str());
-  std::printf("  on %s (%d cores), LibTorch %s, %d thread%s per variant; %s\n", cpu_model().c_str(), cores,
+  std::printf("  on %s (%d cores), LibTorch %s, %d thread%s per variant; %s\n", cpu.c_str(), cores,
               TT_TORCH_VERSION_STRING, threads, threads == 1 ? "" : "s",
               load_known ? fmt::format("the machine's load average {:.2f} before, {:.2f} after", load_before,
                                        load_after).c_str()

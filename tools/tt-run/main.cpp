@@ -570,8 +570,12 @@ int tt_run(int argc, char** argv) {
 // broke their reads off.
 int main(int argc, char** argv) {
   const int rc = tt_run(argc, argv);
-  const char* world = std::getenv("WORLD_SIZE");
-  if (world && std::strcmp(world, "1") != 0 && *world) return rc;
+  bool data_parallel = false;
+  try {
+    data_parallel = tt::dist::env_from_environment().world_size > 1;
+  } catch (const tt::Error&) {  // refused before anything started: tt_run said why
+  }
+  if (data_parallel) return rc;
   tt::log().flush();
   std::fflush(nullptr);
   std::_Exit(rc);
