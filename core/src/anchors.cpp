@@ -14,6 +14,7 @@ ModuleError::~ModuleError() = default;
 OutOfMemory::~OutOfMemory() = default;
 NumericError::~NumericError() = default;
 Interrupted::~Interrupted() = default;
+DistError::~DistError() = default;
 WriteError::~WriteError() = default;
 Dataset::~Dataset() = default;
 StreamDataset::~StreamDataset() = default;

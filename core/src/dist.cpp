@@ -2,12 +2,7 @@
 
 #include <ATen/ATen.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstdlib>
 #include <functional>
 #include <mutex>
@@ -25,21 +20,6 @@ namespace tt::dist {
 
 namespace {
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
-
-// Whether another process listens on TCP `port` (a bind to it, as the store's, is refused).
-bool port_in_use(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
-  const int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  const bool in_use = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno == EADDRINUSE;
-  ::close(fd);
-  return in_use;
-}
 }  // namespace
 
 struct Context::Impl {
@@ -73,11 +53,11 @@ struct Context::Impl {
       if (cpu) own_last_reference(work);
     } catch (const c10::Error& e) {
       std::string what = e.what_without_backtrace();
-      TT_FAIL("distributed ", op, " failed (another rank exited, or it did not answer within TT_DIST_TIMEOUT): ",
-              first_line(what));
+      TT_FAIL_AS(DistError, "distributed ", op,
+                 " failed (another rank exited, or it did not answer within TT_DIST_TIMEOUT): ", first_line(what));
     } catch (const std::exception& e) {
-      TT_FAIL("distributed ", op, " failed (another rank exited, or it did not answer within TT_DIST_TIMEOUT): ",
-              e.what());
+      TT_FAIL_AS(DistError, "distributed ", op,
+                 " failed (another rank exited, or it did not answer within TT_DIST_TIMEOUT): ", e.what());
     }
     comm_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
   }
@@ -118,49 +98,9 @@ struct Context::Impl {
 };
 
 Context::Context(const Env& env) : env_(env), impl_(std::make_unique<Impl>(env_)) {
-  const double secs = env.timeout.count() / 1000.0;
+  const auto t0 = Clock::now();
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
-  // One deadline for the rendezvous: on LibTorch 1.13 the store's wait for the workers returns
-  // early and the process group's wait for their addresses took the whole timeout again (twice in
-  // all); 2.x's store waits itself and says how many joined.
-  const auto deadline = std::chrono::steady_clock::now() + env.timeout;
-  log().info("distributed: rank {} of {} {} {} (up to TT_DIST_TIMEOUT = {} s)", env.rank, env.world_size,
-             env.rank == 0 ? "waiting for the other workers at" : "joining the master at", where, secs);
-  try {
-    c10d::TCPStoreOptions so;
-    so.port = static_cast<uint16_t>(env.master_port);
-    so.isServer = env.rank == 0;
-    so.numWorkers = env.world_size;
-    so.waitWorkers = true;
-    so.timeout = env.timeout;
-    impl_->store = compat::make_tcp_store(env.master_addr, so);
-  } catch (const std::exception& e) {
-    std::string what = e.what();
-    what = first_line(what);
-    // failed at once: no timeout helps
-    TT_CHECK(env.rank != 0 || (what.find("Address already in use") == std::string::npos &&
-                               !port_in_use(env.master_port)),
-             "distributed rendezvous: rank 0 could not serve the workers at ", where, ": port ", env.master_port,
-             " is in use (", what, "). Choose another MASTER_PORT, a free TCP port, and give every worker the same");
-    TT_FAIL("distributed rendezvous: rank ", env.rank, " of ", env.world_size, " could not ",
-            env.rank == 0 ? "serve or gather the workers at " : "reach the master at ", where, " within ", secs,
-            " s (", what, "). Check MASTER_ADDR/MASTER_PORT (the master must be reachable and the port free), that all ",
-            env.world_size, " workers were started, or raise TT_DIST_TIMEOUT");
-  }
-  // Every worker checks in; the rendezvous ends at the deadline saying how many did.
-  int64_t joined = 0;
-  try {
-    impl_->store->add("tt/joined", 1);
-    while ((joined = impl_->store->add("tt/joined", 0)) < env.world_size && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  } catch (const std::exception& e) {
-    std::string what = e.what();
-    TT_FAIL("distributed rendezvous: rank ", env.rank, " lost the master at ", where, " (",
-            first_line(what), "): did rank 0 exit?");
-  }
-  TT_CHECK(joined >= env.world_size, "distributed rendezvous: ", joined, " of ", env.world_size,
-           " workers joined at ", where, " within ", secs, " s (TT_DIST_TIMEOUT): start all ", env.world_size,
-           " (RANK 0 to ", env.world_size - 1, ", the same MASTER_ADDR and MASTER_PORT), or raise TT_DIST_TIMEOUT");
+  impl_->store = rendezvous_store(env);
   try {
     auto opts = c10d::ProcessGroupGloo::Options::create(env.timeout);
     // Bind where the master is reached from: loopback for a local run.
@@ -172,9 +112,11 @@ Context::Context(const Env& env) : env_(env), impl_(std::make_unique<Impl>(env_)
     impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world_size, opts);
   } catch (const std::exception& e) {
     std::string what = e.what();
-    TT_FAIL("distributed rendezvous: rank ", env.rank, " could not join the Gloo process group through ", where,
-            " within ", secs, " s (", first_line(what), "). Check that all ", env.world_size,
-            " workers were started with the same MASTER_ADDR/MASTER_PORT, or raise TT_DIST_TIMEOUT");
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    TT_FAIL_AS(DistError, "distributed rendezvous: rank ", env.rank, " could not join the Gloo process group through ",
+               where, " (", first_line(what), ", after ", fmt::format("{:.1f}", secs), " s of TT_DIST_TIMEOUT's ",
+               env.timeout.count() / 1000.0, "). Check that all ", env.world_size, " workers were started with the "
+               "same MASTER_ADDR/MASTER_PORT, that they reach one another, or raise TT_DIST_TIMEOUT");
   }
   log().info("distributed: rank {} of {} (local rank {}), master {}, Gloo{}", env.rank, env.world_size, env.local_rank,
              where, has_nccl() ? " (CPU tensors; NCCL for CUDA tensors on their first collective)" : "");
@@ -182,7 +124,15 @@ Context::Context(const Env& env) : env_(env), impl_(std::make_unique<Impl>(env_)
 
 bool Context::has_nccl() const { return TT_DIST_NCCL && at::hasCUDA(); }
 
-Context::~Context() = default;
+Context::~Context() {
+  // The process groups first: a rank still in a collective with this one fails at once instead of
+  // at its timeout. Then each rank says it is done with the store; rank 0, which serves it, waits
+  // for the others (at most 10 s, or until an interrupt): one may still be reading what rank 0 set
+  // last (a refusal's reason, a last gather), and a store gone breaks that read off.
+  impl_->nccl.reset();
+  impl_->pg.reset();
+  if (impl_->store) leave_store(*impl_->store, env_);
+}
 
 void Context::broadcast(std::vector<at::Tensor>& tensors, int root) {
   if (tensors.empty()) return;
@@ -265,7 +215,7 @@ void Context::all_reduce_sum_bucketed(std::vector<at::Tensor>& tensors, int64_t 
       }
     } catch (const std::exception& e) {
       std::string what = e.what();
-      TT_FAIL("distributed gradient all-reduce could not start: ", first_line(what));
+      TT_FAIL_AS(DistError, "distributed gradient all-reduce could not start: ", first_line(what));
     }
   }
   for (auto& bk : buckets) {
@@ -274,8 +224,8 @@ void Context::all_reduce_sum_bucketed(std::vector<at::Tensor>& tensors, int64_t 
       if (bk.flat.is_cpu()) Impl::own_last_reference(bk.work);
     } catch (const std::exception& e) {
       std::string what = e.what();
-      TT_FAIL("distributed gradient all-reduce failed (another rank exited, or it did not answer within "
-              "TT_DIST_TIMEOUT): ", first_line(what));
+      TT_FAIL_AS(DistError, "distributed gradient all-reduce failed (another rank exited, or it did not answer "
+                 "within TT_DIST_TIMEOUT): ", first_line(what));
     }
     int64_t off = 0;
     for (size_t i : bk.idx) {
@@ -343,7 +293,7 @@ std::string Context::broadcast_string(const std::string& value, int root) {
     return std::string(v.begin(), v.end());
   } catch (const std::exception& e) {
     std::string what = e.what();
-    TT_FAIL("distributed: rank ", rank(), " did not receive ", key, " from rank ", root, " (rank ", root,
+    TT_FAIL_AS(DistError, "distributed: rank ", rank(), " did not receive ", key, " from rank ", root, " (rank ", root,
             " exited, or it did not answer within TT_DIST_TIMEOUT): ", first_line(what));
   }
 }
@@ -359,7 +309,7 @@ std::vector<std::string> Context::all_gather_strings(const std::string& value) {
     }
   } catch (const std::exception& e) {
     std::string m = e.what();
-    TT_FAIL("distributed: the ranks did not all send ", prefix, " (a rank exited, or it did not answer within "
+    TT_FAIL_AS(DistError, "distributed: the ranks did not all send ", prefix, " (a rank exited, or it did not answer within "
             "TT_DIST_TIMEOUT): ", first_line(m));
   }
   return out;
@@ -412,6 +362,8 @@ namespace {
 std::once_flag g_once;
 std::unique_ptr<Context> g_context;
 }  // namespace
+
+void shutdown() { g_context.reset(); }
 
 Context* context() {
   std::call_once(g_once, [] {

@@ -1,5 +1,5 @@
 #pragma once
-// c10d across LibTorch versions, included only by dist.cpp. In 1.13 ProcessGroupGloo is a
+// c10d across LibTorch versions, included only by dist.cpp and dist_rendezvous.cpp. In 1.13 ProcessGroupGloo is a
 // ProcessGroup and its headers are guarded by USE_C10D_GLOO (Debian's libtorch_cpu.so is built
 // with it; gloo's headers come from libgloo-dev). From 2.0 the backends derive from
 // c10d::Backend and collectives return c10::intrusive_ptr<c10d::Work> as before; the calls tt
@@ -55,3 +55,15 @@ using PgBase = c10d::ProcessGroup;
 #endif
 using Work = c10d::Work;
 }  // namespace tt::compat
+
+namespace tt::dist {
+struct Env;
+// The rendezvous (dist_rendezvous.cpp): rank 0 serves the store at MASTER_ADDR:MASTER_PORT, every
+// rank connects and checks in; returns once all WORLD_SIZE have, within TT_DIST_TIMEOUT. Throws
+// DistError (unreachable, timed out, port in use), ConfigError (another WORLD_SIZE than rank 0's,
+// a RANK taken: every worker is told), Interrupted (Ctrl-C).
+c10::intrusive_ptr<c10d::Store> rendezvous_store(const Env& env);
+// Says this rank is done with the store; rank 0, which serves it, waits for the others (at most
+// 10 s or TT_DIST_TIMEOUT, or until an interrupt).
+void leave_store(c10d::Store& store, const Env& env);
+}  // namespace tt::dist

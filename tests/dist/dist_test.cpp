@@ -64,6 +64,28 @@ tt::test::RunResult two_ranks_by_hand(const fs::path& dir, int port, const fs::p
              " && RANK=0 " + common + tt_run_bin() + " " + args0 + "; echo rc0=$?; wait; }");
 }
 
+// Workers started by hand at once, each with its own environment (`envs[k]`, e.g. "RANK=1
+// WORLD_SIZE=3") and the same `args`, on loopback port `port`; worker k's output goes to
+// dir/wK.txt. Returns each one's exit status and the seconds until the last ended.
+struct WorkersEnded {
+  std::vector<int> rcs;
+  double seconds = 0;
+};
+WorkersEnded workers_by_hand(const fs::path& dir, int port, const std::vector<std::string>& envs, const std::string& args) {
+  std::string cmd = "{ ";
+  for (size_t k = 0; k < envs.size(); ++k) {
+    const std::string w = (dir / ("w" + std::to_string(k))).string();
+    cmd += "(" + env_clean() + envs[k] + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+           " TT_DIST_TIMEOUT=30 " + tt_run_bin() + " " + args + " > " + w + ".txt 2>&1; echo $? > " + w + ".rc) & ";
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  run(cmd + "wait; }");
+  WorkersEnded e;
+  e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (size_t k = 0; k < envs.size(); ++k) e.rcs.push_back(std::stoi(read_file(dir / ("w" + std::to_string(k) + ".rc"))));
+  return e;
+}
+
 }  // namespace
 
 TEST(Dist, TwoRanksStayBitwiseEqualOnTheLm) {
@@ -118,7 +140,8 @@ TEST(Dist, TwoRanksOfBatchBFollowOneRankOfBatch2B) {
                                 std::to_string(2 * cores) + ", more than its " + std::to_string(cores) + " cores";
     EXPECT_HAS(all.output, warning);
     EXPECT_EQ(all.output.find(warning), all.output.rfind(warning)) << all.output;
-    EXPECT_HAS(all.output, "unset OMP_NUM_THREADS (tt-run --nproc then shares the cores out)");
+    EXPECT_HAS(all.output, "unset OMP_NUM_THREADS (the workers then share the cores out) or set it to at most " +
+                               std::to_string(std::max(1, cores / 2)));
     // the workers of the run above warned exactly where their threads add up to more than the cores
     EXPECT_EQ(two.output.find("workers on this machine") != std::string::npos, 2 * s["threads"].get<int>() > cores)
         << two.output;
@@ -197,6 +220,10 @@ TEST(Dist, ARefusalOnRank0StopsEveryRankWithItsExitCode) {
   }
   EXPECT_HAS(again.output, "already holds a run");
   EXPECT_HAS(resume.output, "holds no checkpoint, but its summary.json says it trained");
+  // the way to start it again is a launch of as many workers (one process trains another global batch)
+  EXPECT_HAS(resume.output, "start it again with tt-run --nproc 2 " + (dir / "f" / "pipeline.yaml").string() +
+                                " --run-dir " + (dir / "f").string() + " --overwrite (or 2 workers launched as before, "
+                                "with --run-dir " + (dir / "f").string() + " --overwrite)");
 }
 
 // The modes that start tt-run processes of their own (a comparison, the planner, the profile)
@@ -304,17 +331,12 @@ TEST(Dist, WithoutTheLauncherASurvivingRankFailsAfterTheTimeout) {
   auto r = run("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29731 TT_DIST_TIMEOUT=6 " + tt_run_bin() + " " +
                y.string() + " -q --run-dir " + (dir / "a").string());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_NE(r.rc, 0);
+  EXPECT_EQ(r.rc, 8) << r.output;  // a rank lost or not reached
   EXPECT_GE(secs, 6.0);
   EXPECT_LT(secs, 10.0) << r.output;
   EXPECT_HAS(r.output, "distributed: rank 0 of 2 waiting for the other workers at 127.0.0.1:29731 (up to "
                        "TT_DIST_TIMEOUT = 6 s)");
-  // tt's check-in counts the workers where the store's own wait returns early (LibTorch 1.13);
-  // LibTorch 2.x's store waits for them itself and counts them in its message
-  const bool counted = r.output.find("distributed rendezvous: 1 of 2 workers joined at 127.0.0.1:29731 within 6 s "
-                                     "(TT_DIST_TIMEOUT)") != std::string::npos ||
-                       r.output.find("1/2 clients joined") != std::string::npos;
-  EXPECT_TRUE(counted) << r.output;
+  EXPECT_HAS(r.output, "distributed rendezvous: 1 of 2 workers joined at 127.0.0.1:29731 within 6 s (TT_DIST_TIMEOUT)");
   EXPECT_HAS(r.output, "TT_DIST_TIMEOUT");
 }
 
@@ -326,7 +348,7 @@ TEST(Dist, UnreachableMasterIsAClearTimeoutError) {
   auto r = run("RANK=1 WORLD_SIZE=2 MASTER_ADDR=192.0.2.1 MASTER_PORT=29732 TT_DIST_TIMEOUT=3 " + tt_run_bin() + " " +
                y.string() + " -q --run-dir " + (dir / "u").string());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_NE(r.rc, 0);
+  EXPECT_EQ(r.rc, 8) << r.output;
   EXPECT_LT(secs, 30.0);
   EXPECT_NE(r.output.find("could not reach the master at 192.0.2.1:29732"), std::string::npos) << r.output;
 }
@@ -441,11 +463,80 @@ TEST(Dist, AMasterPortInUseIsSaidToBeInUse) {
   auto r = run("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
                " TT_DIST_TIMEOUT=15 " + tt_run_bin() + " " + y.string() + " -q --run-dir " + (dir / "b").string());
   ::close(fd);
-  EXPECT_NE(r.rc, 0);
+  EXPECT_EQ(r.rc, 8) << r.output;
   EXPECT_HAS(r.output, "distributed rendezvous: rank 0 could not serve the workers at 127.0.0.1:" +
                            std::to_string(port) + ": port " + std::to_string(port) + " is in use");
   EXPECT_HAS(r.output, "Choose another MASTER_PORT");
   EXPECT_EQ(r.output.find("raise TT_DIST_TIMEOUT"), std::string::npos) << r.output;
+}
+
+// Workers started by hand on one machine with LOCAL_WORLD_SIZE (as torchrun sets it) share its
+// cores out as tt-run --nproc's do, where neither trainer.threads nor OMP_NUM_THREADS says how
+// many to take (each took all the cores: steps many times slower).
+TEST(Dist, WorkersStartedByHandShareTheMachinesCoresByLocalWorldSize) {
+  const fs::path dir = tt::test::temp_dir("dist_share");
+  const std::string args = topic_pipeline(dir, "s").string() + " trainer.threads=0 trainer.max_steps=2 -q --run-dir " +
+                           (dir / "s").string();
+  const std::string each = "-u OMP_NUM_THREADS WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 ";
+  const auto e = workers_by_hand(dir, 29739, {each + "RANK=0", each + "RANK=1"}, args);
+  ASSERT_EQ(e.rcs, (std::vector<int>{0, 0})) << read_file(dir / "w0.txt") << read_file(dir / "w1.txt");
+  const int cores = tt::usable_cores();
+  EXPECT_EQ(summary_of(dir / "s")["threads"], std::max(1, cores / 2));
+  EXPECT_EQ(read_file(dir / "w0.txt").find("workers on this machine"), std::string::npos) << read_file(dir / "w0.txt");
+}
+
+// A worker that reaches another program on MASTER_PORT (one that accepts connections and never
+// answers) waited forever; it says so within its bound (TT_DIST_TIMEOUT here, at most 10 s).
+TEST(Dist, AWorkerThatReachesAnotherProgramOnTheMasterPortSaysSoInsteadOfHanging) {
+  const fs::path dir = tt::test::temp_dir("dist_foreign");
+  const fs::path y = topic_pipeline(dir, "f");
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);  // the kernel accepts; nothing ever answers
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run(env_clean() + "timeout 60 env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port +
+               " TT_DIST_TIMEOUT=3 " + tt_run_bin() + " " + y.string() + " -q --run-dir " + (dir / "f").string());
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::close(fd);
+  EXPECT_EQ(r.rc, 8) << r.output;
+  EXPECT_LT(secs, 10.0) << r.output;
+  EXPECT_HAS(r.output, "distributed rendezvous: rank 1 reached 127.0.0.1:" + port +
+                           " but nothing there answered as tt's rank 0 within ");
+  EXPECT_HAS(r.output, "another program may listen on MASTER_PORT");
+}
+
+// MASTER_ADDR wrong at once: rank 0 given another machine's address (it serves the store there)
+// and a name that does not resolve are refused with the variable named, not after the timeout.
+TEST(Dist, AMasterAddressOfAnotherMachineOrThatDoesNotResolveIsRefusedNamingIt) {
+  const fs::path dir = tt::test::temp_dir("dist_addr");
+  const fs::path y = topic_pipeline(dir, "a");
+  const auto rank = [&](const std::string& r, const std::string& addr) {
+    return run(env_clean() + "timeout 60 env RANK=" + r + " WORLD_SIZE=2 MASTER_ADDR=" + addr +
+               " MASTER_PORT=29738 TT_DIST_TIMEOUT=3 " + tt_run_bin() + " " + y.string() + " -q --run-dir " +
+               (dir / "a").string());
+  };
+  auto other = rank("0", "192.0.2.1");  // TEST-NET-1 (RFC 5737): no machine's own
+  EXPECT_EQ(other.rc, 2) << other.output;
+  EXPECT_HAS(other.output, "rank 0 serves the workers at MASTER_ADDR='192.0.2.1', which is not an address of this "
+                           "machine: start rank 0 on that machine, or set MASTER_ADDR to one of this machine's addresses");
+  for (const char* r : {"0", "1"}) {
+    auto none = rank(r, "nosuchhost.invalid");  // .invalid never resolves (RFC 2606)
+    EXPECT_HAS(none.output, "MASTER_ADDR='nosuchhost.invalid'");
+    // refused at once (2); a machine whose resolver does not answer says so at the timeout (8)
+    if (none.output.find("is not a host name or address this machine can resolve") != std::string::npos) {
+      EXPECT_EQ(none.rc, 2) << none.output;
+    } else {
+      EXPECT_EQ(none.rc, 8) << none.output;
+      EXPECT_HAS(none.output, "the resolver did not resolve MASTER_ADDR='nosuchhost.invalid'");
+    }
+  }
 }
 
 TEST(Dist, MismatchedPipelinesAcrossRanksAreDetected) {
@@ -497,16 +588,50 @@ TEST(Dist, AnInterruptedRunSaysToResumeWithTheSameWorldSize) {
                            " (or 2 workers launched as before, with --resume)");
 }
 
-// An interrupt before training (here: waiting for a worker that never comes) says the phase the
-// run is in, not "training: after this batch, writing a checkpoint".
-TEST(Dist, AnInterruptBeforeTrainingSaysThePhaseItStopsIn) {
+// An interrupt before training (here: waiting for a worker that never comes, as rank 0 and as a
+// worker whose master never comes) says the phase the run is in, not "training: after this batch,
+// writing a checkpoint", and ends the wait at once, not at the grace's end (15 s).
+TEST(Dist, AnInterruptDuringTheRendezvousEndsItAtOnceSayingThePhase) {
   const fs::path dir = tt::test::temp_dir("dist_int_setup");
   const fs::path y = topic_pipeline(dir, "i");
-  auto r = run("TT_INTERRUPT_GRACE=2 RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29735 TT_DIST_TIMEOUT=30 "
-               "timeout --preserve-status -s INT 3 " + tt_run_bin() + " " + y.string() + " -q --run-dir " + (dir / "i").string());
-  EXPECT_EQ(r.rc, 130) << r.output;
-  EXPECT_HAS(r.output, "tt-run: stopping (in setup; Ctrl-C again to abort)");
-  EXPECT_EQ(r.output.find("after this batch"), std::string::npos) << r.output;
+  for (const char* rank : {"0", "1"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = run(env_clean() + "RANK=" + rank + " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29735 TT_DIST_TIMEOUT=30 "
+                 "timeout --preserve-status -s INT 3 " + tt_run_bin() + " " + y.string() + " -q --run-dir " +
+                 (dir / (std::string("i") + rank)).string());
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(r.rc, 130) << r.output;
+    EXPECT_LT(secs, 3 + 5.0) << "rank " << rank << ": " << r.output;
+    EXPECT_HAS(r.output, "tt-run: stopping (in setup; Ctrl-C again to abort)");
+    EXPECT_HAS(r.output, "interrupted during the distributed rendezvous at 127.0.0.1:29735: nothing was trained");
+    EXPECT_EQ(r.output.find("after this batch"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("still in"), std::string::npos) << r.output;  // not ended by the grace
+  }
+}
+
+// Workers started by hand with settings that cannot make one run are refused at once, every one
+// of them told why, instead of waiting TT_DIST_TIMEOUT (30 s here) for a run that cannot start:
+// a worker whose WORLD_SIZE is not rank 0's, and a second worker with a RANK already taken.
+TEST(Dist, WorkersOfAnotherWorldSizeOrATakenRankAreRefusedAtOnceAndEveryOneSaysWhy) {
+  const fs::path dir = tt::test::temp_dir("dist_refuse_join");
+  const std::string args = topic_pipeline(dir, "j").string() + " -q --run-dir " + (dir / "j").string();
+  const auto sizes = workers_by_hand(dir, 29736, {"RANK=0 WORLD_SIZE=2", "RANK=1 WORLD_SIZE=3"}, args);
+  EXPECT_LT(sizes.seconds, 15.0);
+  EXPECT_EQ(sizes.rcs, (std::vector<int>{2, 2})) << read_file(dir / "w0.txt") << read_file(dir / "w1.txt");
+  EXPECT_HAS(read_file(dir / "w1.txt"), "distributed rendezvous: rank 1 has WORLD_SIZE=3, rank 0 WORLD_SIZE=2: start "
+                                        "every worker with the same WORLD_SIZE");
+  EXPECT_HAS(read_file(dir / "w0.txt"), "distributed rendezvous refused: rank 1 has WORLD_SIZE=3, rank 0 "
+                                        "WORLD_SIZE=2: start every worker with the same WORLD_SIZE (this is rank 0)");
+  // three workers, two of them RANK=1: whichever checks in second is refused, and the others
+  // (which wait for a RANK=2 that never comes) hear it
+  const auto taken = workers_by_hand(dir, 29737, {"RANK=0 WORLD_SIZE=3", "RANK=1 WORLD_SIZE=3", "RANK=1 WORLD_SIZE=3"},
+                                     args + " --overwrite");
+  EXPECT_LT(taken.seconds, 15.0);
+  EXPECT_EQ(taken.rcs, (std::vector<int>{2, 2, 2}));
+  std::string all;
+  for (int k = 0; k < 3; ++k) all += read_file(dir / ("w" + std::to_string(k) + ".txt"));
+  EXPECT_EQ(occurrences(all, "two workers have RANK=1: give each of the 3 workers its own RANK, 0 to 2"), 3u) << all;
+  EXPECT_HAS(read_file(dir / "w0.txt"), "(this is rank 0)");
 }
 
 TEST(Dist, AnInfLossOnOneRankIsSkippedByEveryRank) {

@@ -51,15 +51,18 @@ Ended launch_two(const std::string& tt_run, const std::function<void()>& meanwhi
 
 }  // namespace
 
-TEST(Launch, AReasonGivenAfterAPlainFailureIsTheExitCode) {
-  // rank 1 fails first with a plain error (as a rank does whose peer went away), rank 0 a moment
-  // later with a reason (6: a file it could not write): tt-run exits 6, as a run alone would
+TEST(Launch, AReasonGivenAfterAPlainFailureOrALostPeerIsTheExitCode) {
+  // rank 1 fails first with a plain error (1) or a lost peer (8: as a rank does whose peer went
+  // away), rank 0 a moment later with a reason (6: a file it could not write): tt-run exits 6, as
+  // a run alone would
   const fs::path dir = tt::test::temp_dir("launch_reason");
-  const auto e = launch_two(worker(dir, "if [ \"$RANK\" = 0 ]; then sleep 0.5; exit 6; fi; exit 1"));
-  EXPECT_EQ(e.code, 6) << e.err;
-  EXPECT_HAS(e.err, "rank 1 (pid ");
-  EXPECT_HAS(e.err, "exited with status 1; stopping the other 1 worker(s)");
-  EXPECT_HAS(e.err, "exited with status 6; tt-run exits with its status");
+  for (const char* first : {"1", "8"}) {
+    const auto e = launch_two(worker(dir, std::string("if [ \"$RANK\" = 0 ]; then sleep 0.5; exit 6; fi; exit ") + first));
+    EXPECT_EQ(e.code, 6) << e.err;
+    EXPECT_HAS(e.err, "rank 1 (pid ");
+    EXPECT_HAS(e.err, std::string("exited with status ") + first + "; stopping the other 1 worker(s)");
+    EXPECT_HAS(e.err, "exited with status 6; tt-run exits with its status");
+  }
 }
 
 TEST(Launch, TheOthersStoppedAfterAFailureLeaveItsExitCode) {
@@ -107,6 +110,24 @@ TEST(Launch, ACtrlCIsAnInterruptNotAFailure) {
   EXPECT_LT(e.seconds, 10.0) << e.err;
   EXPECT_EQ(e.err.find("tt-run --nproc: rank"), std::string::npos) << e.err;
   EXPECT_EQ(e.err.find("killed by signal"), std::string::npos) << e.err;
+  // workers the Ctrl-C ends before their handlers are installed say nothing: the launcher says it
+  fs::remove(dir / "started.0");
+  fs::remove(dir / "started.1");
+  e = launch_two(worker(dir, started + "exec sleep 30"), ctrl_c(dir, 1));
+  EXPECT_EQ(e.code, 130) << e.err;
+  EXPECT_HAS(e.err, "tt-run --nproc: interrupted; 2 of the 2 workers ended before they were set up (nothing was trained)");
+}
+
+TEST(Launch, AnInterruptSentToOneWorkerIsSaidToStopThemAllNotBlamedOnTheFirstToEnd) {
+  // SIGTERM to one worker (not the launcher) stops every worker (the trainer agrees on it): the
+  // one that ends first with 130 may be another; the launcher names it as ending on an interrupt
+  const fs::path dir = tt::test::temp_dir("launch_one_int");
+  const auto e = launch_two(worker(dir, "if [ \"$RANK\" = 0 ]; then trap 'kill $!; exit 130' TERM; sleep 30 & wait; fi; "
+                                        "sleep 0.2; exit 130"));
+  EXPECT_EQ(e.code, 130) << e.err;
+  EXPECT_HAS(e.err, "ended on an interrupt (status 130; one sent to any worker stops them all); stopping the other 1 "
+                    "worker(s)");
+  EXPECT_EQ(e.err.find("was interrupted"), std::string::npos) << e.err;
 }
 
 TEST(Launch, TheWorkersTrainOnLoopbackAndAFreePortWhateverTheEnvironmentSays) {
@@ -168,7 +189,7 @@ TEST(Launch, AFailedWorkersLastLinesComeBeforeTheLauncherSaysItFailed) {
   EXPECT_LT(why, said) << e.err;
 }
 
-TEST(Launch, ALineLongerThanTheLauncherHoldsIsPassedOnAsLabelledLinesOf64KiB) {
+TEST(Launch, ALongLineIsPassedOnAsLabelledLinesOf64KiBAndALineOfExactly64KiBAsOne) {
   // 300,000 characters without a newline (a progress bar that never ends its line), then more:
   // passed on as lines of 64 KiB as they come, each labelled (no other rank's line can land
   // inside one), nothing lost
@@ -179,4 +200,9 @@ TEST(Launch, ALineLongerThanTheLauncherHoldsIsPassedOnAsLabelledLinesOf64KiB) {
   const std::string part = "[rank 1] " + std::string(65536, 'x') + "\n";
   EXPECT_HAS(e.err, part + part + part + part + "[rank 1] " + std::string(300000 - 4 * 65536, 'x') +
                         " end\n[rank 1] next\n");
+  // a line of exactly 64 KiB is one line (it was split before its newline came: an empty line after it)
+  const auto exact = launch_two(worker(dir, "if [ \"$RANK\" = 1 ]; then head -c 65536 /dev/zero | tr '\\0' x >&2; "
+                                            "echo >&2; echo 'next' >&2; fi"));
+  EXPECT_EQ(exact.code, 0) << exact.err;
+  EXPECT_HAS(exact.err, part + "[rank 1] next\n");
 }

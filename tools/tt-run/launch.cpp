@@ -116,7 +116,8 @@ struct Labelled {
       for (size_t nl; (nl = partial.find('\n', std::max(start, scanned))) != std::string::npos; start = nl + 1)
         out += (nl == start ? "" : prefix) + partial.substr(start, nl + 1 - start);  // an empty line stays empty
       partial.erase(0, start);
-      for (; partial.size() >= kMaxLine; partial.erase(0, kMaxLine)) out += prefix + partial.substr(0, kMaxLine) + "\n";
+      // (a line of exactly kMaxLine waits for its newline: split there, it left an empty line after it)
+      for (; partial.size() > kMaxLine; partial.erase(0, kMaxLine)) out += prefix + partial.substr(0, kMaxLine) + "\n";
       if (!out.empty()) write_all(out);
     }
     return true;
@@ -290,11 +291,12 @@ int run(const Options& o) {
   }
 
   int remaining = o.nproc, exit_code = 0, signals_received = 0;
-  // A rank that fails first with a plain error (1) or a signal is often failing because another
-  // stopped (the store or a peer gone); a rank that says why (tt's exit codes 2-7: a refused
-  // pipeline or directory, a failed write, ...) gives the launcher's exit code instead.
+  // A rank that fails first with a plain error (1), a lost peer (8) or a signal is often failing
+  // because another stopped; a rank that says why (tt's exit codes 2-7: a refused pipeline or
+  // directory, a failed write, ...) gives the launcher's exit code instead.
   bool generic_first = false;
   bool stopping = false, terminated = false;
+  int ended_by_signal = 0;  // workers the interrupt ended before they could say so themselves
   std::chrono::steady_clock::time_point term_at{}, kill_at{};
   auto signal_all = [&](int sig) {
     for (int r = 0; r < o.nproc; ++r)
@@ -348,9 +350,11 @@ int run(const Options& o) {
     if (signals_received > 0 && failed &&
         (code == 130 || (WIFSIGNALED(status) && (signals_received > 1 || WTERMSIG(status) == g_signal)))) {
       if (exit_code == 0) exit_code = 130;
+      if (WIFSIGNALED(status) && signals_received == 1 && WTERMSIG(status) == g_signal) ++ended_by_signal;
       continue;
     }
-    if (failed && exit_code != 0 && generic_first && code != 1 && code != 130 && WIFEXITED(status)) {
+    const bool generic = code == 1 || code == 8;
+    if (failed && exit_code != 0 && generic_first && !generic && code != 130 && WIFEXITED(status)) {
       std::fprintf(stderr, "tt-run --nproc: rank %d (pid %d) %s; tt-run exits with its status\n", r,
                    static_cast<int>(pid), describe(status).c_str());
       exit_code = code;
@@ -358,8 +362,11 @@ int run(const Options& o) {
     }
     if (failed && exit_code == 0) {
       exit_code = code;
-      generic_first = code == 1;
-      const std::string how = code == 130 && WIFEXITED(status) ? "was interrupted (status 130)" : describe(status);
+      generic_first = generic;
+      // (an interrupt sent to one worker stops every worker: the one that ends first is not its target)
+      const std::string how = code == 130 && WIFEXITED(status)
+                                  ? "ended on an interrupt (status 130; one sent to any worker stops them all)"
+                                  : describe(status);
       if (remaining > 0 && !stopping) {
         std::fprintf(stderr, "tt-run --nproc: rank %d (pid %d) %s; stopping the other %d worker(s)\n", r,
                      static_cast<int>(pid), how.c_str(), remaining);
@@ -373,6 +380,9 @@ int run(const Options& o) {
       }
     }
   }
+  if (ended_by_signal > 0)
+    std::fprintf(stderr, "tt-run --nproc: interrupted; %d of the %d workers ended before they were set up (nothing "
+                 "was trained)\n", ended_by_signal, o.nproc);
   // The workers' last lines; a process they started that still holds a pipe gets a second.
   const auto drain_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   while (std::any_of(streams.begin(), streams.end(), [](const Labelled& l) { return l.fd >= 0; }) &&

@@ -16,7 +16,8 @@
 //
 // Exit codes: 0 done, 1 error, 2 bad pipeline or command line, 3 plugin/model library
 // refused, 4 out of memory, 5 NaN/inf loss, 6 a file could not be written (disk full),
-// 7 a comparison's variant did not run (its row says why), 130 interrupted (checkpoint written).
+// 7 a comparison's variant did not run (its row says why), 8 a data-parallel rank was lost or
+// not reached, 130 interrupted (checkpoint written).
 #include <cstring>
 #include <malloc.h>
 #include <unistd.h>
@@ -288,7 +289,8 @@ int tt_run(int argc, char** argv) {
   app.footer(
       "Exit codes: 0 done, 1 error, 2 bad pipeline or command line, 3 plugin/model library refused, "
       "4 out of memory, 5 NaN/inf loss, 6 a file could not be written (disk full), 7 a comparison ran but one of "
-      "its variants did not (its row says why), 130 interrupted (checkpoint written; resume with --resume).");
+      "its variants did not (its row says why), 8 a data-parallel rank was lost or not reached, 130 interrupted "
+      "(checkpoint written; resume with --resume).");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -564,18 +566,12 @@ int tt_run(int argc, char** argv) {
 // closed) but without the libraries' static teardown: that touches pages of LibTorch's code that
 // trainer.release_library_pages gave back before training, about 30 MiB read back after
 // summary.json recorded the process's peak RSS (process_peak_rss_bytes), which /usr/bin/time and
-// a container's limit then saw exceeded. Nothing of tt's is left for that teardown to do.
-// A data-parallel worker (WORLD_SIZE above 1) ends as usual: rank 0 serves the store the others
-// may still read from as it ends (a refusal's reason, the last gathers), and ending at once
-// broke their reads off.
+// a container's limit then saw exceeded. Nothing of tt's is left for that teardown to do. A
+// data-parallel worker ends its context first: rank 0 serves the store the others may still read
+// from (a refusal's reason, the last gathers) and waits until they are done with it.
 int main(int argc, char** argv) {
   const int rc = tt_run(argc, argv);
-  bool data_parallel = false;
-  try {
-    data_parallel = tt::dist::env_from_environment().world_size > 1;
-  } catch (const tt::Error&) {  // refused before anything started: tt_run said why
-  }
-  if (data_parallel) return rc;
+  tt::dist::shutdown();
   tt::log().flush();
   std::fflush(nullptr);
   std::_Exit(rc);

@@ -53,7 +53,11 @@ TT_API void check_device_for_workers(const Options& trainer, int nproc);
 
 class TT_API Context {
  public:
-  explicit Context(const Env& env);  // rendezvous; throws tt::Error on timeout
+  // The rendezvous: throws DistError (timed out, unreachable, port in use), ConfigError (this
+  // worker's WORLD_SIZE is not rank 0's or its RANK is taken; the others are told and fail too),
+  // Interrupted (Ctrl-C: at once, not at the timeout).
+  explicit Context(const Env& env);
+  // Ends this rank's part: see shutdown().
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -104,8 +108,12 @@ class TT_API Context {
 TT_API std::string hash_tensors(const std::vector<at::Tensor>& tensors);
 
 // The process-wide context, made from the environment on the first call; nullptr when the
-// process is not part of a multi-process run (WORLD_SIZE unset or 1).
+// process is not part of a multi-process run (WORLD_SIZE unset or 1), and after shutdown().
 TT_API Context* context();
+// Ends the process-wide context, if any, before the process ends: its process groups go, then
+// rank 0 waits (at most 10 s) for the other ranks to be done with the store it serves. tt-run calls
+// it last; a process that ends with _Exit must.
+TT_API void shutdown();
 // Rank and world size without starting anything (0 and 1 outside distributed runs).
 TT_API int rank();
 TT_API int world_size();

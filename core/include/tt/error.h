@@ -68,6 +68,17 @@ class TT_API WriteError : public Error {
   int exit_code() const override { return 6; }
 };
 
+// A data-parallel run lost a rank or could not gather them: the rendezvous timed out or was
+// refused by the machine, or a collective failed because another rank exited or did not answer
+// within TT_DIST_TIMEOUT (exit 8). Often the consequence of another rank's failure, whose own exit
+// code says why (tt-run --nproc exits with that one).
+class TT_API DistError : public Error {
+ public:
+  using Error::Error;
+  ~DistError() override;
+  int exit_code() const override { return 8; }
+};
+
 namespace detail {
 template <class... Args>
 std::string cat(const Args&... args) {

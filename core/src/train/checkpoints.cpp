@@ -8,6 +8,7 @@
 #include <set>
 
 #include "train/grad_sync.h"
+#include "train/run_dir.h"
 #include "train/run.h"
 #include "train/step.h"
 #include "tt/checkpoint.h"
@@ -196,8 +197,8 @@ void load_checkpoint(Run& run) {
     }
   }
   TT_FAIL_AS(ConfigError, "no readable checkpoint in ", dir.string(), " (none of them could be read, so the run "
-             "cannot continue; start it again with tt-run PIPELINE --run-dir ", run.state.run_dir.string(),
-             " --overwrite):", failures);
+             "cannot continue; start it again with ", launch_command(run), " PIPELINE --run-dir ",
+             run.state.run_dir.string(), " --overwrite):", failures);
 }
 
 void check_archive_names(const torch::nn::Module& model, const std::string& model_name) {

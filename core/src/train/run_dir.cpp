@@ -143,10 +143,16 @@ std::string how_to_continue(const Run& run) {
   if (run.sync && run.sync->owned_rows())
     return "trainer.dist_rows: owned cannot resume (rank 0 holds the optimizer moments of its own rows only); a new "
            "run may start from its weights: model.init_from=" + dir;
-  if (!run.dist) return "Continue with: tt-run --resume " + dir;
-  const std::string n = std::to_string(run.dist->world_size());
-  return "Continue with: tt-run --nproc " + n + " --resume " + dir + " (or " + n +
-         " workers launched as before, with --resume)";
+  return "Continue with: " + launch_command(run) + " --resume " + dir + launched_as_before(run, "--resume");
+}
+
+std::string launch_command(const Run& run) {
+  return run.dist ? "tt-run --nproc " + std::to_string(run.dist->world_size()) : std::string("tt-run");
+}
+
+std::string launched_as_before(const Run& run, const std::string& args) {
+  return run.dist ? " (or " + std::to_string(run.dist->world_size()) + " workers launched as before, with " + args + ")"
+                  : std::string();
 }
 
 }  // namespace tt

@@ -48,5 +48,10 @@ void check_resume_length(const Run& run, const std::string& status);
 // After an interrupt's checkpoint: "Continue with: tt-run [--nproc N] --resume DIR ...", or, for
 // trainer.dist_rows: owned (whose checkpoints cannot be resumed), the new run from its weights.
 std::string how_to_continue(const Run& run);
+// How the run was launched, for a command line said to the user: "tt-run", or "tt-run --nproc N"
+// for a data-parallel run (a run of one process would train with another global batch); and
+// " (or N workers launched as before, with ARGS)" for the latter, "" for the former.
+std::string launch_command(const Run& run);
+std::string launched_as_before(const Run& run, const std::string& args);
 
 }  // namespace tt

@@ -146,20 +146,24 @@ void setup_process(Run& run) {
   }
   run.meter.install();
   // More threads than cores only slow LibTorch down (and 100000 of them never start).
-  const int asked = static_cast<int>(T.get_int("threads"));
+  const int option = static_cast<int>(T.get_int("threads")), local = run.dist ? run.dist->env().local_world_size : 0;
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  // Workers on one machine (LOCAL_WORLD_SIZE: torchrun's, or set by hand) share its cores out, as
+  // tt-run --nproc's do (it sets OMP_NUM_THREADS), unless told otherwise.
+  const bool shared = option == 0 && !(omp && *omp) && local > 1;
+  const int asked = shared ? std::max(1, usable_cores() / local) : option;
   if (const int threads = resolve_threads(asked), cores = usable_cores(); threads > cores)
     log().warn("{} is {}, more than the {} cores this process may use; using {}",
                asked > 0 ? "trainer.threads" : "OMP_NUM_THREADS", threads, cores, cores);
   run.threads = configure_threads(asked);
-  // Workers on one machine (LOCAL_WORLD_SIZE: tt-run --nproc's, torchrun's) whose threads add up
-  // to more than its cores wait on each other's threads: steps many times slower.
-  if (const int n = run.dist ? run.dist->env().local_world_size : 0, cores = usable_cores();
-      run.root && n > 1 && n * run.threads > cores)
+  // Workers whose threads add up to more than the machine's cores wait on each other's threads:
+  // steps many times slower.
+  if (const int cores = usable_cores(); run.root && local > 1 && local * run.threads > cores)
     log().warn("{} workers on this machine x {} threads each = {}, more than its {} cores: their steps wait on each "
-               "other (many times slower); {} {}", n, run.threads, n * run.threads, cores, asked > 0 ?
-               "set trainer.threads=0 (tt-run --nproc shares the cores out) or at most" :
-               "unset OMP_NUM_THREADS (tt-run --nproc then shares the cores out) or set it to at most",
-               std::max(1, cores / n));
+               "other (many times slower); {} {}", local, run.threads, local * run.threads, cores, option > 0 ?
+               "set trainer.threads=0 (the workers then share the cores out) or at most" :
+               "unset OMP_NUM_THREADS (the workers then share the cores out) or set it to at most",
+               std::max(1, cores / local));
   set_flush_denormal(T.get_bool("flush_denormal"));
   seed_everything(run.pipeline.seed);
   run.meter.set_caching(T.get_bool("cache_allocations"));
@@ -281,8 +285,9 @@ void claim_run_dir(Run& run) {
     const nlohmann::json previous = read_summary(dir / "summary.json");
     const int64_t trained =
         previous.contains("steps") && previous["steps"].is_number_integer() ? previous["steps"].get<int64_t>() : 0;
-    const std::string again = detail::cat("start it again with tt-run ", (dir / "pipeline.yaml").string(), " --run-dir ",
-                                          dir.string(), " --overwrite");
+    const std::string again = detail::cat("start it again with ", launch_command(run), " ", (dir / "pipeline.yaml").string(),
+                                          " --run-dir ", dir.string(), " --overwrite",
+                                          launched_as_before(run, "--run-dir " + dir.string() + " --overwrite"));
     TT_CHECK_AS(ConfigError, trained == 0 || summary_status(previous) != "failed", dir.string(), " holds no checkpoint: ",
                 "the run failed at step ", trained, " before its first (one is written every trainer.checkpoint_every "
                 "steps, when that is set, and at the end); ", again, " (trainer.checkpoint_every=N keeps its progress)");
