@@ -485,6 +485,21 @@ TEST(Dist, WorkersStartedByHandShareTheMachinesCoresByLocalWorldSize) {
   EXPECT_EQ(read_file(dir / "w0.txt").find("workers on this machine"), std::string::npos) << read_file(dir / "w0.txt");
 }
 
+// More workers than cores, one thread each: the warning says to start fewer (it said to set
+// OMP_NUM_THREADS to at most 1, as it was).
+TEST(Dist, MoreWorkersThanCoresOfOneThreadEachAreToldToStartFewer) {
+  const fs::path dir = tt::test::temp_dir("dist_crowd");
+  const int cores = tt::usable_cores();
+  auto r = run(env_clean() + "env -u OMP_NUM_THREADS " + tt_run_bin() + " --nproc " + std::to_string(cores + 1) + " " +
+               topic_pipeline(dir, "c").string() + " trainer.threads=0 trainer.max_steps=1 trainer.batch_size=4 -q "
+               "--run-dir " + (dir / "c").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_HAS(r.output, std::to_string(cores + 1) + " workers on this machine x 1 thread each = " +
+                           std::to_string(cores + 1) + ", more than its " + std::to_string(cores) +
+                           " cores: their steps wait on each other (many times slower); start at most " +
+                           std::to_string(cores) + " workers on this machine");
+}
+
 // A worker that reaches another program on MASTER_PORT (one that accepts connections and never
 // answers) waited forever; it says so within its bound (TT_DIST_TIMEOUT here, at most 10 s).
 TEST(Dist, AWorkerThatReachesAnotherProgramOnTheMasterPortSaysSoInsteadOfHanging) {

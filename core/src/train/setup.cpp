@@ -158,12 +158,16 @@ void setup_process(Run& run) {
   run.threads = configure_threads(asked);
   // Workers whose threads add up to more than the machine's cores wait on each other's threads:
   // steps many times slower.
-  if (const int cores = usable_cores(); run.root && local > 1 && local * run.threads > cores)
-    log().warn("{} workers on this machine x {} threads each = {}, more than its {} cores: their steps wait on each "
-               "other (many times slower); {} {}", local, run.threads, local * run.threads, cores, option > 0 ?
-               "set trainer.threads=0 (the workers then share the cores out) or at most" :
-               "unset OMP_NUM_THREADS (the workers then share the cores out) or set it to at most",
-               std::max(1, cores / local));
+  if (const int cores = usable_cores(); run.root && local > 1 && local * run.threads > cores) {
+    const std::string fix = run.threads == 1 ? detail::cat("start at most ", cores, " workers on this machine")
+                            : option > 0     ? detail::cat("set trainer.threads=0 (the workers then share the cores "
+                                                           "out) or at most ", std::max(1, cores / local))
+                                             : detail::cat("unset OMP_NUM_THREADS (the workers then share the cores "
+                                                           "out) or set it to at most ", std::max(1, cores / local));
+    log().warn("{} workers on this machine x {} thread{} each = {}, more than its {} cores: their steps wait on each "
+               "other (many times slower); {}", local, run.threads, run.threads == 1 ? "" : "s", local * run.threads,
+               cores, fix);
+  }
   set_flush_denormal(T.get_bool("flush_denormal"));
   seed_everything(run.pipeline.seed);
   run.meter.set_caching(T.get_bool("cache_allocations"));
