@@ -124,6 +124,11 @@ TEST(Dist, TwoRanksOfBatchBFollowOneRankOfBatch2B) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * std::abs(a[i])) << "step " << i + 1;
   json s = summary_of(dir / "two");
   EXPECT_EQ(s["replica_parameter_hashes"][0], s["replica_parameter_hashes"][1]);
+  // what the launch was: its lines come before log.txt is opened; the figures are rank 0's
+  EXPECT_EQ(s["distributed"]["rank"], 0);
+  EXPECT_EQ(s["distributed"]["local_world_size"], 2);
+  EXPECT_EQ(s["distributed"]["backend"], "gloo");
+  EXPECT_EQ(s["distributed"]["master"].get<std::string>().rfind("127.0.0.1:", 0), 0u) << s["distributed"];
   // The launcher shares the cores among its workers (OMP_NUM_THREADS = cores / 2 unless set),
   // where the process alone takes them all.
   const int cores = tt::usable_cores(), env = tt::threads_from_environment();

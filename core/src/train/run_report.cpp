@@ -187,6 +187,13 @@ json RunReport::build() const {
   if (run_.dist) {
     sum["median_comm_seconds"] = median_after_warm_up(rec.comm_times);
     sum["replica_parameter_hashes"] = rec.replica_hashes;
+    // What the launch was (its lines come before log.txt is opened); the memory figures, times and
+    // threads above are this rank's (0: the one that writes the run directory).
+    const dist::Env& e = run_.dist->env();
+    sum["distributed"] = {{"rank", e.rank},
+                          {"master", e.master_addr + ":" + std::to_string(e.master_port)},
+                          {"local_world_size", e.local_world_size > 0 ? json(e.local_world_size) : json(nullptr)},  // unknown
+                          {"backend", run_.dist->has_nccl() ? "gloo (CPU tensors), nccl (CUDA tensors)" : "gloo"}};
   }
   if (!rec.model_metrics.empty()) sum["model_metrics"] = rec.model_metrics;
   if (run_.resumed) sum["resumed_from"] = run_.resumed_from;
@@ -291,9 +298,9 @@ void RunReport::print() const {
   // live, the rest is negative (said, not hidden).
   const int64_t teacher = m.value("teacher_bytes", int64_t{0}), rest = m["rest_bytes"].get<int64_t>();
   const int64_t held = m.value("held_bytes", int64_t{0});
-  out += fmt::format("  memory     peak tensors {} = params {} + grads {} + optimizer {} + activations {}{}{} + rest {}; "
+  out += fmt::format("  memory     {}peak tensors {} = params {} + grads {} + optimizer {} + activations {}{}{} + rest {}; "
                      "peak RSS {}{}\n",
-                     format_bytes(m["peak_tensor_bytes"]), format_bytes(m["parameters_bytes"]),
+                     s.world_size > 1 ? "rank 0's " : "", format_bytes(m["peak_tensor_bytes"]), format_bytes(m["parameters_bytes"]),
                      format_bytes(m["gradients_bytes"]), format_bytes(m["optimizer_state_bytes"]),
                      format_bytes(m["activations_bytes"]),
                      teacher > 0 ? " + teacher " + format_bytes(teacher) : std::string(),
