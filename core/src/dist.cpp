@@ -80,11 +80,11 @@ struct Context::Impl {
       try {
         auto opts = c10d::ProcessGroupNCCL::Options::create();
         opts->timeout = env.timeout;
-        auto prefixed = c10::make_intrusive<c10d::PrefixStore>("tt/nccl", store);
+        auto prefixed = c10::make_intrusive<c10d::PrefixStore>("nccl", store);
         nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, env.rank, env.world_size, opts);
       } catch (const std::exception& e) {
         std::string what = e.what();
-        TT_FAIL("distributed: rank ", env.rank, " could not make the NCCL process group for CUDA tensors (",
+        TT_FAIL_AS(DistError, "distributed: rank ", env.rank, " could not make the NCCL process group for CUDA tensors (",
                 first_line(what), "); check that every rank has its own GPU (cuda:LOCAL_RANK)");
       }
     }
@@ -108,9 +108,11 @@ Context::Context(const Env& env) : env_(env), impl_(std::make_unique<Impl>(env_)
     opts->devices.push_back(local ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
                                   : c10d::ProcessGroupGloo::createDefaultDevice());
     opts->threads = 2;
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("tt/gloo", impl_->store);
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("gloo", impl_->store);
     impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world_size, opts);
   } catch (const std::exception& e) {
+    TT_CHECK_AS(Interrupted, !interrupt_requested(), "interrupted during the distributed rendezvous at ", where,
+                ": nothing was trained");
     std::string what = e.what();
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     TT_FAIL_AS(DistError, "distributed rendezvous: rank ", env.rank, " could not join the Gloo process group through ",

@@ -58,12 +58,14 @@ using Work = c10d::Work;
 
 namespace tt::dist {
 struct Env;
-// The rendezvous (dist_rendezvous.cpp): rank 0 serves the store at MASTER_ADDR:MASTER_PORT, every
-// rank connects and checks in; returns once all WORLD_SIZE have, within TT_DIST_TIMEOUT. Throws
-// DistError (unreachable, timed out, port in use), ConfigError (another WORLD_SIZE than rank 0's,
-// a RANK taken: every worker is told), Interrupted (Ctrl-C).
+// The rendezvous (dist_rendezvous.cpp): rank 0 serves the store at MASTER_ADDR:MASTER_PORT (or
+// torchrun's agent does), every rank connects and checks in; returns once all WORLD_SIZE have,
+// within TT_DIST_TIMEOUT, a store whose keys are tt's own (apart per torchrun launch). Throws
+// DistError (unreached, timed out), ConfigError (MASTER_ADDR unresolved, the port in use or
+// another program's, another WORLD_SIZE than rank 0's or a RANK taken: every worker is told),
+// Interrupted (Ctrl-C).
 c10::intrusive_ptr<c10d::Store> rendezvous_store(const Env& env);
-// Says this rank is done with the store; rank 0, which serves it, waits for the others (at most
-// 10 s or TT_DIST_TIMEOUT, or until an interrupt).
+// Says this rank is done with the store; rank 0 waits for the others that claimed their RANK to
+// say so (at most 10 s or TT_DIST_TIMEOUT, 2 s after an interrupt).
 void leave_store(c10d::Store& store, const Env& env);
 }  // namespace tt::dist

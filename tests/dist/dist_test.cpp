@@ -468,7 +468,7 @@ TEST(Dist, AMasterPortInUseIsSaidToBeInUse) {
   auto r = run("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
                " TT_DIST_TIMEOUT=15 " + tt_run_bin() + " " + y.string() + " -q --run-dir " + (dir / "b").string());
   ::close(fd);
-  EXPECT_EQ(r.rc, 8) << r.output;
+  EXPECT_EQ(r.rc, 2) << r.output;  // a setting to change, as any
   EXPECT_HAS(r.output, "distributed rendezvous: rank 0 could not serve the workers at 127.0.0.1:" +
                            std::to_string(port) + ": port " + std::to_string(port) + " is in use");
   EXPECT_HAS(r.output, "Choose another MASTER_PORT");
@@ -494,8 +494,8 @@ TEST(Dist, WorkersStartedByHandShareTheMachinesCoresByLocalWorldSize) {
 // OMP_NUM_THREADS to at most 1, as it was).
 TEST(Dist, MoreWorkersThanCoresOfOneThreadEachAreToldToStartFewer) {
   const fs::path dir = tt::test::temp_dir("dist_crowd");
-  const int cores = tt::usable_cores();
-  auto r = run(env_clean() + "env -u OMP_NUM_THREADS " + tt_run_bin() + " --nproc " + std::to_string(cores + 1) + " " +
+  const int cores = 1;  // on one core (taskset), whatever the machine has: two workers
+  auto r = run(env_clean() + "env -u OMP_NUM_THREADS taskset -c 0 " + tt_run_bin() + " --nproc " + std::to_string(cores + 1) + " " +
                topic_pipeline(dir, "c").string() + " trainer.threads=0 trainer.max_steps=1 trainer.batch_size=4 -q "
                "--run-dir " + (dir / "c").string());
   ASSERT_EQ(r.rc, 0) << r.output;
@@ -525,16 +525,17 @@ TEST(Dist, AWorkerThatReachesAnotherProgramOnTheMasterPortSaysSoInsteadOfHanging
                " TT_DIST_TIMEOUT=3 " + tt_run_bin() + " " + y.string() + " -q --run-dir " + (dir / "f").string());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ::close(fd);
-  EXPECT_EQ(r.rc, 8) << r.output;
+  EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_LT(secs, 10.0) << r.output;
   EXPECT_HAS(r.output, "distributed rendezvous: rank 1 reached 127.0.0.1:" + port +
                            " but nothing there answered as tt's rank 0 within ");
   EXPECT_HAS(r.output, "another program may listen on MASTER_PORT");
 }
 
-// MASTER_ADDR wrong at once: rank 0 given another machine's address (it serves the store there)
-// and a name that does not resolve are refused with the variable named, not after the timeout.
-TEST(Dist, AMasterAddressOfAnotherMachineOrThatDoesNotResolveIsRefusedNamingIt) {
+// MASTER_ADDR wrong: a name that does not resolve (tried again until TT_DIST_TIMEOUT: a cluster's
+// name for its master may come only as the master starts) is named, with the fix, as a setting
+// (exit 2), not as a master unreached; rank 0 given another machine's address is warned.
+TEST(Dist, AMasterAddressThatDoesNotResolveOrIsAnotherMachinesIsNamed) {
   const fs::path dir = tt::test::temp_dir("dist_addr");
   const fs::path y = topic_pipeline(dir, "a");
   const auto rank = [&](const std::string& r, const std::string& addr) {
@@ -542,21 +543,42 @@ TEST(Dist, AMasterAddressOfAnotherMachineOrThatDoesNotResolveIsRefusedNamingIt) 
                " MASTER_PORT=29738 TT_DIST_TIMEOUT=3 " + tt_run_bin() + " " + y.string() + " -q --run-dir " +
                (dir / "a").string());
   };
-  auto other = rank("0", "192.0.2.1");  // TEST-NET-1 (RFC 5737): no machine's own
-  EXPECT_EQ(other.rc, 2) << other.output;
-  EXPECT_HAS(other.output, "rank 0 serves the workers at MASTER_ADDR='192.0.2.1', which is not an address of this "
-                           "machine: start rank 0 on that machine, or set MASTER_ADDR to one of this machine's addresses");
   for (const char* r : {"0", "1"}) {
     auto none = rank(r, "nosuchhost.invalid");  // .invalid never resolves (RFC 2606)
-    EXPECT_HAS(none.output, "MASTER_ADDR='nosuchhost.invalid'");
-    // refused at once (2); a machine whose resolver does not answer says so at the timeout (8)
-    if (none.output.find("is not a host name or address this machine can resolve") != std::string::npos) {
-      EXPECT_EQ(none.rc, 2) << none.output;
-    } else {
-      EXPECT_EQ(none.rc, 8) << none.output;
-      EXPECT_HAS(none.output, "the resolver did not resolve MASTER_ADDR='nosuchhost.invalid'");
-    }
+    EXPECT_EQ(none.rc, 2) << none.output;
+    EXPECT_HAS(none.output, "distributed rendezvous: MASTER_ADDR='nosuchhost.invalid' did not resolve within 3 s (");
+    EXPECT_HAS(none.output, "set MASTER_ADDR to rank 0's machine");
   }
+  auto other = rank("0", "192.0.2.1");  // TEST-NET-1 (RFC 5737): no machine's own
+  EXPECT_NE(other.rc, 0) << other.output;
+  EXPECT_HAS(other.output, "MASTER_ADDR='192.0.2.1' is not an address of this machine, where rank 0 serves the workers");
+}
+
+// Under torchrun 2.4+ its agent serves the store at MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE):
+// every rank connects, rank 0 too (it said the port was in use), and tt's keys are apart per
+// launch (TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT): a restart on the same store starts
+// afresh (the last launch's keys refused its RANKs as taken). The agent's store is PyTorch's own,
+// served from Python here.
+TEST(Dist, WorkersUnderTorchrunsAgentStoreConnectToItAndARestartStartsAfresh) {
+  const fs::path dir = tt::test::temp_dir("dist_agent");
+  const std::string pid = (dir / "store.pid").string();
+  const std::string ready = (dir / "store.ready").string();
+  auto served = run("{ /usr/bin/python3 -c 'import time, torch.distributed as d; s = d.TCPStore(\"127.0.0.1\", 29740, 1, "
+                    "True, wait_for_workers=False); open(\"" + ready + "\", \"w\").close(); time.sleep(120)' > " +
+                    (dir / "store.txt").string() + " 2>&1 & echo $! > " + pid + "; for i in $(seq 200); do [ -e " +
+                    ready + " ] && break; sleep 0.1; done; [ -e " + ready + " ]; }");
+  ASSERT_EQ(served.rc, 0) << served.output << read_file(dir / "store.txt");
+  const std::string args = topic_pipeline(dir, "g").string() + " trainer.max_steps=2 -q --overwrite --run-dir " +
+                           (dir / "g").string();
+  for (const char* restart : {"0", "1"}) {
+    const std::string each = std::string("TORCHELASTIC_USE_AGENT_STORE=True TORCHELASTIC_RUN_ID=job7 "
+                                         "TORCHELASTIC_RESTART_COUNT=") + restart + " WORLD_SIZE=2 ";
+    const auto e = workers_by_hand(dir, 29740, {each + "RANK=0", each + "RANK=1"}, args);
+    EXPECT_EQ(e.rcs, (std::vector<int>{0, 0})) << "restart " << restart << ":\n"
+                                               << read_file(dir / "w0.txt") << read_file(dir / "w1.txt");
+  }
+  run("kill $(cat " + pid + ")");
+  EXPECT_EQ(read_file(dir / "w0.txt").find("in use"), std::string::npos) << read_file(dir / "w0.txt");
 }
 
 TEST(Dist, MismatchedPipelinesAcrossRanksAreDetected) {

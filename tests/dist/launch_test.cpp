@@ -118,9 +118,10 @@ TEST(Launch, ACtrlCIsAnInterruptNotAFailure) {
   EXPECT_HAS(e.err, "tt-run --nproc: interrupted; 2 of the 2 workers ended before they were set up (nothing was trained)");
 }
 
-TEST(Launch, AnInterruptSentToOneWorkerIsSaidToStopThemAllNotBlamedOnTheFirstToEnd) {
+TEST(Launch, AWorkerEndingWith130UnsignalledByTheLauncherIsSaidToEndOnAnInterruptThatStopsThemAll) {
   // SIGTERM to one worker (not the launcher) stops every worker (the trainer agrees on it): the
-  // one that ends first with 130 may be another; the launcher names it as ending on an interrupt
+  // one that ends first with 130 may be another; here rank 1 exits 130 as such a worker would,
+  // and the launcher says it ended on an interrupt sent to any worker, not that it "was interrupted"
   const fs::path dir = tt::test::temp_dir("launch_one_int");
   const auto e = launch_two(worker(dir, "if [ \"$RANK\" = 0 ]; then trap 'kill $!; exit 130' TERM; sleep 30 & wait; fi; "
                                         "sleep 0.2; exit 130"));

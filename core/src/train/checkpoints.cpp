@@ -198,7 +198,8 @@ void load_checkpoint(Run& run) {
   }
   TT_FAIL_AS(ConfigError, "no readable checkpoint in ", dir.string(), " (none of them could be read, so the run "
              "cannot continue; start it again with ", launch_command(run), " PIPELINE --run-dir ",
-             run.state.run_dir.string(), " --overwrite):", failures);
+             run.state.run_dir.string(), " --overwrite",
+             launched_as_before(run, "--run-dir " + run.state.run_dir.string() + " --overwrite"), "):", failures);
 }
 
 void check_archive_names(const torch::nn::Module& model, const std::string& model_name) {
