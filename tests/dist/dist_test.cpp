@@ -528,7 +528,7 @@ TEST(Dist, AWorkerThatReachesAnotherProgramOnTheMasterPortSaysSoInsteadOfHanging
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_LT(secs, 10.0) << r.output;
   EXPECT_HAS(r.output, "distributed rendezvous: rank 1 reached 127.0.0.1:" + port +
-                           " but nothing there answered as tt's rank 0 within ");
+                           " but nothing there answered as a store within ");
   EXPECT_HAS(r.output, "another program may listen on MASTER_PORT");
 }
 
