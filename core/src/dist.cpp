@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 
-
 #include <cstdlib>
 #include <functional>
 #include <mutex>
@@ -84,8 +83,8 @@ struct Context::Impl {
         nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, env.rank, env.world_size, opts);
       } catch (const std::exception& e) {
         std::string what = e.what();
-        TT_FAIL_AS(DistError, "distributed: rank ", env.rank, " could not make the NCCL process group for CUDA tensors (",
-                first_line(what), "); check that every rank has its own GPU (cuda:LOCAL_RANK)");
+        TT_FAIL_AS(DistError, "distributed: rank ", env.rank, " could not make the NCCL process group for CUDA "
+                   "tensors (", first_line(what), "); check that every rank has its own GPU (cuda:LOCAL_RANK)");
       }
     }
     return *nccl;
@@ -129,8 +128,8 @@ bool Context::has_nccl() const { return TT_DIST_NCCL && at::hasCUDA(); }
 Context::~Context() {
   // The process groups first: a rank still in a collective with this one fails at once instead of
   // at its timeout. Then each rank says it is done with the store; rank 0, which serves it, waits
-  // for the others (at most 10 s, or until an interrupt): one may still be reading what rank 0 set
-  // last (a refusal's reason, a last gather), and a store gone breaks that read off.
+  // for the others (leave_store): one may still be reading what rank 0 set last (a refusal's
+  // reason, a last gather), and a store gone breaks that read off.
   impl_->nccl.reset();
   impl_->pg.reset();
   if (impl_->store) leave_store(*impl_->store, env_);
@@ -296,7 +295,7 @@ std::string Context::broadcast_string(const std::string& value, int root) {
   } catch (const std::exception& e) {
     std::string what = e.what();
     TT_FAIL_AS(DistError, "distributed: rank ", rank(), " did not receive ", key, " from rank ", root, " (rank ", root,
-            " exited, or it did not answer within TT_DIST_TIMEOUT): ", first_line(what));
+               " exited, or it did not answer within TT_DIST_TIMEOUT): ", first_line(what));
   }
 }
 
@@ -311,8 +310,8 @@ std::vector<std::string> Context::all_gather_strings(const std::string& value) {
     }
   } catch (const std::exception& e) {
     std::string m = e.what();
-    TT_FAIL_AS(DistError, "distributed: the ranks did not all send ", prefix, " (a rank exited, or it did not answer within "
-            "TT_DIST_TIMEOUT): ", first_line(m));
+    TT_FAIL_AS(DistError, "distributed: the ranks did not all send ", prefix,
+               " (a rank exited, or it did not answer within TT_DIST_TIMEOUT): ", first_line(m));
   }
   return out;
 }

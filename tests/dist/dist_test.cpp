@@ -387,6 +387,23 @@ TEST(Dist, BadSettingsAreRefused) {
 }
 
 namespace {
+// A TCP socket listening on a free loopback port (set in `port`), which accepts connections and
+// never answers; -1 where it cannot be made.
+int listening_socket(int& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 4) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  port = ntohs(a.sin_port);
+  return fd;
+}
+
 size_t occurrences(const std::string& text, const std::string& part) {
   size_t n = 0;
   for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
@@ -455,16 +472,9 @@ TEST(Dist, TheLauncherTrainsOnLoopbackWhateverTheEnvironmentsMasterSays) {
 TEST(Dist, AMasterPortInUseIsSaidToBeInUse) {
   const fs::path dir = tt::test::temp_dir("dist_busy");
   const fs::path y = topic_pipeline(dir, "b");
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int port = 0;
+  const int fd = listening_socket(port);
   ASSERT_GE(fd, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(fd, 4), 0);
-  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  const int port = ntohs(a.sin_port);
   auto r = run("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
                " TT_DIST_TIMEOUT=15 " + tt_run_bin() + " " + y.string() + " -q --run-dir " + (dir / "b").string());
   ::close(fd);
@@ -510,16 +520,10 @@ TEST(Dist, MoreWorkersThanCoresOfOneThreadEachAreToldToStartFewer) {
 TEST(Dist, AWorkerThatReachesAnotherProgramOnTheMasterPortSaysSoInsteadOfHanging) {
   const fs::path dir = tt::test::temp_dir("dist_foreign");
   const fs::path y = topic_pipeline(dir, "f");
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int listening = 0;
+  const int fd = listening_socket(listening);  // the kernel accepts; nothing ever answers
   ASSERT_GE(fd, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(fd, 4), 0);  // the kernel accepts; nothing ever answers
-  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  const std::string port = std::to_string(ntohs(a.sin_port));
+  const std::string port = std::to_string(listening);
   const auto t0 = std::chrono::steady_clock::now();
   auto r = run(env_clean() + "timeout 60 env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port +
                " TT_DIST_TIMEOUT=3 " + tt_run_bin() + " " + y.string() + " -q --run-dir " + (dir / "f").string());

@@ -53,9 +53,9 @@ TT_API void check_device_for_workers(const Options& trainer, int nproc);
 
 class TT_API Context {
  public:
-  // The rendezvous: throws DistError (timed out, unreachable, port in use), ConfigError (this
-  // worker's WORLD_SIZE is not rank 0's or its RANK is taken; the others are told and fail too),
-  // Interrupted (Ctrl-C: at once, not at the timeout).
+  // The rendezvous (dist_rendezvous.cpp): throws DistError (timed out, unreachable), ConfigError
+  // (MASTER_ADDR unresolved, MASTER_PORT in use or another program's, this worker's WORLD_SIZE not
+  // rank 0's or its RANK taken: the others are told and fail too), Interrupted (Ctrl-C: at once).
   explicit Context(const Env& env);
   // Ends this rank's part: see shutdown().
   ~Context();

@@ -187,12 +187,13 @@ json RunReport::build() const {
   if (run_.dist) {
     sum["median_comm_seconds"] = median_after_warm_up(rec.comm_times);
     sum["replica_parameter_hashes"] = rec.replica_hashes;
-    // What the launch was (its lines come before log.txt is opened); the memory figures, times and
-    // threads above are this rank's (0: the one that writes the run directory).
+    // What the launch was (its lines come before log.txt is opened; local_world_size null where
+    // LOCAL_WORLD_SIZE is unset); the memory figures, times and threads above are this rank's (0:
+    // the one that writes the run directory).
     const dist::Env& e = run_.dist->env();
     sum["distributed"] = {{"rank", e.rank},
                           {"master", e.master_addr + ":" + std::to_string(e.master_port)},
-                          {"local_world_size", e.local_world_size > 0 ? json(e.local_world_size) : json(nullptr)},  // unknown
+                          {"local_world_size", e.local_world_size > 0 ? json(e.local_world_size) : json(nullptr)},
                           {"backend", run_.dist->has_nccl() ? "gloo (CPU tensors), nccl (CUDA tensors)" : "gloo"}};
   }
   if (!rec.model_metrics.empty()) sum["model_metrics"] = rec.model_metrics;
