@@ -597,6 +597,9 @@ TEST(Trainer, AnInterruptDuringAPeriodicEvaluationAbandonsItAndKeepsTheStepInACh
   ASSERT_EQ(ckpts.size(), 1u);
   EXPECT_EQ(ckpts[0].filename(), "step-00000004.pt");
   EXPECT_HAS(tt::test::read_file(dir / "log.txt"), "the evaluation after step 4 was abandoned: interrupted");
+  // a stop that was asked for is a warning in log.txt, not an error
+  EXPECT_HAS(tt::test::read_file(dir / "log.txt"), "[warning] interrupted at step 4; checkpoint written.");
+  EXPECT_EQ(tt::test::read_file(dir / "log.txt").find("[error]"), std::string::npos) << tt::test::read_file(dir / "log.txt");
   tt::Trainer resumed(tt::Trainer::pipeline_of_run(dir, {}), {dir, true, true});
   for (int i = 0; i < 3; ++i)  // the same plugins (a checkpoint records them)
     resumed.add_plugin(std::make_unique<tt::test::OnEvent>(Event::EVAL, [](tt::State&) {}));

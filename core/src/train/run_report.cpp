@@ -71,7 +71,7 @@ void RunReport::write_failure(const std::string& status, const std::string& erro
   try {
     if (run_.log_file) {  // the console shows the error where tt-run reports it
       spdlog::logger file_only("tt", run_.log_file);
-      file_only.error("{}", error);
+      file_only.log(status == "interrupted" ? spdlog::level::warn : spdlog::level::err, "{}", error);  // a stop asked for
       file_only.flush();
     }
     // A resume that ends before a step of its own (refused overrides, no readable checkpoint,
