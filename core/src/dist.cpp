@@ -17,10 +17,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace tt::dist {
 
-namespace {
-std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
-}  // namespace
-
 struct Context::Impl {
   explicit Impl(const Env& e) : env(e) {}
   const Env& env;  // the Context's (it neither copies nor moves, and outlives its Impl)
@@ -289,9 +285,8 @@ double Context::sum(double value) {
 std::string Context::broadcast_string(const std::string& value, int root) {
   const std::string key = "tt/string/" + std::to_string(impl_->string_seq++);
   try {
-    if (rank() == root) impl_->store->set(key, bytes(value));
-    auto v = impl_->store->get(key);  // waits up to the store's timeout
-    return std::string(v.begin(), v.end());
+    if (rank() == root) impl_->store->set(key, store_value(value));
+    return store_text(impl_->store->get(key));  // waits up to the store's timeout
   } catch (const std::exception& e) {
     std::string what = e.what();
     TT_FAIL_AS(DistError, "distributed: rank ", rank(), " did not receive ", key, " from rank ", root, " (rank ", root,
@@ -303,11 +298,8 @@ std::vector<std::string> Context::all_gather_strings(const std::string& value) {
   const std::string prefix = "tt/gather/" + std::to_string(impl_->string_seq++) + "/";
   std::vector<std::string> out(world_size());
   try {
-    impl_->store->set(prefix + std::to_string(rank()), bytes(value));
-    for (int r = 0; r < world_size(); ++r) {
-      auto v = impl_->store->get(prefix + std::to_string(r));
-      out[r] = std::string(v.begin(), v.end());
-    }
+    impl_->store->set(prefix + std::to_string(rank()), store_value(value));
+    for (int r = 0; r < world_size(); ++r) out[r] = store_text(impl_->store->get(prefix + std::to_string(r)));
   } catch (const std::exception& e) {
     std::string m = e.what();
     TT_FAIL_AS(DistError, "distributed: the ranks did not all send ", prefix,

@@ -5,7 +5,9 @@
 // c10d::Backend and collectives return c10::intrusive_ptr<c10d::Work> as before; the calls tt
 // makes (broadcast, allreduce, allgather, reduce_scatter, barrier with vector arguments) keep
 // their signatures. NCCL is used only where LibTorch has CUDA and c10d was built with it.
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tt/compat.h"
 
@@ -58,6 +60,9 @@ using Work = c10d::Work;
 
 namespace tt::dist {
 struct Env;
+// A store's values are bytes; tt's are text.
+inline std::vector<uint8_t> store_value(const std::string& s) { return {s.begin(), s.end()}; }
+inline std::string store_text(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
 // The rendezvous (dist_rendezvous.cpp): rank 0 serves the store at MASTER_ADDR:MASTER_PORT (or
 // torchrun's agent does), every rank connects and checks in; returns once all WORLD_SIZE have,
 // within TT_DIST_TIMEOUT, a store whose keys are tt's own (apart per torchrun launch). Throws

@@ -1,5 +1,5 @@
 // The torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT) and TT_DIST_TIMEOUT, read and checked: tt/dist.h's env_from_environment; and the
+// MASTER_PORT, its agent's TORCHELASTIC_* variables) and TT_DIST_TIMEOUT, read and checked: tt/dist.h's env_from_environment; and the
 // device of a worker (worker_device, check_device_for_workers).
 #include <torch/cuda.h>
 
@@ -54,6 +54,11 @@ Env env_from_environment() {
   if (const char* a = getenv_or_null("MASTER_ADDR")) e.master_addr = a;
   if (const char* p = getenv_or_null("MASTER_PORT"))
     e.master_port = static_cast<int>(parse_int_env("MASTER_PORT", p, 1, 65535, "use a free TCP port, e.g. 29500"));
+  if (const char* agent = getenv_or_null("TORCHELASTIC_USE_AGENT_STORE")) e.agent_store = std::string(agent) == "True";
+  if (const char* id = getenv_or_null("TORCHELASTIC_RUN_ID")) {
+    const char* restart = getenv_or_null("TORCHELASTIC_RESTART_COUNT");
+    e.launch_id = std::string(id) + "/" + (restart ? restart : "0");
+  }
   if (const char* t = getenv_or_null("TT_DIST_TIMEOUT")) {
     char* end = nullptr;
     double s = std::strtod(t, &end);

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <memory>
@@ -29,8 +28,6 @@ using Clock = std::chrono::steady_clock;
 namespace tt::dist {
 
 namespace {
-std::vector<uint8_t> value_of(const std::string& s) { return {s.begin(), s.end()}; }
-
 // Whether another process listens on TCP `port` (a bind to it, as the store's, is refused).
 bool port_in_use(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -101,36 +98,15 @@ bool accepts_connections(const addrinfo* found) {
   return ok;
 }
 
-const char* env_or_null(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : nullptr;
-}
-
-// torchrun from PyTorch 2.4 on serves the store at MASTER_PORT from its agent and says so
-// (TORCHELASTIC_USE_AGENT_STORE=True): then every rank, rank 0 too, connects to it.
-bool agent_serves_store() {
-  const char* v = env_or_null("TORCHELASTIC_USE_AGENT_STORE");
-  return v && std::string(v) == "True";
-}
-
-// tt's keys, apart for each launch torchrun names (its run id and restart count): a store that
-// outlives a launch (torchrun's agent's, across --max-restarts) holds the last one's keys.
-std::string key_prefix() {
-  const char* id = env_or_null("TORCHELASTIC_RUN_ID");
-  const char* restart = env_or_null("TORCHELASTIC_RESTART_COUNT");
-  return id ? detail::cat("tt/", id, "/", restart ? restart : "0") : std::string("tt");
-}
-
 const std::string kSize = "world_size", kJoined = "joined", kOutcome = "outcome", kGo = "go";
 std::string rank_key(int r) { return "rank/" + std::to_string(r); }
 std::string done_key(int r) { return "done/" + std::to_string(r); }
-std::string text_of(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
 }  // namespace
 
 c10::intrusive_ptr<c10d::Store> rendezvous_store(const Env& env) {
   const double secs = env.timeout.count() / 1000.0;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
-  const bool serve = env.rank == 0 && !agent_serves_store();
+  const bool serve = env.rank == 0 && !env.agent_store;
   // One deadline for the whole rendezvous, waited for in slices of at most a second: Ctrl-C ends
   // it at once, and a worker refused (another WORLD_SIZE, a RANK taken) ends every worker's.
   const auto deadline = Clock::now() + env.timeout;
@@ -163,7 +139,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous_store(const Env& env) {
   // bound: c10d's connect and requests have no timeout of their own on every LibTorch (another
   // program on MASTER_PORT that accepts and never answers hung a worker forever), and Ctrl-C
   // cannot end them. A thread given up on is left to the process's end.
-  const std::string prefix = key_prefix();
+  const std::string prefix = env.launch_id.empty() ? "tt" : "tt/" + env.launch_id;
   const auto bound = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
                                 std::chrono::milliseconds(1000), std::chrono::milliseconds(10000));
   auto made = std::make_shared<std::promise<c10::intrusive_ptr<c10d::Store>>>();
@@ -180,7 +156,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous_store(const Env& env) {
       auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, tcp);
       // rank 0 says its WORLD_SIZE as soon as it serves; a check is a request a store answers at
       // once (rank 0 may come later than the others to torchrun's agent's store)
-      if (env.rank == 0) store->set(kSize, value_of(std::to_string(env.world_size)));
+      if (env.rank == 0) store->set(kSize, store_value(std::to_string(env.world_size)));
       store->check({kSize});
       made->set_value(store);
     } catch (...) {
@@ -219,7 +195,9 @@ c10::intrusive_ptr<c10d::Store> rendezvous_store(const Env& env) {
   bool claimed = false, seen_size = env.rank == 0, counted = false;
   int64_t joined = 0;
   std::string outcome;
-  const auto decide = [&](const std::string& mine) { return text_of(store->compareSet(kOutcome, {}, value_of(mine))); };
+  const auto decide = [&](const std::string& mine) {
+    return store_text(store->compareSet(kOutcome, {}, store_value(mine)));
+  };
   try {
     claimed = store->add(rank_key(env.rank), 1) == 1;
     if (!claimed)
@@ -228,11 +206,11 @@ c10::intrusive_ptr<c10d::Store> rendezvous_store(const Env& env) {
                             " (or another run uses this MASTER_ADDR:MASTER_PORT: give this one another)");
     while (outcome.empty()) {
       if (store->check({kOutcome})) {
-        outcome = text_of(store->get(kOutcome));
+        outcome = store_text(store->get(kOutcome));
         break;
       }
       if (refusal.empty() && !seen_size && store->check({kSize})) {
-        const std::string size0 = text_of(store->get(kSize));
+        const std::string size0 = store_text(store->get(kSize));
         seen_size = true;
         if (size0 != std::to_string(env.world_size))
           refusal = detail::cat("rank ", env.rank, " has WORLD_SIZE=", env.world_size, ", rank 0 WORLD_SIZE=", size0,
@@ -274,7 +252,7 @@ void leave_store(c10d::Store& store, const Env& env) {
   // Each rank that claimed its RANK says it is done; rank 0 waits for those of the others that
   // claimed theirs (at most 10 s, 2 s after an interrupt), then its store may go.
   try {
-    store.set(done_key(env.rank), value_of("1"));
+    store.set(done_key(env.rank), store_value("1"));
     const auto until = Clock::now() + (interrupt_requested() ? std::chrono::milliseconds(2000)
                                                              : std::min<std::chrono::milliseconds>(
                                                                    env.timeout, std::chrono::seconds(10)));

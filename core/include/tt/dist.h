@@ -30,6 +30,12 @@ struct Env {
   int master_port = 29500;
   std::chrono::milliseconds timeout{60000};
   int local_world_size = 0;  // the workers on this machine (LOCAL_WORLD_SIZE); 0 where unset
+  // torchrun 2.4+ serves the store at MASTER_PORT from its agent (TORCHELASTIC_USE_AGENT_STORE=True):
+  // every rank, rank 0 too, connects to it.
+  bool agent_store = false;
+  // The launch torchrun names (TORCHELASTIC_RUN_ID/TORCHELASTIC_RESTART_COUNT, "" elsewhere): tt's
+  // keys in the store are apart for each, as a store that outlives a launch holds the last one's.
+  std::string launch_id;
 };
 
 // The value tt-run --nproc sends with SIGTERM (sigqueue) when it stops the other workers after
