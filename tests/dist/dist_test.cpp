@@ -178,7 +178,7 @@ TEST(Dist, TwoRanksOfBatchBFollowOneRankOfBatch2B) {
 // The tabular model too: each episode's feature identities come from the episode (id_seed), not
 // from a rank's generator, and its loss is each table's mean averaged over the tables, so the
 // trainer's weighting of ranks by their tables gives the whole batch's gradient.
-TEST(Dist, TheTabularModelOf2RanksOfBatchBFollows1RankOfBatch2B) {
+TEST(Dist, TheTabularModelOf2RanksOfBatchBFollows1RankOfBatch2BAndPredictsAlikeInOneProcess) {
   const fs::path dir = tt::test::temp_dir("dist_tab");
   {
     std::ofstream csv(dir / "t.csv");
@@ -200,28 +200,50 @@ TEST(Dist, TheTabularModelOf2RanksOfBatchBFollows1RankOfBatch2B) {
   ASSERT_EQ(a.size(), 4u);
   ASSERT_EQ(b.size(), a.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * std::abs(a[i])) << "step " << i + 1;
+  // The finished run of 2 predicts in one process as with 2 (its model only is read).
+  const std::string predict = " --resume " + (dir / "two").string() + " --predict " + (dir / "t.csv").string();
+  auto by_two = run(env_clean() + tt_run_bin() + " --nproc 2" + predict + " --predict-out " + (dir / "p2.csv").string());
+  ASSERT_EQ(by_two.rc, 0) << by_two.output;
+  auto by_one = run(env_clean() + tt_run_bin() + predict + " --predict-out " + (dir / "p1.csv").string());
+  ASSERT_EQ(by_one.rc, 0) << by_one.output;
+  EXPECT_NE(by_one.output.find("was trained by 2 processes; its model is read for use in this one"), std::string::npos)
+      << by_one.output;
+  const std::string p1 = read_file(dir / "p1.csv"), p2 = read_file(dir / "p2.csv");
+  EXPECT_GT(std::count(p1.begin(), p1.end(), '\n'), 90) << p1;
+  EXPECT_EQ(p1, p2);
 }
 
-TEST(Dist, ResumeNeedsTheSameWorldSize) {
+TEST(Dist, ResumeNeedsTheSameWorldSizeButAFinishedRunIsUsedInOneProcess) {
   const fs::path dir = tt::test::temp_dir("dist_resume");
   const fs::path y = topic_pipeline(dir, "r", "  checkpoint_every: 4\n");
   auto full = run(env_clean() + tt_run_bin() + " --nproc 2 " + y.string() + " trainer.batch_size=8 -q --run-dir " + (dir / "full").string());
   ASSERT_EQ(full.rc, 0) << full.output;
-  // a copy stopped after step 4, resumed with 2 processes: the same losses after it
+  // a copy stopped after step 4: refused in one process; resumed with 2, the same losses after it
   fs::copy(dir / "full", dir / "half", fs::copy_options::recursive);
   for (const auto& e : fs::directory_iterator(dir / "half" / "checkpoints"))
     if (e.path().filename().string() > "step-00000004.pt") fs::remove(e.path());
+  auto one = run(env_clean() + tt_run_bin() + " --resume " + (dir / "half").string() + " -q");
+  EXPECT_EQ(one.rc, 2) << one.output;
+  EXPECT_NE(one.output.find("same world size"), std::string::npos) << one.output;
+  EXPECT_NE(one.output.find("A --sample or --predict of the finished run may run in one process"), std::string::npos)
+      << one.output;
+  EXPECT_NE(one.output.find("start a new run from its weights: model.init_from=" + (dir / "half").string()),
+            std::string::npos) << one.output;
   auto res = run(env_clean() + tt_run_bin() + " --nproc 2 --resume " + (dir / "half").string() + " -q");
   ASSERT_EQ(res.rc, 0) << res.output;
   auto a = losses(dir / "full"), b = losses(dir / "half");
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6 * std::abs(a[i])) << "step " << i + 1;
-  auto one = run(env_clean() + tt_run_bin() + " --resume " + (dir / "half").string() + " -q");
-  EXPECT_EQ(one.rc, 2) << one.output;
-  EXPECT_NE(one.output.find("same world size"), std::string::npos) << one.output;
-  EXPECT_NE(one.output.find("also for a --sample or --predict of the finished run"), std::string::npos) << one.output;
-  EXPECT_NE(one.output.find("start a new run from its weights: model.init_from=" + (dir / "half").string()),
-            std::string::npos) << one.output;
+  // The finished run resumed in one process trains nothing and keeps its outputs; asked for more
+  // steps it is refused as the stopped one is.
+  const std::string metrics = read_file(dir / "full" / "metrics.jsonl");
+  auto used = run(env_clean() + tt_run_bin() + " --resume " + (dir / "full").string());
+  EXPECT_EQ(used.rc, 0) << used.output;
+  EXPECT_NE(used.output.find("is complete at step"), std::string::npos) << used.output;
+  EXPECT_EQ(read_file(dir / "full" / "metrics.jsonl"), metrics);
+  auto more = run(env_clean() + tt_run_bin() + " --resume " + (dir / "full").string() + " trainer.max_steps=99 -q");
+  EXPECT_EQ(more.rc, 2) << more.output;
+  EXPECT_NE(more.output.find("same world size"), std::string::npos) << more.output;
 }
 
 TEST(Dist, ARefusalOnRank0StopsEveryRankWithItsExitCode) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "train/grad_sync.h"
@@ -33,6 +34,18 @@ double read_double(torch::serialize::InputArchive& ar, const std::string& key) {
   return v.toDouble();
 }
 
+// True where run resumes a completed run to use it as it is, in one process: summary.json says
+// it completed at step `step` and no override asks for more steps.
+bool used_as_finished(const Run& run, int64_t step) {
+  if (run.state.world_size != 1) return false;
+  for (const auto& o : run.pipeline.overrides)
+    if (o.rfind("trainer.max_steps=", 0) == 0 || o.rfind("trainer.epochs=", 0) == 0) return false;
+  const nlohmann::json summary = read_summary(run.state.run_dir / "summary.json");
+  const auto steps = summary.find("steps");
+  return summary_status(summary) == "completed" && steps != summary.end() && steps->is_number_integer() &&
+         steps->get<int64_t>() == step;
+}
+
 void load_checkpoint_file(Run& run, const fs::path& file) {
   State& s = run.state;
   if (const std::string damage = archive_damage(file); !damage.empty())
@@ -46,15 +59,17 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
            "]: resume with the same plugins (their state is part of the checkpoint)");
   TT_CHECK_AS(ConfigError, !(run.sync && run.sync->owned_rows()), "trainer.dist_rows: owned cannot resume (",
               file.string(), " holds rank 0's optimizer moments only for the rows other ranks own); use dist_rows: all-reduce");
-  {
-    c10::IValue ws;
-    const int64_t saved_world = ar.try_read("trainer/world_size", ws) ? ws.toInt() : 1;
-    TT_CHECK_AS(ConfigError, saved_world == s.world_size, file.string(), " was written by a run of ", saved_world,
-                " process(es) but this one has ", s.world_size, ": resume with the same world size (tt-run --nproc ",
-                saved_world, ", also for a --sample or --predict of the finished run); the data order and sharded "
-                "state depend on it. To go on with another world size, start a new run from its weights: "
-                "model.init_from=", s.run_dir.string());
-  }
+  c10::IValue ws;
+  const int64_t saved_world = ar.try_read("trainer/world_size", ws) ? ws.toInt() : 1;
+  // Another world size is refused, but for a finished run used as it is in one process (tt-run
+  // --resume RUN --sample/--predict): only its model is read then, which every rank held whole.
+  const bool model_only = saved_world != s.world_size && used_as_finished(run, read_int(ar, "trainer/step"));
+  TT_CHECK_AS(ConfigError, saved_world == s.world_size || model_only, file.string(), " was written by a run of ",
+              saved_world, " process(es) but this one has ", s.world_size,
+              ": resume with the same world size (tt-run --nproc ", saved_world,
+              "); the data order and sharded state depend on it. A --sample or --predict of the finished run may "
+              "run in one process. To go on with another world size, start a new run from its weights: "
+              "model.init_from=", s.run_dir.string());
   torch::serialize::InputArchive model_ar, opt_ar;
   ar.read("model", model_ar);
   std::string mismatch;
@@ -66,8 +81,10 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
   }
   TT_CHECK_AS(ConfigError, mismatch.empty(), file.string(), " does not fit the model of this pipeline (", mismatch,
            "): resume with the pipeline the run was made with");
-  ar.read("optimizer", opt_ar);
-  s.optimizer->load(opt_ar);
+  if (!model_only) {  // a sharded optimizer's state fits its world size only
+    ar.read("optimizer", opt_ar);
+    s.optimizer->load(opt_ar);
+  }
   const auto& plugins = run.host.plugins();
   for (size_t i = 0; i < plugins.size(); ++i) {
     torch::serialize::InputArchive pa;
@@ -93,6 +110,13 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   gen.set_state(rng);
   s.step = read_int(ar, "trainer/step");
+  if (model_only) {  // nothing is trained: the data's and the optimizer's state stay unread
+    log().info("{} was trained by {} processes; its model is read for use in this one, nothing is trained",
+               s.run_dir.string(), saved_world);
+    s.total_steps = s.step;
+    run.resumed = true;
+    return;
+  }
   run.next_epoch = read_int(ar, "trainer/next_epoch");
   run.next_batch = read_int(ar, "trainer/next_batch");
   s.skipped_steps = read_int(ar, "trainer/skipped");
