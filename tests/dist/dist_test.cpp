@@ -125,7 +125,7 @@ TEST(Dist, TwoRanksStayBitwiseEqualOnTheLm) {
   EXPECT_TRUE(s.contains("median_comm_seconds"));
 }
 
-TEST(Dist, TwoRanksOfBatchBFollowOneRankOfBatch2B) {
+TEST(Dist, TwoRanksOfBatchBFollowOneRankOfBatch2BAndRank0LogsTheLaunchInLogTxt) {
   const fs::path dir = tt::test::temp_dir("dist_traj");
   // trainer.threads 0 (the test pipeline asks for 1): the threads each process takes by default
   auto one = run(env_clean() + tt_run_bin() + " " + topic_pipeline(dir, "one").string() +
@@ -143,8 +143,13 @@ TEST(Dist, TwoRanksOfBatchBFollowOneRankOfBatch2B) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * std::abs(a[i])) << "step " << i + 1;
   json s = summary_of(dir / "two");
   EXPECT_EQ(s["replica_parameter_hashes"][0], s["replica_parameter_hashes"][1]);
-  // what the launch was: its lines come before log.txt is opened; the figures are rank 0's
+  // what the launch was, in summary.json; log.txt begins with rank 0's lines from before it opened
   EXPECT_EQ(s["distributed"]["rank"], 0);
+  const std::string log_txt = read_file(dir / "two" / "log.txt");
+  EXPECT_LT(log_txt.find("[info] distributed: rank 0 of 2 waiting for the other workers at 127.0.0.1:"),
+            log_txt.find("[info] distributed: rank 0 of 2 (local rank 0), master 127.0.0.1:")) << log_txt;
+  EXPECT_LT(log_txt.find("[info] distributed: rank 0 of 2 (local rank 0)"), log_txt.find(" run dir ")) << log_txt;
+  EXPECT_EQ(log_txt.find("rank 1"), std::string::npos) << log_txt;
   EXPECT_EQ(s["distributed"]["local_world_size"], 2);
   EXPECT_EQ(s["distributed"]["backend"], "gloo");
   EXPECT_EQ(s["distributed"]["master"].get<std::string>().rfind("127.0.0.1:", 0), 0u) << s["distributed"];

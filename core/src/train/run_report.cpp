@@ -187,7 +187,7 @@ json RunReport::build() const {
   if (run_.dist) {
     sum["median_comm_seconds"] = median_after_warm_up(rec.comm_times);
     sum["replica_parameter_hashes"] = rec.replica_hashes;
-    // What the launch was (its lines come before log.txt is opened; local_world_size null where
+    // What the launch was (rank 0's lines of it begin log.txt too; local_world_size null where
     // LOCAL_WORLD_SIZE is unset); the memory figures, times and threads above are this rank's (0:
     // the one that writes the run directory).
     const dist::Env& e = run_.dist->env();

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "log_early.h"
 #include "train/checkpoints.h"
 #include "train/grad_sync.h"
 #include "train/run.h"
@@ -31,12 +32,14 @@ namespace fs = std::filesystem;
 namespace tt {
 
 namespace {
-// log.txt: each line written and flushed at once; the first failure (disk full) is kept for the
-// end of the run, which then fails naming the file, instead of spdlog's note on stderr.
+// log.txt: the lines logged before it opened first (log_early.h), then each line written and
+// flushed at once; the first failure (disk full) is kept for the end of the run, which then fails
+// naming the file, instead of spdlog's note on stderr.
 class LogFileSink final : public spdlog::sinks::base_sink<std::mutex> {
  public:
   explicit LogFileSink(const fs::path& path) : path_(path), f_(std::fopen(path.c_str(), "a")) {
     if (!f_) TT_FAIL_AS(WriteError, "cannot write ", path.string(), ": ", std::strerror(errno));
+    for (const std::string& line : early_log::take()) write(line.data(), line.size());
   }
   ~LogFileSink() override {
     if (f_) std::fclose(f_);
@@ -48,15 +51,19 @@ class LogFileSink final : public spdlog::sinks::base_sink<std::mutex> {
 
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
-    if (!error_.empty()) return;
     spdlog::memory_buf_t line;
     formatter_->format(msg, line);
-    if (std::fwrite(line.data(), 1, line.size(), f_) != line.size() || std::fflush(f_) != 0)
-      error_ = "cannot write " + path_.string() + ": " + std::strerror(errno) + " (is the disk full?)";
+    write(line.data(), line.size());
   }
   void flush_() override {}
 
  private:
+  void write(const char* data, size_t size) {
+    if (!error_.empty()) return;
+    if (std::fwrite(data, 1, size, f_) != size || std::fflush(f_) != 0)
+      error_ = "cannot write " + path_.string() + ": " + std::strerror(errno) + " (is the disk full?)";
+  }
+
   fs::path path_;
   std::FILE* f_;
   std::string error_;
@@ -74,6 +81,7 @@ Run::~Run() {
   if (log_file) {
     auto& sinks = log().sinks();
     sinks.erase(std::remove(sinks.begin(), sinks.end(), log_file), sinks.end());
+    early_log::resume();  // a later run's log.txt begins with what comes between
   }
 }
 
