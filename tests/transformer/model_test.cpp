@@ -192,6 +192,25 @@ TEST(TransformerLM, LearnsAndSamples) {
   EXPECT_TRUE(fs::exists(dir / "run" / "samples.txt"));
 }
 
+TEST(TransformerLM, AVocabularyPaddedPastTheTokenizersSamplesOnlyItsIds) {
+  // model.vocab above the tokenizer's (nanoGPT pads GPT-2's 50257 to 50304): the rows past the
+  // 256 bytes are never a target, and sampling draws among the tokenizer's ids only
+  register_lm();
+  auto dir = tt::test::temp_dir("lm-padded-vocab");
+  write_corpus(dir, "train.txt", 100, 11);
+  write_corpus(dir, "val.txt", 10, 12);
+  auto p = tt::parse_pipeline(lm_yaml(dir, "  max_steps: 1\n", std::string(kSmall) + ", vocab: 512"), "p.yaml");
+  tt::Trainer t(p, {dir / "run", false, true});
+  t.fit();
+  tt::GenerateOptions g;
+  g.tokens = 200;  // untrained: half the mass on the 256 padded rows, which every draw would near surely hit
+  g.temperature = 1.0;
+  g.top_k = 0;
+  g.seed = 3;
+  const std::string text = t.generate("", g);
+  EXPECT_EQ(text.size(), 200u);  // one byte per token: none was dropped or refused
+}
+
 TEST(TransformerLM, ResumeContinuesTheStreamBitwise) {
   register_lm();
   auto dir = tt::test::temp_dir("lm-resume");
@@ -283,7 +302,7 @@ TEST(TransformerLM, NonLanguageModelsRefuseToSample) {
   EXPECT_THROW(t.generate("x", {}), tt::ConfigError);
 }
 
-TEST(TransformerLM, TtRunSamplesFromAFinishedRunWithoutTouchingIt) {
+TEST(TransformerLM, TtRunSamplesFromAFinishedRunWithoutTouchingItEvenWithItsTextGrown) {
   auto dir = tt::test::temp_dir("lm-ttrun-sample");
   write_corpus(dir, "train.txt", 200, 9);
   write_corpus(dir, "val.txt", 20, 10);
@@ -301,6 +320,17 @@ TEST(TransformerLM, TtRunSamplesFromAFinishedRunWithoutTouchingIt) {
   EXPECT_NE(r.output.find("complete at step 5"), std::string::npos) << r.output;
   EXPECT_EQ(tt::test::read_file(dir / "run" / "summary.json"), summary);  // the finished run is left alone
   EXPECT_NE(tt::test::read_file(dir / "run" / "samples.txt").find("--- prompt: the cat"), std::string::npos);
+  // the training text grown since: the finished run's model samples the same (its stream's
+  // position is a resume's, and nothing is trained)
+  std::ofstream(dir / "train.txt", std::ios::app) << "one more line\n";
+  auto again = tt::test::run(tt::test::tt_run_bin() + " --resume " + run + " --sample 'the cat' --tokens 12 --temperature 0");
+  ASSERT_EQ(again.rc, 0) << again.output;
+  const auto sample_of = [](const std::string& out) {
+    const size_t at = out.find("sample:\nthe cat");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at + 8) - at);
+  };
+  EXPECT_FALSE(sample_of(r.output).empty()) << r.output;
+  EXPECT_EQ(sample_of(again.output), sample_of(r.output)) << again.output;
   // bad sampling options are a command-line error
   r = tt::test::run(tt::test::tt_run_bin() + " --resume " + run + " --sample x --tokens 0 -q");
   EXPECT_EQ(r.rc, 2) << r.output;

@@ -61,9 +61,11 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
               file.string(), " holds rank 0's optimizer moments only for the rows other ranks own); use dist_rows: all-reduce");
   c10::IValue ws;
   const int64_t saved_world = ar.try_read("trainer/world_size", ws) ? ws.toInt() : 1;
-  // Another world size is refused, but for a finished run used as it is in one process (tt-run
-  // --resume RUN --sample/--predict): only its model is read then, which every rank held whole.
-  const bool model_only = saved_world != s.world_size && used_as_finished(run, read_int(ar, "trainer/step"));
+  // A finished run used as it is (tt-run --resume RUN --sample/--predict) reads its model only
+  // (every rank held it whole): in one process whatever world size trained it, and whatever
+  // became of the data's stream since. Another world size is refused otherwise.
+  const int64_t saved_step = read_int(ar, "trainer/step");
+  const bool model_only = used_as_finished(run, saved_step) && (saved_world != s.world_size || s.total_steps <= saved_step);
   TT_CHECK_AS(ConfigError, saved_world == s.world_size || model_only, file.string(), " was written by a run of ",
               saved_world, " process(es) but this one has ", s.world_size,
               ": resume with the same world size (tt-run --nproc ", saved_world,
@@ -111,8 +113,9 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
   gen.set_state(rng);
   s.step = read_int(ar, "trainer/step");
   if (model_only) {  // nothing is trained: the data's and the optimizer's state stay unread
-    log().info("{} was trained by {} processes; its model is read for use in this one, nothing is trained",
-               s.run_dir.string(), saved_world);
+    if (saved_world != s.world_size)
+      log().info("{} was trained by {} processes; its model is read for use in this one, nothing is trained",
+                 s.run_dir.string(), saved_world);
     s.total_steps = s.step;
     run.resumed = true;
     return;

@@ -236,13 +236,16 @@ std::string TransformerLM::sample(const std::string& prompt, const Sampling& o, 
     const size_t from = ids.size() > static_cast<size_t>(s_.seq_len) ? ids.size() - s_.seq_len : 0;
     std::vector<int64_t> window(ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end());
     at::Tensor x = torch::tensor(window, torch::kLong).view({1, -1}).to(device);
-    at::Tensor last = logits(x).select(1, x.size(1) - 1).squeeze(0).to(torch::kCPU, torch::kFloat);  // [V]
+    // [V], cut to the tokenizer's ids: a model.vocab above it (padded, as nanoGPT's 50304 for
+    // GPT-2's 50257) has rows no text ever gives, which the tokenizer could not decode
+    at::Tensor last = logits(x).select(1, x.size(1) - 1).squeeze(0).to(torch::kCPU, torch::kFloat);
+    last = last.narrow(0, 0, std::min(last.size(0), tokenizer_->vocab_size()));
     int64_t next;
     if (o.temperature <= 0) {
       next = last.argmax().item<int64_t>();
     } else {
       last = last / o.temperature;
-      if (o.top_k > 0 && o.top_k < s_.vocab) {
+      if (o.top_k > 0 && o.top_k < last.size(0)) {
         const double kth = std::get<0>(last.topk(o.top_k)).min().item<double>();
         last = last.masked_fill(last < kth, -std::numeric_limits<float>::infinity());
       }
