@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "test_support.h"
+#include "text_stream.h"
 #include "tokenizer.h"
 #include "tt/error.h"
 
@@ -254,6 +255,37 @@ TEST(SentencePieceTraining, BadArgumentsAreConfigErrorsNamingTheFix) {
   expect_error<tt::ConfigError>([&] { tt::lm::train_sentencepiece(t); },
                                 {"SentencePiece read no sentence", "skips lines over 1 MiB", "fold -s -w 2000"});
   fs::remove_all(dir);
+}
+
+// tt-data tokenizer refuses what the text dataset would refuse, wherever in a file it is (it read
+// the first MiB only, so a file it trained on could then be refused by tt-run): a NUL byte past
+// that MiB, and a chunk with more than 2% Latin-1 bytes in a file otherwise UTF-8.
+TEST(SentencePieceTraining, RefusesWhatTheTextDatasetRefusesAnywhereInAFile) {
+  const fs::path dir = tt::test::temp_dir("tok-late-binary");
+  std::string text;
+  while (text.size() < (size_t{3} << 19)) text += "plain words make up most of this file, line after line.\n";
+  std::string nul = text, latin1 = text;
+  nul[size_t{1300} << 10] = '\0';
+  for (size_t i = size_t{1200} << 10; i < (size_t{1220} << 10); i += 2) latin1[i] = '\xe9';
+  write_text(dir / "nul.txt", nul);
+  write_text(dir / "latin1.txt", latin1);
+  write_text(dir / "text.txt", text);
+  tt::lm::TokenizerTraining t;
+  t.threads = 1;
+  t.vocab_size = 300;
+  t.out = (dir / "tok.model").string();
+  for (const auto* name : {"nul.txt", "latin1.txt"}) {
+    const std::string path = (dir / name).string();
+    const std::string why = tt::lm::TextStream::not_text(path, int64_t{256} << 10);
+    ASSERT_FALSE(why.empty()) << name;
+    t.inputs = {path};
+    expect_error<tt::ConfigError>([&] { tt::lm::train_sentencepiece(t); }, {path + " is not a text file (" + why + ")"});
+  }
+  EXPECT_NE(tt::lm::TextStream::not_text((dir / "nul.txt").string(), int64_t{256} << 10)
+                .find("a NUL byte at offset " + std::to_string(size_t{1300} << 10)), std::string::npos);
+  EXPECT_NE(tt::lm::TextStream::not_text((dir / "latin1.txt").string(), int64_t{256} << 10).find("are not valid UTF-8"),
+            std::string::npos);
+  EXPECT_EQ(tt::lm::TextStream::not_text((dir / "text.txt").string(), int64_t{256} << 10), "");
 }
 
 // SentencePiece's BPE trainer crashes (SIGSEGV) on a word of 32,768 characters or more: such

@@ -255,7 +255,7 @@ TextStream::TextStream(TextStreamOptions o, std::shared_ptr<Tokenizer> tokenizer
   for (size_t f = 0; f < files_.size() && cached.tokens < 0; ++f) {
     int64_t offset = 0;
     do {
-      read_chunk(reader, f, offset, c);
+      read_chunk(reader, files_, f, offset, o_.chunk_bytes, what_, c);
       const std::string not_text = o_.binary ? std::string() : not_text_reason(c.text, offset);
       TT_CHECK_AS(ConfigError, not_text.empty(), what_, ": ", files_[f], " is not a text file (", not_text,
                   "); give UTF-8 text files",
@@ -291,23 +291,36 @@ TextStream::TextStream(TextStreamOptions o, std::shared_ptr<Tokenizer> tokenizer
                chars_, tokens_, windows_, o_.seq_len, seconds);
 }
 
-void TextStream::read_chunk(Reader& r, size_t file, int64_t offset, Chunk& c) const {
-  const std::string& path = files_[file];
+std::string TextStream::not_text(const std::string& path, int64_t chunk_bytes) {
+  Reader reader;
+  Chunk c;
+  int64_t offset = 0;
+  do {
+    read_chunk(reader, {path}, 0, offset, chunk_bytes, path, c);
+    if (std::string why = not_text_reason(c.text, offset); !why.empty()) return why;
+    offset = c.next_offset;
+  } while (!c.last);
+  return "";
+}
+
+void TextStream::read_chunk(Reader& r, const std::vector<std::string>& files, size_t file, int64_t offset,
+                            int64_t chunk_bytes, const std::string& what, Chunk& c) {
+  const std::string& path = files[file];
   if (r.file != file) {
     r.in.close();
     r.in.clear();
     r.file = std::numeric_limits<size_t>::max();
     r.in.open(path, std::ios::binary);
-    TT_CHECK(r.in.is_open(), what_, ": cannot open ", path);
+    TT_CHECK(r.in.is_open(), what, ": cannot open ", path);
     std::error_code ec;
     const auto size = fs::file_size(path, ec);
-    TT_CHECK(!ec, what_, ": cannot read ", path, ": ", ec.message());
+    TT_CHECK(!ec, what, ": cannot read ", path, ": ", ec.message());
     r.size = static_cast<int64_t>(size);
     r.file = file;
   }
   const int64_t remaining = std::max<int64_t>(0, r.size - offset);
-  c.last = remaining <= o_.chunk_bytes;
-  const int64_t want = c.last ? remaining : o_.chunk_bytes;
+  c.last = remaining <= chunk_bytes;
+  const int64_t want = c.last ? remaining : chunk_bytes;
   c.text.resize(static_cast<size_t>(want));
   int64_t got = 0;
   if (want > 0) {
@@ -343,7 +356,7 @@ void TextStream::read_chunk(Reader& r, size_t file, int64_t offset, Chunk& c) co
 bool TextStream::fill() {
   if (file_ >= files_.size()) return false;
   Chunk c;
-  read_chunk(reader_, file_, offset_, c);
+  read_chunk(reader_, files_, file_, offset_, o_.chunk_bytes, what_, c);
   const auto ids = tokenizer_->encode(c.text);
   pending_.insert(pending_.end(), ids.begin(), ids.end());
   if (c.last) {

@@ -60,6 +60,11 @@ class TextStream : public StreamDataset {
   const TextStreamOptions& options() const { return o_; }
   const std::vector<std::string>& files() const { return files_; }
 
+  // Why the file at `path` is not text as this dataset reads it (chunk by chunk of chunk_bytes,
+  // each cut at a line break, checked by not_text_reason: a NUL byte, or more than 2% of a
+  // chunk's bytes not UTF-8), or "" where it is. tt-data tokenizer checks its input with it.
+  static std::string not_text(const std::string& path, int64_t chunk_bytes);
+
  private:
   bool fill();                    // reads and tokenizes the next chunk into pending_; false at the end
   bool next_window(std::vector<int32_t>& out);  // from the token stream, before shuffling
@@ -77,7 +82,9 @@ class TextStream : public StreamDataset {
     size_t file = std::numeric_limits<size_t>::max();
     int64_t size = 0;
   };
-  void read_chunk(Reader& r, size_t file, int64_t offset, Chunk& c) const;
+  // Reads the chunk of files[file] at offset into c ("what" names the dataset in errors).
+  static void read_chunk(Reader& r, const std::vector<std::string>& files, size_t file, int64_t offset,
+                         int64_t chunk_bytes, const std::string& what, Chunk& c);
   [[noreturn]] void position_mismatch(const std::string& what_differs) const;
 
   TextStreamOptions o_;

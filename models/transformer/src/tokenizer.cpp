@@ -18,6 +18,7 @@
 // stays out of everyone else's way. Its classes come from its headers; virtual functions are
 // called through its vtables; the few other functions are looked up by name (SentencePieceLib).
 #include "tokenizer.h"
+#include "text_stream.h"
 
 #include <dlfcn.h>
 #include <sentencepiece_processor.h>
@@ -437,11 +438,8 @@ std::vector<std::string> train_sentencepiece(const TokenizerTraining& t) {
     TT_CHECK_AS(ConfigError, f.find(',') == std::string::npos, "SentencePiece cannot read '", f,
                 "': it splits its input list at commas; rename the file");
     bytes += fs::file_size(f);
-    std::ifstream in(f, std::ios::binary);  // as the text dataset refuses it
-    std::string head(size_t{1} << 20, '\0');
-    in.read(head.data(), static_cast<std::streamsize>(head.size()));
-    head.resize(static_cast<size_t>(in.gcount()));
-    const std::string not_text = not_text_reason(head);
+    // the whole file, as the text dataset reads it with its default chunk_bytes
+    const std::string not_text = TextStream::not_text(f, int64_t{256} << 10);
     TT_CHECK_AS(ConfigError, not_text.empty(), f, " is not a text file (", not_text, "); give UTF-8 text files",
                 files.size() > 1 ? " (every file under the directories given is read: move the others out)" : "");
   }
