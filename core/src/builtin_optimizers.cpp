@@ -34,7 +34,7 @@ Schema sgd_schema() {
       .field("lr", &SgdOptions::lr, 0.01, "learning rate").range(ge(0))
       .field("momentum", &SgdOptions::momentum, 0, "momentum factor").range(ge(0))
       .field("dampening", &SgdOptions::dampening, 0, "dampening for momentum").range(ge(0), le(1))
-      .field("weight_decay", &SgdOptions::weight_decay, 0, "L2 penalty").range(ge(0))
+      .field("weight_decay", &SgdOptions::weight_decay, 0, "L2 penalty, of every trainable parameter").range(ge(0))
       .field("nesterov", &SgdOptions::nesterov, false, "Nesterov momentum (needs momentum > 0)");
 }
 
@@ -46,7 +46,9 @@ Schema adam_schema(bool decoupled) {
       .field("beta2", &AdamOptions::beta2, 0.999, "second-moment decay").range(ge(0), lt(1))
       .field("eps", &AdamOptions::eps, 1e-8, "denominator epsilon").range(ge(0))
       .field("weight_decay", &AdamOptions::weight_decay, decoupled ? 0.01 : 0.0,
-             decoupled ? "decoupled weight decay (AdamW)" : "L2 penalty added to the gradient (Adam)")
+             decoupled ? "decoupled weight decay (AdamW), of every trainable parameter (biases and norms too, as "
+                         "torch.optim.AdamW(model.parameters()) and torchtune do; nanoGPT spares tensors of 1 dimension)"
+                       : "L2 penalty added to the gradient (Adam), of every trainable parameter")
       .range(ge(0))
       .field("amsgrad", &AdamOptions::amsgrad, false, "keep the maximum of past second moments");
   if (decoupled)

@@ -140,7 +140,7 @@ TEST(TtData, AToolsErrorNamesTheToolOnce) {
   r = run(tt_data_bin() + " tokenizer --vocab-size 300 --input " + quote(dir / "none.txt") + " --out " +
           quote(dir / "t.model"));
   EXPECT_EQ(r.rc, 2) << r.output;
-  EXPECT_HAS(r.output, "tt-data tokenizer: error: input '" + (dir / "none.txt").string() + "' not found");
+  EXPECT_HAS(r.output, "tt-data tokenizer: error: --input: no such file or directory '" + (dir / "none.txt").string() + "'");
   fs::remove_all(dir);
 }
 

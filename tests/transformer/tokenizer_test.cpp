@@ -205,18 +205,29 @@ TEST_F(SentencePieceTokenizer, ConcurrentEncodesAgree) {
   for (const auto& g : got) EXPECT_EQ(g, expected);
 }
 
-TEST(SentencePieceTraining, DirectoriesAreExpandedRecursivelySorted) {
+TEST(SentencePieceTraining, DirectoriesAreExpandedRecursivelySortedAndWhatIsNotAFileIsSaid) {
   const fs::path dir = tt::test::temp_dir("tok-dirs");
   fs::create_directories(dir / "b" / "c");
   write_text(dir / "b" / "c" / "z.txt", "z");
   write_text(dir / "b" / "a.txt", "a");
   write_text(dir / "one.txt", "1");
-  const auto files = tt::lm::text_files({(dir / "one.txt").string(), (dir / "b").string()});
+  fs::create_directories(dir / "elsewhere");
+  write_text(dir / "elsewhere" / "e.txt", "e");
+  fs::create_directory_symlink(dir / "elsewhere", dir / "b" / "d");  // followed
+  fs::create_symlink(dir / "gone.txt", dir / "b" / "broken.txt");  // a link to nothing: said, not read
+  testing::internal::CaptureStderr();
+  const auto files = tt::lm::text_files({(dir / "one.txt").string(), (dir / "b").string()}, "data.train");
+  const std::string said = testing::internal::GetCapturedStderr();
   EXPECT_EQ(files, (std::vector<std::string>{(dir / "one.txt").string(), (dir / "b" / "a.txt").string(),
-                                             (dir / "b" / "c" / "z.txt").string()}));
+                                             (dir / "b" / "c" / "z.txt").string(), (dir / "b" / "d" / "e.txt").string()}));
+  EXPECT_NE(said.find("data.train: 1 entry under " + (dir / "b").string() + " is not a file and not read (the first: " +
+                      (dir / "b" / "broken.txt").string() + ", a link to nothing)"),
+            std::string::npos) << said;
   fs::create_directories(dir / "empty");
-  expect_error<tt::ConfigError>([&] { tt::lm::text_files({(dir / "empty").string()}); },
-                                {(dir / "empty").string(), "no files"});
+  expect_error<tt::ConfigError>([&] { tt::lm::text_files({(dir / "empty").string()}, "--input"); },
+                                {"--input: no files in the directory " + (dir / "empty").string()});
+  expect_error<tt::ConfigError>([&] { tt::lm::text_files({(dir / "none.txt").string()}, "--input"); },
+                                {"--input: no such file or directory '" + (dir / "none.txt").string()});
   fs::remove_all(dir);
 }
 

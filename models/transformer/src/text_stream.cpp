@@ -203,27 +203,8 @@ TextStream::TextStream(TextStreamOptions o, std::shared_ptr<Tokenizer> tokenizer
   if (o_.stride == 0) o_.stride = o_.seq_len;
   TT_CHECK_AS(ConfigError, !o_.paths.empty(), what_, ": give the text files or directories to read");
 
-  // The files, in order: a directory contributes its regular files, recursively, sorted by path.
+  files_ = text_files(o_.paths, what_);  // as tt-data tokenizer reads them
   int64_t total_bytes = 0;
-  for (const auto& path : o_.paths) {
-    std::error_code ec;
-    const auto st = fs::status(path, ec);
-    TT_CHECK_AS(ConfigError, !ec && fs::exists(st), what_, ": no such file or directory ", describe_path(path));
-    if (fs::is_directory(st)) {
-      std::vector<std::string> found;
-      for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
-        std::error_code ec2;
-        if (it->is_regular_file(ec2)) found.push_back(it->path().string());
-      }
-      TT_CHECK_AS(ConfigError, !ec, what_, ": cannot list the directory ", path, ": ", ec.message());
-      TT_CHECK_AS(ConfigError, !found.empty(), what_, ": no files in the directory ", path);
-      std::sort(found.begin(), found.end());
-      files_.insert(files_.end(), found.begin(), found.end());
-    } else {
-      TT_CHECK_AS(ConfigError, fs::is_regular_file(st), what_, ": not a regular file or directory: ", path);
-      files_.push_back(path);
-    }
-  }
   for (const auto& f : files_) {
     std::error_code ec;
     const auto size = fs::file_size(f, ec);

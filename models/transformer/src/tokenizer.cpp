@@ -40,6 +40,7 @@
 #include <unordered_map>
 
 #include "tt/error.h"
+#include "tt/log.h"
 #include "tt/options.h"
 #include "tt/runtime.h"
 #include "tt/temp_dir.h"
@@ -392,23 +393,35 @@ std::shared_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   return std::make_shared<SentencePieceTokenizer>(spec);
 }
 
-std::vector<std::string> text_files(const std::vector<std::string>& inputs) {
+std::vector<std::string> text_files(const std::vector<std::string>& inputs, const std::string& what) {
   std::vector<std::string> files;
   for (const auto& input : inputs) {
     std::error_code ec;
-    if (fs::is_directory(input, ec)) {
-      std::vector<std::string> found;
-      for (auto it = fs::recursive_directory_iterator(input, fs::directory_options::follow_directory_symlink, ec);
-           !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-        if (it->is_regular_file(ec)) found.push_back(it->path().string());
-      TT_CHECK_AS(ConfigError, !ec, "cannot list the directory '", input, "': ", ec.message());
-      TT_CHECK_AS(ConfigError, !found.empty(), "the directory '", input, "' holds no files");
-      std::sort(found.begin(), found.end());
-      files.insert(files.end(), found.begin(), found.end());
-    } else {
-      TT_CHECK_AS(ConfigError, fs::is_regular_file(input, ec), "input '", input, "' not found");
+    const auto st = fs::status(input, ec);
+    TT_CHECK_AS(ConfigError, !ec && fs::exists(st), what, ": no such file or directory ", describe_path(input));
+    if (!fs::is_directory(st)) {
+      TT_CHECK_AS(ConfigError, fs::is_regular_file(st), what, ": not a regular file or directory: ", input);
       files.push_back(input);
+      continue;
     }
+    std::vector<std::string> found, skipped;  // skipped: neither a file nor a directory (a broken link)
+    for (auto it = fs::recursive_directory_iterator(input, fs::directory_options::follow_directory_symlink, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      std::error_code kind;
+      if (it->is_regular_file(kind)) found.push_back(it->path().string());
+      else if (!it->is_directory(kind)) skipped.push_back(it->path().string());
+    }
+    TT_CHECK_AS(ConfigError, !ec, what, ": cannot list the directory ", input, ": ", ec.message());
+    if (!skipped.empty()) {
+      std::sort(skipped.begin(), skipped.end());
+      std::error_code e;
+      log().warn("{}: {} entr{} under {} {} not a file and not read (the first: {}{})", what, skipped.size(),
+                 skipped.size() == 1 ? "y" : "ies", input, skipped.size() == 1 ? "is" : "are", skipped[0],
+                 fs::is_symlink(skipped[0], e) && !fs::exists(skipped[0], e) ? ", a link to nothing" : "");
+    }
+    TT_CHECK_AS(ConfigError, !found.empty(), what, ": no files in the directory ", input);
+    std::sort(found.begin(), found.end());
+    files.insert(files.end(), found.begin(), found.end());
   }
   return files;
 }
@@ -429,10 +442,10 @@ void check_training(const TokenizerTraining& t) {
   TT_CHECK_AS(ConfigError, t.threads >= 0, "--threads must be 0 (OMP_NUM_THREADS when set, else all cores) or positive, got ", t.threads);
 }
 
-std::vector<std::string> train_sentencepiece(const TokenizerTraining& t) {
+std::vector<std::string> train_sentencepiece(const TokenizerTraining& t, std::vector<std::string> files) {
   check_training(t);
 
-  const std::vector<std::string> files = text_files(t.inputs);
+  if (files.empty()) files = text_files(t.inputs, "--input");
   uintmax_t bytes = 0;
   for (const auto& f : files) {
     TT_CHECK_AS(ConfigError, f.find(',') == std::string::npos, "SentencePiece cannot read '", f,

@@ -55,15 +55,19 @@ struct TokenizerTraining {
   std::string out;                  // the .model path; a .vocab is written beside it
 };
 // The files of `inputs` in the order given: a file itself, a directory's regular files
-// (recursively, sorted by path). A missing input or an empty directory: tt::ConfigError naming it.
-std::vector<std::string> text_files(const std::vector<std::string>& inputs);
+// (recursively, following links to directories, sorted by path; what is neither, such as a
+// broken link, is skipped with a warning). The text dataset and tt-data tokenizer read the same
+// files. A missing input, one neither a file nor a directory, or a directory without files:
+// tt::ConfigError beginning "what: " and naming it.
+std::vector<std::string> text_files(const std::vector<std::string>& inputs, const std::string& what);
 
 // Trains a SentencePiece model; errors (no input, vocab too large for the text) name the fix.
 // Identity normalization and no dummy prefix: decode(encode(text)) == text, also for
 // concatenated chunks (see tokenizer.cpp for the exceptions). Returns notes for the user: a
 // BPE model's input file holding over 32,767 characters without a space is read with such runs
 // cut into lines (SentencePiece's BPE trainer crashes on them), and a note says so.
-std::vector<std::string> train_sentencepiece(const TokenizerTraining& t);
+// `files`: text_files(t.inputs) where the caller listed them already (empty: listed here).
+std::vector<std::string> train_sentencepiece(const TokenizerTraining& t, std::vector<std::string> files = {});
 // Refuses options out of range (ConfigError naming the flag); train_sentencepiece calls it first.
 void check_training(const TokenizerTraining& t);
 

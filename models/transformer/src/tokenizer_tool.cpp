@@ -44,12 +44,12 @@ void run_tokenizer(TokenizerArgs a) {
   auto& t = a.training;
   t.byte_fallback = !a.no_byte_fallback;
   check_training(t);  // before it says what it trains
-  const auto files = text_files(t.inputs);
+  const auto files = text_files(t.inputs, "--input");
   std::fprintf(stderr, "tokenizer: training a %s SentencePiece model of %lld tokens on %zu file%s%s...\n",
                t.model_type.c_str(), static_cast<long long>(t.vocab_size), files.size(), files.size() == 1 ? "" : "s",
                t.byte_fallback ? " (byte fallback)" : "");
   const auto start = std::chrono::steady_clock::now();
-  const auto notes = train_sentencepiece(t);
+  const auto notes = train_sentencepiece(t, files);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   const auto tok = load_tokenizer(t.out);
