@@ -253,9 +253,12 @@ std::string timestamp() {
 
 fs::path timestamped_dir(const fs::path& parent, const std::string& stem) {
   const std::string name = stem + "-" + timestamp();
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  // Made here, exclusively: two runs started in the same second take two names.
   fs::path dir = parent / name;
-  for (int i = 2; fs::exists(dir); ++i) dir = parent / (name + "-" + std::to_string(i));
-  return dir;
+  for (int i = 2; !fs::create_directory(dir, ec) && !ec; ++i) dir = parent / (name + "-" + std::to_string(i));
+  return dir;  // where it could not be made (ec), its user's own writes say why
 }
 
 std::string held_place(const std::string& where) {

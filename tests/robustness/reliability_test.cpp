@@ -405,6 +405,40 @@ TEST(Reliability, SigtermWhileACheckpointIsWrittenKeepsTheLastOneAndTheRunResume
   EXPECT_NE(read_file(run_dir / "summary.json").find("\"steps\": 8"), std::string::npos);
 }
 
+// Two tt-runs in one run directory mixed their checkpoints and records (one's pruning removed the
+// other's checkpoints): while a run holds its directory, a second run there (--overwrite) and a
+// resume of it are refused naming the process; once it has ended, the directory is free. And two
+// runs named by the clock in the same second take two directories.
+TEST(Reliability, ARunDirectoryInUseIsRefusedToAnotherProcessAndSameSecondRunsTakeTwoNames) {
+  const fs::path dir = temp_dir("in-use");
+  std::ofstream(dir / "p.yaml") << topic_yaml(dir, "  max_steps: 1000000\n  checkpoint_every: 5\n");
+  const fs::path r = dir / "r";
+  const pid_t pid = start_tt_run((dir / "p.yaml").string() + " -q --run-dir " + r.string(), dir / "first.log");
+  ASSERT_TRUE(wait_for_file(r / "checkpoints" / "step-00000005.pt", 60)) << read_file(dir / "first.log");
+  for (const std::string& second : {(dir / "p.yaml").string() + " -q --overwrite trainer.max_steps=2 --run-dir " + r.string(),
+                                    "--resume " + r.string() + " -q"}) {
+    const auto refused = run(tt_run_bin() + " " + second);
+    EXPECT_EQ(refused.rc, 2) << refused.output;
+    EXPECT_NE(refused.output.find("the run directory " + r.string() + " is in use by another tt-run (process " +
+                                  std::to_string(pid) + ")"),
+              std::string::npos) << refused.output;
+  }
+  EXPECT_FALSE(names_in(r / "checkpoints").empty());  // not emptied by the refused --overwrite
+  kill(pid, SIGINT);
+  const int status = wait_or_kill(pid, 30);
+  ASSERT_TRUE(status != -1 && WIFEXITED(status)) << read_file(dir / "first.log");
+  EXPECT_EQ(WEXITSTATUS(status), 130) << read_file(dir / "first.log");
+  const auto again = run(tt_run_bin() + " " + (dir / "p.yaml").string() + " -q --overwrite trainer.max_steps=2 --run-dir " +
+                         r.string());
+  EXPECT_EQ(again.rc, 0) << again.output;
+  EXPECT_NE(read_file(r / "summary.json").find("\"steps\": 2"), std::string::npos);
+  EXPECT_EQ(read_file(r / "summary.json").find(".tt-lock"), std::string::npos);  // not an output
+  // the clock's names: each call makes its directory, so the second in the same second is another
+  const fs::path a = tt::timestamped_dir(dir / "auto", "p"), b = tt::timestamped_dir(dir / "auto", "p");
+  EXPECT_NE(a, b);
+  EXPECT_TRUE(fs::is_directory(a) && fs::is_directory(b));
+}
+
 // tt-run --compare passes an interrupt on to the variant it is running (in its own process
 // group, so a Ctrl-C at the terminal reaches only the parent), and both end, the table of the
 // variants that finished written.

@@ -82,7 +82,8 @@ TT_API std::vector<LabelSpot> place_labels(const std::vector<LabelPoint>& points
 TT_API double median(std::vector<double> values);
 // Local time as "20261125-204501", for the names of run and output directories.
 TT_API std::string timestamp();
-// parent/stem-<timestamp>, or with -2, -3, ... appended while that exists.
+// parent/stem-<timestamp>, or with -2, -3, ... appended while that exists: made here (parents too),
+// so that two processes started in the same second take two names.
 TT_API std::filesystem::path timestamped_dir(const std::filesystem::path& parent, const std::string& stem);
 
 // Draws y over x from columns of a whitespace data file with gnuplot into a PNG.

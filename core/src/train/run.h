@@ -88,6 +88,7 @@ struct Run {
   GradientReady gradient_ready{*this};
   bool root = true;                   // rank 0: the one that writes the run directory
   std::shared_ptr<spdlog::sinks::sink> log_file;  // RUN_DIR/log.txt, beside the console
+  int dir_lock = -1;                               // lock_run_dir's (rank 0), closed by ~Run
   // Why a line could not be written to log.txt (disk full), or empty; the run fails at its end.
   std::string log_file_error() const;
   int threads = 1;

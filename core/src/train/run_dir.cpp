@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fcntl.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
+#include <unistd.h>
 
 #include "train/grad_sync.h"
 #include "train/run.h"
@@ -72,6 +74,33 @@ std::string started_in(const fs::path& run_dir) {
   for (std::string line; std::getline(in, line) && line.rfind('#', 0) == 0;)
     if (line.rfind(kStartedIn, 0) == 0) return line.substr(std::strlen(kStartedIn));
   return "";
+}
+
+int lock_run_dir(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir, ec)) return -1;
+  const fs::path file = dir / ".tt-lock";
+  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return -1;
+  // A POSIX record lock: the kernel drops it when the process ends, however it ends; the
+  // process's own Trainers share it (closing any descriptor of the file drops it: only
+  // ~Run closes one).
+  struct flock whole {};
+  whole.l_type = F_WRLCK;
+  whole.l_whence = SEEK_SET;
+  if (::fcntl(fd, F_SETLK, &whole) == 0) return fd;
+  const int err = errno;
+  struct flock holder {};
+  holder.l_type = F_WRLCK;
+  holder.l_whence = SEEK_SET;
+  const bool known = ::fcntl(fd, F_GETLK, &holder) == 0 && holder.l_type != F_UNLCK;
+  ::close(fd);
+  TT_CHECK_AS(ConfigError, err != EACCES && err != EAGAIN, "the run directory ", dir.string(),
+              " is in use by another tt-run", known ? detail::cat(" (process ", holder.l_pid, ")") : std::string(),
+              ": a second run, resume or --overwrite there would mix the two runs' checkpoints and records. Wait for "
+              "it to end (or stop it), or give another --run-dir or output.run_name");
+  return -1;  // locks unsupported where it lies: the run goes on without one
 }
 
 nlohmann::json read_summary(const fs::path& summary) {

@@ -24,6 +24,14 @@ void check_run_directory(const std::filesystem::path& run_dir);
 // That directory, from a run directory's pipeline.yaml ("" where it does not say).
 std::string started_in(const std::filesystem::path& run_dir);
 
+// One process at a time in a run directory: makes it (and its parents) and takes a lock on its
+// .tt-lock, held until the descriptor returned is closed. Another process holding it: a
+// ConfigError naming it (a second run, resume or --overwrite would mix their checkpoints and
+// records). -1 where the directory or its lock file cannot be made (read-only storage): the
+// run's own writes then name what failed. A lock of this process's (a Trainer made again in it)
+// is taken again (and dropped when either closes its descriptor).
+int lock_run_dir(const std::filesystem::path& dir);
+
 // A run directory's summary.json as an object (null when missing or not JSON), and the status
 // a summary says the run ended with ("completed", "failed", "interrupted"), or "".
 nlohmann::json read_summary(const std::filesystem::path& summary);

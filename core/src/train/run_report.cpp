@@ -56,6 +56,7 @@ void RunReport::on(Event event, State&) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir))
     if (e.is_regular_file() && e.path().extension() != ".dat" && e.path().filename() != "summary.json" &&
+        e.path().filename().string()[0] != '.' &&  // .tt-lock
         e.last_write_time(ec) >= since && !ec)
       files.push_back(e.path().filename().string());
   std::sort(files.begin(), files.end());

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "log_early.h"
 #include "train/checkpoints.h"
@@ -83,6 +84,7 @@ Run::~Run() {
     sinks.erase(std::remove(sinks.begin(), sinks.end(), log_file), sinks.end());
     early_log::resume();  // a later run's log.txt begins with what comes between
   }
+  if (dir_lock >= 0) ::close(dir_lock);
 }
 
 int64_t Run::live() const {
@@ -259,6 +261,7 @@ void claim_run_dir(Run& run) {
   if (!run.config.run_dir.empty()) dir = run.config.run_dir;
   else if (out.is_set("run_name")) dir = fs::path(out.get_string("dir")) / out.get_string("run_name");
   else dir = timestamped_dir(out.get_string("dir"), run.pipeline.name);
+  run.dir_lock = lock_run_dir(dir);  // before anything in it is read or emptied
   std::error_code ec;
   if (!run.config.resume) {
     // Two runs in one directory would mix their checkpoints and metrics. One that failed before
@@ -278,7 +281,8 @@ void claim_run_dir(Run& run) {
       std::getline(in, first);
       TT_CHECK_AS(ConfigError, first.rfind("# resolved by tt-run", 0) == 0, "--overwrite empties only a run directory: ",
                   dir.string(), " holds ", what, " but no pipeline.yaml written by tt-run; remove it yourself");
-      for (const auto& e : fs::directory_iterator(dir, ec)) fs::remove_all(e.path(), ec);
+      for (const auto& e : fs::directory_iterator(dir, ec))
+        if (e.path().filename() != ".tt-lock") fs::remove_all(e.path(), ec);  // the lock stays this run's
       TT_CHECK_AS(WriteError, !ec, "cannot empty the run directory ", dir.string(), " for --overwrite: ",
                   ec.message());
       log().info("--overwrite: emptied {} (it held {})", dir.string(), what);
