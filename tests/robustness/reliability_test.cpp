@@ -439,6 +439,29 @@ TEST(Reliability, ARunDirectoryInUseIsRefusedToAnotherProcessAndSameSecondRunsTa
   EXPECT_TRUE(fs::is_directory(a) && fs::is_directory(b));
 }
 
+// A learning rate given to a resume (the way out of a NaN: --resume RUN optimizer.lr=SMALLER)
+// applies from its first step, at the rate a run of that lr has there; it applied one step late,
+// the checkpoint's own rate taken first.
+TEST(Reliability, ALearningRateGivenToAResumeAppliesFromItsFirstStep) {
+  const fs::path dir = temp_dir("resume-lr");
+  std::ofstream(dir / "p.yaml") << topic_yaml(dir, "");
+  const std::string p = tt_run_bin() + " " + (dir / "p.yaml").string() + " -q";
+  ASSERT_EQ(run(p + " trainer.max_steps=4 optimizer.lr=0.2 --run-dir " + (dir / "straight").string()).rc, 0);
+  ASSERT_EQ(run(p + " trainer.max_steps=2 --run-dir " + (dir / "r").string()).rc, 0);
+  const auto r = run(tt_run_bin() + " --resume " + (dir / "r").string() + " -q trainer.max_steps=4 optimizer.lr=0.2");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const auto lr_at = [](const fs::path& metrics, int64_t step) {
+    for (const auto& line : tt::test::step_lines(metrics)) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["step"] == step && j.contains("lr")) return j["lr"].get<double>();
+    }
+    return -1.0;
+  };
+  const double at_2 = lr_at(dir / "r" / "metrics.jsonl", 2), at_3 = lr_at(dir / "r" / "metrics.jsonl", 3);
+  EXPECT_GT(at_3, 2 * at_2);  // the new base rate, not the checkpoint's
+  for (int64_t step : {3, 4}) EXPECT_EQ(lr_at(dir / "r" / "metrics.jsonl", step), lr_at(dir / "straight" / "metrics.jsonl", step)) << step;
+}
+
 // tt-run --compare passes an interrupt on to the variant it is running (in its own process
 // group, so a Ctrl-C at the terminal reaches only the parent), and both end, the table of the
 // variants that finished written.

@@ -16,6 +16,7 @@
 #include "tt/data_loader.h"
 #include "tt/error.h"
 #include "tt/log.h"
+#include "tt/schedule.h"
 #include "tt/weights.h"
 
 namespace fs = std::filesystem;
@@ -136,7 +137,16 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
     run.record.epoch_losses.assign(p, p + losses.numel());
   }
   s.micro_batch_size = read_int(ar, "trainer/micro_batch_size");
-  run.set_lr(read_double(ar, "trainer/lr"));
+  // The next step's learning rate, from the schedule as this resume's pipeline has it (an
+  // optimizer.lr or schedule given to the resume applies from its first step); the same rate as
+  // the checkpoint's where nothing changed. A checkpoint without the epoch position it was set
+  // for (older than this key) gives its own.
+  if (c10::IValue pos; ar.try_read("trainer/lr_epoch_pos", pos)) {
+    run.lr_epoch_pos = pos.toDouble();
+    run.set_lr(run.schedule->lr({s.step, s.total_steps, run.lr_epoch_pos, run.base_lr}));
+  } else {
+    run.set_lr(read_double(ar, "trainer/lr"));
+  }
   if (run.loader->streaming()) {
     at::Tensor pos;
     TT_CHECK(ar.try_read("trainer/data_position", pos), file.string(),
@@ -179,6 +189,7 @@ void save_checkpoint(Run& run) {
   ar.write("trainer/next_batch", c10::IValue(s.batch_in_epoch + 1));
   ar.write("trainer/skipped", c10::IValue(s.skipped_steps));
   ar.write("trainer/lr", c10::IValue(s.lr));
+  ar.write("trainer/lr_epoch_pos", c10::IValue(run.lr_epoch_pos));
   ar.write("trainer/epoch_loss_sum", c10::IValue(run.epoch_loss_sum));
   ar.write("trainer/epoch_batches", c10::IValue(run.epoch_batches));
   ar.write("trainer/epoch_losses", torch::tensor(run.record.epoch_losses, torch::kDouble));

@@ -94,6 +94,7 @@ struct Run {
   int threads = 1;
   int64_t max_epochs = -1, max_steps = -1;  // -1: no limit of that kind
   double base_lr = 0;
+  double lr_epoch_pos = 0;  // the epoch position the schedule's last learning rate was set for
 
   // Where the fit stands beyond State (saved in checkpoints).
   int64_t start_step = 0;                   // the step this process started at

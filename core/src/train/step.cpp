@@ -221,9 +221,9 @@ void next_step(Run& run) {
   s.last_step.skipped = s.skip_step;
   if (s.skip_step) ++s.skipped_steps;
   ++s.step;
-  const double epoch_pos = static_cast<double>(s.epoch) +
-                           static_cast<double>(s.batch_in_epoch) / static_cast<double>(s.batches_per_epoch);
-  run.set_lr(run.schedule->lr({s.step, s.total_steps, epoch_pos, run.base_lr}));
+  run.lr_epoch_pos = static_cast<double>(s.epoch) +
+                     static_cast<double>(s.batch_in_epoch) / static_cast<double>(s.batches_per_epoch);
+  run.set_lr(run.schedule->lr({s.step, s.total_steps, run.lr_epoch_pos, run.base_lr}));
 }
 
 // Clip, step (unless skipped), and set the schedule's learning rate for the next step.
