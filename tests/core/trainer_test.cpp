@@ -900,6 +900,22 @@ TEST(Trainer, NanLossIsAClearErrorOrSkipped) {
   EXPECT_DOUBLE_EQ(summary["first_epoch_loss"].get<double>(), sum / 3);
   EXPECT_EQ(summary["final_loss"], nlohmann::json::parse(lines[3])["loss"]);
 
+  // A checkpoint after steps that were all dropped is not written: nothing was learned since, and
+  // weights that no longer give a finite loss would push the good ones out (keep_checkpoints).
+  tt::Trainer kept(tt::parse_pipeline(yaml, "p.yaml", {"trainer.on_nan=skip", "trainer.checkpoint_every=1",
+                                                        "trainer.keep_checkpoints=10"}),
+                   {out / "e", false, true});
+  kept.fit();
+  std::vector<std::string> written;
+  for (const auto& f : fs::directory_iterator(out / "e" / "checkpoints")) written.push_back(f.path().filename().string());
+  std::sort(written.begin(), written.end());
+  EXPECT_EQ(written, (std::vector<std::string>{"step-00000002.pt", "step-00000003.pt", "step-00000004.pt"}));
+  // With trainer.grad_clip set, the error says to lower it rather than to set it.
+  tt::Trainer clipped(tt::parse_pipeline(yaml, "p.yaml", {"trainer.grad_clip=0.5"}), {out / "g", false, true});
+  const std::string c = tt::test::message_of<tt::NumericError>([&] { clipped.fit(); }, "a NumericError");
+  EXPECT_HAS(c, "Lower optimizer.lr or trainer.grad_clip (0.5)");
+  EXPECT_EQ(c.find("set trainer.grad_clip"), std::string::npos) << c;
+
   // A run whose every step was dropped trained nothing: a numeric error, not "completed".
   tt::Trainer none(tt::parse_pipeline(yaml, "p.yaml", {"trainer.on_nan=skip", "trainer.max_steps=1"}),
                    {out / "c", false, true});

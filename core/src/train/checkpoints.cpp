@@ -159,6 +159,15 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
 
 void save_checkpoint(Run& run) {
   State& s = run.state;
+  // Every step since the previous checkpoint (or this process's start) dropped for a loss not
+  // finite (on_nan: skip): nothing was learned since, and weights that no longer give a finite
+  // loss would push good checkpoints out (keep_checkpoints). The previous one stays the newest.
+  if (const int64_t since = std::max(run.last_checkpoint_step, run.start_step);
+      run.dropped_in_a_row > 0 && run.dropped_in_a_row >= s.step - since) {
+    log().warn("the checkpoint of step {} is not written: every step since step {} had a loss that is not finite and "
+               "was dropped (trainer.on_nan=skip), so the checkpoints before it are kept", s.step, since);
+    return;
+  }
   run.flush_optimizer();  // on every rank: the parameters stay equal across ranks
   if (!run.root) {
     if (!s.gradient_sync) {  // a sharded optimizer's save gathers every rank's state

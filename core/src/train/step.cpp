@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "train/grad_sync.h"
+#include "train/run_dir.h"
 #include "tt/extension.h"
 #include "tt/checkpoint.h"
 #include "tt/error.h"
@@ -24,10 +25,21 @@ struct Accumulated {
   bool sum_reduced = false;  // the model's loss is a sum (not weighted by micro-batch share)
 };
 
+// The newest checkpoint (this process's, or the one it resumed from) and how to go on from it.
 std::string last_checkpoint(const Run& run) {
-  return run.last_checkpoint_step >= 0
-             ? checkpoint_path(run.state.run_dir / "checkpoints", run.last_checkpoint_step).string()
-             : std::string("none");
+  const std::string file = run.last_checkpoint_step >= 0
+                               ? checkpoint_path(run.state.run_dir / "checkpoints", run.last_checkpoint_step).string()
+                               : run.resumed_from;
+  if (file.empty()) return "none";
+  return file + " (go on from it at a lower rate: " + launch_command(run) + " --resume " + run.state.run_dir.string() +
+         " optimizer.lr=LOWER" + launched_as_before(run, "--resume") + ")";
+}
+
+// What to change: the learning rate, and the clipping (set, or lower where it is).
+std::string lower_rate_or_clip(const Run& run) {
+  const Options& T = run.pipeline.trainer;
+  return T.is_set("grad_clip") ? detail::cat("Lower optimizer.lr or trainer.grad_clip (", T.get_float("grad_clip"), ")")
+                               : std::string("Lower optimizer.lr or set trainer.grad_clip");
 }
 
 // A non-finite loss: dropped (on_nan: skip) or an error that says what to try. Dropping cannot
@@ -40,15 +52,14 @@ bool finite_or_dropped(Run& run, double loss) {
     if (const std::string p = nonfinite_parameter(s); !p.empty())
       TT_FAIL_AS(NumericError, "loss is ", loss, " at step ", s.step + 1, " and the model's parameter '", p,
                  "' holds NaN/inf: an earlier step's update made the weights non-finite, which dropping batches "
-                 "(trainer.on_nan=skip) cannot undo. Lower optimizer.lr or set trainer.grad_clip. Last checkpoint: ",
-                 last_checkpoint(run));
+                 "(trainer.on_nan=skip) cannot undo. ", lower_rate_or_clip(run), ". Last checkpoint: ", last_checkpoint(run));
     log().warn("loss is {} at step {} (epoch {}, batch {}): batch dropped (trainer.on_nan=skip)", loss, s.step + 1,
                s.epoch, s.batch_in_epoch);
     return false;
   }
   TT_FAIL_AS(NumericError, "loss is ", loss, " at step ", s.step + 1, " (epoch ", s.epoch, ", batch ", s.batch_in_epoch,
-             "). Lower optimizer.lr, set trainer.grad_clip, check the data for NaN/inf, or set "
-             "trainer.on_nan=skip to drop such batches. Last checkpoint: ", last_checkpoint(run));
+             "). ", lower_rate_or_clip(run), ", check the data for NaN/inf, or set trainer.on_nan=skip to drop such "
+             "batches. Last checkpoint: ", last_checkpoint(run));
 }
 
 }  // namespace
@@ -57,11 +68,11 @@ void check_trained_numbers(Run& run, int64_t steps) {
   const int64_t dropped = run.record.dropped_batches;
   TT_CHECK_AS(NumericError, steps == 0 || dropped < steps, "every one of the ", steps,
               " steps had a loss that is not finite and was dropped (trainer.on_nan=skip): nothing was trained. "
-              "Check the data and the model's loss for NaN/inf, lower optimizer.lr, or set trainer.grad_clip");
+              "Check the data and the model's loss for NaN/inf. ", lower_rate_or_clip(run));
   if (dropped > 0) log().warn("{} of {} steps had a loss that is not finite and were dropped (trainer.on_nan=skip)", dropped, steps);
   if (const std::string p = steps > 0 ? nonfinite_parameter(run.state) : ""; !p.empty())
-    TT_FAIL_AS(NumericError, "after training, the model's parameter '", p, "' holds NaN/inf: the weights diverged. "
-               "Lower optimizer.lr or set trainer.grad_clip. Last checkpoint: ", last_checkpoint(run));
+    TT_FAIL_AS(NumericError, "after training, the model's parameter '", p, "' holds NaN/inf: the weights diverged. ",
+               lower_rate_or_clip(run), ". Last checkpoint: ", last_checkpoint(run));
 }
 
 std::string nonfinite_parameter(const State& s) {
@@ -408,6 +419,7 @@ void train_step(Run& run, Batch batch, Clock::time_point started) {
   s.last_step.seconds = seconds_since(started);
   s.last_step.examples = run.sync ? run.sync->global_examples() : examples;  // the whole run's throughput
   run.record.step_times.push_back(s.last_step.seconds);
+  run.dropped_in_a_row = s.last_step.dropped ? run.dropped_in_a_row + 1 : 0;
   if (s.last_step.dropped) {  // no loss to report or average (metrics.jsonl: null)
     s.batch_loss = std::numeric_limits<double>::quiet_NaN();
     ++run.record.dropped_batches;

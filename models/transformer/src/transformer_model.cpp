@@ -240,6 +240,9 @@ std::string TransformerLM::sample(const std::string& prompt, const Sampling& o, 
     // GPT-2's 50257) has rows no text ever gives, which the tokenizer could not decode
     at::Tensor last = logits(x).select(1, x.size(1) - 1).squeeze(0).to(torch::kCPU, torch::kFloat);
     last = last.narrow(0, 0, std::min(last.size(0), tokenizer_->vocab_size()));
+    TT_CHECK_AS(NumericError, torch::isfinite(last).all().item<bool>(), "transformer: the model's output for the prompt "
+                "is not finite (NaN/inf): its weights no longer give finite numbers, so there is nothing to sample; "
+                "sample from an earlier checkpoint's weights (model.init_from=CHECKPOINT trainer.max_steps=0)");
     int64_t next;
     if (o.temperature <= 0) {
       next = last.argmax().item<int64_t>();
