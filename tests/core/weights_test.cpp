@@ -219,6 +219,17 @@ TEST(Weights, TtRunExportsAtTheEndOfTheFitAndFromARunOrCheckpoint) {
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_HAS(r.output, "exists and is not an exported weights file");
 
+  // the newest checkpoint unreadable: the one before is exported, and that is said (even with -q)
+  r = tt::test::run(tt_run + " -q " + (d / "p.yaml").string() + " --run-dir " + (d / "cut").string() +
+                    " trainer.checkpoint_every=1");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  fs::resize_file(d / "cut" / "checkpoints" / "step-00000003.pt", 100);
+  r = tt::test::run(tt_run + " -q --export safetensors " + (d / "cut").string());
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_HAS(r.output, "warning: the newest checkpoint of " + (d / "cut").string() + " could not be read, so the "
+                       "weights are step-00000002.pt's, not the run's last:");
+  EXPECT_HAS(r.output, "step-00000003.pt");
+
   r = tt::test::run(tt_run + " --export onnx " + (d / "run").string());
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find("unknown weights format 'onnx'"), std::string::npos) << r.output;

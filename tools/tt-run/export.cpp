@@ -33,6 +33,10 @@ int run(const Options& o) {
       }
     }
     TT_CHECK_AS(ConfigError, !from.empty(), "no readable checkpoint in ", src.string(), ":", failures);
+    if (from != files.back())  // said whatever --quiet asks: these are not the run's newest weights
+      std::fprintf(stderr, "tt-run: warning: the newest checkpoint%s of %s could not be read, so the weights are %s's, "
+                   "not the run's last:%s\n", failures.find('\n', 1) == std::string::npos ? "" : "s", src.string().c_str(),
+                   from.filename().string().c_str(), failures.c_str());
     if (out.empty()) out = src / weights_file_name(format);
   } else {
     TT_CHECK_AS(ConfigError, fs::is_regular_file(src), src.string(), " does not exist (give a run directory or a "
