@@ -257,8 +257,10 @@ fs::path timestamped_dir(const fs::path& parent, const std::string& stem) {
   fs::create_directories(parent, ec);
   // Made here, exclusively: two runs started in the same second take two names.
   fs::path dir = parent / name;
-  for (int i = 2; !fs::create_directory(dir, ec) && !ec; ++i) dir = parent / (name + "-" + std::to_string(i));
-  return dir;  // where it could not be made (ec), its user's own writes say why
+  // (a file of that name counts as taken; where it cannot be made at all, its user's writes say why)
+  for (int i = 2; !fs::create_directory(dir, ec) && (!ec || fs::exists(dir)); ++i)
+    dir = parent / (name + "-" + std::to_string(i));
+  return dir;
 }
 
 std::string held_place(const std::string& where) {

@@ -224,8 +224,10 @@ struct Trainer::Impl {
       log().info("{}: the run in {} was trained to step {} (of {}) but its outputs were not all written "
                  "(summary.json {}); writing them now",
                  run.pipeline.name, s.run_dir.string(), s.step, s.total_steps,
-                 !status.empty() ? "says " + status
-                 : fs::exists(s.run_dir / "summary.json") ? std::string("unreadable") : std::string("missing"));
+                 !status.empty()                            ? "says " + status
+                 : !fs::exists(s.run_dir / "summary.json") ? std::string("missing")
+                 : previous.is_null()                       ? std::string("unreadable")
+                                                            : std::string("without a status"));
       rec.setup_seconds = seconds_since(rec.started);
       // No training here: the training's figures are the stopped run's where its summary has them
       // (the memory figures else what this process held).

@@ -910,6 +910,13 @@ TEST(Trainer, NanLossIsAClearErrorOrSkipped) {
   for (const auto& f : fs::directory_iterator(out / "e" / "checkpoints")) written.push_back(f.path().filename().string());
   std::sort(written.begin(), written.end());
   EXPECT_EQ(written, (std::vector<std::string>{"step-00000002.pt", "step-00000003.pt", "step-00000004.pt"}));
+  // ... but the end's is: a completed run's checkpoint is at its last step, dropped or not
+  tt::Trainer last(tt::parse_pipeline(yaml, "p.yaml", {"trainer.on_nan=skip", "trainer.checkpoint_every=1",
+                                                        "trainer.keep_checkpoints=10", "data.nan_at=29"}),
+                   {out / "h", false, true});
+  last.fit();
+  EXPECT_EQ(tt::test::summary_of(out / "h")["dropped_batches"], 1);
+  EXPECT_TRUE(fs::exists(out / "h" / "checkpoints" / "step-00000004.pt"));
   // With trainer.grad_clip set, the error says to lower it rather than to set it.
   tt::Trainer clipped(tt::parse_pipeline(yaml, "p.yaml", {"trainer.grad_clip=0.5"}), {out / "g", false, true});
   const std::string c = tt::test::message_of<tt::NumericError>([&] { clipped.fit(); }, "a NumericError");

@@ -230,8 +230,9 @@ TEST(Dist, ResumeNeedsTheSameWorldSizeButAFinishedRunIsUsedInOneProcess) {
   auto one = run(env_clean() + tt_run_bin() + " --resume " + (dir / "half").string() + " -q");
   EXPECT_EQ(one.rc, 2) << one.output;
   EXPECT_NE(one.output.find("same world size"), std::string::npos) << one.output;
-  EXPECT_NE(one.output.find("A --sample or --predict of the finished run may run in one process"), std::string::npos)
-      << one.output;
+  EXPECT_NE(one.output.find("a --sample or --predict of a completed run, with no trainer.max_steps or trainer.epochs "
+                            "given, runs in one process"),
+            std::string::npos) << one.output;
   EXPECT_NE(one.output.find("start a new run from its weights: model.init_from=" + (dir / "half").string()),
             std::string::npos) << one.output;
   auto res = run(env_clean() + tt_run_bin() + " --nproc 2 --resume " + (dir / "half").string() + " -q");

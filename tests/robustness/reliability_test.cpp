@@ -432,7 +432,10 @@ TEST(Reliability, ARunDirectoryInUseIsRefusedToAnotherProcessAndSameSecondRunsTa
                          r.string());
   EXPECT_EQ(again.rc, 0) << again.output;
   EXPECT_NE(read_file(r / "summary.json").find("\"steps\": 2"), std::string::npos);
-  EXPECT_EQ(read_file(r / "summary.json").find(".tt-lock"), std::string::npos);  // not an output
+  ASSERT_EQ(run(tt_run_bin() + " " + (dir / "p.yaml").string() + " -q trainer.max_steps=1 --run-dir " +
+                (dir / "fresh").string()).rc, 0);
+  EXPECT_TRUE(fs::exists(dir / "fresh" / ".tt-lock"));
+  EXPECT_EQ(read_file(dir / "fresh" / "summary.json").find(".tt-lock"), std::string::npos);  // not an output
   // the clock's names: each call makes its directory, so the second in the same second is another
   const fs::path a = tt::timestamped_dir(dir / "auto", "p"), b = tt::timestamped_dir(dir / "auto", "p");
   EXPECT_NE(a, b);
@@ -458,8 +461,13 @@ TEST(Reliability, ALearningRateGivenToAResumeAppliesFromItsFirstStep) {
     return -1.0;
   };
   const double at_2 = lr_at(dir / "r" / "metrics.jsonl", 2), at_3 = lr_at(dir / "r" / "metrics.jsonl", 3);
+  ASSERT_GT(at_2, 0);
   EXPECT_GT(at_3, 2 * at_2);  // the new base rate, not the checkpoint's
-  for (int64_t step : {3, 4}) EXPECT_EQ(lr_at(dir / "r" / "metrics.jsonl", step), lr_at(dir / "straight" / "metrics.jsonl", step)) << step;
+  for (int64_t step : {3, 4}) {
+    const double resumed = lr_at(dir / "r" / "metrics.jsonl", step);
+    ASSERT_GT(resumed, 0) << step;
+    EXPECT_EQ(resumed, lr_at(dir / "straight" / "metrics.jsonl", step)) << step;
+  }
 }
 
 // tt-run --compare passes an interrupt on to the variant it is running (in its own process

@@ -331,6 +331,18 @@ TEST(TransformerLM, TtRunSamplesFromAFinishedRunWithoutTouchingItEvenWithItsText
   };
   EXPECT_FALSE(sample_of(r.output).empty()) << r.output;
   EXPECT_EQ(sample_of(again.output), sample_of(r.output)) << again.output;
+  // a run bounded by its epochs, whose text grew by more than a batch: an epoch would now be
+  // longer, but the completed run is used as it is
+  const fs::path ep = dir / "ep";
+  write_corpus(ep, "train.txt", 40, 12);
+  write_corpus(ep, "val.txt", 10, 13);
+  std::ofstream(ep / "p.yaml") << lm_yaml(ep, "  epochs: 1\n");
+  auto by_epochs = tt::test::run(tt::test::tt_run_bin() + " " + (ep / "p.yaml").string() + " -q --run-dir " + (ep / "run").string());
+  ASSERT_EQ(by_epochs.rc, 0) << by_epochs.output;
+  { std::ofstream(ep / "train.txt", std::ios::app) << tt::test::read_file(write_corpus(ep, "more.txt", 40, 14)); }
+  by_epochs = tt::test::run(tt::test::tt_run_bin() + " --resume " + (ep / "run").string() + " --sample 'the cat' --tokens 5");
+  ASSERT_EQ(by_epochs.rc, 0) << by_epochs.output;
+  EXPECT_NE(by_epochs.output.find("nothing to train"), std::string::npos) << by_epochs.output;
   // bad sampling options are a command-line error
   r = tt::test::run(tt::test::tt_run_bin() + " --resume " + run + " --sample x --tokens 0 -q");
   EXPECT_EQ(r.rc, 2) << r.output;

@@ -205,7 +205,7 @@ TEST_F(SentencePieceTokenizer, ConcurrentEncodesAgree) {
   for (const auto& g : got) EXPECT_EQ(g, expected);
 }
 
-TEST(SentencePieceTraining, DirectoriesAreExpandedRecursivelySortedAndWhatIsNotAFileIsSaid) {
+TEST(SentencePieceTraining, DirectoriesAreExpandedRecursivelySortedAndWhatIsNotReadIsSaid) {
   const fs::path dir = tt::test::temp_dir("tok-dirs");
   fs::create_directories(dir / "b" / "c");
   write_text(dir / "b" / "c" / "z.txt", "z");
@@ -213,16 +213,26 @@ TEST(SentencePieceTraining, DirectoriesAreExpandedRecursivelySortedAndWhatIsNotA
   write_text(dir / "one.txt", "1");
   fs::create_directories(dir / "elsewhere");
   write_text(dir / "elsewhere" / "e.txt", "e");
-  fs::create_directory_symlink(dir / "elsewhere", dir / "b" / "d");  // followed
+  fs::create_directory_symlink(dir / "elsewhere", dir / "b" / "d");  // not followed (a sibling's read twice): said
   fs::create_symlink(dir / "gone.txt", dir / "b" / "broken.txt");  // a link to nothing: said, not read
+  fs::create_symlink(dir / "one.txt", dir / "b" / "c" / "linked.txt");  // a link to a file: read
   testing::internal::CaptureStderr();
   const auto files = tt::lm::text_files({(dir / "one.txt").string(), (dir / "b").string()}, "data.train");
   const std::string said = testing::internal::GetCapturedStderr();
   EXPECT_EQ(files, (std::vector<std::string>{(dir / "one.txt").string(), (dir / "b" / "a.txt").string(),
-                                             (dir / "b" / "c" / "z.txt").string(), (dir / "b" / "d" / "e.txt").string()}));
-  EXPECT_NE(said.find("data.train: 1 entry under " + (dir / "b").string() + " is not a file and not read (the first: " +
+                                             (dir / "b" / "c" / "linked.txt").string(),
+                                             (dir / "b" / "c" / "z.txt").string()}));
+  EXPECT_NE(said.find("data.train: 2 entries under " + (dir / "b").string() + " are not a file and not read (the first: " +
                       (dir / "b" / "broken.txt").string() + ", a link to nothing)"),
             std::string::npos) << said;
+  const auto linked_dir = tt::lm::text_files({(dir / "elsewhere").string(), (dir / "b" / "c").string()}, "x");
+  EXPECT_EQ(linked_dir.size(), 3u);  // a directory named itself is read, links or not
+  fs::remove(dir / "b" / "broken.txt");
+  testing::internal::CaptureStderr();
+  tt::lm::text_files({(dir / "b").string()}, "data.train");
+  const std::string said2 = testing::internal::GetCapturedStderr();
+  EXPECT_NE(said2.find("(the first: " + (dir / "b" / "d").string() + ", a link to a directory, not followed: name it itself)"),
+            std::string::npos) << said2;
   fs::create_directories(dir / "empty");
   expect_error<tt::ConfigError>([&] { tt::lm::text_files({(dir / "empty").string()}, "--input"); },
                                 {"--input: no files in the directory " + (dir / "empty").string()});

@@ -45,6 +45,14 @@ int run(const Options& o) {
   } else {
     cfg.run_dir = timestamped_dir(p.output.get_string("dir"), p.name + "-profile");
   }
+  // A directory named here and refused before the run wrote to it is not left behind, empty.
+  struct RemoveIfEmpty {
+    fs::path dir;
+    ~RemoveIfEmpty() {
+      std::error_code ec;
+      if (!dir.empty() && fs::is_empty(dir, ec) && !ec) fs::remove(dir, ec);
+    }
+  } made{o.run_dir.empty() ? cfg.run_dir : fs::path()};
   for (const auto& c : p.plugins)
     TT_CHECK_AS(ConfigError, c.name != "profile-memory", o.file,
                 ": the pipeline lists profile-memory itself; run it with tt-run, or remove it for --profile-memory");

@@ -64,15 +64,16 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
   const int64_t saved_world = ar.try_read("trainer/world_size", ws) ? ws.toInt() : 1;
   // A finished run used as it is (tt-run --resume RUN --sample/--predict) reads its model only
   // (every rank held it whole): in one process whatever world size trained it, and whatever
-  // became of the data's stream since. Another world size is refused otherwise.
+  // became of its data since (a text grown, so that an epoch would now be longer). Another world
+  // size is refused otherwise.
   const int64_t saved_step = read_int(ar, "trainer/step");
-  const bool model_only = used_as_finished(run, saved_step) && (saved_world != s.world_size || s.total_steps <= saved_step);
+  const bool model_only = used_as_finished(run, saved_step);
   TT_CHECK_AS(ConfigError, saved_world == s.world_size || model_only, file.string(), " was written by a run of ",
               saved_world, " process(es) but this one has ", s.world_size,
               ": resume with the same world size (tt-run --nproc ", saved_world,
-              "); the data order and sharded state depend on it. A --sample or --predict of the finished run may "
-              "run in one process. To go on with another world size, start a new run from its weights: "
-              "model.init_from=", s.run_dir.string());
+              "); the data order and sharded state depend on it (a --sample or --predict of a completed run, with "
+              "no trainer.max_steps or trainer.epochs given, runs in one process). To go on with another world "
+              "size, start a new run from its weights: model.init_from=", s.run_dir.string());
   torch::serialize::InputArchive model_ar, opt_ar;
   ar.read("model", model_ar);
   std::string mismatch;
@@ -112,7 +113,7 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
   ar.read("trainer/rng_cpu", rng);
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   gen.set_state(rng);
-  s.step = read_int(ar, "trainer/step");
+  s.step = saved_step;
   if (model_only) {  // nothing is trained: the data's and the optimizer's state stay unread
     if (saved_world != s.world_size)
       log().info("{} was trained by {} processes; its model is read for use in this one, nothing is trained",
@@ -161,11 +162,13 @@ void save_checkpoint(Run& run) {
   State& s = run.state;
   // Every step since the previous checkpoint (or this process's start) dropped for a loss not
   // finite (on_nan: skip): nothing was learned since, and weights that no longer give a finite
-  // loss would push good checkpoints out (keep_checkpoints). The previous one stays the newest.
+  // loss would push good checkpoints out (keep_checkpoints). Not written before the end (the
+  // end's is: a completed run's checkpoint is at its last step); the previous one stays the newest.
   if (const int64_t since = std::max(run.last_checkpoint_step, run.start_step);
-      run.dropped_in_a_row > 0 && run.dropped_in_a_row >= s.step - since) {
-    log().warn("the checkpoint of step {} is not written: every step since step {} had a loss that is not finite and "
-               "was dropped (trainer.on_nan=skip), so the checkpoints before it are kept", s.step, since);
+      run.dropped_in_a_row > 0 && run.dropped_in_a_row >= s.step - since && !run.done()) {
+    log().warn("the checkpoint of step {} is not written: every step since {} had a loss that is not finite and was "
+               "dropped (trainer.on_nan=skip), so the newest checkpoint stays the one before", s.step,
+               since > 0 ? "step " + std::to_string(since) : std::string("the start"));
     return;
   }
   run.flush_optimizer();  // on every rank: the parameters stay equal across ranks

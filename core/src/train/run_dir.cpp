@@ -15,6 +15,7 @@
 #include "train/run.h"
 #include "tt/dist.h"
 #include "tt/error.h"
+#include "tt/log.h"
 #include "tt/report.h"
 
 namespace fs = std::filesystem;
@@ -81,8 +82,12 @@ int lock_run_dir(const fs::path& dir) {
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir, ec)) return -1;
   const fs::path file = dir / ".tt-lock";
-  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return -1;
+  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);  // the umask decides who else may lock
+  if (fd < 0) {  // read-only storage, or another user's lock file
+    log().warn("cannot open {} ({}): the run directory is not locked against a second tt-run", file.string(),
+               std::strerror(errno));
+    return -1;
+  }
   // A POSIX record lock: the kernel drops it when the process ends, however it ends; the
   // process's own Trainers share it (closing any descriptor of the file drops it: only
   // ~Run closes one).

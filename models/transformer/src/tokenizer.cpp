@@ -404,20 +404,25 @@ std::vector<std::string> text_files(const std::vector<std::string>& inputs, cons
       files.push_back(input);
       continue;
     }
-    std::vector<std::string> found, skipped;  // skipped: neither a file nor a directory (a broken link)
-    for (auto it = fs::recursive_directory_iterator(input, fs::directory_options::follow_directory_symlink, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    // Links to files are read; links to directories are not followed (a link to a sibling would
+    // read its text twice, one to an ancestor never end) and, with what is neither a file nor a
+    // directory (a broken link), are said.
+    std::vector<std::string> found, skipped;
+    for (auto it = fs::recursive_directory_iterator(input, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
       std::error_code kind;
       if (it->is_regular_file(kind)) found.push_back(it->path().string());
-      else if (!it->is_directory(kind)) skipped.push_back(it->path().string());
+      else if (!it->is_directory(kind) || it->is_symlink(kind)) skipped.push_back(it->path().string());
     }
     TT_CHECK_AS(ConfigError, !ec, what, ": cannot list the directory ", input, ": ", ec.message());
     if (!skipped.empty()) {
       std::sort(skipped.begin(), skipped.end());
       std::error_code e;
+      const char* first = !fs::exists(skipped[0], e) ? ", a link to nothing"
+                          : fs::is_directory(skipped[0], e) ? ", a link to a directory, not followed: name it itself"
+                                                            : "";
       log().warn("{}: {} entr{} under {} {} not a file and not read (the first: {}{})", what, skipped.size(),
-                 skipped.size() == 1 ? "y" : "ies", input, skipped.size() == 1 ? "is" : "are", skipped[0],
-                 fs::is_symlink(skipped[0], e) && !fs::exists(skipped[0], e) ? ", a link to nothing" : "");
+                 skipped.size() == 1 ? "y" : "ies", input, skipped.size() == 1 ? "is" : "are", skipped[0], first);
     }
     TT_CHECK_AS(ConfigError, !found.empty(), what, ": no files in the directory ", input);
     std::sort(found.begin(), found.end());
