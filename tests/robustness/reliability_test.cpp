@@ -414,7 +414,24 @@ TEST(Reliability, ARunDirectoryInUseIsRefusedToAnotherProcessAndSameSecondRunsTa
   std::ofstream(dir / "p.yaml") << topic_yaml(dir, "  max_steps: 1000000\n  checkpoint_every: 5\n");
   const fs::path r = dir / "r";
   const pid_t pid = start_tt_run((dir / "p.yaml").string() + " -q --run-dir " + r.string(), dir / "first.log");
-  ASSERT_TRUE(wait_for_file(r / "checkpoints" / "step-00000005.pt", 60)) << read_file(dir / "first.log");
+  struct KillAtEnd {  // an assertion that fails leaves no run of a million steps behind
+    pid_t pid;
+    ~KillAtEnd() {
+      if (waitpid(pid, nullptr, WNOHANG) == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+  } stop_first{pid};
+  // a checkpoint written (each is pruned 15 steps later: wait for any, not for one)
+  bool checkpointed = false;
+  for (int i = 0; i < 3000 && !checkpointed; ++i) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(r / "checkpoints", ec))
+      checkpointed = checkpointed || e.path().extension() == ".pt";
+    if (!checkpointed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(checkpointed) << read_file(dir / "first.log");
   for (const std::string& second : {(dir / "p.yaml").string() + " -q --overwrite trainer.max_steps=2 --run-dir " + r.string(),
                                     "--resume " + r.string() + " -q"}) {
     const auto refused = run(tt_run_bin() + " " + second);

@@ -313,6 +313,12 @@ TEST(TransformerLM, TtRunSamplesFromAFinishedRunWithoutTouchingItEvenWithItsText
   auto r = tt::test::run(tt::test::tt_run_bin() + " " + (dir / "p.yaml").string() + " --run-dir " + run + " -q");
   ASSERT_EQ(r.rc, 0) << r.output;
   const std::string summary = tt::test::read_file(dir / "run" / "summary.json");
+  for (const auto& line : tt::test::step_lines(dir / "run" / "metrics.jsonl")) {  // tokens/s: 32 a window
+    const auto j = nlohmann::json::parse(line);
+    ASSERT_TRUE(j.contains("items_per_s")) << line;
+    EXPECT_NEAR(j["items_per_s"].get<double>(), 32 * j["samples_per_s"].get<double>(),
+                1e-9 * j["items_per_s"].get<double>()) << line;
+  }
   r = tt::test::run(tt::test::tt_run_bin() + " --resume " + run +
                     " --sample 'the cat' --tokens 12 --temperature 0");
   ASSERT_EQ(r.rc, 0) << r.output;

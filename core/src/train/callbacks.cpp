@@ -28,6 +28,11 @@ void MetricsLog::on(Event event, State& s) {
               {"tensor_peak", run_.peak()},
               {"rss", Meter::rss()},
               {"lr", r.lr}};
+    // The model's items (ModelOutput::items: tokens for the LM) a second, over all ranks (this
+    // rank's in the share of the examples it had)
+    if (run_.step_items > 0 && r.seconds > 0 && s.batch.size > 0)
+      line["items_per_s"] = static_cast<double>(run_.step_items) * static_cast<double>(r.examples) /
+                            static_cast<double>(s.batch.size) / r.seconds;
     if (r.grad_norm) line["grad_norm"] = *r.grad_norm;
     if (r.optimizer_seconds) line["optimizer_seconds"] = *r.optimizer_seconds;
     if (r.comm_seconds) line["comm_seconds"] = *r.comm_seconds;

@@ -103,6 +103,7 @@ struct Run {
   int64_t epoch_batches = 0;
   int64_t last_checkpoint_step = -1;
   int64_t dropped_in_a_row = 0;  // the last steps, all dropped for a loss not finite (on_nan: skip)
+  int64_t step_items = 0;        // the step's ModelOutput::items, over its micro-batches (this rank's)
   int64_t last_eval_step = -1;
   bool resumed = false;       // loaded a checkpoint (--resume)
   bool from_checkpoint = false;  // --resume of a run with checkpoints: its weights come from one, not init_from

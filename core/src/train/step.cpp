@@ -117,6 +117,7 @@ Accumulated forward_backward(Run& run) {
                               [&] { return tt::forward_loss(s, s.micro); });  // through the loss hooks
       while (!scopes.empty()) scopes.pop_back();  // exit in reverse order
     }
+    run.step_items += s.output.items;
     run.host.fire(Event::AFTER_FORWARD, s);
     TT_CHECK(s.output.loss.defined(), "model (", model_name, ") returned no loss (ModelOutput::loss is undefined)");
     TT_CHECK(s.output.loss.numel() == 1, "model (", model_name, ") returned a loss of shape ", s.output.loss.sizes(),
@@ -298,6 +299,7 @@ bool fused_step(Run& run) {
   if (!f.stepped) return false;
   TT_CHECK(f.output.loss.defined() && f.output.loss.numel() == 1, "model (", run.pipeline.model.name,
            ") returned no scalar loss from its fused step");
+  run.step_items += f.output.items;
   const double loss = f.output.loss.item<double>();
   s.skip_step = s.last_step.dropped = !finite_or_dropped(run, loss);  // the model left its parameters as they were
   s.batch_loss = loss;
@@ -412,6 +414,7 @@ void train_step(Run& run, Batch batch, Clock::time_point started) {
   s.skip_step = false;
   s.metrics.clear();
   s.last_step = {};
+  run.step_items = 0;
   run.host.fire(Event::BATCH_START, s);
 
   if (!fused_step(run)) usual_step(run);
