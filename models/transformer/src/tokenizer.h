@@ -56,9 +56,10 @@ struct TokenizerTraining {
 };
 // The files of `inputs` in the order given: a file itself, a directory's regular files
 // (recursively, sorted by path; links to files read, links to directories not followed: those
-// and what is neither a file nor a directory, such as a broken link, are skipped with a warning). The text dataset and tt-data tokenizer read the same
-// files. A missing input, one neither a file nor a directory, or a directory without files:
-// tt::ConfigError beginning "what: " and naming it.
+// and what is neither a file nor a directory, such as a broken link, are skipped with a
+// warning). The text dataset and tt-data tokenizer read the same files. A missing input, one
+// neither a file nor a directory, or a directory without files: tt::ConfigError beginning
+// "what: " and naming it.
 std::vector<std::string> text_files(const std::vector<std::string>& inputs, const std::string& what);
 
 // Trains a SentencePiece model; errors (no input, vocab too large for the text) name the fix.
