@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
 #include <set>
 
 #include "train/grad_sync.h"
@@ -36,15 +37,27 @@ double read_double(torch::serialize::InputArchive& ar, const std::string& key) {
 }
 
 // True where run resumes a completed run to use it as it is, in one process: summary.json says
-// it completed at step `step` and no override asks for more steps.
+// it completed at step `step`, and the pipeline asks for the training length the run had (its
+// pipeline.yaml's trainer.max_steps and trainer.epochs), not more.
 bool used_as_finished(const Run& run, int64_t step) {
   if (run.state.world_size != 1) return false;
-  for (const auto& o : run.pipeline.overrides)
-    if (o.rfind("trainer.max_steps=", 0) == 0 || o.rfind("trainer.epochs=", 0) == 0) return false;
   const nlohmann::json summary = read_summary(run.state.run_dir / "summary.json");
   const auto steps = summary.find("steps");
-  return summary_status(summary) == "completed" && steps != summary.end() && steps->is_number_integer() &&
-         steps->get<int64_t>() == step;
+  if (summary_status(summary) != "completed" || steps == summary.end() || !steps->is_number_integer() ||
+      steps->get<int64_t>() != step)
+    return false;
+  try {
+    const YAML::Node had = YAML::LoadFile((run.state.run_dir / "pipeline.yaml").string())["trainer"];
+    const Options& T = run.pipeline.trainer;
+    for (const char* key : {"max_steps", "epochs"}) {
+      const YAML::Node v = had ? had[key] : YAML::Node();
+      const bool set = v && !v.IsNull();
+      if (set != T.is_set(key) || (set && v.as<int64_t>() != T.get_int(key))) return false;
+    }
+    return true;
+  } catch (const YAML::Exception&) {
+    return false;  // a pipeline.yaml not as tt-run writes it: the usual resume says what is wrong
+  }
 }
 
 void load_checkpoint_file(Run& run, const fs::path& file) {
