@@ -44,7 +44,12 @@ const Schema& trainer_schema() {
           .add("log_every", Type::Int, "1", "write a metrics.jsonl line every N steps")
           .range(ge(1))
           .add("checkpoint_every", Type::Int, "~",
-               "checkpoint every N steps (0 or unset: only the final checkpoint, which is always written)")
+               "checkpoint every N steps (0 or unset: by checkpoint_minutes, and the final checkpoint, which is "
+               "always written)")
+          .range(ge(0))
+          .add("checkpoint_minutes", Type::Float, "30",
+               "also checkpoint once this many minutes have passed since the last checkpoint (or the start), so a "
+               "long run that fails loses at most that much; 0 turns it off")
           .range(ge(0))
           .add("keep_checkpoints", Type::Int, "3", "keep the newest N checkpoints (0 keeps all)")
           .range(ge(0))

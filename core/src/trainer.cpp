@@ -106,6 +106,7 @@ struct Trainer::Impl {
   void checkpoint() {
     PhaseScope phase("writing a checkpoint");
     fire(Event::CHECKPOINT);  // the built-in CheckpointSaver writes it, after the plugins
+    run.last_checkpoint_time = Clock::now();  // trainer.checkpoint_minutes counts from its end
   }
 
   bool interrupted() const { return run.sync ? run.sync->interrupted() : interrupt_requested(); }
@@ -115,7 +116,6 @@ struct Trainer::Impl {
     State& s = run.state;
     const Options& T = run.pipeline.trainer;
     const int64_t eval_every = T.is_set("eval_every") ? T.get_int("eval_every") : 0;
-    const int64_t checkpoint_every = T.is_set("checkpoint_every") ? T.get_int("checkpoint_every") : 0;
     int64_t first_batch = run.next_batch;
     agree_on_stop();  // FIT_START's; and after each event below that may stop the fit
     for (s.epoch = run.next_epoch; !run.done(); ++s.epoch, first_batch = 0) {
@@ -134,7 +134,7 @@ struct Trainer::Impl {
         train_step(run, std::move(batch), t0);  // BATCH_START .. BATCH_END
         if (eval_every > 0 && s.step % eval_every == 0) evaluate(/*periodic=*/true);
         agree_on_stop();
-        if (checkpoint_every > 0 && s.step % checkpoint_every == 0 && !run.done()) {
+        if (run.checkpoint_due() && !run.done()) {
           checkpoint();
           agree_on_stop();
         }
@@ -274,7 +274,7 @@ struct Trainer::Impl {
     run.rss_peak_floor = 0;
     s.memory.rss_anon_start = Meter::rss_anon();
     run.reset_peak();
-    rec.train_started = Clock::now();
+    rec.train_started = run.last_checkpoint_time = Clock::now();
     getrusage(RUSAGE_SELF, &rec.usage_start);
     set_phase("training");
     try {

@@ -944,6 +944,53 @@ TEST(Trainer, NanLossIsAClearErrorOrSkipped) {
   EXPECT_EQ(tt::test::summary_of(out / "d")["status"], "failed");
 }
 
+// trainer.checkpoint_minutes: a run without checkpoint_every still checkpoints as it goes (a long
+// run that fails loses at most that much), counted from the last checkpoint, not at every step.
+TEST(Trainer, ACheckpointIsWrittenOnceCheckpointMinutesPassedSinceTheLast) {
+  tt::test::register_test_components();
+  auto out = tt::test::temp_dir("ckpt_minutes");
+  const std::string yaml =
+      "model: test-regression\ndata: {name: test-regression-data, n: 32}\noptimizer: sgd\n"
+      "trainer: {batch_size: 8, max_steps: 24, threads: 1, progress: off, keep_checkpoints: 0}\noutput: {plots: false}\n";
+  const auto checkpoints_of = [](const fs::path& dir) {
+    std::vector<int> steps;
+    for (const auto& f : fs::directory_iterator(dir / "checkpoints"))
+      steps.push_back(std::stoi(f.path().stem().string().substr(5)));
+    std::sort(steps.begin(), steps.end());
+    return steps;
+  };
+  const auto slow_fit = [&](const fs::path& dir, const std::vector<std::string>& overrides, bool resume = false) {
+    tt::Trainer t(resume ? tt::Trainer::pipeline_of_run(dir, {}) : tt::parse_pipeline(yaml, "p.yaml", overrides),
+                  {dir, resume, !resume});
+    t.add_plugin(std::make_unique<tt::test::OnEvent>(
+        Event::BATCH_END, [](tt::State&) { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }));
+    t.fit();
+  };
+  // 0.3 s between checkpoints, steps of 50 ms or a little more: one every 6 steps or so
+  slow_fit(out / "timed", {"trainer.checkpoint_minutes=0.005"});
+  const auto timed = checkpoints_of(out / "timed");
+  ASSERT_GE(timed.size(), 3u) << "no checkpoint before the end's";
+  EXPECT_EQ(timed.back(), 24);
+  for (size_t i = 0; i + 1 < timed.size(); ++i)  // the last is the end's, whenever the one before was
+    EXPECT_GE(timed[i] - (i ? timed[i - 1] : 0), 2) << "checkpoints at steps " << (i ? timed[i - 1] : 0) << " and "
+                                                    << timed[i] << ": not timed from the last one";
+  // the default (30 minutes) and 0 (off): only the end's, in a run this short
+  slow_fit(out / "default", {});
+  EXPECT_EQ(checkpoints_of(out / "default"), std::vector<int>{24});
+  EXPECT_HAS(tt::test::read_file(out / "default" / "pipeline.yaml"), "checkpoint_minutes: 30");
+  slow_fit(out / "off", {"trainer.checkpoint_minutes=0", "trainer.checkpoint_every=10"});
+  EXPECT_EQ(checkpoints_of(out / "off"), (std::vector<int>{10, 20, 24}));
+  // a timed checkpoint resumes as any other: the run goes on from it to the same end
+  fs::copy(out / "timed", out / "resumed", fs::copy_options::recursive);
+  for (int step : timed) {
+    char name[32];
+    std::snprintf(name, sizeof name, "step-%08d.pt", step);
+    if (step != timed.front()) fs::remove(out / "resumed" / "checkpoints" / name);
+  }
+  slow_fit(out / "resumed", {}, /*resume=*/true);
+  EXPECT_EQ(tt::test::summary_of(out / "resumed")["final_loss"], tt::test::summary_of(out / "timed")["final_loss"]);
+}
+
 TEST(Trainer, WritesRunDirectory) {
   tt::test::register_test_components();
   auto out = tt::test::temp_dir("outputs");

@@ -817,6 +817,34 @@ TEST(Dist, Zero1ShardsTheOptimizerStateAndMatchesDdpAndResumesIt) {
   EXPECT_EQ(summary_of(lm.dir / "zr")["memory"]["optimizer_state_bytes"], sz["memory"]["optimizer_state_bytes"]);
 }
 
+// trainer.checkpoint_minutes in a data-parallel run: the ranks' clocks cross the interval at
+// slightly different moments, and every rank must checkpoint at the same step (zero1's checkpoint
+// gathers every rank's shard: a rank checkpointing alone would wait for the others for ever).
+TEST(Dist, CheckpointsByTimeAreTakenByEveryRankAtTheSameStepAndResume) {
+  tt::test::TinyLm lm("dist_timed");
+  lm.run("lm", "[]", "batch_size: 4, max_steps: 1");
+  const std::string env = env_clean() + "TT_PLUGIN_PATH=" + TT_TEST_MODULE_DIR + " TT_DIST_TIMEOUT=60 ";
+  const fs::path dir = lm.dir / "timed";
+  auto r = run(env + tt_run_bin() + " --nproc 2 " + (lm.dir / "lm.yaml").string() +
+               " trainer.max_steps=24 trainer.checkpoint_minutes=0.002 trainer.keep_checkpoints=0 -q --run-dir " +
+               dir.string() + " 'plugins=[zero1, {name: test-stall, event: step, seconds: 0.02}]'");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir / "checkpoints")) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  ASSERT_GE(names.size(), 3u) << "no checkpoint before the end's";
+  EXPECT_EQ(names.back(), "step-00000024.pt");
+  EXPECT_LT(names.size(), 24u) << "a checkpoint at every step: not timed";
+  const json whole = summary_of(dir);
+  EXPECT_EQ(whole["replica_parameter_hashes"][0], whole["replica_parameter_hashes"][1]);
+  // resumed from the first timed checkpoint (zero1's sharded state in it): the same end
+  fs::copy(dir, lm.dir / "resumed", fs::copy_options::recursive);
+  for (size_t i = 1; i < names.size(); ++i) fs::remove(lm.dir / "resumed" / "checkpoints" / names[i]);
+  auto res = run(env + tt_run_bin() + " --nproc 2 --resume " + (lm.dir / "resumed").string() + " -q");
+  ASSERT_EQ(res.rc, 0) << res.output;
+  EXPECT_EQ(summary_of(lm.dir / "resumed")["replica_parameter_hashes"][0], whole["replica_parameter_hashes"][0]);
+}
+
 // The optimizer step in backward (the test plugin test-step-in-backward) in a data-parallel run:
 // the gradients are complete after the all-reduce, where it steps the parameters one by one, to
 // DDP's parameters; the run says that it saves no memory there.

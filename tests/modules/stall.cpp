@@ -1,6 +1,6 @@
 // A test plugin that stalls in one event without looking at interrupt requests, as a long
 // set-up or a slow checkpoint write would: it writes `marker` when it starts, then sleeps;
-// once: not when `marker` exists.
+// once: not when `marker` exists. `step`: every step (BATCH_END), a slow step, no marker.
 #include <chrono>
 #include <fstream>
 #include <thread>
@@ -21,6 +21,10 @@ class Stall final : public tt::Plugin {
  public:
   explicit Stall(StallOptions o) : o_(std::move(o)) {}
   void on(tt::Event e, tt::State& s) override {
+    if (o_.event == "step") {
+      if (e == tt::Event::BATCH_END) std::this_thread::sleep_for(std::chrono::duration<double>(o_.seconds));
+      return;
+    }
     const bool here = (o_.event == "init" && e == tt::Event::INIT) ||
                       (o_.event == "checkpoint" && e == tt::Event::CHECKPOINT && s.step >= o_.from_step);
     if (!here || (!o_.marker.empty() && std::ifstream(o_.marker).good())) return;  // once
@@ -34,7 +38,7 @@ class Stall final : public tt::Plugin {
 
 void reg(tt::Registry& r) {
   tt::Schema schema;
-  schema.field("event", &StallOptions::event, std::string("init"), "where to stall").choices({"init", "checkpoint"});
+  schema.field("event", &StallOptions::event, std::string("init"), "where to stall").choices({"init", "checkpoint", "step"});
   schema.field("seconds", &StallOptions::seconds, 60.0, "how long").range(tt::ge(0));
   schema.field("marker", &StallOptions::marker, std::string(), "file written when the stall starts");
   schema.field("from_step", &StallOptions::from_step, int64_t{0}, "checkpoint: stall from this step on").range(tt::ge(0));

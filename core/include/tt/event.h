@@ -23,8 +23,9 @@ enum class Event {
   BEFORE_EVAL,      // an evaluation is about to run (every eval_every steps and at the end)
   EVAL,             // validation metrics computed, in state.metrics: plugins may add their own
   AFTER_EVAL,       // state.metrics is the evaluation's line of metrics.jsonl, written after this
-  CHECKPOINT,       // a checkpoint is about to be written (every checkpoint_every steps, at the
-                    // end, when interrupted): bring state up to date; save_state() follows
+  CHECKPOINT,       // a checkpoint is about to be written (every checkpoint_every steps, once
+                    // checkpoint_minutes passed, at the end, when interrupted): bring state up to
+                    // date; save_state() follows
   EPOCH_END,
   FIT_END,
   OOM,              // an out-of-memory error was caught during the batch

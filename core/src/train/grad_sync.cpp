@@ -22,17 +22,19 @@ bool GradSync::sync(bool ok, bool sum_reduced) {
   dist::Context& dist = *run_.dist;
   std::vector<at::Tensor>& trainable = run_.trainable;
   const size_t np = trainable.size();
-  at::Tensor head = torch::zeros({static_cast<int64_t>(4 + np)}, torch::kDouble);
+  at::Tensor head = torch::zeros({static_cast<int64_t>(5 + np)}, torch::kDouble);
   auto h = head.accessor<double, 1>();
   const double n = static_cast<double>(s.batch.size);
   h[0] = ok ? s.batch_loss * (sum_reduced ? 1.0 : n) : 0.0;
   h[1] = n;
   h[2] = ok ? 0.0 : 1.0;
   h[3] = interrupt_requested() ? 1.0 : 0.0;
-  for (size_t i = 0; i < np; ++i) h[4 + i] = ok && trainable[i].grad().defined() ? 1.0 : 0.0;
+  h[4] = run_.time_for_checkpoint() ? 1.0 : 0.0;
+  for (size_t i = 0; i < np; ++i) h[5 + i] = ok && trainable[i].grad().defined() ? 1.0 : 0.0;
   dist.all_reduce_sum(head);
   h = head.accessor<double, 1>();
   interrupted_ = h[3] > 0;
+  checkpoint_due_ = h[4] > 0;
   global_examples_ = static_cast<int64_t>(h[1]);
   const bool synced = h[2] == 0;
   if (synced) {
@@ -42,7 +44,7 @@ bool GradSync::sync(bool ok, bool sum_reduced) {
     std::vector<size_t> which;
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < np; ++i) {
-      if (h[4 + i] == 0) continue;  // no rank has a gradient for it: it stays without one
+      if (h[5 + i] == 0) continue;  // no rank has a gradient for it: it stays without one
       at::Tensor g = trainable[i].grad();
       if (owned_rows_ && g.defined() && g.is_sparse()) {
         // rows of this rank's own documents: no other rank has gradient for them

@@ -13,8 +13,8 @@ class GradSync {
   explicit GradSync(Run& run);
 
   // After every rank ran forward/backward on its part of the batch (`ok`: not dropped). One
-  // small all-reduce agrees on the batch's loss, example count, a skip (NaN on any rank) and
-  // an interrupt; then the gradients, weighted by the rank's share of the batch for
+  // small all-reduce agrees on the batch's loss, example count, a skip (NaN on any rank), an
+  // interrupt and a checkpoint due by time; then the gradients, weighted by the rank's share of the batch for
   // mean-reduced losses, are summed in flattened buckets. Only trainable parameters take
   // part (LoRA: the adapters); sparse gradients are summed densely. Returns false when the
   // step is skipped everywhere. Plugins see the synchronized gradients at BEFORE_STEP.
@@ -31,6 +31,8 @@ class GradSync {
 
   bool owned_rows() const { return owned_rows_; }
   bool interrupted() const { return interrupted_; }         // some rank was interrupted
+  // trainer.checkpoint_minutes passed on some rank by the last sync: every rank checkpoints.
+  bool checkpoint_due() const { return checkpoint_due_; }
   int64_t global_examples() const { return global_examples_; }  // of the last batch, all ranks
 
  private:
@@ -38,6 +40,7 @@ class GradSync {
   bool owned_rows_ = false;
   std::set<size_t> owned_row_params_;  // trainable indices whose row gradients stay on their rank
   bool interrupted_ = false;
+  bool checkpoint_due_ = false;
   int64_t global_examples_ = 0;
   int64_t bucket_bytes_ = 25 << 20;
 };

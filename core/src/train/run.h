@@ -102,6 +102,17 @@ struct Run {
   double epoch_loss_sum = 0;
   int64_t epoch_batches = 0;
   int64_t last_checkpoint_step = -1;
+  // trainer.checkpoint_every (0: off), trainer.checkpoint_minutes (in seconds; 0: off) and when
+  // the last checkpoint (or the training loop) ended.
+  int64_t checkpoint_every = 0;
+  double checkpoint_seconds = 0;
+  Clock::time_point last_checkpoint_time;
+  bool time_for_checkpoint() const {
+    return checkpoint_seconds > 0 && seconds_since(last_checkpoint_time) >= checkpoint_seconds;
+  }
+  // After a step: checkpoint_every divides it, or checkpoint_minutes passed (on any rank: the
+  // ranks agree in the step's sync).
+  bool checkpoint_due() const;
   int64_t dropped_in_a_row = 0;  // the last steps, all dropped for a loss not finite (on_nan: skip)
   int64_t step_items = 0;        // the step's ModelOutput::items, over its micro-batches (this rank's)
   int64_t last_eval_step = -1;

@@ -93,6 +93,9 @@ int64_t Run::live() const {
 int64_t Run::peak() const {
   return std::max(peak_floor, state.device.is_cuda() ? Meter::device_peak() : meter.peak());
 }
+bool Run::checkpoint_due() const {
+  return (checkpoint_every > 0 && state.step % checkpoint_every == 0) || (sync ? sync->checkpoint_due() : time_for_checkpoint());
+}
 int64_t Run::rss_peak() const { return std::max(rss_peak_floor, Meter::rss_peak()); }
 Run::Peaks Run::measure_apart(const std::function<void()>& f) {
   const int64_t peak_before = peak(), rss_before = rss_peak();
@@ -199,6 +202,8 @@ void read_limits(Run& run) {
   s.micro_batch_size = T.is_set("micro_batch_size") ? T.get_int("micro_batch_size") : s.batch_size;
   if (T.is_set("epochs")) run.max_epochs = T.get_int("epochs");
   if (T.is_set("max_steps")) run.max_steps = T.get_int("max_steps");
+  if (T.is_set("checkpoint_every")) run.checkpoint_every = T.get_int("checkpoint_every");
+  run.checkpoint_seconds = T.get_float("checkpoint_minutes") * 60;
   if (run.max_epochs < 0 && run.max_steps < 0) run.max_epochs = 1;
 }
 
@@ -306,7 +311,8 @@ void claim_run_dir(Run& run) {
                                           launched_as_before(run, "--run-dir " + dir.string() + " --overwrite"));
     TT_CHECK_AS(ConfigError, trained == 0 || summary_status(previous) != "failed", dir.string(), " holds no checkpoint: ",
                 "the run failed at step ", trained, " before its first (one is written every trainer.checkpoint_every "
-                "steps, when that is set, and at the end); ", again, " (trainer.checkpoint_every=N keeps its progress)");
+                "steps and every trainer.checkpoint_minutes, when set, and at the end); ", again,
+                " (trainer.checkpoint_every=N keeps its progress)");
     TT_CHECK_AS(ConfigError, trained == 0, dir.string(), " holds no checkpoint, but its summary.json says it trained ",
                 trained, " step", trained == 1 ? "" : "s", " (were its checkpoints removed?): it cannot continue; ", again);
     // No summary: the process ended before it could write one (killed, or stopped by the
