@@ -251,6 +251,19 @@ std::string timestamp() {
   return buf;
 }
 
+double unix_seconds() {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch());
+  return static_cast<double>(ms.count()) / 1000.0;
+}
+
+std::string iso_time(std::time_t t) {
+  std::tm utc{};
+  gmtime_r(&t, &utc);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return buf;
+}
+
 fs::path timestamped_dir(const fs::path& parent, const std::string& stem) {
   const std::string name = stem + "-" + timestamp();
   std::error_code ec;

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <fstream>
+#include <sstream>
 #include <thread>
 #include <nlohmann/json.hpp>
 
@@ -133,9 +134,19 @@ TEST(Trainer, ResumeIsBitwiseIdentical) {
   auto a = tt::test::params_of(straight), b = tt::test::params_of(resumed);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i]));
   EXPECT_EQ(resumed.state().lr, straight.state().lr);
-  // metrics.jsonl has each step once
+  // metrics.jsonl has each step once, and a line where the resume began
   std::string metrics = tt::test::read_file(out / "split" / "metrics.jsonl");
   EXPECT_EQ(metrics.find("\"step\":7,"), metrics.rfind("\"step\":7,"));
+  int resumes = 0;
+  std::istringstream lines(metrics);
+  for (std::string line; std::getline(lines, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("resumed")) continue;
+    ++resumes;
+    EXPECT_EQ(j["step"], 6) << line;
+    EXPECT_LT(metrics.find(line), metrics.find("\"step\":7,")) << "the resume's line is not before its first step's";
+  }
+  EXPECT_EQ(resumes, 1) << metrics;
   // and the loss plot's data every step from the first (it began at the resumed step, 7)
   EXPECT_EQ(tt::test::read_file(out / "split" / "loss.dat"), tt::test::read_file(out / "straight" / "loss.dat"));
   EXPECT_EQ(tt::test::read_file(out / "split" / "loss.dat").rfind("1 ", 0), 0u);
@@ -1027,16 +1038,36 @@ TEST(Trainer, WritesRunDirectory) {
   EXPECT_EQ(summary["machine"]["cpu"], tt::cpu_model());
   EXPECT_EQ(summary["machine"]["cores"], tt::usable_cores());
   EXPECT_TRUE(summary.contains("validation"));
-  // one metrics line per step with the documented fields, plus eval and epoch lines
+  // when the run began and ended, in UTC: ISO 8601, to the second
+  const std::string started = summary["started_at"], ended = summary["ended_at"];
+  for (const std::string& t : {started, ended}) {
+    EXPECT_EQ(t.size(), 20u) << t;
+    EXPECT_EQ(t.substr(4, 1) + t.substr(7, 1) + t.substr(10, 1) + t.substr(13, 1) + t.substr(16, 1) + t.substr(19), "--T::Z") << t;
+  }
+  EXPECT_LE(started, ended);
+  const auto epoch_seconds = [](const std::string& iso) {
+    std::tm tm{};
+    strptime(iso.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return static_cast<double>(timegm(&tm));
+  };
+  // one metrics line per step with the documented fields, plus eval and epoch lines, each with
+  // its wall-clock time (Unix seconds) within the run's, in order
   std::ifstream in(dir / "metrics.jsonl");
   std::string line;
   int steps = 0, evals = 0, epochs = 0;
+  double last_time = 0;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line);
+    ASSERT_TRUE(j.contains("time")) << line;
+    const double t = j["time"].get<double>();
+    EXPECT_GE(t, last_time) << line;
+    EXPECT_GE(t, epoch_seconds(started)) << line;
+    EXPECT_LT(t, epoch_seconds(ended) + 1) << line;
+    last_time = t;
     if (j.contains("loss")) {
       ++steps;
       for (const char* k : {"step", "epoch", "lr", "step_seconds", "optimizer_seconds", "samples_per_s", "tensor_bytes",
-                            "tensor_peak", "rss"})
+                            "tensor_peak", "rss", "time"})
         EXPECT_TRUE(j.contains(k)) << k << " missing in " << line;
     }
     evals += j.contains("val_loss");

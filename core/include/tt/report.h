@@ -2,6 +2,7 @@
 // Run outputs: metrics.jsonl lines, the progress display, gnuplot plots.
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -82,6 +83,11 @@ TT_API std::vector<LabelSpot> place_labels(const std::vector<LabelPoint>& points
 TT_API double median(std::vector<double> values);
 // Local time as "20261125-204501", for the names of run and output directories.
 TT_API std::string timestamp();
+// `t` in UTC as ISO 8601 ("2026-11-30T14:05:12Z").
+TT_API std::string iso_time(std::time_t t);
+// Now, in seconds since the Unix epoch, to the millisecond (metrics.jsonl's "time": TensorBoard's
+// wall_time, W&B's _timestamp).
+TT_API double unix_seconds();
 // parent/stem-<timestamp>, or with -2, -3, ... appended while that exists: made here (parents too),
 // so that two processes started in the same second take two names.
 TT_API std::filesystem::path timestamped_dir(const std::filesystem::path& parent, const std::string& stem);

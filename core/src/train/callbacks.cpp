@@ -5,6 +5,7 @@
 #include "train/checkpoints.h"
 #include "tt/json_text.h"
 #include "tt/log.h"
+#include "tt/report.h"
 
 namespace tt {
 
@@ -16,6 +17,7 @@ void MetricsLog::on(Event event, State& s) {
     // A resumed run drops the lines written after the checkpoint it resumed from.
     if (run_.root)
       file_.open(s.run_dir / "metrics.jsonl", run_.resumed ? s.step : (run_.config.resume ? 0 : -1));
+    if (run_.resumed) file_.write(json{{"step", s.step}, {"resumed", true}, {"time", unix_seconds()}}.dump());
   }
   if (event == Event::BATCH_END && (s.step % log_every_ == 0 || s.step == s.total_steps)) {
     const StepReport& r = s.last_step;
@@ -27,7 +29,8 @@ void MetricsLog::on(Event event, State& s) {
               {"tensor_bytes", run_.live()},
               {"tensor_peak", run_.peak()},
               {"rss", Meter::rss()},
-              {"lr", r.lr}};
+              {"lr", r.lr},
+              {"time", unix_seconds()}};
     // The model's items (ModelOutput::items: tokens for the LM) a second, over all ranks (this
     // rank's in the share of the examples it had)
     if (run_.step_items > 0 && r.seconds > 0 && s.batch.size > 0)
@@ -42,7 +45,7 @@ void MetricsLog::on(Event event, State& s) {
     file_.write(json_text(line));
   }
   if (event == Event::AFTER_EVAL && !s.metrics.empty()) {  // empty: an evaluation abandoned on an interrupt
-    json line{{"step", s.step}};
+    json line{{"step", s.step}, {"time", unix_seconds()}};
     add_metrics(line, s);
     file_.write(json_text(line));
   }
@@ -52,7 +55,8 @@ void MetricsLog::on(Event event, State& s) {
                      {"epoch_loss", run_.record.epoch_losses.back()},
                      {"epoch_seconds", run_.record.epoch_times.back()},
                      {"rss", Meter::rss()},
-                     {"rss_anon", Meter::rss_anon()}}
+                     {"rss_anon", Meter::rss_anon()},
+                     {"time", unix_seconds()}}
                     .dump());  // numbers only
   }
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
@@ -15,6 +16,7 @@
 #include "tt/json_text.h"
 #include "tt/log.h"
 #include "tt/registry.h"
+#include "tt/report.h"
 #include "tt/runtime.h"
 
 namespace fs = std::filesystem;
@@ -124,6 +126,8 @@ json RunReport::build() const {
       {"threads", run_.threads},
       {"machine", {{"cpu", cpu_model()}, {"cores", usable_cores()}, {"libtorch", TT_TORCH_VERSION_STRING}}},
       {"wall_seconds", seconds_since(rec.started)},
+      {"started_at", iso_time(static_cast<std::time_t>(std::floor(unix_seconds() - seconds_since(rec.started))))},
+      {"ended_at", iso_time(std::time(nullptr))},
       {"setup_seconds", rec.setup_seconds},
       {"train_seconds", train_seconds},
       {"median_step_seconds", median_after_warm_up(rec.step_times)},
