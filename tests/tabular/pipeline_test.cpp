@@ -64,6 +64,7 @@ TEST(TabularPipeline, PretrainsWithPluginsThenInferenceFinetunePeftAndPredict) {
   EXPECT_EQ(r.output.find(" schedule |"), std::string::npos) << r.output;
   auto inf = t.summary("inference")["validation"];
   for (const char* k : {"val_accuracy", "val_roc_auc", "val_log_loss", "val_brier", "val_ece"}) EXPECT_TRUE(inf.contains(k)) << k;
+  EXPECT_EQ(inf["val_loss"], inf["val_log_loss"]);  // every model's val_loss: here the log-loss
   EXPECT_EQ(inf["val_examples"].get<double>(), 45);
   // Three well-separated blobs; chance is 1/3. The tiny model after 1000 steps gets ~0.89.
   EXPECT_GT(inf["val_accuracy"].get<double>(), 0.8);

@@ -421,6 +421,9 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   std::printf("  MiB of tensors (tt's allocator): peak, the most live at once, and its parts params..rest; RSS: the "
               "training loop's peak resident set (the whole process's is process_peak_rss_bytes in compare.json); "
               "step ms: the median step after the warm-up; vs base: the ratio to %s\n", spec.baseline.c_str());
+  std::printf("  loss: the last step's training loss%s, after %d steps (trainer.max_steps: a schedule runs compressed "
+              "into them): a check that the variants train alike, not a measure of what a full run reaches\n",
+              val_key.empty() ? "" : fmt::format(" and {} the end's evaluation", val_key).c_str(), spec.warmup + spec.steps);
   std::printf("  on %s (%d cores), LibTorch %s, %d thread%s per variant; %s\n", cpu.c_str(), cores,
               TT_TORCH_VERSION_STRING, threads, threads == 1 ? "" : "s",
               load_known ? fmt::format("the machine's load average {:.2f} before, {:.2f} after", load_before,

@@ -498,6 +498,7 @@ std::map<std::string, double> TabularIcl::evaluate(Dataset& data, int64_t batch_
   auto m = classification_metrics(probs, set->queries().y, set->context().classes());
   std::map<std::string, double> out;
   for (const auto& [k, v] : m) out["val_" + k] = v;
+  out["val_loss"] = out.at("val_log_loss");  // every model's val_loss (compare's validation column): the cross-entropy
   return out;
 }
 
