@@ -179,11 +179,17 @@ bool gnuplot_png(const std::string& commands, const fs::path& png, const std::st
 
 bool plot_png(const fs::path& data, const fs::path& png, const std::string& title, const std::string& xlabel,
               const std::string& ylabel, const std::string& using_cols, bool logy) {
+  // gnuplot's single-quoted strings: a quote inside is written twice (a pipeline named "bob's")
+  const auto quoted = [](const std::string& s) {
+    std::string out = "'";
+    for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+    return out + "'";
+  };
   std::ostringstream script;
-  script << "set title '" << title << "'\n"
-         << "set xlabel '" << xlabel << "'\nset ylabel '" << ylabel << "'\n"
+  script << "set title " << quoted(title) << "\n"
+         << "set xlabel " << quoted(xlabel) << "\nset ylabel " << quoted(ylabel) << "\n"
          << "set grid\nset key off\n"
-         << (logy ? "set logscale y\n" : "") << "plot '" << data.string() << "' using " << using_cols
+         << (logy ? "set logscale y\n" : "") << "plot " << quoted(data.string()) << " using " << using_cols
          << " with lines lw 2\n";
   const fs::path log_file = png.parent_path() / "gnuplot.log";
   if (gnuplot_png(script.str(), png, "900,500", log_file)) return true;

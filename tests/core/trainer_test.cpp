@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 #include <nlohmann/json.hpp>
@@ -150,6 +151,49 @@ TEST(Trainer, ResumeIsBitwiseIdentical) {
   // and the loss plot's data every step from the first (it began at the resumed step, 7)
   EXPECT_EQ(tt::test::read_file(out / "split" / "loss.dat"), tt::test::read_file(out / "straight" / "loss.dat"));
   EXPECT_EQ(tt::test::read_file(out / "split" / "loss.dat").rfind("1 ", 0), 0u);
+}
+
+// The topic model's loss is summed over the batch's documents (as tinytopics'): loss.png draws it
+// per example, so an epoch's smaller last batch (64 documents in batches of 24: 16) does not
+// dip; loss.dat keeps the loss and adds that, from metrics.jsonl's "examples"; a mean-reduced
+// loss (the test-regression model's) is drawn as it is.
+TEST(Trainer, ALossSummedOverTheBatchIsPlottedPerExample) {
+  auto out = tt::test::temp_dir("per_example");
+  std::string yaml = tt::test::topic_yaml(out, "  max_steps: 6\n");
+  yaml.replace(yaml.find("batch_size: 16"), 14, "batch_size: 24");
+  yaml.replace(yaml.find("plots: false"), 12, "plots: true");
+  tt::Trainer t(tt::parse_pipeline(yaml, "p.yaml"), {out / "topic", false, true});
+  t.fit();
+  std::map<int64_t, int64_t> examples;
+  for (const auto& line : tt::test::step_lines(out / "topic" / "metrics.jsonl")) {
+    const auto j = nlohmann::json::parse(line);
+    examples[j["step"].get<int64_t>()] = j["examples"].get<int64_t>();
+  }
+  EXPECT_EQ(examples, (std::map<int64_t, int64_t>{{1, 24}, {2, 24}, {3, 16}, {4, 24}, {5, 24}, {6, 16}}));
+  std::istringstream dat(tt::test::read_file(out / "topic" / "loss.dat"));
+  int rows = 0;
+  for (int64_t step; dat >> step;) {
+    double loss = 0, per_example = 0;
+    dat >> loss >> per_example;
+    ++rows;
+    EXPECT_NEAR(loss, t.step_losses()[step - 1], 1e-5 * loss) << "step " << step;  // 6 digits
+    EXPECT_NEAR(per_example, loss / examples[step], 1e-4 * per_example) << "step " << step;
+  }
+  EXPECT_EQ(rows, 6);
+  // the short batches' summed loss is about 16/24 of the others', per example alike
+  EXPECT_LT(t.step_losses()[2], 0.8 * t.step_losses()[1]);
+
+  tt::test::register_test_components();
+  tt::Trainer mean(tt::parse_pipeline("model: test-regression\ndata: {name: test-regression-data, n: 32}\noptimizer: sgd\n"
+                                      "trainer: {batch_size: 8, max_steps: 3, threads: 1, progress: off}\n"
+                                      "output: {plots: true}\n",
+                                      "p.yaml"),
+                   {out / "mean", false, true});
+  mean.fit();
+  std::istringstream lines(tt::test::read_file(out / "mean" / "loss.dat"));
+  std::string first;
+  ASSERT_TRUE(std::getline(lines, first)) << "no loss.dat";
+  EXPECT_EQ(std::count(first.begin(), first.end(), ' '), 1) << first << ": a mean loss is drawn as it is";
 }
 
 // A resumed run's summary gives the optimizer state the uninterrupted run's does: counted from

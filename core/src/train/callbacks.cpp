@@ -25,6 +25,7 @@ void MetricsLog::on(Event event, State& s) {
               {"epoch", static_cast<double>(s.epoch) + static_cast<double>(s.batch_in_epoch + 1) / s.batches_per_epoch},
               {"loss", s.batch_loss},
               {"step_seconds", r.seconds},
+              {"examples", r.examples},
               {"samples_per_s", r.seconds > 0 ? static_cast<double>(r.examples) / r.seconds : 0.0},
               {"tensor_bytes", run_.live()},
               {"tensor_peak", run_.peak()},

@@ -58,6 +58,8 @@ auto with_context(const std::string& what, F&& f) -> decltype(f()) {
 // What the loop recorded, for metrics lines and the summary.
 struct RunRecord {
   std::vector<double> step_losses, step_times, optimizer_times, comm_times;  // a dropped batch's loss is NaN
+  std::vector<int64_t> step_examples;             // each step's examples, over every rank
+  bool loss_summed = false;                       // the model's loss is a sum over the examples (ModelOutput::reduction)
   std::vector<double> epoch_losses, epoch_times;  // NaN: every batch of the epoch was dropped
   int64_t dropped_batches = 0;                     // by this process: non-finite losses (on_nan: skip)
   Clock::time_point started, train_started, epoch_started;

@@ -137,12 +137,13 @@ int64_t last_logged_step(const fs::path& metrics) {
   return last;
 }
 
-std::vector<std::pair<int64_t, double>> logged_losses(const fs::path& metrics, int64_t up_to) {
-  std::vector<std::pair<int64_t, double>> out;
+std::vector<LoggedLoss> logged_losses(const fs::path& metrics, int64_t up_to) {
+  std::vector<LoggedLoss> out;
   for_each_step_line(metrics, [&](int64_t step, const nlohmann::json& j) {
     if (!j.contains("loss") || !j["loss"].is_number()) return;
     const double loss = j["loss"].get<double>();
-    if (step <= up_to && std::isfinite(loss) && (out.empty() || step > out.back().first)) out.emplace_back(step, loss);
+    const int64_t examples = j.contains("examples") && j["examples"].is_number_integer() ? j["examples"].get<int64_t>() : 0;
+    if (step <= up_to && std::isfinite(loss) && (out.empty() || step > out.back().step)) out.push_back({step, loss, examples});
   });
   return out;
 }

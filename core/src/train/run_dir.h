@@ -40,9 +40,14 @@ std::string summary_status(const nlohmann::json& summary);
 // The last step a run's metrics.jsonl has a line of (0: none): what a run killed before it could
 // write its summary trained.
 int64_t last_logged_step(const std::filesystem::path& metrics);
-// The (step, loss) of metrics.jsonl's training lines up to `up_to` with a finite loss: a resumed
-// run's loss plot starts where the run did.
-std::vector<std::pair<int64_t, double>> logged_losses(const std::filesystem::path& metrics, int64_t up_to);
+// The step, loss and examples (0: not logged) of metrics.jsonl's training lines up to `up_to`
+// with a finite loss: a resumed run's loss plot starts where the run did.
+struct LoggedLoss {
+  int64_t step;
+  double loss;
+  int64_t examples;
+};
+std::vector<LoggedLoss> logged_losses(const std::filesystem::path& metrics, int64_t up_to);
 
 // For a resume's refusal of its data: " (the run was started in DIR, ...)" where a relative path
 // among the data's options is missing here and found where the run started; else "".

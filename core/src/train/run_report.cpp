@@ -250,22 +250,34 @@ json RunReport::memory_estimate() const {
 
 void RunReport::write_plots() const {
   // steps with a loss (a dropped batch's is NaN); a resumed run's from its start, metrics.jsonl's
-  std::vector<std::pair<int64_t, double>> losses =
-      run_.start_step > 0 ? logged_losses(run_.state.run_dir / "metrics.jsonl", run_.start_step)
-                          : std::vector<std::pair<int64_t, double>>();
-  for (size_t i = 0; i < run_.record.step_losses.size(); ++i)
-    if (std::isfinite(run_.record.step_losses[i]))
-      losses.emplace_back(run_.start_step + static_cast<int64_t>(i) + 1, run_.record.step_losses[i]);
+  const RunRecord& rec = run_.record;
+  std::vector<LoggedLoss> losses = run_.start_step > 0
+                                       ? logged_losses(run_.state.run_dir / "metrics.jsonl", run_.start_step)
+                                       : std::vector<LoggedLoss>();
+  for (size_t i = 0; i < rec.step_losses.size(); ++i)
+    if (std::isfinite(rec.step_losses[i]))
+      losses.push_back({run_.start_step + static_cast<int64_t>(i) + 1, rec.step_losses[i], rec.step_examples[i]});
   if (!run_.pipeline.output.get_bool("plots") || losses.empty()) return;
+  // A loss summed over the batch's examples (the topic model's, as tinytopics') is drawn per
+  // example: an epoch's smaller last batch would otherwise dip once an epoch.
+  const bool per_example = rec.loss_summed && std::all_of(losses.begin(), losses.end(), [](const LoggedLoss& l) {
+                             return l.examples > 0;
+                           });
   const fs::path data_file = run_.state.run_dir / "loss.dat";
   {
     std::ostringstream out;
-    for (const auto& [step, loss] : losses) out << step << ' ' << loss << '\n';
+    for (const auto& l : losses) {
+      out << l.step << ' ' << l.loss;
+      if (per_example) out << ' ' << l.loss / static_cast<double>(l.examples);
+      out << '\n';
+    }
     write_file_atomic(data_file, out.str());
   }
-  const bool logy = std::all_of(losses.begin(), losses.end(), [](const auto& l) { return l.second > 0; });
-  plot_png(data_file, run_.state.run_dir / "loss.png", run_.pipeline.name + ": training loss", "step", "loss", "1:2",
-           logy);
+  const bool logy = std::all_of(losses.begin(), losses.end(), [](const LoggedLoss& l) { return l.loss > 0; });
+  plot_png(data_file, run_.state.run_dir / "loss.png",
+           run_.pipeline.name + (per_example ? ": training loss per example (a batch's summed loss over its examples)"
+                                             : ": training loss"),
+           "step", per_example ? "loss / example" : "loss", per_example ? "1:3" : "1:2", logy);
 }
 
 void RunReport::print() const {

@@ -122,7 +122,7 @@ Accumulated forward_backward(Run& run) {
     TT_CHECK(s.output.loss.defined(), "model (", model_name, ") returned no loss (ModelOutput::loss is undefined)");
     TT_CHECK(s.output.loss.numel() == 1, "model (", model_name, ") returned a loss of shape ", s.output.loss.sizes(),
              ", not a scalar: reduce it (mean or sum) and say which in ModelOutput::reduction");
-    acc.sum_reduced = s.output.reduction != Reduction::Mean;
+    acc.sum_reduced = run.record.loss_summed = s.output.reduction != Reduction::Mean;
     const double weight = acc.sum_reduced ? 1.0 : static_cast<double>(s.micro.size) / static_cast<double>(batch.size);
     const double raw = s.output.loss.item<double>();
     if (!finite_or_dropped(run, raw)) {
@@ -300,6 +300,7 @@ bool fused_step(Run& run) {
   TT_CHECK(f.output.loss.defined() && f.output.loss.numel() == 1, "model (", run.pipeline.model.name,
            ") returned no scalar loss from its fused step");
   run.step_items += f.output.items;
+  run.record.loss_summed = f.output.reduction != Reduction::Mean;
   const double loss = f.output.loss.item<double>();
   s.skip_step = s.last_step.dropped = !finite_or_dropped(run, loss);  // the model left its parameters as they were
   s.batch_loss = loss;
@@ -431,6 +432,7 @@ void train_step(Run& run, Batch batch, Clock::time_point started) {
     ++run.epoch_batches;
   }
   run.record.step_losses.push_back(s.batch_loss);
+  run.record.step_examples.push_back(s.last_step.examples);
   run.host.fire(Event::BATCH_END, s);
 }
 
