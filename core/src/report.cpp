@@ -38,7 +38,10 @@ void MetricsFile::open(const fs::path& path, int64_t truncate_after_step) {
     std::string line;
     while (std::getline(in, line)) {
       auto pos = line.find("\"step\":");
-      if (pos != std::string::npos && std::stoll(line.substr(pos + 7)) > truncate_after_step) continue;
+      const int64_t step = pos != std::string::npos ? std::stoll(line.substr(pos + 7)) : -1;
+      if (step > truncate_after_step) continue;
+      // an earlier resume from the same checkpoint: the new resume's line takes its place
+      if (step == truncate_after_step && line.find("\"resumed\":true") != std::string::npos) continue;
       keep.push_back(line);
     }
     in.close();
@@ -177,19 +180,19 @@ bool gnuplot_png(const std::string& commands, const fs::path& png, const std::st
   return false;
 }
 
+std::string gnuplot_quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
 bool plot_png(const fs::path& data, const fs::path& png, const std::string& title, const std::string& xlabel,
               const std::string& ylabel, const std::string& using_cols, bool logy) {
-  // gnuplot's single-quoted strings: a quote inside is written twice (a pipeline named "bob's")
-  const auto quoted = [](const std::string& s) {
-    std::string out = "'";
-    for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
-    return out + "'";
-  };
   std::ostringstream script;
-  script << "set title " << quoted(title) << "\n"
-         << "set xlabel " << quoted(xlabel) << "\nset ylabel " << quoted(ylabel) << "\n"
+  script << "set title " << gnuplot_quoted(title) << "\n"
+         << "set xlabel " << gnuplot_quoted(xlabel) << "\nset ylabel " << gnuplot_quoted(ylabel) << "\n"
          << "set grid\nset key off\n"
-         << (logy ? "set logscale y\n" : "") << "plot " << quoted(data.string()) << " using " << using_cols
+         << (logy ? "set logscale y\n" : "") << "plot " << gnuplot_quoted(data.string()) << " using " << using_cols
          << " with lines lw 2\n";
   const fs::path log_file = png.parent_path() / "gnuplot.log";
   if (gnuplot_png(script.str(), png, "900,500", log_file)) return true;

@@ -106,7 +106,7 @@ struct Trainer::Impl {
   void checkpoint() {
     PhaseScope phase("writing a checkpoint");
     fire(Event::CHECKPOINT);  // the built-in CheckpointSaver writes it, after the plugins
-    run.last_checkpoint_time = Clock::now();  // trainer.checkpoint_minutes counts from its end
+    run.last_checkpoint_time = Clock::now();  // checkpoint_minutes counts from its end (written or not: on_nan)
   }
 
   bool interrupted() const { return run.sync ? run.sync->interrupted() : interrupt_requested(); }
@@ -140,7 +140,7 @@ struct Trainer::Impl {
         }
         if (interrupted()) {
           progress->finish();
-          checkpoint();
+          if (run.last_checkpoint_step != s.step) checkpoint();  // not twice where one was due at this step
           throw Interrupted(detail::cat("interrupted at step ", s.step, "; checkpoint written. ", how_to_continue(run)));
         }
       }
@@ -181,8 +181,7 @@ struct Trainer::Impl {
   void fit() {
     State& s = run.state;
     RunRecord& rec = run.record;
-    rec.started = Clock::now();
-    rec.started_on_disk = fs::file_time_type::clock::now();
+    rec.start();
     set_phase("in setup");
     add_callbacks();
     setup_run(run, std::move(extra_plugins));

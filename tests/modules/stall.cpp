@@ -1,6 +1,7 @@
 // A test plugin that stalls in one event without looking at interrupt requests, as a long
 // set-up or a slow checkpoint write would: it writes `marker` when it starts, then sleeps;
-// once: not when `marker` exists. `step`: every step (BATCH_END), a slow step, no marker.
+// once: not when `marker` exists. `step`: every step (BATCH_END), a slow step, no marker; on
+// `rank` only where that is set (a slow worker).
 #include <chrono>
 #include <fstream>
 #include <thread>
@@ -15,6 +16,7 @@ struct StallOptions {
   std::string event, marker;
   double seconds;
   int64_t from_step;
+  int64_t rank;
 };
 
 class Stall final : public tt::Plugin {
@@ -22,7 +24,7 @@ class Stall final : public tt::Plugin {
   explicit Stall(StallOptions o) : o_(std::move(o)) {}
   void on(tt::Event e, tt::State& s) override {
     if (o_.event == "step") {
-      if (e == tt::Event::BATCH_END) std::this_thread::sleep_for(std::chrono::duration<double>(o_.seconds));
+      if (e == tt::Event::BATCH_END && (o_.rank < 0 || o_.rank == s.rank)) std::this_thread::sleep_for(std::chrono::duration<double>(o_.seconds));
       return;
     }
     const bool here = (o_.event == "init" && e == tt::Event::INIT) ||
@@ -42,6 +44,7 @@ void reg(tt::Registry& r) {
   schema.field("seconds", &StallOptions::seconds, 60.0, "how long").range(tt::ge(0));
   schema.field("marker", &StallOptions::marker, std::string(), "file written when the stall starts");
   schema.field("from_step", &StallOptions::from_step, int64_t{0}, "checkpoint: stall from this step on").range(tt::ge(0));
+  schema.field("rank", &StallOptions::rank, int64_t{-1}, "step: stall on this rank only (-1: every rank)").range(tt::ge(-1));
   r.add_plugin("test-stall", "test plugin that stalls in an event", schema,
                [](const tt::Options& o) { return std::make_unique<Stall>(o.to<StallOptions>()); });
 }

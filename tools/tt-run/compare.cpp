@@ -197,13 +197,11 @@ void pareto_plot(const fs::path& out, const std::vector<Variant>& vs, const std:
          << bottom << "\nset tmargin at screen " << top << "\nset xrange [" << xr.first << ':' << xr.second
          << "]\nset yrange [" << yr.first << ':' << yr.second << "]\n";
   for (size_t k = 0; k < ok.size(); ++k) {
-    std::string text;  // a single-quoted gnuplot string: a quote is doubled
-    for (char c : vs[ok[k]].name) text += c == '\'' ? std::string("''") : std::string(1, c);
-    script << "set label " << k + 1 << " '" << text << "' at " << rs[ok[k]].step_ms << ',' << rs[ok[k]].peak / 1048576.0
+    script << "set label " << k + 1 << " " << gnuplot_quoted(vs[ok[k]].name) << " at " << rs[ok[k]].step_ms << ',' << rs[ok[k]].peak / 1048576.0
            << ' ' << spots[k].align << " offset " << spots[k].dx << ',' << spots[k].dy << '\n';
   }
-  script << "plot '" << (out / "compare.dat").string() << "' using 2:3 with points pt 7 ps 1.5 title 'variants', '"
-         << (out / "front.dat").string() << "' using 1:2 with linespoints lw 2 dt 2 pt 6 title 'Pareto front'\n";
+  script << "plot " << gnuplot_quoted((out / "compare.dat").string()) << " using 2:3 with points pt 7 ps 1.5 title 'variants', "
+         << gnuplot_quoted((out / "front.dat").string()) << " using 1:2 with linespoints lw 2 dt 2 pt 6 title 'Pareto front'\n";
   const fs::path png = out / "compare.png";
   if (gnuplot_png(script.str(), png, "900,600 font ',10'", out / "gnuplot.log")) return;
   log().warn("compare: no plot (gnuplot missing or failed; see {}; apt-get install gnuplot-nox)",
@@ -421,9 +419,12 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   std::printf("  MiB of tensors (tt's allocator): peak, the most live at once, and its parts params..rest; RSS: the "
               "training loop's peak resident set (the whole process's is process_peak_rss_bytes in compare.json); "
               "step ms: the median step after the warm-up; vs base: the ratio to %s\n", spec.baseline.c_str());
-  std::printf("  loss: the last step's training loss%s, after %d steps (trainer.max_steps: a schedule runs compressed "
-              "into them): a check that the variants train alike, not a measure of what a full run reaches\n",
-              val_key.empty() ? "" : fmt::format(" and {} the end's evaluation", val_key).c_str(), spec.warmup + spec.steps);
+  std::printf("  loss: the last finite step's training loss%s, after %d steps (trainer.max_steps: a schedule runs "
+              "compressed into them): a check that the variants train alike, not a measure of what a full run reaches\n",
+              val_key.empty() ? ""
+              : fmt::format(" and {} the {}", val_key, section == "model_metrics" ? "model's figure at the end"
+                                                                                      : "end's evaluation").c_str(),
+              spec.warmup + spec.steps);
   std::printf("  on %s (%d cores), LibTorch %s, %d thread%s per variant; %s\n", cpu.c_str(), cores,
               TT_TORCH_VERSION_STRING, threads, threads == 1 ? "" : "s",
               load_known ? fmt::format("the machine's load average {:.2f} before, {:.2f} after", load_before,
@@ -535,6 +536,7 @@ int run(const Options& o) {
       if (root["trainer"]["epochs"]) root["trainer"].remove("epochs");
       set_dotted(root, "trainer.progress", YAML::Node("off"), where);
       set_dotted(root, "trainer.log_every", YAML::Node(1), where);  // every step's time, for the median
+      set_dotted(root, "trainer.checkpoint_minutes", YAML::Node(0), where);  // no write inside the timed steps
       set_dotted(root, "output.plots", YAML::Node(false), where);
       std::ofstream(y) << "# variant '" << v.name << "' of a tt-run comparison, from " << v.file << "\n"
                        << YAML::Dump(root) << "\n";

@@ -133,6 +133,7 @@ class Runner {
       t["max_steps"] = 1 + o_.probe_steps;
       t["progress"] = "off";
       t["log_every"] = 1;  // every step's time: the probe's median and noise
+      t["checkpoint_minutes"] = 0;  // no checkpoint written inside the timed steps
       set_dotted(root, "output.plots", YAML::Node(false), "plan");
     }
     return root;

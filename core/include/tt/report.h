@@ -50,6 +50,9 @@ class TT_API Progress {
   bool drawn_ = false;
 };
 
+// `s` as a single-quoted gnuplot string: a quote inside is written twice (a name "bob's").
+TT_API std::string gnuplot_quoted(const std::string& s);
+
 // Runs gnuplot on `commands` (everything after the terminal and output lines) to draw `png` of
 // `size` ("900,500"): the pngcairo terminal, else plain png where a minimal gnuplot lacks it.
 // gnuplot's messages go to `log_file`, removed once the PNG is drawn. Returns whether the PNG

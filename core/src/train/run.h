@@ -18,6 +18,7 @@
 #include "tt/dataset.h"
 #include "tt/meter.h"
 #include "tt/pipeline.h"
+#include "tt/report.h"
 #include "tt/state.h"
 #include "tt/trainer.h"
 
@@ -63,6 +64,12 @@ struct RunRecord {
   std::vector<double> epoch_losses, epoch_times;  // NaN: every batch of the epoch was dropped
   int64_t dropped_batches = 0;                     // by this process: non-finite losses (on_nan: skip)
   Clock::time_point started, train_started, epoch_started;
+  double started_unix = 0;  // when fit() began, Unix seconds (summary started_at)
+  void start() {
+    started = Clock::now();
+    started_unix = unix_seconds();
+    started_on_disk = std::filesystem::file_time_type::clock::now();
+  }
   std::filesystem::file_time_type started_on_disk;  // the files this process writes are newer
   double setup_seconds = 0, train_seconds = 0;
   struct rusage usage_start {}, usage_end {};  // around the training loop

@@ -311,7 +311,7 @@ void claim_run_dir(Run& run) {
                                           launched_as_before(run, "--run-dir " + dir.string() + " --overwrite"));
     TT_CHECK_AS(ConfigError, trained == 0 || summary_status(previous) != "failed", dir.string(), " holds no checkpoint: ",
                 "the run failed at step ", trained, " before its first (one is written every trainer.checkpoint_every "
-                "steps and every trainer.checkpoint_minutes, when set, and at the end); ", again,
+                "steps, every trainer.checkpoint_minutes unless 0, and at the end); ", again,
                 " (trainer.checkpoint_every=N keeps its progress)");
     TT_CHECK_AS(ConfigError, trained == 0, dir.string(), " holds no checkpoint, but its summary.json says it trained ",
                 trained, " step", trained == 1 ? "" : "s", " (were its checkpoints removed?): it cannot continue; ", again);

@@ -76,12 +76,6 @@ std::vector<int64_t> hungarian_min(const std::vector<std::vector<double>>& a, si
 // Rows of a 2-D tensor as CPU doubles.
 torch::Tensor cpu_double(const torch::Tensor& t) { return t.detach().to(torch::kCPU, torch::kDouble).contiguous(); }
 
-std::string gp_quote(const std::string& s) {  // a single-quoted gnuplot string
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
-  return out + "'";
-}
-
 std::string sh_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -382,8 +376,8 @@ bool plot_structure(const torch::Tensor& L, const fs::path& png, const std::stri
   const size_t shown = kept.size();
   std::ostringstream s;
   s << "set terminal pngcairo size 1200,500 noenhanced\n"
-    << "set output " << gp_quote(png.string()) << "\n"
-    << "set title " << gp_quote(title) << "\n"
+    << "set output " << gnuplot_quoted(png.string()) << "\n"
+    << "set title " << gnuplot_quoted(title) << "\n"
     << "set style data histograms\nset style histogram rowstacked\nset style fill solid 1.0 noborder\n"
     << "set boxwidth 1\nset yrange [0:1]\nset xrange [-0.5:" << static_cast<double>(shown) - 0.5 << "]\n"
     << "set ylabel 'topic proportion'\nset xlabel 'documents'\n";
@@ -393,7 +387,7 @@ bool plot_structure(const torch::Tensor& L, const fs::path& png, const std::stri
     size_t begin = 0;
     for (size_t pos = 1; pos <= shown; ++pos) {
       if (pos < shown && label[kept[pos]] == label[kept[begin]]) continue;
-      tics << (begin ? ", " : "") << gp_quote(label_names[label[kept[begin]]]) << ' '
+      tics << (begin ? ", " : "") << gnuplot_quoted(label_names[label[kept[begin]]]) << ' '
            << (static_cast<double>(begin + pos) - 1) / 2.0;
       if (pos < shown)
         s << "set arrow from " << static_cast<double>(pos) - 0.5 << ",0 to " << static_cast<double>(pos) - 0.5
@@ -407,7 +401,7 @@ bool plot_structure(const torch::Tensor& L, const fs::path& png, const std::stri
   if (k <= 20) s << "set key outside right top vertical\n";
   else s << "set key off\n";
   for (int64_t t = 0; t < k; ++t) s << "set linetype " << t + 1 << " lc rgb '" << topic_colour(t) << "'\n";
-  s << "plot for [c=4:" << k + 3 << "] " << gp_quote(data.string()) << " using c title sprintf('topic %d', c-4)\n";
+  s << "plot for [c=4:" << k + 3 << "] " << gnuplot_quoted(data.string()) << " using c title sprintf('topic %d', c-4)\n";
   {
     std::ofstream out(script_path);
     TT_CHECK(out, "cannot write ", script_path.string());
