@@ -1,6 +1,7 @@
 #include "tt/report.h"
 
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -93,16 +94,25 @@ static std::string hms(double s) {
 void Progress::update(int64_t done, double loss, int64_t tensor_bytes, int64_t rss) {
   if (mode_ == Mode::Off) return;
   auto now = std::chrono::steady_clock::now();
+  if (first_done_ < 0) {
+    first_done_ = done;
+    first_at_ = now;
+  }
   double since_last = std::chrono::duration<double>(now - last_).count();
   double elapsed = std::chrono::duration<double>(now - t0_).count();
   const bool last = done >= total_;
   if (mode_ == Mode::Bar && since_last < 0.1 && !last) return;
   if (mode_ == Mode::Lines && since_last < 10.0 && !last && done - start_ != 1) return;
   last_ = now;
-  double rate = elapsed > 0 ? static_cast<double>(done - start_) / elapsed : 0;
-  double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : NAN;
+  // From the first step's end once a second is done: the first (allocations, pages read in) can
+  // take many times a step and put the ETA far off
+  const double since_first = std::chrono::duration<double>(now - first_at_).count();
+  double rate = done > first_done_ && since_first > 0 ? static_cast<double>(done - first_done_) / since_first
+                : elapsed > 0                       ? static_cast<double>(done - start_) / elapsed
+                                                    : 0;
+  double eta = rate > 0 && done > first_done_ ? static_cast<double>(total_ - done) / rate : NAN;  // --:-- till then
   char info[256];
-  std::snprintf(info, sizeof info, "%lld/%lld  %.1f it/s  ETA %s  loss %.5g  tensors %s  rss %s",
+  std::snprintf(info, sizeof info, "%lld/%lld  %.1f it/s  ETA %s  loss %.5g  live tensors %s  rss %s",
                 static_cast<long long>(done), static_cast<long long>(total_), rate, hms(eta).c_str(), loss,
                 format_bytes(tensor_bytes).c_str(), format_bytes(rss).c_str());
   if (mode_ == Mode::Bar) {
@@ -110,8 +120,14 @@ void Progress::update(int64_t done, double loss, int64_t tensor_bytes, int64_t r
     int filled = total_ > 0 ? static_cast<int>(width * done / total_) : 0;
     std::string bar(static_cast<size_t>(filled), '#');
     bar += std::string(static_cast<size_t>(width - filled), '.');
-    std::fprintf(stderr, "\r[%s] %3d%% %s\033[K", bar.c_str(),
-                 total_ > 0 ? static_cast<int>(100 * done / total_) : 0, info);
+    std::string line = "[" + bar + "] ";
+    char pct[8];
+    std::snprintf(pct, sizeof pct, "%3d%% ", total_ > 0 ? static_cast<int>(100 * done / total_) : 0);
+    line += std::string(pct) + info;
+    // no wider than the terminal: a wrapped line would not be redrawn in place
+    struct winsize ws {};
+    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 && line.size() >= ws.ws_col) line.resize(ws.ws_col - 1);
+    std::fprintf(stderr, "\r%s\033[K", line.c_str());
     drawn_ = true;
   } else {
     std::fprintf(stderr, "step %s\n", info);

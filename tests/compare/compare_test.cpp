@@ -906,8 +906,9 @@ TEST(Compare, ReadmeCountsTheVariantsOfCompareLm) {
       << "configs/compare-lm.yaml has " << variants << " variants; README says: " << said;
 }
 
-// A slow run's steps/s is printed to three significant digits (0.083 was '0.1').
-TEST(Compare, ARunsStepsPerSecondIsPrintedToThreeSignificantDigits) {
+// A slow run's steps/s is printed to three significant digits (0.083 was '0.1'); a resume's is
+// said to be of the steps it took.
+TEST(Compare, ARunsStepsPerSecondIsPrintedToThreeSignificantDigitsAndAResumesAsItsOwn) {
   Cmp c;
   std::ofstream(c.dir / "slow.yaml") << c.base() << "plugins: [{name: test-hold, bytes: 1KiB, step_sleep_ms: 150}]\n";
   auto r = tt::test::run("TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR " " + tt::test::tt_run_bin() + " " +
@@ -929,4 +930,9 @@ TEST(Compare, ARunsStepsPerSecondIsPrintedToThreeSignificantDigits) {
     }
   EXPECT_GE(significant, 3) << printed << "\n" << r.output;
   EXPECT_NEAR(std::stod(printed), sps, 0.005 * sps) << printed << "\n" << r.output;
+  // a resume's rate is of the steps it took: said so beside the run's step count
+  auto resumed = tt::test::run("TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR " " + tt::test::tt_run_bin() + " --resume " +
+                               (c.dir / "slow").string() + " trainer.max_steps=5");
+  ASSERT_EQ(resumed.rc, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("), 2 in this process at "), std::string::npos) << resumed.output;
 }

@@ -1143,3 +1143,23 @@ TEST(Trainer, WritesRunDirectory) {
     EXPECT_TRUE(fs::exists(dir / "loss.png"));
   }
 }
+
+// The progress line's rate and ETA count from the end of the first step: its warm-up
+// (allocations, library pages read in) can take many steps' time, and put the ETA hours off.
+TEST(Progress, TheRateAndEtaLeaveTheFirstStepOut) {
+  testing::internal::CaptureStderr();
+  {
+    tt::Progress p(tt::Progress::Mode::Lines, 100, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // a slow first step
+    p.update(1, 1.0, 0, 0);
+    for (int i = 2; i <= 100; ++i) p.update(i, 1.0, 0, 0);  // fast ones
+  }
+  const std::string out = testing::internal::GetCapturedStderr();
+  const size_t first = out.find("step 1/100 "), last = out.find("step 100/100 ");
+  ASSERT_NE(first, std::string::npos) << out;
+  ASSERT_NE(last, std::string::npos) << out;
+  EXPECT_HAS(out.substr(first, out.find('\n', first) - first), "ETA --:--");  // no rate to tell yet
+  // 99 steps in well under a second: far above the 66 it/s the 1.5 s first step would make it
+  const double rate = std::stod(out.substr(last + std::string("step 100/100 ").size()));
+  EXPECT_GT(rate, 1000) << out;
+}

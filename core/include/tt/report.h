@@ -47,6 +47,8 @@ class TT_API Progress {
   Mode mode_;
   int64_t total_, start_;
   std::chrono::steady_clock::time_point t0_, last_;
+  int64_t first_done_ = -1;  // the step of the first update: the rate counts from its end (warm-up left out)
+  std::chrono::steady_clock::time_point first_at_;
   bool drawn_ = false;
 };
 

@@ -297,7 +297,9 @@ void RunReport::print() const {
     // three significant digits at least: a slow run's 0.083 steps/s is not '0.1'
     const double sps = summary_["steps_per_second"].get<double>();
     const int decimals = sps > 0 ? std::clamp(2 - static_cast<int>(std::floor(std::log10(sps))), 1, 6) : 1;
-    out += fmt::format(", {:.{}f} steps/s, median step {:.2f} ms", sps, decimals,
+    // a resume's rate is of the steps it took, not the run's
+    const std::string here = run_.start_step > 0 ? fmt::format("{} in this process at ", s.step - run_.start_step) : "";
+    out += fmt::format(", {}{:.{}f} steps/s, median step {:.2f} ms", here, sps, decimals,
                        1e3 * summary_["median_step_seconds"].get<double>());
   }
   if (summary_.contains("stopped_early_by"))
