@@ -164,20 +164,6 @@ struct Trainer::Impl {
     if (run.sync) run.sync->agree_on_stop();
   }
 
-  // Applies trainer.memory_cap (or a budget tt-run did not plan) for the training loop.
-  void cap_memory() {
-    const Options& T = run.pipeline.trainer;
-    int64_t cap = 0;
-    if (T.is_set("memory_cap")) {
-      cap = T.get_bytes("memory_cap");
-    } else if (T.is_set("memory_budget")) {  // tt-run plans a budget; a Trainer made directly only caps
-      log().warn("trainer.memory_budget is planned by tt-run (tt-run --budget); here it only caps memory");
-      cap = parse_budget(T.get_string("memory_budget"));
-    }
-    run.memory_cap = cap;
-    run.set_capping(true);
-  }
-
   void fit() {
     State& s = run.state;
     RunRecord& rec = run.record;
@@ -263,7 +249,7 @@ struct Trainer::Impl {
         Meter::set_device_cap(0);
       }
     } cap_guard;
-    cap_memory();
+    cap_memory(run);
     run.meter.release_cache();  // temporaries of data generation and model set-up are not training's
     if (run.pipeline.trainer.get_bool("release_library_pages")) {
       rec.library_pages_released = Meter::release_library_pages();
@@ -326,12 +312,14 @@ struct Trainer::Impl {
                      rec.replica_hashes[0], h);
     }
     s.metrics.clear();
+    stop_if_asked("its outputs");
     set_phase("writing outputs");
     if (run.root)
       with_context("model (" + run.pipeline.model.name + ") writing outputs", [&] {
         s.model->write_outputs(s.run_dir, s);
         return 0;
       });
+    stop_if_asked("its weights export and summary.json");
     if (run.root)  // output.export: the weights for other tools
       for (const auto& name : run.pipeline.output.get_list("export")) {
         const WeightsFormat format = weights_format(name);
@@ -340,7 +328,16 @@ struct Trainer::Impl {
         log().info("weights exported to {}", file.string());
       }
     rec.model_metrics = s.metrics;
+    stop_if_asked("summary.json");
     fire(Event::FIT_END);  // the RunReport callback writes summary.json and the plots
+  }
+
+  // Ctrl-C after the last step stops between the outputs: those written are kept, and a resume of
+  // a run trained to its end writes the rest. (Ranks other than 0 write none, and go on.)
+  void stop_if_asked(const char* before) {
+    if (!run.dist && interrupt_requested())
+      throw Interrupted(detail::cat("interrupted after the last step (", run.state.step, ", checkpoint written), before ",
+                                    before, ". ", how_to_continue(run), " to write them"));
   }
 
   // Whatever ends the fit early is in log.txt and summary.json (status failed or interrupted).

@@ -415,6 +415,50 @@ TEST(Trainer, AResumeOfARunTrainedToTheEndWritesTheOutputsItMissed) {
   }
 }
 
+// Ctrl-C after the last step (here as its final checkpoint is written) stops before the outputs,
+// as it stops between them: the run ends interrupted (exit 130 from tt-run) with its checkpoint
+// at the last step and no model output, and its resume writes them. It used to write every
+// output and end as completed after the user had asked it to stop.
+class InterruptAtCheckpoint : public tt::Plugin {
+ public:
+  explicit InterruptAtCheckpoint(bool armed) : armed_(armed) {}
+  void on(Event e, tt::State&) override {
+    if (e == Event::CHECKPOINT && armed_) tt::request_interrupt();
+  }
+
+ private:
+  bool armed_;
+};
+
+TEST(Trainer, CtrlCAfterTheLastStepStopsBeforeTheOutputsAndAResumeWritesThem) {
+  const auto out = tt::test::temp_dir("stop_outputs");
+  const fs::path dir = out / "run";
+  tt::Trainer first(tt::parse_pipeline(tt::test::topic_yaml(out, "  max_steps: 4\n"), "p.yaml"), {dir, false, true});
+  first.add_plugin(std::make_unique<InterruptAtCheckpoint>(true));
+  std::string what;
+  try {
+    first.fit();
+  } catch (const tt::Interrupted& e) {
+    what = e.what();
+    EXPECT_EQ(e.exit_code(), 130);
+  }
+  tt::clear_interrupt();
+  EXPECT_HAS(what, "interrupted after the last step (4, checkpoint written), before its outputs");
+  EXPECT_HAS(what, "--resume " + dir.string() + " to write them");
+  EXPECT_FALSE(fs::exists(dir / "L.npy"));
+  EXPECT_EQ(tt::list_checkpoints(dir / "checkpoints"), std::vector<fs::path>{tt::checkpoint_path(dir / "checkpoints", 4)});
+  EXPECT_EQ(tt::test::summary_of(dir)["status"], "interrupted");
+
+  tt::Trainer resumed(tt::Trainer::pipeline_of_run(dir, {}), {dir, true, true});
+  resumed.add_plugin(std::make_unique<InterruptAtCheckpoint>(false));  // the plugins the checkpoint has
+  resumed.fit();
+  EXPECT_TRUE(resumed.step_losses().empty());
+  for (const char* f : {"L.npy", "F.npy", "top_terms.txt"}) EXPECT_TRUE(fs::exists(dir / f)) << f;
+  const auto done = tt::test::summary_of(dir);
+  EXPECT_EQ(done["status"], "completed");
+  EXPECT_EQ(done["outputs_only"], true);
+}
+
 // A run stopped in its set-up wrote no checkpoint: --resume starts it from step 0 (it used to
 // fail with "no checkpoint to resume from") and it trains as an uninterrupted run does; one that
 // trained steps and has none is refused, whether its summary or its metrics say it trained. A run

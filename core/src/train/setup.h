@@ -16,4 +16,7 @@ struct Run;
 // resume refused for its overrides, or stopped before, leaves the run as it was.
 void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins);
 
+// Applies trainer.memory_cap (or a budget tt-run did not plan) for the training loop.
+void cap_memory(Run& run);
+
 }  // namespace tt
