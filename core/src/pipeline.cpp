@@ -180,11 +180,18 @@ ComponentSpec parse_component(const YAML::Node& node, const std::string& section
     std::string glued;
     for (const auto& kv : node)
       if (kv.first.IsScalar() && kv.first.Scalar().rfind("name:", 0) == 0) glued = kv.first.Scalar();
+    // {checkpoint: {policy: every}}, as DeepSpeed's and torchtune's configs nest a component's options
+    std::string nested;
+    if (!named && node.size() == 1 && node.begin()->first.IsScalar() &&
+        (node.begin()->second.IsMap() || node.begin()->second.IsNull()))
+      nested = node.begin()->first.Scalar();
     TT_CHECK_AS(ConfigError, (named && node["name"].IsScalar()) || (!named && !default_name.empty()), c.where, ": ",
                 section, " needs a 'name' (tt-run --list shows the choices)",
-                glued.empty() ? std::string()
-                              : "; it has the key '" + glued + "': YAML needs a space after the colon, 'name: " +
-                                    glued.substr(5) + "'");
+                !glued.empty() ? "; it has the key '" + glued + "': YAML needs a space after the colon, 'name: " +
+                                     glued.substr(5) + "'"
+                : !nested.empty() ? "; it has the one key '" + nested + "': the options go beside the name, {name: " +
+                                        nested + ", option: value, ...}"
+                                  : std::string());
     c.name = named ? node["name"].Scalar() : default_name;
     opts = node;
   } else {
@@ -283,6 +290,9 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
                     "must be at most batch_size (" + std::to_string(batch) + ")");
   }
   if (p.trainer.is_set("memory_budget")) {
+    p.trainer.check(!p.trainer.is_set("memory_cap"), "memory_budget",
+                    "and trainer.memory_cap are both set: the budget is planned and then becomes the cap; remove "
+                    "memory_cap");
     try {
       parse_budget(p.trainer.get_string("memory_budget"));
     } catch (const ConfigError& e) {

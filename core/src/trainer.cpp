@@ -390,6 +390,7 @@ void Trainer::add_plugin(std::unique_ptr<Plugin> plugin) {
   impl_->extra_plugins.push_back(std::move(plugin));
 }
 void Trainer::will_predict(const fs::path& input) { impl_->run.predict_input = input; }
+void Trainer::set_command(std::vector<std::string> argv) { impl_->run.command = std::move(argv); }
 void Trainer::fit() { impl_->fit_reporting_failures(); }
 State& Trainer::state() { return impl_->run.state; }
 const Pipeline& Trainer::pipeline() const { return impl_->run.pipeline; }

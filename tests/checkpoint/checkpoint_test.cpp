@@ -350,7 +350,14 @@ TEST(Checkpoint, PluginCutsMeasuredActivationsAndRefusesModelsWithoutBlocks) {
            {"{name: checkpoint, every: 0}", "checkpoint).every must be >= 1, got 0"},
            {"{name: checkpoint, policy: blocks, blocks: [1, x]}", "blocks must be a list of block indices (0, 1, ...), not 'x'"},
            {"{name: checkpoint, policy: blocks, blocks: [9]}", "blocks block 9 does not exist (the stack 'blocks' has 4 blocks"},
-           {"{name: checkpoint, policy: budget}", "budget policy: budget needs a budget"}}) {
+           {"{name: checkpoint, policy: budget}", "budget policy: budget needs a budget"},
+           // an option of another policy, which it would ignore
+           {"{name: checkpoint, policy: every, every: 2, blocks: [1]}",
+            "blocks is for policy: blocks, and the policy is every: set policy: blocks or remove blocks"},
+           {"{name: checkpoint, budget: 1GiB}", "budget is for policy: budget, and the policy is all"},
+           {"{name: checkpoint, every: 3}", "every is for policy: every, and the policy is all"},
+           {"{name: checkpoint, policy: blocks, blocks: [1], fraction: 0.25}",
+            "fraction is for policy: selective, and the policy is blocks"}}) {
     r = tt::test::run(tt::test::tt_run_bin() + " " + (dir / "base.yaml").string() + " -q 'plugins=[" + plugin + "]'");
     EXPECT_EQ(r.rc, 2) << plugin << "\n" << r.output;
     EXPECT_NE(r.output.find(expect), std::string::npos) << plugin << "\n" << r.output;
@@ -547,4 +554,51 @@ TEST(Checkpoint, APluginsBlockRunnerListedBeforeRunsInsideCheckpointInForwardAnd
   EXPECT_GT(c.forward_packed, 0);
   EXPECT_EQ(c.backward_calls, 0);
   EXPECT_EQ(after, ckpt);
+}
+
+// Activation checkpointing switched on when a run is resumed (after an out-of-memory, as a
+// DeepSpeed user would): a plugin that keeps no state may be added, and the run goes on as the
+// one resumed without it does. A plugin with state of its own, one that replaces the optimizer,
+// and a plugin of the checkpoint's left out are refused, each saying why.
+TEST(Checkpoint, APluginThatKeepsNoStateMayBeAddedOnResume) {
+  const tt::test::TinyLm lm("ckpt-resume-add");
+  const std::string trainer = "threads: 1, batch_size: 4, max_steps: 4, checkpoint_every: 2";
+  ASSERT_EQ(lm.run("plain", "[]", trainer).rc, 0);
+  ASSERT_EQ(lm.run("ckpt", "[checkpoint]", trainer).rc, 0);
+  const auto resume = [&](const std::string& from, const std::string& to, const std::string& plugins) {
+    fs::copy(lm.dir / from, lm.dir / to, fs::copy_options::recursive);
+    return tt::test::run(tt::test::tt_run_bin() + " -q --resume " + (lm.dir / to).string() + " trainer.max_steps=6" +
+                         (plugins.empty() ? "" : " 'plugins=" + plugins + "'"));
+  };
+  const auto with = resume("plain", "added", "[checkpoint]");
+  ASSERT_EQ(with.rc, 0) << with.output;
+  EXPECT_HAS(tt::test::read_file(lm.dir / "added" / "log.txt"), "resuming with plugin 'checkpoint' added (it keeps no state)");
+  EXPECT_EQ(lm.summary("added")["plugins"], nlohmann::json::array({"checkpoint"}));
+  EXPECT_EQ(lm.summary("added")["steps"], 6);
+  const auto without = resume("plain", "same", "");
+  ASSERT_EQ(without.rc, 0) << without.output;
+  const auto a = tt::test::step_lines(lm.dir / "added" / "metrics.jsonl"),
+             b = tt::test::step_lines(lm.dir / "same" / "metrics.jsonl");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u);
+  for (size_t i = 4; i < 6; ++i) {
+    const double la = nlohmann::json::parse(a[i])["loss"].get<double>(), lb = nlohmann::json::parse(b[i])["loss"].get<double>();
+    EXPECT_NEAR(la, lb, 1e-6 * std::abs(lb)) << "step " << i + 1;
+  }
+  for (const auto& [plugins, why] : std::vector<std::pair<std::string, std::string>>{
+           {"[adam8bit]", "'adam8bit' cannot be added on resume (it replaces or wraps the optimizer, whose state the "
+                          "checkpoint holds)"},
+           {"[oom-guard]", "'oom-guard' cannot be added on resume (it keeps state of its own in checkpoints, which "
+                           "this one does not have)"}}) {
+    const std::string to = "refused-" + plugins.substr(1, plugins.size() - 2);
+    const auto r = resume("plain", to, plugins);
+    EXPECT_EQ(r.rc, 2) << plugins << "\n" << r.output;
+    EXPECT_HAS(r.output, "was written with plugins [] but the pipeline now has [" + plugins.substr(1, plugins.size() - 2) + "]");
+    EXPECT_HAS(r.output, why);
+    EXPECT_HAS(r.output, "model.init_from=");
+  }
+  const auto dropped = resume("ckpt", "dropped", "[]");
+  EXPECT_EQ(dropped.rc, 2) << dropped.output;
+  EXPECT_HAS(dropped.output, "was written with plugins [checkpoint] but the pipeline now has []: resume with the same "
+                             "plugins in the same order");
 }

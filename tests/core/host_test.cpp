@@ -232,6 +232,24 @@ TEST(Host, DeclaredOrderingIsCheckedWithOneMessageFormat) {
                             "and the later would discard the earlier's: list one of them, but the list is "
                             "[in-backward, wrapper, eight-bit]");
   }
+  // two that each wrap the final optimizer (zero1 and offload) cannot both come after the other:
+  // one refusal in either order, where each order's message used to ask for the other order
+  for (const bool swapped : {false, true}) {
+    tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 1\n"), {out / (swapped ? "w2" : "w1"), false, true});
+    auto second = std::make_unique<Wrapper>();
+    second->set_name("second");
+    if (swapped) t.add_plugin(std::move(second));
+    t.add_plugin(std::make_unique<Wrapper>());
+    if (!swapped) t.add_plugin(std::move(second));
+    EXPECT_EQ(fit_error(t), swapped ? "plugins: 'second' and 'wrapper' both wrap the final optimizer (it wraps the "
+                                      "optimizer it is given; it wraps the optimizer it is given), and neither wraps "
+                                      "the other's: they cannot be combined, list one of them (the list is "
+                                      "[second, wrapper])"
+                                    : "plugins: 'wrapper' and 'second' both wrap the final optimizer (it wraps the "
+                                      "optimizer it is given; it wraps the optimizer it is given), and neither wraps "
+                                      "the other's: they cannot be combined, list one of them (the list is "
+                                      "[wrapper, second])");
+  }
   {  // a wrapper listed before a plugin that replaces the optimizer
     tt::Trainer t(tt::test::regression_pipeline(out, "  max_steps: 1\n"), {out / "c", false, true});
     t.add_plugin(std::make_unique<Wrapper>());

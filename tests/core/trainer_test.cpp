@@ -1108,6 +1108,32 @@ TEST(Trainer, ACheckpointIsWrittenOnceCheckpointMinutesPassedSinceTheLast) {
   EXPECT_EQ(tt::test::summary_of(out / "resumed")["final_loss"], tt::test::summary_of(out / "timed")["final_loss"]);
 }
 
+// Settings that would change nothing are said before training: a warm-up longer than the run (a
+// 10-step run with warmup_steps 500 trained at 2% of optimizer.lr without a word), evaluations of
+// data without a validation set. A warm-up shorter than the run says nothing.
+TEST(Trainer, SettingsThatWouldChangeNothingInTheRunAreWarnedOf) {
+  const auto out = tt::test::temp_dir("unused_settings");
+  const auto log_of = [&](const std::string& yaml, const std::string& tag) {
+    tt::Trainer t(tt::parse_pipeline(yaml, tag + ".yaml"), {out / tag, false, true});
+    t.fit();
+    return tt::test::read_file(out / tag / "log.txt");
+  };
+  const auto with_warmup = [&](const std::string& trainer) {
+    std::string yaml = tt::test::topic_yaml(out, trainer);
+    const std::string schedule = "schedule: {name: cosine_warm_restarts, t0_epochs: 2, eta_min: 0.01}";
+    return yaml.replace(yaml.find(schedule), schedule.size(), "schedule: {name: constant, warmup_steps: 500}");
+  };
+  const std::string long_warmup = log_of(with_warmup("  max_steps: 10\n"), "long");
+  EXPECT_HAS(long_warmup, "schedule (constant): the learning rate never rises above 0.001 (2% of optimizer.lr 0.05) "
+                          "in this run's 10 steps: schedule.warmup_steps (500) is not shorter than the run; lower it");
+  const std::string short_warmup = log_of(with_warmup("  max_steps: 600\n"), "short");
+  EXPECT_EQ(short_warmup.find("never rises"), std::string::npos) << short_warmup;
+  // the topic data has no validation set
+  const std::string evals = log_of(tt::test::topic_yaml(out, "  max_steps: 4\n  eval_every: 2\n"), "eval");
+  EXPECT_HAS(evals, "trainer.eval_every is set, but data (topic-synthetic) has no validation set: nothing is evaluated");
+  EXPECT_EQ(evals.find("never rises"), std::string::npos) << evals;
+}
+
 TEST(Trainer, WritesRunDirectory) {
   tt::test::register_test_components();
   auto out = tt::test::temp_dir("outputs");

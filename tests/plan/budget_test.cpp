@@ -176,6 +176,11 @@ TEST(Budget, BadBudgetsAreRefusedBeforeAnythingRuns) {
   r = b.lm.run("both", "[]", "batch_size: 8, max_steps: 1, memory_budget: 1GiB, memory_cap: 1GiB");
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find("remove memory_cap"), std::string::npos) << r.output;
+  // --dry-run refuses it too (it passed), naming the file and both keys
+  r = tt::test::run(tt::test::tt_run_bin() + " --dry-run " + (b.lm.dir / "both.yaml").string());
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "both.yaml");
+  EXPECT_HAS(r.output, "trainer.memory_budget and trainer.memory_cap are both set");
 
   r = b.run("base", "--budget 1GiB --recommend");
   EXPECT_EQ(r.rc, 2) << r.output;

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "child.h"
 #include "plan.h"
 #include "planner.h"
 
@@ -494,6 +495,37 @@ TEST(Planner, NoEstimateIsFasterThanTheFastestMeasuredAtItsMicroBatchOrALargerOn
   EXPECT_GT(checked, 0);
 }
 
+// --max-probes spent by the search, the pipeline as written, probed once while the machine was
+// busy (8x), stood as every ratio's denominator and lost to a technique that only looked faster
+// (0.13x "vs as written"). Probed once and more than 1.25x slower than a fit, it is measured
+// again, beyond --max-probes (as the reference probes are), and wins as it should.
+TEST(Planner, AReferenceProbedOnceAndFarSlowerThanAFitIsMeasuredAgain) {
+  Table t;
+  int as_written_runs = 0;
+  auto s = settings();
+  s.max_probes = 1;
+  tt::plan::Planner planner(t.dims, s, [&](const Candidate& c) {
+    Cost x = t.cost(c);
+    if (c.pick == std::vector<int>{-1, -1, -1, -1} && c.micro == 8 && ++as_written_runs == 1) x.step_ms *= 8;
+    return x;
+  });
+  const auto plan = planner.plan(100000);  // everything fits
+  ASSERT_TRUE(plan.found) << plan.why;
+  EXPECT_EQ(as_written_runs, 2);
+  EXPECT_EQ(plan.reference.probes, 2);
+  EXPECT_DOUBLE_EQ(plan.reference.step_ms, t.cost({{-1, -1, -1, -1}, 8}).step_ms);
+  EXPECT_EQ(plan.chosen_label, "as written @ micro 8") << plan.why;
+  // a reference probed once that no fit beats by that much is not measured again
+  Table u;
+  int runs = 0;
+  tt::plan::Planner calm(u.dims, s, [&](const Candidate& c) {
+    runs += c.pick == std::vector<int>{-1, -1, -1, -1} && c.micro == 8;
+    return u.cost(c);
+  });
+  EXPECT_TRUE(calm.plan(100000).found);
+  EXPECT_EQ(runs, 1);
+}
+
 // estimates(): the reference probes only, then every configuration's estimate, as a search would
 // start from them (tt-run --plan-estimates).
 TEST(Planner, EstimatesRunOnlyTheReferenceProbesAndCoverEveryConfiguration) {
@@ -583,4 +615,21 @@ TEST(Planner, WhereTheSmallestMicroBatchFailsTheSmallestThatRunsCalibrates) {
     ++checked;
   }
   EXPECT_EQ(checked, 1);
+}
+
+// The line under compare's and the planner's tables when other processes ran beside the
+// measurements: the load before, or the load after less the measurement's own threads, from half
+// a core on; nothing where the load average cannot be read.
+TEST(LoadWarning, NamesOtherProcessesShareFromHalfACore) {
+  using tt::child::load_warning;
+  using tt::child::others_load;
+  EXPECT_EQ(others_load(-1, 3.0, 2), -1);
+  EXPECT_EQ(others_load(0.2, -1, 2), -1);
+  EXPECT_DOUBLE_EQ(others_load(0.2, 3.0, 2), 1.0);  // the load after, less its own 2 threads
+  EXPECT_DOUBLE_EQ(others_load(4.9, 3.0, 2), 4.9);  // busy before it began
+  EXPECT_EQ(load_warning(0.4, "the probes'", "plan again"), "");
+  EXPECT_EQ(load_warning(-1, "the probes'", "plan again"), "");
+  EXPECT_EQ(load_warning(4.9, "the probes'", "plan again on an idle machine"),
+            "  ! the load average is about 4.9 more than the probes' own threads make: other processes were running, "
+            "so step times and their ratios are not reliable; plan again on an idle machine\n");
 }

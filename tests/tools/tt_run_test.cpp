@@ -9,6 +9,7 @@
 #include "tt/compat.h"
 #include "tt/options.h"
 #include "tt/registry.h"
+#include "tt/runtime.h"
 
 namespace fs = std::filesystem;
 using tt::test::quote;
@@ -36,6 +37,15 @@ TEST(TtRun, QuickstartConfigRunsAndPrintsASummary) {
   EXPECT_LT(s["final_epoch_loss"].get<double>(), s["first_epoch_loss"].get<double>());
   EXPECT_TRUE(fs::exists(dir / "run" / "L.npy"));
   EXPECT_TRUE(fs::exists(dir / "run" / "F.npy"));
+  // what started it, as typed, and the versions (tt-run --version's)
+  EXPECT_EQ(s["command"], nlohmann::json({tt_run(), "configs/quickstart.yaml", "trainer.epochs=2", "--run-dir",
+                                          (dir / "run").string()}));
+  EXPECT_EQ(s["machine"]["tt"], tt::tt_version());
+  EXPECT_EQ(s["machine"]["libtorch"], TT_TORCH_VERSION_STRING);
+  EXPECT_HAS(run(tt_run() + " --version").output, std::string("tt-run ") + tt::tt_version() + "\n");
+  // every file it wrote, the plots' data included
+  for (const char* f : {"L.npy", "F.npy", "loss.png", "loss.dat", "log.txt", "metrics.jsonl", "pipeline.yaml", "summary.json"})
+    EXPECT_HAS(s["outputs"].dump(), std::string("\"") + f + "\"");
 }
 
 // A mode that cannot apply to the command line's pipeline or options is refused before anything

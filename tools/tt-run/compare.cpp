@@ -282,7 +282,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   int threads = 0;
   for (const auto& r : results)
     if (r.ok) threads = std::max(threads, r.summary.value("threads", 0));
-  const double others = std::max(load_before, load_after - threads);
+  const double others = child::others_load(load_before, load_after, threads);
   const std::string cpu = cpu_model();
   doc["machine"] = {{"cpu", cpu},
                     {"cores", cores},
@@ -416,7 +416,9 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
                   t->second, runs);
   }
   for (const auto& f : footnotes) std::printf("  * %s\n", f.c_str());
-  std::printf("  MiB of tensors (tt's allocator): peak, the most live at once, and its parts params..rest; RSS: the "
+  std::printf("  MiB of tensors (tt's allocator): peak, the most live at once, and its parts params..rest (rest: "
+              "backward's working memory, e.g. the blocks checkpointing re-runs, and what plugins hold unreported); "
+              "RSS: the "
               "training loop's peak resident set (the whole process's is process_peak_rss_bytes in compare.json); "
               "step ms: the median step after the warm-up; vs base: the ratio to %s\n", spec.baseline.c_str());
   std::printf("  loss: the last finite step's training loss%s, after %d steps (trainer.max_steps: a schedule runs "
@@ -430,10 +432,9 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
               load_known ? fmt::format("the machine's load average {:.2f} before, {:.2f} after", load_before,
                                        load_after).c_str()
                          : "the machine's load average unknown");
-  if (load_known && others >= 0.5)
-    std::printf("  ! the load average is about %.1f more than this comparison's own threads make: other processes "
-                "were running, so step times and their ratios are not reliable; compare again on an idle machine "
-                "(--repeats N runs the variants in turn)\n", others);
+  std::fputs(child::load_warning(others, "this comparison's",
+                                 "compare again on an idle machine (--repeats N runs the variants in turn)").c_str(),
+             stdout);
   std::ofstream(out / "compare.json") << tt::json_text(doc, 2) << "\n";
   pareto_plot(out, spec.variants, results);
 }

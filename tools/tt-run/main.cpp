@@ -57,10 +57,6 @@
 #include "tt/runtime.h"
 #include "tt/trainer.h"
 
-#ifndef TT_VERSION
-#define TT_VERSION "0.1.0"
-#endif
-
 namespace {
 
 // An option's doc and, when declared, what it allows: "learning rate [>= 0]", "... [error | skip]".
@@ -199,6 +195,7 @@ int tt_run(int argc, char** argv) {
   // once, as a worker would, then starts N workers of it (launch.h) where a worker would train.
   // Errors, --help, --version, --list and --dry-run are answered here, once.
   std::optional<int> nproc;
+  const std::vector<std::string> command(argv, argv + argc);  // summary.json's, as typed
   std::vector<std::string> worker_args(argv + 1, argv + argc);
   std::vector<char*> args_without_nproc{argv[0]};
   try {
@@ -326,7 +323,7 @@ int tt_run(int argc, char** argv) {
   try {
     if (version) {
       std::printf("tt-run %s\nLibTorch %s (%s)\nmodule API %u, C++ ABI %d, _GLIBCXX_USE_CXX11_ABI=%d\ncompiler %s\n",
-                  TT_VERSION, TT_TORCH_VERSION_STRING, TT_WITH_CUDA ? "CUDA" : "CPU-only", TT_API_VERSION,
+                  tt::tt_version(), TT_TORCH_VERSION_STRING, TT_WITH_CUDA ? "CUDA" : "CPU-only", TT_API_VERSION,
                   __GXX_ABI_VERSION, _GLIBCXX_USE_CXX11_ABI, TT_COMPILER_STRING);
       return 0;
     }
@@ -534,6 +531,7 @@ int tt_run(int argc, char** argv) {
       return tt::launch::run(lo);
     }
     tt::Trainer trainer(std::move(pipeline), cfg);
+    trainer.set_command(command);
     if (!predict_input.empty()) trainer.will_predict(predict_input);  // the model checks it before training
     trainer.fit();
     if (dist_env.rank != 0) return 0;  // rank 0 samples and predicts, once, as it writes the run's files

@@ -319,6 +319,13 @@ Outcome run(const RunOptions& o) {
   settings.margin = o.margin;
   settings.max_probes = o.max_probes;
   Runner runner(o, base, dir, dims);
+  const double load_before = load_average();  // other processes' work: no probe runs yet
+  // What the probes' step times were measured beside (as compare says it under its table).
+  const auto load_line = [&] {
+    const int threads = usable_threads(static_cast<int>(p.trainer.get_int("threads")));
+    return child::load_warning(child::others_load(load_before, load_average(), threads), "the probes'",
+                               "plan again on an idle machine (the peaks hold; the choice of the fastest does not)");
+  };
   Planner* self = nullptr;
   Planner planner(dims, settings, [&](const Candidate& c) { return runner.probe(c, self->label(c)); });
   self = &planner;
@@ -395,6 +402,7 @@ Outcome run(const RunOptions& o) {
                     format_mib(pl.smallest_peak).c_str(), pl.smallest_label.c_str());
       }
     }
+    std::fputs(load_line().c_str(), stdout);
     std::printf("\n%d probe runs; %s\n", planner.total_probes(), (dir / "recommend.json").c_str());
     return {0, ""};
   }
@@ -403,6 +411,7 @@ Outcome run(const RunOptions& o) {
   std::ofstream(dir / "plan.json") << tt::json_text(plan_json(pl), 2) << "\n";
   if (!o.quiet) {
     std::fputs(plan_table(pl, o.max_probes).c_str(), stdout);
+    std::fputs(load_line().c_str(), stdout);
     std::fflush(stdout);
   }
   if (!pl.found) {

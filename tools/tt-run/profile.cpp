@@ -87,8 +87,9 @@ int run(const Options& o) {
                 format_mib(mem[k].get<int64_t>(), 2).c_str());
   }
   // what the peak holds beyond those, as compare's table has it
-  std::printf("  %-22s %10s  (the peak less the parts above: what a plugin holds without tt::report_held, the step's batch; "
-              "< 0 where the gradients, freed before each forward, were not all live at the peak)\n", "rest",
+  std::printf("  %-22s %10s  (the peak less the parts above: backward's working memory, such as the blocks "
+              "checkpointing re-runs, the step's batch, what a plugin holds without tt::report_held; < 0 where the "
+              "gradients, freed before each forward, were not all live at the peak)\n", "rest",
               format_mib(mem["rest_bytes"].get<int64_t>(), 2).c_str());
   for (const char* k : {"peak_tensor_bytes", "peak_rss_bytes"})
     std::printf("  %-22s %10s\n", std::string(k).substr(0, std::string(k).size() - 6).c_str(),

@@ -35,6 +35,8 @@ TT_API int usable_cores();
 // What a time was measured on: the CPU's model name (/proc/cpuinfo's first "model name", else
 // "unknown CPU") and the 1-minute load average (-1 where it cannot be read).
 TT_API std::string cpu_model();
+// tt's version (CMake's project version), as tt-run --version and summary.json give it.
+TT_API const char* tt_version();
 TT_API double load_average();
 TT_API void set_flush_denormal(bool on);
 TT_API void seed_everything(uint64_t seed);

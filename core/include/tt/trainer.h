@@ -31,6 +31,8 @@ class TT_API Trainer {
   // Before fit(): the file predict() will be given (tt-run --predict). fit() has the model check it
   // (Model::check_predict_input) once the model is built, before any step.
   void will_predict(const std::filesystem::path& input);
+  // Before fit(): the command line that started the run, for summary.json (tt-run's argv).
+  void set_command(std::vector<std::string> argv);
   // Runs the whole fit. Throws tt::Error subclasses with a message for the user.
   void fit();
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 #include <set>
+#include <sstream>
 
 #include "train/grad_sync.h"
 #include "train/run_dir.h"
@@ -39,6 +40,54 @@ double read_double(torch::serialize::InputArchive& ar, const std::string& key) {
 // True where run resumes a completed run to use it as it is, in one process: summary.json says
 // it completed at step `step`, and the pipeline asks for the training length the run had (its
 // pipeline.yaml's trainer.max_steps and trainer.epochs), not more.
+// Whether a plugin added on resume can start without state from the checkpoint: it keeps none
+// (save_state writes nothing) and leaves the optimizer, whose state the checkpoint holds, alone.
+// Else why not.
+std::string why_not_added(const Plugin& p) {
+  if (p.assigns_the_optimizer()) return "it replaces or wraps the optimizer, whose state the checkpoint holds";
+  if (!p.step_in_backward().empty()) return "it takes the optimizer step in backward";
+  torch::serialize::OutputArchive out;
+  p.save_state(out);
+  std::ostringstream bytes;
+  out.save_to(bytes);
+  std::istringstream in_bytes(bytes.str());
+  torch::serialize::InputArchive in;
+  in.load_from(in_bytes);
+  return in.keys().empty() ? "" : "it keeps state of its own in checkpoints, which this one does not have";
+}
+
+// The checkpoint's plugin archive each of the pipeline's plugins reads (-1: none, a plugin added
+// on resume that keeps no state). The plugins the checkpoint was written with must all be there,
+// in the same order; others may be added where they keep no state (activation checkpointing
+// switched on after an out-of-memory).
+std::vector<int> plugin_archives(const Run& run, const std::string& saved_list, const fs::path& file) {
+  std::vector<std::string> saved;
+  for (size_t a = 0; !saved_list.empty() && a <= saved_list.size();) {
+    const size_t b = std::min(saved_list.find(',', a), saved_list.size());
+    saved.push_back(saved_list.substr(a, b - a));
+    a = b + 1;
+  }
+  const auto& plugins = run.host.plugins();
+  std::vector<int> from(plugins.size(), -1);
+  size_t next = 0;  // the saved plugins in their order
+  for (size_t i = 0; i < plugins.size(); ++i)
+    if (next < saved.size() && plugins[i]->name() == saved[next]) from[i] = static_cast<int>(next++);
+  const std::string refused = detail::cat(file.string(), " was written with plugins [", saved_list,
+                                          "] but the pipeline now has [", run.host.names(), "]: ");
+  TT_CHECK_AS(ConfigError, next == saved.size(), refused,
+              "resume with the same plugins in the same order (their state is part of the checkpoint); a plugin "
+              "that keeps no state, such as checkpoint or attention, may be added");
+  for (size_t i = 0; i < plugins.size(); ++i) {
+    if (from[i] >= 0) continue;
+    const std::string why = why_not_added(*plugins[i]);
+    TT_CHECK_AS(ConfigError, why.empty(), refused, "'", plugins[i]->name(), "' cannot be added on resume (", why,
+                "); resume with the plugins it was written with, or start a new run from its weights: "
+                "model.init_from=", run.state.run_dir.string());
+    log().info("resuming with plugin '{}' added (it keeps no state)", plugins[i]->name());
+  }
+  return from;
+}
+
 bool used_as_finished(const Run& run, int64_t step) {
   if (run.state.world_size != 1) return false;
   const nlohmann::json summary = read_summary(run.state.run_dir / "summary.json");
@@ -68,9 +117,7 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
   ar.load_from(file.string());
   c10::IValue names;
   ar.read("trainer/plugins", names);
-  TT_CHECK_AS(ConfigError, names.toStringRef() == run.host.names(), file.string(), " was written with plugins [", names.toStringRef(),
-           "] but the pipeline now has [", run.host.names(),
-           "]: resume with the same plugins (their state is part of the checkpoint)");
+  const std::vector<int> archive_of = plugin_archives(run, names.toStringRef(), file);
   TT_CHECK_AS(ConfigError, !(run.sync && run.sync->owned_rows()), "trainer.dist_rows: owned cannot resume (",
               file.string(), " holds rank 0's optimizer moments only for the rows other ranks own); use dist_rows: all-reduce");
   c10::IValue ws;
@@ -104,8 +151,9 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
   }
   const auto& plugins = run.host.plugins();
   for (size_t i = 0; i < plugins.size(); ++i) {
+    if (archive_of[i] < 0) continue;  // added on resume, keeping no state
     torch::serialize::InputArchive pa;
-    ar.read("plugin_" + std::to_string(i), pa);
+    ar.read("plugin_" + std::to_string(archive_of[i]), pa);
     // The file is whole (checked above): what load_state throws is the plugin's, not damage, and
     // stops the resume naming it (an older checkpoint would fail alike, or lose the steps since).
     // A LibTorch error here is most often a key the plugin's version reads that the one which

@@ -99,6 +99,23 @@ void PluginHost::check_declarations(const Options& trainer) const {
 }
 
 void PluginHost::check_optimizer_order(const std::vector<size_t>& replacers) const {
+  // Two that must each wrap the final optimizer (zero1, offload) would each have to come after
+  // the other: one refusal that says so, not two orderings that contradict each other.
+  const auto wrap_rule = [](const Plugin& p) -> const Plugin::Ordering* {
+    for (const auto& r : p.ordering())
+      if (r.after.empty()) return &r;
+    return nullptr;
+  };
+  const Plugin* wrapper = nullptr;
+  for (const auto& p : plugins_) {
+    const Plugin::Ordering* rule = wrap_rule(*p);
+    if (!rule) continue;
+    TT_CHECK_AS(ConfigError, !wrapper, "plugins: '", wrapper ? wrapper->name() : "", "' and '", p->name(),
+                "' both wrap the final optimizer (", wrapper ? wrap_rule(*wrapper)->why : "", "; ", rule->why,
+                "), and neither wraps the other's: they cannot be combined, list one of them (the list is ",
+                list_of(plugins_), ")");
+    wrapper = p.get();
+  }
   for (size_t i = 0; i < plugins_.size(); ++i)
     for (const auto& rule : plugins_[i]->ordering())
       for (size_t j : replacers)

@@ -83,6 +83,7 @@ struct Run {
   Pipeline pipeline;
   TrainerConfig config;
   std::filesystem::path predict_input;  // Trainer::will_predict: checked in setup (Model::check_predict_input)
+  std::vector<std::string> command;     // Trainer::set_command: summary.json's
   State state;
   PluginHost host;
   Meter& meter = Meter::global();

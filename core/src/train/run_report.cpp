@@ -57,7 +57,7 @@ void RunReport::on(Event event, State&) {
   const auto since = run_.record.started_on_disk - std::chrono::seconds(1);
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir))
-    if (e.is_regular_file() && e.path().extension() != ".dat" && e.path().filename() != "summary.json" &&
+    if (e.is_regular_file() && e.path().filename() != "summary.json" &&
         e.path().filename().string()[0] != '.' &&  // .tt-lock
         e.last_write_time(ec) >= since && !ec)
       files.push_back(e.path().filename().string());
@@ -124,7 +124,7 @@ json RunReport::build() const {
       {"parameters", s.model ? count_elements(s.model->parameters()) : 0},
       {"trainable_parameters", count_elements(run_.trainable)},
       {"threads", run_.threads},
-      {"machine", {{"cpu", cpu_model()}, {"cores", usable_cores()}, {"libtorch", TT_TORCH_VERSION_STRING}}},
+      {"machine", {{"cpu", cpu_model()}, {"cores", usable_cores()}, {"libtorch", TT_TORCH_VERSION_STRING}, {"tt", tt_version()}}},
       {"wall_seconds", seconds_since(rec.started)},
       {"started_at", iso_time(static_cast<std::time_t>(std::floor(rec.started_unix)))},
       {"ended_at", iso_time(static_cast<std::time_t>(std::floor(unix_seconds())))},
@@ -157,6 +157,7 @@ json RunReport::build() const {
                                         [](double l) { return std::isfinite(l); });
   if (last_finite != rec.step_losses.rend()) sum["final_loss"] = *last_finite;
   if (rec.dropped_batches > 0) sum["dropped_batches"] = rec.dropped_batches;
+  if (!run_.command.empty()) sum["command"] = run_.command;
   // The whole process's high-water mark (set-up, evaluation, checkpoint writes included), beside
   // the training loop's peak_rss_bytes: what a container or a cgroup must allow. Not getrusage's
   // ru_maxrss: the resets that start the loop's and evaluation's own peaks clear that too.

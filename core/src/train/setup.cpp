@@ -417,19 +417,7 @@ void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins) {
                "weights (set model.init_from to a run directory or weights file)",
                run.predict_input.empty() ? "" : " and predicts with");
   run.set_lr(run.schedule->lr({0, s.total_steps, 0.0, run.base_lr}));
-}
-
-void cap_memory(Run& run) {
-  const Options& T = run.pipeline.trainer;
-  int64_t cap = 0;
-  if (T.is_set("memory_cap")) {
-    cap = T.get_bytes("memory_cap");
-  } else if (T.is_set("memory_budget")) {  // tt-run plans a budget; a Trainer made directly only caps
-    log().warn("trainer.memory_budget is planned by tt-run (tt-run --budget); here it only caps memory");
-    cap = parse_budget(T.get_string("memory_budget"));
-  }
-  run.memory_cap = cap;
-  run.set_capping(true);
+  warn_of_unused_settings(run);
 }
 
 }  // namespace tt

@@ -600,7 +600,7 @@ Datasets make_text(const Options& o, uint64_t seed) {
   if (o.is_set("validation")) {
     TextStreamOptions v = t;
     v.paths = o.get_list("validation");
-    o.check(!v.paths.empty(), "validation", "must name at least one text file or directory, or be left out");
+    o.check(!v.paths.empty(), "validation", "must name at least one text file or directory, or be left out (or ~)");
     v.stride = v.seq_len;  // every token predicted once
     v.shuffle_buffer = 0;
     v.max_examples = o.get_int("validation_max_examples");

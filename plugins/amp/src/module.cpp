@@ -4,7 +4,9 @@
 
 #include <torch/torch.h>
 
+#include <fstream>
 #include <optional>
+#include <sstream>
 
 #include "grad_scaler.h"
 #include "tt/autocast.h"
@@ -19,6 +21,19 @@
 #include "tt/state.h"
 
 namespace {
+
+// Whether /proc/cpuinfo's first "flags" line lists `flag`.
+bool cpu_has_flag(const std::string& flag) {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    for (std::string w; words >> w;)
+      if (w == flag) return true;
+    return false;
+  }
+  return false;
+}
 
 class AmpScope final : public tt::Scope {
  public:
@@ -100,6 +115,10 @@ class AmpPlugin final : public tt::Plugin {
                    scaler_ ? "on (initial scale " + std::to_string(static_cast<int64_t>(scaler_->scale())) + ")"
                            : std::string("off"),
                    kept.empty() ? std::string() : "; float32 layers (" + std::to_string(n_kept) + "): " + kept);
+    if (autocast_.cpu && dtype_ == c10::ScalarType::BFloat16 && !cpu_has_flag("amx_bf16") &&
+        !cpu_has_flag("avx512_bf16"))
+      tt::log().warn("amp: this CPU has no bf16 instructions (neither AMX nor AVX512-BF16): its bf16 matrix products "
+                     "are emulated and slower than float32's, so bf16 saves memory here, not time");
   }
 
   void before_step(tt::State& s) {
