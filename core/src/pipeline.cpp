@@ -180,11 +180,17 @@ ComponentSpec parse_component(const YAML::Node& node, const std::string& section
     std::string glued;
     for (const auto& kv : node)
       if (kv.first.IsScalar() && kv.first.Scalar().rfind("name:", 0) == 0) glued = kv.first.Scalar();
-    // {checkpoint: {policy: every}}, as DeepSpeed's and torchtune's configs nest a component's options
+    // {checkpoint: {policy: every}}, as DeepSpeed's and torchtune's configs nest a component's
+    // options: said where the key names one
     std::string nested;
-    if (!named && node.size() == 1 && node.begin()->first.IsScalar() &&
-        (node.begin()->second.IsMap() || node.begin()->second.IsNull()))
-      nested = node.begin()->first.Scalar();
+    if (!named && default_name.empty() && node.size() == 1 && node.begin()->first.IsScalar() &&
+        (node.begin()->second.IsMap() || node.begin()->second.IsNull())) {
+      try {
+        schema_of(node.begin()->first.Scalar());
+        nested = node.begin()->first.Scalar();
+      } catch (const Error&) {  // not a component's name: the message says no more
+      }
+    }
     TT_CHECK_AS(ConfigError, (named && node["name"].IsScalar()) || (!named && !default_name.empty()), c.where, ": ",
                 section, " needs a 'name' (tt-run --list shows the choices)",
                 !glued.empty() ? "; it has the key '" + glued + "': YAML needs a space after the colon, 'name: " +

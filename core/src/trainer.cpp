@@ -227,6 +227,7 @@ struct Trainer::Impl {
     }
     run.start_step = s.step;
     rec.setup_seconds = seconds_since(rec.started);
+    warn_of_unused_settings(run);  // not where nothing trains (the returns above)
     const std::string& assigned_by = run.host.optimizer_assigned_by();
     // An evaluation-only run (no step to take) names no optimizer or schedule it does not use.
     const std::string training = s.total_steps == 0 ? std::string("no training step (evaluation only)")
@@ -302,24 +303,17 @@ struct Trainer::Impl {
     run.flush_optimizer();  // outputs read the parameters whole, even without evaluation or a checkpoint
     evaluate();
     if (run.last_checkpoint_step != s.step && s.step > run.start_step) checkpoint();
-    if (run.dist) {  // the replicas must have stayed bitwise equal: their hashes go into the summary
-      std::vector<at::Tensor> ps;
-      for (const auto& t : s.model->parameters()) ps.push_back(t);
-      rec.replica_hashes = run.dist->all_gather_strings(dist::hash_tensors(ps));
-      for (const auto& h : rec.replica_hashes)
-        if (h != rec.replica_hashes[0])
-          log().warn("parameters differ across ranks at the end (hashes {} on rank 0, {} elsewhere)",
-                     rec.replica_hashes[0], h);
-    }
+    if (run.sync) run.sync->gather_replica_hashes();
     s.metrics.clear();
-    stop_if_asked("its outputs");
+    const bool exports = !run.pipeline.output.get_list("export").empty();
+    stop_if_asked("its outputs", true);
     set_phase("writing outputs");
     if (run.root)
       with_context("model (" + run.pipeline.model.name + ") writing outputs", [&] {
         s.model->write_outputs(s.run_dir, s);
         return 0;
       });
-    stop_if_asked("its weights export and summary.json");
+    stop_if_asked(exports ? "its weights export and summary.json" : "summary.json");
     if (run.root)  // output.export: the weights for other tools
       for (const auto& name : run.pipeline.output.get_list("export")) {
         const WeightsFormat format = weights_format(name);
@@ -333,11 +327,15 @@ struct Trainer::Impl {
   }
 
   // Ctrl-C after the last step stops between the outputs: those written are kept, and a resume of
-  // a run trained to its end writes the rest. (Ranks other than 0 write none, and go on.)
-  void stop_if_asked(const char* before) {
-    if (!run.dist && interrupt_requested())
-      throw Interrupted(detail::cat("interrupted after the last step (", run.state.step, ", checkpoint written), before ",
-                                    before, ". ", how_to_continue(run), " to write them"));
+  // a run trained to its end writes the rest. Before them every rank stops where rank 0 does (it
+  // decides for all); between them, rank 0 alone: the others write none, and are not kept waiting.
+  void stop_if_asked(const char* before, bool all_ranks = false) {
+    const bool asked = run.root && interrupt_requested();
+    if (!(all_ranks && run.dist ? run.dist->broadcast_string(asked ? "1" : "") == "1" : asked)) return;
+    const State& s = run.state;
+    throw Interrupted(detail::cat("interrupted after the last step (", s.step, run.last_checkpoint_step == s.step
+                                  ? ", checkpoint written" : "", "), before ", before, ". ", how_to_continue(run),
+                                  " to write them"));
   }
 
   // Whatever ends the fit early is in log.txt and summary.json (status failed or interrupted).

@@ -572,7 +572,8 @@ TEST(Checkpoint, APluginThatKeepsNoStateMayBeAddedOnResume) {
   };
   const auto with = resume("plain", "added", "[checkpoint]");
   ASSERT_EQ(with.rc, 0) << with.output;
-  EXPECT_HAS(tt::test::read_file(lm.dir / "added" / "log.txt"), "resuming with plugin 'checkpoint' added (it keeps no state)");
+  EXPECT_HAS(tt::test::read_file(lm.dir / "added" / "log.txt"), "resuming with plugins added: [checkpoint] (they keep "
+                                                                 "no state)");
   EXPECT_EQ(lm.summary("added")["plugins"], nlohmann::json::array({"checkpoint"}));
   EXPECT_EQ(lm.summary("added")["steps"], 6);
   const auto without = resume("plain", "same", "");
@@ -582,7 +583,8 @@ TEST(Checkpoint, APluginThatKeepsNoStateMayBeAddedOnResume) {
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 6u);
   for (size_t i = 4; i < 6; ++i) {
-    const double la = nlohmann::json::parse(a[i])["loss"].get<double>(), lb = nlohmann::json::parse(b[i])["loss"].get<double>();
+    const double la = nlohmann::json::parse(a[i])["loss"].get<double>();
+    const double lb = nlohmann::json::parse(b[i])["loss"].get<double>();
     EXPECT_NEAR(la, lb, 1e-6 * std::abs(lb)) << "step " << i + 1;
   }
   for (const auto& [plugins, why] : std::vector<std::pair<std::string, std::string>>{
@@ -593,10 +595,17 @@ TEST(Checkpoint, APluginThatKeepsNoStateMayBeAddedOnResume) {
     const std::string to = "refused-" + plugins.substr(1, plugins.size() - 2);
     const auto r = resume("plain", to, plugins);
     EXPECT_EQ(r.rc, 2) << plugins << "\n" << r.output;
-    EXPECT_HAS(r.output, "was written with plugins [] but the pipeline now has [" + plugins.substr(1, plugins.size() - 2) + "]");
+    EXPECT_HAS(r.output,
+               "was written with plugins [] but the pipeline now has [" + plugins.substr(1, plugins.size() - 2) + "]");
     EXPECT_HAS(r.output, why);
     EXPECT_HAS(r.output, "model.init_from=");
   }
+  // lora keeps no state of its own, but adds adapters to the model: the checkpoint's model lacks them
+  const auto lora = resume("plain", "refused-lora", "[lora]");
+  EXPECT_EQ(lora.rc, 2) << lora.output;
+  EXPECT_HAS(lora.output, "does not fit the model of this pipeline");
+  EXPECT_HAS(lora.output, "plugins added on resume: [lora], and a plugin that changes the model's parameters (as lora "
+                          "adds adapters) cannot be");
   const auto dropped = resume("ckpt", "dropped", "[]");
   EXPECT_EQ(dropped.rc, 2) << dropped.output;
   EXPECT_HAS(dropped.output, "was written with plugins [checkpoint] but the pipeline now has []: resume with the same "

@@ -592,8 +592,9 @@ TEST(Compare, TheTableSaysWhatItsColumnsAreAndWhatItRanOn) {
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_HAS(r.output, "  MiB of tensors (tt's allocator): peak, the most live at once, and its parts params..rest "
                        "(rest: backward's working memory, e.g. the blocks checkpointing re-runs, and what plugins hold "
-                       "unreported); RSS: the training loop's peak resident set (the whole process's is process_peak_rss_bytes in "
-                       "compare.json); step ms: the median step after the warm-up; vs base: the ratio to baseline\n");
+                       "unreported); RSS: the training loop's peak resident set (the whole process's is "
+                       "process_peak_rss_bytes in compare.json); step ms: the median step after the warm-up; vs base: "
+                       "the ratio to baseline\n");
   EXPECT_HAS(r.output, "  on " + tt::cpu_model() + " (" + std::to_string(tt::usable_cores()) + " cores), LibTorch " +
                            TT_TORCH_VERSION_STRING + ", 1 thread per variant; the machine's load average ");
   const json doc = tt::test::read_json(c.dir / "legend" / "compare.json");

@@ -311,9 +311,10 @@ TEST(Pipeline, AnOverrideIntoAMissingSectionWithADefaultChangesTheDefaultCompone
             std::string::npos)
       << error_of("model: {name:topic}\ndata: topic-synthetic\n");
   // a component's options nested under its name, as DeepSpeed's and torchtune's configs have them
-  const std::string nested = error_of("model: topic\ndata: topic-synthetic\nplugins: [{checkpoint: {policy: every}}]\n");
-  EXPECT_HAS(nested, "needs a 'name' (tt-run --list shows the choices); it has the one key 'checkpoint': the options go "
-                     "beside the name, {name: checkpoint, option: value, ...}");
+  const std::string nested =
+      error_of("model: topic\ndata: topic-synthetic\nplugins: [{checkpoint: {policy: every}}]\n");
+  EXPECT_HAS(nested, "needs a 'name' (tt-run --list shows the choices); it has the one key 'checkpoint': the "
+                     "options go beside the name, {name: checkpoint, option: value, ...}");
 }
 
 // YAML forbids a key twice in one map; yaml-cpp would keep one of them silently.

@@ -446,7 +446,8 @@ TEST(Trainer, CtrlCAfterTheLastStepStopsBeforeTheOutputsAndAResumeWritesThem) {
   EXPECT_HAS(what, "interrupted after the last step (4, checkpoint written), before its outputs");
   EXPECT_HAS(what, "--resume " + dir.string() + " to write them");
   EXPECT_FALSE(fs::exists(dir / "L.npy"));
-  EXPECT_EQ(tt::list_checkpoints(dir / "checkpoints"), std::vector<fs::path>{tt::checkpoint_path(dir / "checkpoints", 4)});
+  EXPECT_EQ(tt::list_checkpoints(dir / "checkpoints"),
+            std::vector<fs::path>{tt::checkpoint_path(dir / "checkpoints", 4)});
   EXPECT_EQ(tt::test::summary_of(dir)["status"], "interrupted");
 
   tt::Trainer resumed(tt::Trainer::pipeline_of_run(dir, {}), {dir, true, true});
@@ -1130,7 +1131,8 @@ TEST(Trainer, SettingsThatWouldChangeNothingInTheRunAreWarnedOf) {
   EXPECT_EQ(short_warmup.find("never rises"), std::string::npos) << short_warmup;
   // the topic data has no validation set
   const std::string evals = log_of(tt::test::topic_yaml(out, "  max_steps: 4\n  eval_every: 2\n"), "eval");
-  EXPECT_HAS(evals, "trainer.eval_every is set, but data (topic-synthetic) has no validation set: nothing is evaluated");
+  EXPECT_HAS(evals,
+             "trainer.eval_every is set, but data (topic-synthetic) has no validation set: nothing is evaluated");
   EXPECT_EQ(evals.find("never rises"), std::string::npos) << evals;
 }
 

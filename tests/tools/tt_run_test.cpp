@@ -44,7 +44,8 @@ TEST(TtRun, QuickstartConfigRunsAndPrintsASummary) {
   EXPECT_EQ(s["machine"]["libtorch"], TT_TORCH_VERSION_STRING);
   EXPECT_HAS(run(tt_run() + " --version").output, std::string("tt-run ") + tt::tt_version() + "\n");
   // every file it wrote, the plots' data included
-  for (const char* f : {"L.npy", "F.npy", "loss.png", "loss.dat", "log.txt", "metrics.jsonl", "pipeline.yaml", "summary.json"})
+  for (const char* f :
+       {"L.npy", "F.npy", "loss.png", "loss.dat", "log.txt", "metrics.jsonl", "pipeline.yaml", "summary.json"})
     EXPECT_HAS(s["outputs"].dump(), std::string("\"") + f + "\"");
 }
 

@@ -136,31 +136,49 @@ void Planner::calibrate(int& counter) {
   if (ref_index == s_.micro_sizes.size())
     throw std::runtime_error("the pipeline as written runs out of memory at every micro-batch down to " +
                              std::to_string(s_.micro_sizes.back()) + ": " + oom_reason);
+  // Each alternative alone at the reference's micro-batch, then the smallest micro-batch.
+  const Cost* smallest_cost = nullptr;
+  Candidate smallest = ref_;
+  for (size_t i = s_.micro_sizes.size() - 1; i > ref_index; --i) {  // the smallest that runs
+    smallest = {none, s_.micro_sizes[i]};
+    if (measure(smallest, counter).ok()) {
+      smallest_cost = &cache_[smallest];
+      break;
+    }
+  }
+  std::vector<std::vector<const Cost*>> alone(dims_.size());
+  bool faster_alone = false;
+  for (size_t d = 0; d < dims_.size(); ++d)
+    for (size_t a = 0; a < dims_[d].alternatives.size(); ++a) {
+      Candidate c = ref_;
+      c.pick[d] = static_cast<int>(a);
+      alone[d].push_back(&measure(c, counter));
+      faster_alone = faster_alone || (alone[d].back()->ok() && alone[d].back()->step_ms * 1.25 < ref_cost_.step_ms);
+    }
+  // The pipeline as written is every factor's and ratio's denominator: where a technique alone
+  // ran more than 1.25x faster than its one probe (techniques trade time for memory; one slow
+  // probe under load put a chunked-attention fit at 0.13x), it is measured again, as a reference
+  // probe (--max-probes does not count it). Its lowest median is its time.
+  if (faster_alone && cache_[ref_].probes < 2) ref_cost_ = remeasure(ref_, counter);
   // How the rest of the peak (activations, temporaries) and the step time follow the micro-batch,
   // from the two ends of the range: the micro-batches between are interpolated, not extrapolated
   // from a small difference between two neighbours. Where the smallest fails (a model that needs
   // more than one example), the smallest that runs.
-  for (size_t i = s_.micro_sizes.size() - 1; i > ref_index; --i) {
-    const Candidate smallest{none, s_.micro_sizes[i]};
-    const Cost& h = measure(smallest, counter);
-    if (h.ok()) {
-      const double sizes = static_cast<double>(ref_.micro) / static_cast<double>(smallest.micro);
-      rest_exponent_ = std::clamp(std::log(ratio(rest_of(ref_cost_), rest_of(h))) / std::log(sizes), 0.0, 1.5);
-      // t(m) = t_ref x ((1 - s) + s x n(m)/n(ref)), n(m) = ceil(batch/m) micro-steps: s within
-      // [0, 1], a smaller micro-batch is never faster and at most n(m)/n(ref) times slower
-      // (beyond that is load on the machine during a probe)
-      const double steps = static_cast<double>(micro_steps(smallest.micro)) / static_cast<double>(micro_steps(ref_.micro));
-      per_micro_step_ = std::clamp((ratio(h.step_ms, ref_cost_.step_ms) - 1.0) / (steps - 1.0), 0.0, 1.0);
-      break;
-    }
+  if (smallest_cost) {
+    const Cost& h = *smallest_cost;
+    const double sizes = static_cast<double>(ref_.micro) / static_cast<double>(smallest.micro);
+    rest_exponent_ = std::clamp(std::log(ratio(rest_of(ref_cost_), rest_of(h))) / std::log(sizes), 0.0, 1.5);
+    // t(m) = t_ref x ((1 - s) + s x n(m)/n(ref)), n(m) = ceil(batch/m) micro-steps: s within
+    // [0, 1], a smaller micro-batch is never faster and at most n(m)/n(ref) times slower
+    // (beyond that is load on the machine during a probe)
+    const double steps = static_cast<double>(micro_steps(smallest.micro)) / static_cast<double>(micro_steps(ref_.micro));
+    per_micro_step_ = std::clamp((ratio(h.step_ms, ref_cost_.step_ms) - 1.0) / (steps - 1.0), 0.0, 1.0);
   }
   factors_.assign(dims_.size(), {});
   for (size_t d = 0; d < dims_.size(); ++d) {
     factors_[d].resize(dims_[d].alternatives.size());
     for (size_t a = 0; a < dims_[d].alternatives.size(); ++a) {
-      Candidate c = ref_;
-      c.pick[d] = static_cast<int>(a);
-      const Cost& x = measure(c, counter);
+      const Cost& x = *alone[d][a];
       Factors& f = factors_[d][a];
       if (!x.ok()) {
         f.reason = dims_[d].alternatives[a].label + ": " +
@@ -370,14 +388,6 @@ Plan Planner::plan(int64_t budget, const Candidate* at_least, bool search) {
         ++probes_here;
       }
     }
-    // The pipeline as written is every ratio's denominator: probed once and slower than a fit by
-    // more than techniques that trade time for memory plausibly make up (one slow probe under
-    // load put a chunked-attention fit at 0.13x), it is measured again, as a reference probe
-    // (--max-probes does not count it). Its lowest median is its time.
-    const Cost* ref = measured(ref_);
-    if (const Row* f = fastest_fit(); f && ref && ref->ok() && ref->probes < 2 &&
-                                      measured(f->candidate)->step_ms * 1.25 < ref->step_ms)
-      remeasure(ref_, counter);
   }
   const Row* best = best_fit();
   if (!best) {

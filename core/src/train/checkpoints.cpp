@@ -37,9 +37,6 @@ double read_double(torch::serialize::InputArchive& ar, const std::string& key) {
   return v.toDouble();
 }
 
-// True where run resumes a completed run to use it as it is, in one process: summary.json says
-// it completed at step `step`, and the pipeline asks for the training length the run had (its
-// pipeline.yaml's trainer.max_steps and trainer.epochs), not more.
 // Whether a plugin added on resume can start without state from the checkpoint: it keeps none
 // (save_state writes nothing) and leaves the optimizer, whose state the checkpoint holds, alone.
 // Else why not.
@@ -59,7 +56,8 @@ std::string why_not_added(const Plugin& p) {
 // The checkpoint's plugin archive each of the pipeline's plugins reads (-1: none, a plugin added
 // on resume that keeps no state). The plugins the checkpoint was written with must all be there,
 // in the same order; others may be added where they keep no state (activation checkpointing
-// switched on after an out-of-memory).
+// switched on after an out-of-memory). A name listed twice (a plugin twice, Trainer::add_plugin's
+// "embedded") cannot tell whose state is whose: the lists must then be the same.
 std::vector<int> plugin_archives(const Run& run, const std::string& saved_list, const fs::path& file) {
   std::vector<std::string> saved;
   for (size_t a = 0; !saved_list.empty() && a <= saved_list.size();) {
@@ -69,12 +67,19 @@ std::vector<int> plugin_archives(const Run& run, const std::string& saved_list, 
   }
   const auto& plugins = run.host.plugins();
   std::vector<int> from(plugins.size(), -1);
+  std::vector<std::string> now;
+  for (const auto& p : plugins) now.push_back(p->name());
+  const auto repeats = [](std::vector<std::string> v) {
+    std::sort(v.begin(), v.end());
+    return std::adjacent_find(v.begin(), v.end()) != v.end();
+  };
+  const bool repeated = repeats(saved) || repeats(now);
   size_t next = 0;  // the saved plugins in their order
   for (size_t i = 0; i < plugins.size(); ++i)
     if (next < saved.size() && plugins[i]->name() == saved[next]) from[i] = static_cast<int>(next++);
   const std::string refused = detail::cat(file.string(), " was written with plugins [", saved_list,
                                           "] but the pipeline now has [", run.host.names(), "]: ");
-  TT_CHECK_AS(ConfigError, next == saved.size(), refused,
+  TT_CHECK_AS(ConfigError, next == saved.size() && (!repeated || saved.size() == plugins.size()), refused,
               "resume with the same plugins in the same order (their state is part of the checkpoint); a plugin "
               "that keeps no state, such as checkpoint or attention, may be added");
   for (size_t i = 0; i < plugins.size(); ++i) {
@@ -83,11 +88,13 @@ std::vector<int> plugin_archives(const Run& run, const std::string& saved_list, 
     TT_CHECK_AS(ConfigError, why.empty(), refused, "'", plugins[i]->name(), "' cannot be added on resume (", why,
                 "); resume with the plugins it was written with, or start a new run from its weights: "
                 "model.init_from=", run.state.run_dir.string());
-    log().info("resuming with plugin '{}' added (it keeps no state)", plugins[i]->name());
   }
   return from;
 }
 
+// True where run resumes a completed run to use it as it is, in one process: summary.json says
+// it completed at step `step`, and the pipeline asks for the training length the run had (its
+// pipeline.yaml's trainer.max_steps and trainer.epochs), not more.
 bool used_as_finished(const Run& run, int64_t step) {
   if (run.state.world_size != 1) return false;
   const nlohmann::json summary = read_summary(run.state.run_dir / "summary.json");
@@ -118,6 +125,9 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
   c10::IValue names;
   ar.read("trainer/plugins", names);
   const std::vector<int> archive_of = plugin_archives(run, names.toStringRef(), file);
+  std::string added;  // plugins added on resume
+  for (size_t i = 0; i < archive_of.size(); ++i)
+    if (archive_of[i] < 0) added += (added.empty() ? "" : ", ") + run.host.plugins()[i]->name();
   TT_CHECK_AS(ConfigError, !(run.sync && run.sync->owned_rows()), "trainer.dist_rows: owned cannot resume (",
               file.string(), " holds rank 0's optimizer moments only for the rows other ranks own); use dist_rows: all-reduce");
   c10::IValue ws;
@@ -144,11 +154,15 @@ void load_checkpoint_file(Run& run, const fs::path& file) {
     mismatch = first_line(what);
   }
   TT_CHECK_AS(ConfigError, mismatch.empty(), file.string(), " does not fit the model of this pipeline (", mismatch,
-           "): resume with the pipeline the run was made with");
+              ")", added.empty() ? ": resume with the pipeline the run was made with"
+              : "; plugins added on resume: [" + added + "], and a plugin that changes the model's parameters (as "
+                "lora adds adapters) cannot be: resume without it, or start a new run from its weights: "
+                "model.init_from=" + s.run_dir.string());
   if (!model_only) {  // a sharded optimizer's state fits its world size only
     ar.read("optimizer", opt_ar);
     s.optimizer->load(opt_ar);
   }
+  if (!added.empty()) log().info("resuming with plugins added: [{}] (they keep no state)", added);
   const auto& plugins = run.host.plugins();
   for (size_t i = 0; i < plugins.size(); ++i) {
     if (archive_of[i] < 0) continue;  // added on resume, keeping no state

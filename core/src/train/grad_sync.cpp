@@ -118,4 +118,14 @@ void GradSync::assemble_owned_rows() {
   run_.dist->take_comm_seconds();
 }
 
+void GradSync::gather_replica_hashes() {
+  std::vector<at::Tensor> ps;
+  for (const auto& t : run_.state.model->parameters()) ps.push_back(t);
+  auto& hashes = run_.record.replica_hashes;
+  hashes = run_.dist->all_gather_strings(dist::hash_tensors(ps));
+  for (const auto& h : hashes)
+    if (h != hashes[0])
+      log().warn("parameters differ across ranks at the end (hashes {} on rank 0, {} elsewhere)", hashes[0], h);
+}
+
 }  // namespace tt

@@ -25,6 +25,9 @@ class GradSync {
   void agree_on_stop();
   // All ranks start from rank 0's parameters and buffers (after a resume, too).
   void broadcast_model();
+  // At the end: every rank's hash of its parameters, for the summary (RunRecord::replica_hashes);
+  // the replicas must have stayed bitwise equal, and a difference is warned of.
+  void gather_replica_hashes();
   // trainer.dist_rows: owned: each rank trained the rows of its own documents (i % world ==
   // rank); every rank gets every row from its owner.
   void assemble_owned_rows();

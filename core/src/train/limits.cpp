@@ -24,9 +24,9 @@ void cap_memory(Run& run) {
   run.set_capping(true);
 }
 
-// Settings that would change nothing in this run, said once before it trains: a warm-up longer
-// than the run (the learning rate never reaches optimizer.lr) and evaluations with nothing to
-// evaluate. (Left silent, a 10-step run with warmup_steps 500 trained at 2% of its rate.)
+// Settings that would change nothing in this run, said once before it trains: a schedule that
+// never brings the learning rate above half of optimizer.lr (a warm-up longer than the run) and
+// evaluations with nothing to evaluate. (Left silent, a 10-step run with warmup_steps 500 trained at 2% of its rate.)
 void warn_of_unused_settings(const Run& run) {
   const State& s = run.state;
   const Pipeline& p = run.pipeline;

@@ -417,7 +417,6 @@ void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins) {
                "weights (set model.init_from to a run directory or weights file)",
                run.predict_input.empty() ? "" : " and predicts with");
   run.set_lr(run.schedule->lr({0, s.total_steps, 0.0, run.base_lr}));
-  warn_of_unused_settings(run);
 }
 
 }  // namespace tt

@@ -16,7 +16,7 @@ struct Run;
 // resume refused for its overrides, or stopped before, leaves the run as it was.
 void setup_run(Run& run, std::vector<std::unique_ptr<Plugin>> extra_plugins);
 
-// Warns of settings that would change nothing in this run (setup_run calls it).
+// Warns of settings that would change nothing in this run (the trainer, before a run trains).
 void warn_of_unused_settings(const Run& run);
 
 // Applies trainer.memory_cap (or a budget tt-run did not plan) for the training loop.

@@ -22,7 +22,7 @@
 
 namespace {
 
-// Whether /proc/cpuinfo's first "flags" line lists `flag`.
+// Whether /proc/cpuinfo's first "flags" line lists `flag` (x86).
 bool cpu_has_flag(const std::string& flag) {
   std::ifstream in("/proc/cpuinfo");
   for (std::string line; std::getline(in, line);) {
@@ -115,10 +115,12 @@ class AmpPlugin final : public tt::Plugin {
                    scaler_ ? "on (initial scale " + std::to_string(static_cast<int64_t>(scaler_->scale())) + ")"
                            : std::string("off"),
                    kept.empty() ? std::string() : "; float32 layers (" + std::to_string(n_kept) + "): " + kept);
+#if defined(__x86_64__) || defined(__i386__)  // /proc/cpuinfo's "flags" (an Arm CPU lists "Features")
     if (autocast_.cpu && dtype_ == c10::ScalarType::BFloat16 && !cpu_has_flag("amx_bf16") &&
         !cpu_has_flag("avx512_bf16"))
       tt::log().warn("amp: this CPU has no bf16 instructions (neither AMX nor AVX512-BF16): its bf16 matrix products "
                      "are emulated and slower than float32's, so bf16 saves memory here, not time");
+#endif
   }
 
   void before_step(tt::State& s) {

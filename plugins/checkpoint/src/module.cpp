@@ -182,8 +182,8 @@ void register_checkpoint(tt::Registry& r) {
         // differ from their defaults, which cannot be told from values left out).
         const auto only_for = [&](const char* key, bool given, const char* policy) {
           o.check(!given || c.policy == policy, key,
-                  std::string("is for policy: ") + policy + ", and the policy is " + c.policy + ": set policy: " + policy +
-                      " or remove " + key);
+                  std::string("is for policy: ") + policy + ", and the policy is " + c.policy +
+                      ": set policy: " + policy + " or remove " + key);
         };
         only_for("blocks", c.blocks.has_value(), "blocks");
         only_for("budget", c.budget.has_value(), "budget");
