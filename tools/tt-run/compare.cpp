@@ -418,8 +418,8 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   for (const auto& f : footnotes) std::printf("  * %s\n", f.c_str());
   std::printf("  MiB of tensors (tt's allocator): peak, the most live at once, and its parts params..rest (rest: "
               "backward's working memory, e.g. the blocks checkpointing re-runs, and what plugins hold unreported); "
-              "RSS: the training loop's peak resident set (the whole process's is process_peak_rss_bytes in compare.json); "
-              "step ms: the median step after the warm-up; vs base: the ratio to %s\n", spec.baseline.c_str());
+              "RSS: the training loop's peak resident set (the whole process's is process_peak_rss_bytes in "
+              "compare.json); step ms: the median step after the warm-up; vs base: the ratio to %s\n", spec.baseline.c_str());
   std::printf("  loss: the last finite step's training loss%s, after %d steps (trainer.max_steps: a schedule runs "
               "compressed into them): a check that the variants train alike, not a measure of what a full run reaches\n",
               val_key.empty() ? ""

@@ -171,7 +171,8 @@ void Planner::calibrate(int& counter) {
     // t(m) = t_ref x ((1 - s) + s x n(m)/n(ref)), n(m) = ceil(batch/m) micro-steps: s within
     // [0, 1], a smaller micro-batch is never faster and at most n(m)/n(ref) times slower
     // (beyond that is load on the machine during a probe)
-    const double steps = static_cast<double>(micro_steps(smallest.micro)) / static_cast<double>(micro_steps(ref_.micro));
+    const double steps =
+        static_cast<double>(micro_steps(smallest.micro)) / static_cast<double>(micro_steps(ref_.micro));
     per_micro_step_ = std::clamp((ratio(h.step_ms, ref_cost_.step_ms) - 1.0) / (steps - 1.0), 0.0, 1.0);
   }
   factors_.assign(dims_.size(), {});

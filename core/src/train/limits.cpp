@@ -26,7 +26,8 @@ void cap_memory(Run& run) {
 
 // Settings that would change nothing in this run, said once before it trains: a schedule that
 // never brings the learning rate above half of optimizer.lr (a warm-up longer than the run) and
-// evaluations with nothing to evaluate. (Left silent, a 10-step run with warmup_steps 500 trained at 2% of its rate.)
+// evaluations with nothing to evaluate. (Left silent, a 10-step run with warmup_steps 500 trained
+// at 2% of its rate.)
 void warn_of_unused_settings(const Run& run) {
   const State& s = run.state;
   const Pipeline& p = run.pipeline;
