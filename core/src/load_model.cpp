@@ -25,8 +25,8 @@ const std::vector<std::string> kReaderKeys = {"name", "init_from", "init_average
 
 }  // namespace
 
-void record_model(torch::serialize::OutputArchive& archive, const State& state) {
-  TT_CHECK(state.pipeline && state.model, "record_model: the state has no pipeline or model yet");
+ModelRecord model_record(const State& state) {
+  TT_CHECK(state.pipeline && state.model, "model_record: the state has no pipeline or model yet");
   const std::map<std::string, std::string> derived = state.model->derived_options();
   YAML::Emitter out;
   out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << state.pipeline->model.name;
@@ -35,17 +35,72 @@ void record_model(torch::serialize::OutputArchive& archive, const State& state) 
     out << YAML::Key << k << YAML::Value << YAML::Load(d != derived.end() ? d->second : v);
   }
   out << YAML::EndMap;
-  archive.write("model/options", c10::IValue(std::string(out.c_str())));
-  archive.write("model/data", c10::IValue(state.model->data_identity()));
+  return {out.c_str(), state.model->data_identity()};
 }
 
-std::string recorded_data_mismatch(torch::serialize::InputArchive& archive, const Model& model) {
-  c10::IValue recorded;
-  if (!archive.try_read("model/data", recorded)) return "";
-  const std::string was = recorded.toStringRef(), now = model.data_identity();
+void record_model(torch::serialize::OutputArchive& archive, const State& state) {
+  const ModelRecord r = model_record(state);
+  archive.write("model/options", c10::IValue(r.options_yaml));
+  archive.write("model/data", c10::IValue(r.data.value_or("")));
+}
+
+ModelRecord read_model_record(torch::serialize::InputArchive& archive) {
+  ModelRecord r;
+  c10::IValue v;
+  if (archive.try_read("model/options", v)) r.options_yaml = v.toStringRef();
+  if (archive.try_read("model/data", v)) r.data = v.toStringRef();
+  return r;
+}
+
+ModelRecord read_model_record(const fs::path& file) {
+  if (weights_file_kind(file) == WeightsFileKind::Checkpoint) {
+    torch::serialize::InputArchive ar;
+    ar.load_from(file.string());
+    return read_model_record(ar);
+  }
+  if (weights_file_kind(file) != WeightsFileKind::Safetensors) return {};
+  std::map<std::string, std::string> metadata;
+  read_safetensors(file, &metadata);
+  return record_of_metadata(metadata);
+}
+
+ModelRecord record_of_metadata(const std::map<std::string, std::string>& metadata) {
+  ModelRecord r;
+  if (auto it = metadata.find("tt.model"); it != metadata.end()) r.options_yaml = it->second;
+  if (auto it = metadata.find("tt.data"); it != metadata.end()) r.data = it->second;
+  return r;
+}
+
+std::string recorded_data_mismatch(const ModelRecord& record, const Model& model) {
+  if (!record.data) return "";
+  const std::string& was = *record.data;
+  const std::string now = model.data_identity();
   if (was == now) return "";
   return "was trained on data that gives " + (was.empty() ? std::string("nothing to check") : was) +
          "; this run's data gives " + (now.empty() ? std::string("nothing to check") : now);
+}
+
+std::string recorded_model_mismatch(const ModelRecord& record, const State& state) {
+  if (record.options_yaml.empty()) return recorded_data_mismatch(record, *state.model);
+  YAML::Node was;
+  try {
+    was = YAML::Load(record.options_yaml);
+  } catch (const YAML::Exception&) {  // not as tt writes it: nothing to check the model by
+    return recorded_data_mismatch(record, *state.model);
+  }
+  const YAML::Node now = YAML::Load(model_record(state).options_yaml);
+  const std::string name = now["name"].Scalar();
+  if (!was.IsMap() || !was["name"] || was["name"].Scalar() != name)
+    return "is a model of another kind (" + (was.IsMap() && was["name"] ? was["name"].Scalar() : std::string("?")) +
+           "), not " + name;
+  for (const auto& spec : Registry::global().model(name).schema.specs()) {
+    // a value not recorded, or recorded unset (~: a model that derives it without saying), is not known
+    if (!spec.architecture || !was[spec.key] || !now[spec.key] || was[spec.key].IsNull() || now[spec.key].IsNull())
+      continue;
+    const std::string a = YAML::Dump(was[spec.key]), b = YAML::Dump(now[spec.key]);
+    if (a != b) return "was trained with model." + spec.key + " = " + a + ", and this run's is " + b;
+  }
+  return recorded_data_mismatch(record, *state.model);
 }
 
 std::shared_ptr<Model> load_model(const std::string& path, const Datasets& data, const std::string& option) {
@@ -116,7 +171,7 @@ std::shared_ptr<Model> load_model(const std::string& path, const Datasets& data,
       TT_FAIL_AS(ConfigError, option, ": the model (", name, ") of ", file, " cannot be built over this run's data: ",
                  e.what());
     }
-    const std::string mismatch = recorded_data_mismatch(ar, *model);
+    const std::string mismatch = recorded_data_mismatch(read_model_record(ar), *model);
     TT_CHECK_AS(ConfigError, mismatch.empty(), option, ": the model of ", file, " ", mismatch,
                 ": its weights would mean other things here; train it on this run's data settings (an LM's "
                 "data.tokenizer) or use those");

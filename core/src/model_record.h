@@ -1,16 +1,28 @@
 #pragma once
-// Checking what a checkpoint recorded of its model's data (record_model, tt/weights.h) against a
-// model built over this run's data: load_model and model.init_from.
+// Checking what a run recorded of its model (tt::ModelRecord, tt/weights.h) against a model
+// built over this run's data: load_model and model.init_from.
 #include <torch/serialize/input-archive.h>
 
+#include <map>
 #include <string>
+
+#include "tt/weights.h"
 
 namespace tt {
 
 class Model;
+struct State;
 
-// "" when `archive` records no data identity or the same as `model`'s; else why they differ,
-// as a sentence part: "was trained on data whose tokenizer is X; this run's data gives Y".
-std::string recorded_data_mismatch(torch::serialize::InputArchive& archive, const Model& model);
+ModelRecord read_model_record(torch::serialize::InputArchive& archive);
+// A safetensors header's metadata ("tt.model", "tt.data"), as write_weights wrote it.
+ModelRecord record_of_metadata(const std::map<std::string, std::string>& metadata);
+
+// "" when `record` is empty or records the data identity `model` has; else why they differ, as
+// a sentence part: "was trained on data that gives X; this run's data gives Y".
+std::string recorded_data_mismatch(const ModelRecord& record, const Model& model);
+// As recorded_data_mismatch, and first another model, or an option its schema marks
+// architecture() (tt/options.h) recorded with another value than state's model has:
+// "was trained with model.n_heads = 4, and this run's is 8".
+std::string recorded_model_mismatch(const ModelRecord& record, const State& state);
 
 }  // namespace tt

@@ -129,6 +129,12 @@ Schema& Schema::validate(std::function<void(const Options&)> check) {
   return *this;
 }
 
+Schema& Schema::architecture() {
+  TT_CHECK(!specs_.empty(), "schema: architecture() before any option");
+  specs_.back().architecture = true;
+  return *this;
+}
+
 Schema& Schema::choices(std::vector<std::string> allowed) {
   TT_CHECK(!specs_.empty(), "schema: choices() before any option");
   OptionSpec& spec = specs_.back();
@@ -323,6 +329,7 @@ Options Options::parse(const YAML::Node& node, const Schema& schema, const std::
       v.yaml = check_value(n, spec.type, v.where, prefix + spec.key);
       check_allowed(spec, v.yaml, v.where, prefix + spec.key);
       v.null = false;
+      v.given = true;
     } else {
       // not given: a refusal points to the section (its file alone where the command line set
       // some of it); the message names the option
@@ -355,6 +362,11 @@ const Options::Value& Options::value(const std::string& key, Type expected) cons
 bool Options::is_set(const std::string& key) const {
   auto it = values_.find(key);
   return it != values_.end() && !it->second.null;
+}
+
+bool Options::is_given(const std::string& key) const {
+  auto it = values_.find(key);
+  return it != values_.end() && it->second.given;
 }
 
 bool Options::get_bool(const std::string& key) const { return value(key, Type::Bool).yaml == "true"; }

@@ -112,6 +112,11 @@ void apply_override(YAML::Node root, const std::string& text) {
   set_dotted(root, text.substr(0, eq), v, where);
 }
 
+void refuse_cap_beside_budget(const Pipeline& p, const std::string& budget) {
+  p.trainer.check(!p.trainer.is_set("memory_cap"), "memory_cap",
+                  "is set beside " + budget + ": the budget is planned and then becomes the cap; remove memory_cap");
+}
+
 namespace {
 
 const std::vector<std::string> kTopKeys = {"name",     "seed",    "model",   "data",   "optimizer",
@@ -296,9 +301,7 @@ Pipeline parse_tree(YAML::Node root, const std::string& file, const std::vector<
                     "must be at most batch_size (" + std::to_string(batch) + ")");
   }
   if (p.trainer.is_set("memory_budget")) {
-    p.trainer.check(!p.trainer.is_set("memory_cap"), "memory_budget",
-                    "and trainer.memory_cap are both set: the budget is planned and then becomes the cap; remove "
-                    "memory_cap");
+    refuse_cap_beside_budget(p, "trainer.memory_budget");
     try {
       parse_budget(p.trainer.get_string("memory_budget"));
     } catch (const ConfigError& e) {

@@ -203,13 +203,18 @@ std::string gnuplot_quoted(const std::string& s) {
 }
 
 bool plot_png(const fs::path& data, const fs::path& png, const std::string& title, const std::string& xlabel,
-              const std::string& ylabel, const std::string& using_cols, bool logy) {
+              const std::string& ylabel, const std::string& using_cols, bool logy, const fs::path& points,
+              const std::string& line_title, const std::string& points_title) {
   std::ostringstream script;
   script << "set title " << gnuplot_quoted(title) << "\n"
          << "set xlabel " << gnuplot_quoted(xlabel) << "\nset ylabel " << gnuplot_quoted(ylabel) << "\n"
-         << "set grid\nset key off\n"
+         << "set grid\n" << (points.empty() ? "set key off\n" : "set key top right\n")
          << (logy ? "set logscale y\n" : "") << "plot " << gnuplot_quoted(data.string()) << " using " << using_cols
-         << " with lines lw 2\n";
+         << " with lines lw 2" << (points.empty() ? " notitle" : " title " + gnuplot_quoted(line_title));
+  if (!points.empty())
+    script << ", " << gnuplot_quoted(points.string()) << " using 1:2 with linespoints lw 2 pt 7 ps 1.2 title "
+           << gnuplot_quoted(points_title);
+  script << "\n";
   const fs::path log_file = png.parent_path() / "gnuplot.log";
   if (gnuplot_png(script.str(), png, "900,500", log_file)) return true;
   log().warn("no plot {}: gnuplot is missing, failed, or could not write the image (disk full?); see {} "

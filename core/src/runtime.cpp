@@ -25,7 +25,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
+#include <iterator>
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <thread>
 
 namespace tt {
@@ -39,19 +43,49 @@ int usable_cores() {
 
 const char* tt_version() { return TT_VERSION; }
 
-std::string cpu_model() {
+namespace {
+// The text after the colon of /proc/cpuinfo's first line that starts with one of `keys`, or "".
+std::string cpuinfo_field(std::initializer_list<const char*> keys) {
   std::ifstream in("/proc/cpuinfo");
   for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
-      const size_t at = line.find_first_not_of(" \t", line.find(':') + 1);
-      if (at != std::string::npos) return line.substr(at);
-    }
-  return "unknown CPU";
+    for (const char* key : keys)
+      if (line.rfind(key, 0) == 0 && line.find(':') != std::string::npos) {
+        const size_t at = line.find_first_not_of(" \t", line.find(':') + 1);
+        return at == std::string::npos ? std::string() : line.substr(at);
+      }
+  return {};
+}
+}  // namespace
+
+std::string cpu_model() {
+  const std::string model = cpuinfo_field({"model name"});
+  return model.empty() ? "unknown CPU" : model;
+}
+
+bool cpu_has_flag(const std::string& flag) {
+  static const std::set<std::string> flags = [] {
+    std::istringstream words(cpuinfo_field({"flags", "Features"}));
+    return std::set<std::string>(std::istream_iterator<std::string>(words), std::istream_iterator<std::string>());
+  }();
+  return flags.count(flag) != 0;
 }
 
 double load_average() {
   double load = -1;
   return getloadavg(&load, 1) == 1 ? load : -1;
+}
+
+double others_load(double load_before, double load_after, int threads) {
+  if (load_before < 0 || load_after < 0) return -1;
+  return std::max(load_before, load_after - threads);
+}
+
+std::string load_warning(double others, const std::string& whose, const std::string& again) {
+  if (others < 0.5) return "";
+  char head[64];
+  std::snprintf(head, sizeof head, "  ! the load average is about %.1f more than ", others);
+  return head + whose + " own threads make: other processes were running, so step times and their ratios are not "
+                        "reliable; " + again + "\n";
 }
 
 int threads_from_environment() {

@@ -82,7 +82,7 @@ void write_safetensors(const fs::path& file, const NamedTensors& tensors,
   out.commit("cannot write", "(disk full? nothing was written there)");
 }
 
-NamedTensors read_safetensors(const fs::path& file) {
+NamedTensors read_safetensors(const fs::path& file, std::map<std::string, std::string>* metadata) {
   const std::string f = file.string();
   const std::string fix = "; write it again with safetensors' save_file (or tt's export)";
   detail::PreadFile in(file.string());
@@ -117,6 +117,8 @@ NamedTensors read_safetensors(const fs::path& file) {
       if (strings)
         for (const auto& m : v) strings = strings && m.is_string();
       TT_CHECK_AS(ConfigError, strings, f, ": __metadata__ must map strings to strings", fix);
+      if (metadata)
+        for (const auto& [k, m] : v.items()) (*metadata)[k] = m.get<std::string>();
       continue;
     }
     const std::string where = f + ": tensor '" + name + "'";

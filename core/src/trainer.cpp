@@ -96,7 +96,7 @@ struct Trainer::Impl {
     run.eval_peaks = {std::max(run.eval_peaks.tensor, own.tensor), std::max(run.eval_peaks.rss, own.rss)};
     fire(Event::EVAL);
     fire(Event::AFTER_EVAL);
-    run.record.validation = s.metrics;
+    run.record.add_validation(s.step, s.metrics);
     run.last_eval_step = s.step;
     std::string text;
     for (const auto& [k, v] : s.metrics) text += fmt::format(" {} {:.6g}", k, v);
@@ -305,7 +305,7 @@ struct Trainer::Impl {
     if (run.last_checkpoint_step != s.step && s.step > run.start_step) checkpoint();
     if (run.sync) run.sync->gather_replica_hashes();
     s.metrics.clear();
-    const bool exports = !run.pipeline.output.get_list("export").empty();
+    const std::vector<std::string> exports = run.pipeline.output.get_list("export");
     stop_if_asked("its outputs", true);
     set_phase("writing outputs");
     if (run.root)
@@ -313,12 +313,12 @@ struct Trainer::Impl {
         s.model->write_outputs(s.run_dir, s);
         return 0;
       });
-    stop_if_asked(exports ? "its weights export and summary.json" : "summary.json");
+    stop_if_asked(exports.empty() ? "summary.json" : "its weights export and summary.json");
     if (run.root)  // output.export: the weights for other tools
-      for (const auto& name : run.pipeline.output.get_list("export")) {
+      for (const auto& name : exports) {
         const WeightsFormat format = weights_format(name);
         const fs::path file = s.run_dir / weights_file_name(format);
-        write_weights(file, format, module_tensors(*s.model));
+        write_weights(file, format, module_tensors(*s.model), model_record(s));
         log().info("weights exported to {}", file.string());
       }
     rec.model_metrics = s.metrics;

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "atomic_file.h"
+#include "model_record.h"
 #include "tt/checkpoint.h"
 #include "tt/error.h"
 #include "tt/torch_save.h"
@@ -100,7 +101,7 @@ NamedTensors module_tensors(const torch::nn::Module& module) {
   return out;
 }
 
-NamedTensors checkpoint_model_tensors(const fs::path& checkpoint) {
+NamedTensors checkpoint_model_tensors(const fs::path& checkpoint, ModelRecord* record) {
   const std::string f = checkpoint.string();
   if (const std::string damage = archive_damage(checkpoint); !damage.empty())
     TT_FAIL_AS(ConfigError, f, ": damaged: ", damage, "; use an older checkpoint of the run");
@@ -111,7 +112,9 @@ NamedTensors checkpoint_model_tensors(const fs::path& checkpoint) {
     TT_FAIL_AS(ConfigError, f, ": not a tt checkpoint (", first_line(e.what_without_backtrace()), ")");
   }
   TT_CHECK_AS(ConfigError, ar.try_read("model", model), f, ": a TorchScript archive without a \"model\" entry, not a "
-              "tt checkpoint");
+              "tt checkpoint: give a run directory or one of its checkpoints (lora's merged.pt is one; its adapters.pt "
+              "holds the adapters alone, which plugins: [{name: lora, load: FILE}] reads)");
+  if (record) *record = read_model_record(ar);
   NamedTensors out;
   collect(model, "", out);
   return out;
@@ -144,9 +147,14 @@ void write_state_dict(const fs::path& file, const NamedTensors& tensors) {
   out.commit("cannot write", "(disk full? nothing was written there)");
 }
 
-void write_weights(const fs::path& file, WeightsFormat format, const NamedTensors& tensors) {
-  if (format == WeightsFormat::Safetensors) write_safetensors(file, tensors);
-  else write_state_dict(file, tensors);
+void write_weights(const fs::path& file, WeightsFormat format, const NamedTensors& tensors, const ModelRecord& record) {
+  if (format == WeightsFormat::StateDict) return write_state_dict(file, tensors);
+  std::map<std::string, std::string> metadata{{"format", "pt"}};
+  if (!record.empty()) {
+    metadata["tt.model"] = record.options_yaml;
+    if (record.data) metadata["tt.data"] = *record.data;
+  }
+  write_safetensors(file, tensors, metadata);
 }
 
 NamedTensors read_state_dict(const fs::path& file) {

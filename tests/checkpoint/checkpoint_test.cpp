@@ -356,6 +356,8 @@ TEST(Checkpoint, PluginCutsMeasuredActivationsAndRefusesModelsWithoutBlocks) {
             "blocks is for policy: blocks, and the policy is every: set policy: blocks or remove blocks"},
            {"{name: checkpoint, budget: 1GiB}", "budget is for policy: budget, and the policy is all"},
            {"{name: checkpoint, every: 3}", "every is for policy: every, and the policy is all"},
+           // given with its default's value: still given, still unused
+           {"{name: checkpoint, policy: selective, every: 2}", "every is for policy: every, and the policy is selective"},
            {"{name: checkpoint, policy: blocks, blocks: [1], fraction: 0.25}",
             "fraction is for policy: selective, and the policy is blocks"}}) {
     r = tt::test::run(tt::test::tt_run_bin() + " " + (dir / "base.yaml").string() + " -q 'plugins=[" + plugin + "]'");

@@ -273,6 +273,62 @@ TEST(Compare, PipelineFilesNamedOnTheCommandLineKeepTheirOwnPlugins) {
   EXPECT_EQ(folders[0].rfind("plain-vs-ckpt-compare-", 0), 0u) << folders[0];
 }
 
+// tt-run --compare RUN_DIR RUN_DIR: the table of runs that exist, from what they measured; each
+// row is its run's summary (memory) and metrics.jsonl (the median step after --warmup), nothing runs.
+TEST(Compare, RunDirectoriesAreTabulatedFromWhatTheyMeasured) {
+  Cmp c;
+  std::ofstream(c.dir / "plain.yaml") << c.base();
+  std::ofstream(c.dir / "ckpt.yaml") << c.base() << "plugins: [checkpoint]\n";
+  for (const char* tag : {"plain", "ckpt"}) {
+    auto r = tt::test::run(tt::test::tt_run_bin() + " -q " + (c.dir / (std::string(tag) + ".yaml")).string() +
+                           " trainer.max_steps=5 --run-dir " + (c.dir / "runs" / tag).string());
+    ASSERT_EQ(r.rc, 0) << r.output;
+  }
+  const fs::path plain = c.dir / "runs" / "plain", ckpt = c.dir / "runs" / "ckpt";
+  auto r = tt::test::run(tt::test::tt_run_bin() + " --compare " + plain.string() + " " + ckpt.string() +
+                         "/ --warmup 1 --run-dir " + (c.dir / "table").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_HAS(r.output, "after each run's own steps; step ms leaves each run's first 1 steps out");
+  EXPECT_HAS(r.output, "runs measured on " + tt::cpu_model());
+  const json j = tt::test::read_json(c.dir / "table" / "compare.json");
+  EXPECT_EQ(j["baseline"], "plain");
+  EXPECT_TRUE(j["steps"].is_null());
+  auto v = by_name(j);
+  ASSERT_TRUE(v["plain"]["ok"].get<bool>()) << r.output;
+  ASSERT_TRUE(v["ckpt"]["ok"].get<bool>()) << r.output;  // named by its directory, the trailing / aside
+  for (const auto& [name, dir] : {std::pair<std::string, fs::path>{"plain", plain}, {"ckpt", ckpt}}) {
+    const json summary = tt::test::read_json(dir / "summary.json");
+    EXPECT_EQ(v[name]["peak_tensor_bytes"], summary["memory"]["peak_tensor_bytes"]) << name;
+    EXPECT_EQ(v[name]["activations_bytes"], summary["memory"]["activations_bytes"]) << name;
+    EXPECT_EQ(v[name]["final_loss"], summary["final_loss"]) << name;
+    EXPECT_EQ(v[name]["timed_steps"], 4) << name;  // steps 2..5
+    EXPECT_EQ(v[name]["plugins"], summary["plugins"]) << name;
+  }
+  EXPECT_LT(v["ckpt"]["peak_vs_baseline"].get<double>(), 1.0);
+  EXPECT_TRUE(fs::exists(plain / "summary.json") && !fs::exists(c.dir / "table" / "plain")) << "nothing ran";
+
+  // refusals: a run directory beside a pipeline, one without summary.json, two of one name, options that run
+  fs::create_directories(c.dir / "empty");
+  fs::create_directories(c.dir / "other" / "plain");
+  fs::copy(plain / "summary.json", c.dir / "other" / "plain" / "summary.json");
+  for (const auto& [args, expect] : std::vector<std::pair<std::string, std::string>>{
+           {plain.string() + " " + (c.dir / "ckpt.yaml").string(), "name run directories only (their table)"},
+           {plain.string() + " " + (c.dir / "empty").string(), "has no summary.json: not a tt run directory"},
+           {plain.string() + " " + (c.dir / "other" / "plain").string(), "two runs are named 'plain'"},
+           {plain.string() + " " + ckpt.string() + " --steps 3", "tabulates what they measured and runs nothing"},
+           {plain.string(), "name two or more run directories"}}) {
+    r = tt::test::run(tt::test::tt_run_bin() + " --compare " + args + " --run-dir " + (c.dir / "refused").string());
+    EXPECT_EQ(r.rc, 2) << args << "\n" << r.output;
+    EXPECT_HAS(r.output, expect);
+  }
+  // a summary without figures (a run that failed in its set-up) is a row saying so: exit 7
+  std::ofstream(c.dir / "empty" / "summary.json") << "{\"status\": \"failed\"}";
+  r = tt::test::run(tt::test::tt_run_bin() + " --compare " + plain.string() + " " + (c.dir / "empty").string() +
+                    " --run-dir " + (c.dir / "partial").string());
+  EXPECT_EQ(r.rc, 7) << r.output;
+  EXPECT_HAS(r.output, "no figures: a run that failed before training writes none");
+}
+
 TEST(Compare, AVariantWithoutPluginsKeepsThePipelinesAndAnEmptyListRemovesThem) {
   Cmp c;
   auto r = c.run("keep", "compare:\n  steps: 2\n  warmup_steps: 0\n  variants:\n    kept: {}\n    none: {plugins: []}\n",

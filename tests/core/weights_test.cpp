@@ -195,6 +195,13 @@ TEST(Weights, TtRunExportsAtTheEndOfTheFitAndFromARunOrCheckpoint) {
   const auto ckpts = tt::list_checkpoints(d / "run" / "checkpoints");
   ASSERT_FALSE(ckpts.empty());
   expect_same(tt::checkpoint_model_tensors(ckpts.back()), at_end);
+  // the safetensors file records the model as the checkpoint does (model.init_from checks it);
+  // the state dict holds tensors only
+  const tt::ModelRecord record = tt::read_model_record(d / "run" / "model.safetensors");
+  EXPECT_HAS(record.options_yaml, "name: topic");
+  EXPECT_EQ(record.options_yaml, tt::read_model_record(ckpts.back()).options_yaml);
+  EXPECT_EQ(record.data, tt::read_model_record(ckpts.back()).data);
+  EXPECT_TRUE(tt::read_model_record(d / "run" / "model_state_dict.pt").empty());
 
   r = tt::test::run(tt_run + " --export safetensors " + (d / "run").string() + " --out " + (d / "again.safetensors").string());
   ASSERT_EQ(r.rc, 0) << r.output;

@@ -276,6 +276,9 @@ TEST(LoraPlugin, InitFromAndBadOptionsAreClearErrors) {
   for (const Case& c : std::vector<Case>{
            {"[]", nowhere, "does not exist", 2},
            {"[{name: lora, targets: [nope]}]", "~", "'nope' matches no Linear layer", 2},
+           {"[{name: lora, targets: [q_proj, v_proj]}]", "~",
+            "'q_proj' matches no Linear layer of the model (some of its layers: blocks.0.attn.qkv", 2},
+           {"[{name: lora, targets: [v_proj]}]", "~", "one Linear here, attn.qkv: targets: [qkv]", 2},
            {"[{name: lora, r: 0}]", "~", "r", 2},
            {"[{name: lora, load: " + nowhere + "}]", "~", "does not exist", 2},
        }) {

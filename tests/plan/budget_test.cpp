@@ -180,7 +180,14 @@ TEST(Budget, BadBudgetsAreRefusedBeforeAnythingRuns) {
   r = tt::test::run(tt::test::tt_run_bin() + " --dry-run " + (b.lm.dir / "both.yaml").string());
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_HAS(r.output, "both.yaml");
-  EXPECT_HAS(r.output, "trainer.memory_budget and trainer.memory_cap are both set");
+  EXPECT_HAS(r.output, "trainer.memory_cap is set beside trainer.memory_budget");
+  // --budget beside a pipeline's memory_cap: refused before any probe, at memory_cap's line
+  b.lm.run("cap", "[]", "batch_size: 8, max_steps: 1, memory_cap: 1GiB");
+  r = b.run("cap", "--budget 1GiB");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "cap.yaml:");
+  EXPECT_HAS(r.output, "trainer.memory_cap is set beside --budget: the budget is planned and then becomes the cap");
+  EXPECT_EQ(r.output.find("probe"), std::string::npos) << r.output;
 
   r = b.run("base", "--budget 1GiB --recommend");
   EXPECT_EQ(r.rc, 2) << r.output;

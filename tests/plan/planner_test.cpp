@@ -12,6 +12,7 @@
 
 #include "child.h"
 #include "plan.h"
+#include "tt/runtime.h"
 #include "planner.h"
 
 namespace {
@@ -631,8 +632,8 @@ TEST(Planner, WhereTheSmallestMicroBatchFailsTheSmallestThatRunsCalibrates) {
 // measurements: the load before, or the load after less the measurement's own threads, from half
 // a core on; nothing where the load average cannot be read.
 TEST(LoadWarning, NamesOtherProcessesShareFromHalfACore) {
-  using tt::child::load_warning;
-  using tt::child::others_load;
+  using tt::load_warning;
+  using tt::others_load;
   EXPECT_EQ(others_load(-1, 3.0, 2), -1);
   EXPECT_EQ(others_load(0.2, -1, 2), -1);
   EXPECT_DOUBLE_EQ(others_load(0.2, 3.0, 2), 1.0);  // the load after, less its own 2 threads

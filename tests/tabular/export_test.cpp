@@ -123,7 +123,10 @@ for k, v in expected.items():
 raw = open(os.path.join(d, 'src', 'model.safetensors'), 'rb').read()
 n = int.from_bytes(raw[:8], 'little')
 header = json.loads(raw[8:8 + n])
-assert header.pop('__metadata__') == {'format': 'pt'}
+# safetensors' own key, and the record of the model tt checks model.init_from by (docs/export.md)
+meta = header.pop('__metadata__')
+assert meta['format'] == 'pt' and set(meta) == {'format', 'tt.model', 'tt.data'}, meta
+assert meta['tt.model'].startswith('name: tabular-icl\n') and '\nn_heads: ' in meta['tt.model'], meta
 assert set(header) == set(expected), sorted(header)
 dtypes = {'F32': torch.float32, 'F64': torch.float64, 'I64': torch.int64, 'BF16': torch.bfloat16}
 for k, h in header.items():

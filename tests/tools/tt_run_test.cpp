@@ -42,6 +42,10 @@ TEST(TtRun, QuickstartConfigRunsAndPrintsASummary) {
                                           (dir / "run").string()}));
   EXPECT_EQ(s["machine"]["tt"], tt::tt_version());
   EXPECT_EQ(s["machine"]["libtorch"], TT_TORCH_VERSION_STRING);
+  // the load around it (Linux: always readable), what the printed summary's warning of other
+  // processes' work is taken from
+  EXPECT_GE(s["machine"]["load_average_before"].get<double>(), 0.0);
+  EXPECT_GE(s["machine"]["load_average_after"].get<double>(), 0.0);
   EXPECT_HAS(run(tt_run() + " --version").output, std::string("tt-run ") + tt::tt_version() + "\n");
   // every file it wrote, the plots' data included
   for (const char* f :

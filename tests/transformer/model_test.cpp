@@ -3,6 +3,7 @@
 // sampling, the errors a user meets first, its output head (extension point 10) and building a
 // finished run's model again (tt::load_model).
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
 #include <torch/torch.h>
 
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "tt/dataset.h"
 #include "tt/error.h"
 #include "tt/extension.h"
+#include "tt/log.h"
 #include "tt/nn.h"
 #include "tt/plugin.h"
 #include "tt/registry.h"
@@ -590,6 +592,71 @@ TEST(TransformerLM, LoadModelTakesTheNewestReadableCheckpointAndRefusesAnotherTo
   EXPECT_NE(msg.find(".init_from"), std::string::npos) << msg;
   EXPECT_NE(msg.find("was trained on data that gives tokenizer bytes; this run's data gives tokenizer sentencepiece"),
             std::string::npos) << msg;
+
+  // A safetensors export records the model as the checkpoint does: the other tokenizer is refused
+  // from it too, and so is another n_heads (the same tensors split into other heads, which their
+  // shapes do not show). A state dict records nothing: it loads, with a warning that says so.
+  const fs::path st = dir / "t.safetensors", sd = dir / "t.pt";
+  tt::write_weights(st, tt::WeightsFormat::Safetensors, first, tt::read_model_record(step1));
+  tt::write_weights(sd, tt::WeightsFormat::StateDict, first, tt::read_model_record(step1));
+  EXPECT_FALSE(tt::read_model_record(st).empty());
+  EXPECT_TRUE(tt::read_model_record(sd).empty());
+  const auto start = [&](const std::string& model, const std::string& data_extra, const std::string& tag) {
+    return tt::test::refusal_of([&] {
+      tt::Trainer s(tt::parse_pipeline(lm_yaml(dir, "  max_steps: 1\n", model, data_extra), tag + ".yaml"),
+                    {dir / tag, false, true});
+      s.fit();
+    });
+  };
+  msg = start(std::string(kSmall) + ", vocab: 256, init_from: " + st.string(), ", tokenizer: " + t.out, "from-st-sp");
+  EXPECT_HAS(msg, st.string() + "'s model was trained on data that gives tokenizer bytes; this run's data gives "
+                  "tokenizer sentencepiece");
+  msg = start("d_model: 32, n_layers: 2, n_heads: 4, init_from: " + st.string(), "", "from-st-heads");
+  EXPECT_HAS(msg, st.string() + "'s model was trained with model.n_heads = 2, and this run's is 4: its weights would "
+                  "mean other things here");
+  msg = start("d_model: 32, n_layers: 2, n_heads: 4, init_from: " + (dir / "teacher").string(), "", "from-run-heads");
+  EXPECT_HAS(msg, "was trained with model.n_heads = 2, and this run's is 4");
+  std::ostringstream said;
+  tt::log().sinks().push_back(std::make_shared<spdlog::sinks::ostream_sink_mt>(said));
+  msg = start(std::string(kSmall) + ", vocab: 256, init_from: " + sd.string(), ", tokenizer: " + t.out, "from-sd-sp");
+  tt::log().sinks().pop_back();
+  EXPECT_EQ(msg, "") << "a state dict records nothing to refuse it by";
+  EXPECT_HAS(said.str(), "records no model options or tokenizer (a PyTorch state dict; tt's safetensors export "
+                         "records them): that they are this run's is not checked");
+  EXPECT_TRUE(fs::exists(dir / "from-sd-sp" / "summary.json"));
+}
+
+// loss.png draws each evaluation's val_loss as a point over the training loss: val_loss.dat holds
+// them (step, val_loss), those of metrics.jsonl's evaluation lines, once per evaluated step (the
+// final evaluation at a step just evaluated is not run again).
+TEST(TransformerLM, TheLossPlotsDataHasEachEvaluationsValidationLoss) {
+  register_lm();
+  auto dir = tt::test::temp_dir("lm-val-plot");
+  write_corpus(dir, "train.txt", 200, 15);
+  write_corpus(dir, "val.txt", 20, 16);
+  std::string yaml = lm_yaml(dir, "  max_steps: 5\n  eval_every: 2\n");
+  yaml.replace(yaml.find("plots: false"), 12, "plots: true");
+  tt::Trainer run(tt::parse_pipeline(yaml, "p.yaml"), {dir / "run", false, true});
+  run.fit();
+  std::vector<std::pair<int64_t, double>> logged;
+  std::istringstream metrics(tt::test::read_file(dir / "run" / "metrics.jsonl"));
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("val_loss") && !j.contains("step_seconds")) logged.emplace_back(j["step"], j["val_loss"]);
+  }
+  ASSERT_EQ(logged.size(), 3u);  // after steps 2 and 4, and the final one after 5
+  std::istringstream dat(tt::test::read_file(dir / "run" / "val_loss.dat"));
+  size_t rows = 0;
+  for (int64_t step; dat >> step; ++rows) {
+    double v = 0;
+    dat >> v;
+    ASSERT_LT(rows, logged.size());
+    EXPECT_EQ(step, logged[rows].first);
+    EXPECT_NEAR(v, logged[rows].second, 1e-5 * v);
+  }
+  EXPECT_EQ(rows, 3u);
+  const auto outputs = tt::test::read_json(dir / "run" / "summary.json")["outputs"];
+  EXPECT_NE(std::find(outputs.begin(), outputs.end(), "val_loss.dat"), outputs.end()) << outputs;
 }
 
 TEST(TransformerLM, EvaluationComputesTheLossAFewRowsAtATimeAsOverTheWholeBatch) {

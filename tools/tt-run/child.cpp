@@ -117,18 +117,6 @@ double samples_per_s(double examples_per_step, double step_ms) {
   return step_ms > 0 ? examples_per_step * 1e3 / step_ms : 0;
 }
 
-double others_load(double load_before, double load_after, int threads) {
-  if (load_before < 0 || load_after < 0) return -1;
-  return std::max(load_before, load_after - threads);
-}
-
-std::string load_warning(double others, const std::string& whose, const std::string& again) {
-  if (others < 0.5) return "";
-  return fmt::format("  ! the load average is about {:.1f} more than {} own threads make: other processes were "
-                     "running, so step times and their ratios are not reliable; {}\n",
-                     others, whose, again);
-}
-
 std::string trains_no_steps(const std::string& file) {
   return file + " trains no steps (trainer.max_steps: 0: it evaluates, or predicts, with the weights it loads)";
 }

@@ -50,11 +50,5 @@ std::string trains_no_steps(const std::string& file);
 // Examples per second at a step time: what a table shows beside that time.
 double samples_per_s(double examples_per_step, double step_ms);
 
-// Other processes' share of the machine's 1-minute load average over a measurement (the larger
-// of the load before it began and the load after it less its own `threads`), or -1 where the
-// load average cannot be read; and the line that warns of it under a table of step times
-// ("" below half a core). `whose`: "this comparison's", "the probes'".
-double others_load(double load_before, double load_after, int threads);
-std::string load_warning(double others, const std::string& whose, const std::string& again);
 
 }  // namespace tt::child

@@ -50,6 +50,7 @@ struct Spec {
   std::vector<Variant> variants;
   std::string baseline;
   int steps = 20, warmup = 3, repeats = 1;
+  bool existing = false;  // run directories tabulated as they are (each its own steps), nothing run
 };
 
 struct Result : child::Measured {
@@ -268,7 +269,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   };
   json doc = {{"pipeline", o.files.size() == 1 ? o.files[0] : std::string()},
               {"baseline", spec.baseline},
-              {"steps", spec.steps},
+              {"steps", spec.existing ? json() : json(spec.steps)},
               {"warmup_steps", spec.warmup},
               {"repeats", spec.repeats},
               {"variants", json::array()}};
@@ -282,8 +283,17 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   int threads = 0;
   for (const auto& r : results)
     if (r.ok) threads = std::max(threads, r.summary.value("threads", 0));
-  const double others = child::others_load(load_before, load_after, threads);
-  const std::string cpu = cpu_model();
+  const double others = others_load(load_before, load_after, threads);
+  // Runs tabulated as they are: what their summaries say they ran on (the load then is unknown).
+  std::string cpu = cpu_model();
+  std::set<std::string> run_cpus;
+  if (spec.existing) {
+    for (const auto& r : results)
+      if (r.ok) run_cpus.insert(r.summary["machine"].value("cpu", std::string("an unrecorded CPU")));
+    cpu.clear();
+    for (const auto& c : run_cpus) cpu += (cpu.empty() ? "" : " and ") + c;
+  }
+  if (spec.existing) doc["runs"] = o.files;
   doc["machine"] = {{"cpu", cpu},
                     {"cores", cores},
                     {"libtorch", TT_TORCH_VERSION_STRING},
@@ -420,22 +430,102 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
               "backward's working memory, e.g. the blocks checkpointing re-runs, and what plugins hold unreported); "
               "RSS: the training loop's peak resident set (the whole process's is process_peak_rss_bytes in "
               "compare.json); step ms: the median step after the warm-up; vs base: the ratio to %s\n", spec.baseline.c_str());
-  std::printf("  loss: the last finite step's training loss%s, after %d steps (trainer.max_steps: a schedule runs "
-              "compressed into them): a check that the variants train alike, not a measure of what a full run reaches\n",
-              val_key.empty() ? ""
-              : fmt::format(" and {} the {}", val_key, section == "model_metrics" ? "model's figure at the end"
-                                                                                      : "end's evaluation").c_str(),
-              spec.warmup + spec.steps);
-  std::printf("  on %s (%d cores), LibTorch %s, %d thread%s per variant; %s\n", cpu.c_str(), cores,
-              TT_TORCH_VERSION_STRING, threads, threads == 1 ? "" : "s",
-              load_known ? fmt::format("the machine's load average {:.2f} before, {:.2f} after", load_before,
-                                       load_after).c_str()
-                         : "the machine's load average unknown");
-  std::fputs(child::load_warning(others, "this comparison's",
-                                 "compare again on an idle machine (--repeats N runs the variants in turn)").c_str(),
-             stdout);
+  const std::string validation =
+      val_key.empty() ? ""
+                      : fmt::format(" and {} the {}", val_key,
+                                    section == "model_metrics" ? "model's figure at the end" : "end's evaluation");
+  if (spec.existing) {
+    std::printf("  loss: the last finite step's training loss%s, after each run's own steps; step ms leaves each "
+                "run's first %d steps out (--warmup N) and is the median of its logged steps\n",
+                validation.c_str(), spec.warmup);
+    std::printf("  runs measured on %s%s\n", cpu.c_str(),
+                run_cpus.size() > 1 ? ": their times are of different machines, not comparable as ratios" : "");
+  } else {
+    std::printf("  loss: the last finite step's training loss%s, after %d steps (trainer.max_steps: a schedule runs "
+                "compressed into them): a check that the variants train alike, not a measure of what a full run "
+                "reaches\n",
+                validation.c_str(), spec.warmup + spec.steps);
+    std::printf("  on %s (%d cores), LibTorch %s, %d thread%s per variant; %s\n", cpu.c_str(), cores,
+                TT_TORCH_VERSION_STRING, threads, threads == 1 ? "" : "s",
+                load_known ? fmt::format("the machine's load average {:.2f} before, {:.2f} after", load_before,
+                                         load_after).c_str()
+                           : "the machine's load average unknown");
+    std::fputs(load_warning(others, "this comparison's",
+                            "compare again on an idle machine (--repeats N runs the variants in turn)").c_str(),
+               stdout);
+  }
   std::ofstream(out / "compare.json") << tt::json_text(doc, 2) << "\n";
   pareto_plot(out, spec.variants, results);
+}
+
+// tt-run --compare RUN_DIR RUN_DIR ...: the table of runs that exist, from their summary.json
+// and metrics.jsonl, as a comparison's variants are tabulated; nothing runs. Each row is a run as
+// it ran (its own steps, batch, plugins), the first the baseline.
+int tabulate(const Options& o) {
+  TT_CHECK_AS(ConfigError, o.files.size() >= 2, "--compare: ", o.files[0], " is a run directory: name two or more "
+              "run directories to tabulate them, or pipelines to compare");
+  TT_CHECK_AS(ConfigError, o.overrides.empty() && o.steps < 0 && o.repeats < 0 && !o.dry_run,
+              "--compare with run directories tabulates what they measured and runs nothing: overrides, --steps, "
+              "--repeats and --dry-run are for pipelines (--warmup N sets the steps left out of the step time)");
+  Spec spec;
+  spec.existing = true;
+  spec.warmup = o.warmup >= 0 ? o.warmup : spec.warmup;
+  std::vector<Result> results;
+  std::set<std::string> seen;
+  std::string name;
+  for (const auto& f : o.files) {
+    const fs::path dir = fs::path(f).lexically_normal();
+    TT_CHECK_AS(ConfigError, fs::is_directory(dir), "--compare: ", f, fs::exists(f) ? " is not a directory" : ": no such "
+                "directory", ": name run directories only (their table), or pipeline files only (a comparison)");
+    TT_CHECK_AS(ConfigError, fs::is_regular_file(dir / "summary.json"), "--compare: ", f, " has no summary.json: not a "
+                "tt run directory, or a run that ended before writing it");
+    Variant v;
+    v.file = v.at = f;
+    v.name = (dir.filename().empty() ? dir.parent_path() : dir).filename().string();
+    TT_CHECK_AS(ConfigError, seen.insert(v.name).second, "--compare: two runs are named '", v.name, "' (", f,
+                "): rows are named by directory name; copy or link one under another name");
+    if (spec.variants.size() < 3) name += (spec.variants.empty() ? "" : "-vs-") + v.name;
+    spec.variants.push_back(v);
+    Result r;
+    try {
+      const child::Measured measured = child::collect(dir, spec.warmup);
+      r.runs.push_back(measured);
+      r.show(measured);
+      r.repeat_step_ms.push_back(r.step_ms);
+      r.ok = !measured.step_times_ms.empty();
+      r.status = r.ok ? "ok" : "no timed step";
+      if (!r.ok)
+        r.reason = "it logged no step after its first " + std::to_string(spec.warmup) +
+                   " (metrics.jsonl; --warmup N leaves fewer out)";
+    } catch (const std::exception& e) {  // a summary of a run that failed has no memory figures
+      r.status = "unreadable";
+      r.reason = "no figures: a run that failed before training writes none (" + (dir / "summary.json").string() +
+                 ": " + first_line(e.what()) + ")";
+    }
+    results.push_back(std::move(r));
+  }
+  if (spec.variants.size() > 3) name += "-and-" + std::to_string(spec.variants.size() - 3) + "-more";
+  spec.baseline = spec.variants.front().name;
+  const fs::path first = fs::path(o.files[0]).lexically_normal();
+  const fs::path out = !o.out_dir.empty() ? fs::path(o.out_dir)
+                                          : timestamped_dir((first.filename().empty() ? first.parent_path() : first)
+                                                                .parent_path().string(), name + "-compare");
+  fs::create_directories(out);
+  write_report(out, o, spec, results, 0, -1);
+  std::printf("\n%s: compare.csv, compare.json%s\n", out.c_str(),
+              fs::exists(out / "compare.png") ? ", compare.png (Pareto plot)" : "");
+  std::fflush(stdout);
+  for (size_t i = 0; i < results.size(); ++i) {
+    const std::string status = results[i].ok ? results[i].summary.value("status", std::string("completed")) : "";
+    if (!status.empty() && status != "completed")
+      std::fprintf(stderr, "tt-run: note: %s's status is %s: its figures are of the steps it took\n",
+                   spec.variants[i].name.c_str(), status.c_str());
+  }
+  const auto failed = std::count_if(results.begin(), results.end(), [](const Result& r) { return !r.ok; });
+  if (failed > 0)
+    std::fprintf(stderr, "tt-run: %td of %zu runs have no figures; their rows say why (exit %d)\n", failed,
+                 results.size(), kSomeVariantsFailed);
+  return failed > 0 ? kSomeVariantsFailed : 0;
 }
 
 }  // namespace
@@ -445,6 +535,8 @@ int run(const Options& o) {
   // compare.* overrides (compare.steps=10) change the comparison itself; the others each variant.
   std::vector<std::string> compare_overrides, overrides;
   for (const auto& ov : o.overrides) (ov.rfind("compare.", 0) == 0 ? compare_overrides : overrides).push_back(ov);
+  if (std::any_of(o.files.begin(), o.files.end(), [](const std::string& f) { return fs::is_directory(f); }))
+    return tabulate(o);
   Spec spec;
   std::string name;
   if (o.files.size() == 1) {

@@ -15,6 +15,8 @@
 //
 //   tt-run PIPELINE.yaml            with a compare: section
 //   tt-run --compare A.yaml B.yaml  each file a variant (named by its file name)
+//   tt-run --compare RUN_A RUN_B    runs that exist, tabulated from their summary.json and
+//                                   metrics.jsonl (the median step after --warmup); nothing runs
 //
 // compare:
 //   baseline: baseline       # the variant ratios are taken against (default: the first)

@@ -17,6 +17,7 @@ int run(const Options& o) {
   TT_CHECK_AS(ConfigError, !o.source.empty(), "--export ", o.format, " needs a run directory or a checkpoint file, e.g. "
               "tt-run --export ", o.format, " runs/NAME");
   NamedTensors tensors;
+  ModelRecord record;  // what the checkpoint records of its model: a safetensors export carries it
   fs::path out = o.out;
   fs::path from;
   if (fs::is_directory(src)) {
@@ -26,7 +27,7 @@ int run(const Options& o) {
     std::string failures;
     for (auto it = files.rbegin(); it != files.rend() && from.empty(); ++it) {
       try {
-        tensors = checkpoint_model_tensors(*it);
+        tensors = checkpoint_model_tensors(*it, &record);
         from = *it;
       } catch (const ConfigError& e) {
         failures += std::string("\n  ") + e.what();  // unreadable: the one before (as --resume does)
@@ -44,7 +45,7 @@ int run(const Options& o) {
     const WeightsFileKind kind = weights_file_kind(src);
     TT_CHECK_AS(ConfigError, kind == WeightsFileKind::Checkpoint, src.string(), " is a ", kind_name(kind),
                 ", not a tt checkpoint: --export reads a run directory or one of its checkpoints/step-*.pt");
-    tensors = checkpoint_model_tensors(src);
+    tensors = checkpoint_model_tensors(src, &record);
     from = src;
     if (out.empty())
       out = src.parent_path() / (src.stem().string() + (format == WeightsFormat::Safetensors ? ".safetensors" : "_state_dict.pt"));
@@ -58,7 +59,7 @@ int run(const Options& o) {
                 "exported weights file", ": --export writes a new file or replaces an earlier export; name another "
                 "file");
   }
-  write_weights(out, format, tensors);
+  write_weights(out, format, tensors, record);
   if (!o.quiet) std::printf("%zu tensors of %s written to %s\n", tensors.size(), from.string().c_str(), out.string().c_str());
   return 0;
 }

@@ -6,6 +6,7 @@
 //   tt-run --resume RUN_DIR [key=value]    continue a run from its newest checkpoint
 //   tt-run PIPELINE.yaml                   with a compare: section: compare its variants (compare.h)
 //   tt-run --compare A.yaml B.yaml ...     compare pipelines (--steps, --warmup, --repeats)
+//   tt-run --compare RUN_A RUN_B ...       the table of runs that exist (--warmup)
 //   tt-run --profile-memory PIPELINE.yaml  breakdown, per-block table, tensor bytes over one step
 //   tt-run --budget 1.5GiB PIPELINE.yaml   plan the fastest plugins/micro-batch that fit, then train (plan.h)
 //   tt-run --recommend PIPELINE.yaml       the planned settings for budgets of 0.5 to 16 GiB
@@ -242,7 +243,8 @@ int tt_run(int argc, char** argv) {
   app.add_flag("--list", list, "list models, datasets, plugins, optimizers and schedules with their options");
   app.add_flag("--compare", compare,
                "compare pipelines: tt-run --compare A.yaml B.yaml ... (each a variant, run in its own process); a "
-               "pipeline with a compare: section is compared without this flag");
+               "pipeline with a compare: section is compared without this flag; tt-run --compare RUN_DIR RUN_DIR ... "
+               "tabulates runs that exist");
   app.add_flag("--profile-memory", profile,
                "train 3 steps and profile the third with tt's meter: breakdown, per-block activation bytes and "
                "forward/backward time, live tensor bytes over the step (memory_profile.json, memory_timeline.png)");

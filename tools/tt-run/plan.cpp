@@ -298,8 +298,7 @@ Outcome run(const RunOptions& o) {
   TT_CHECK_AS(ConfigError, o.max_probes >= 1, "--max-probes must be at least 1");
   TT_CHECK_AS(ConfigError, o.margin >= 0 && o.margin < 0.9, "--margin must be in [0, 0.9), e.g. 0.1");
   const Pipeline p = load_pipeline(o.file, o.overrides);
-  TT_CHECK_AS(ConfigError, !p.trainer.is_set("memory_cap"), o.file,
-              ": trainer.memory_cap and a memory budget are both set; the budget becomes the cap: remove memory_cap");
+  refuse_cap_beside_budget(p, o.recommend ? "--recommend's budgets" : "--budget");
 
   // The pipeline as a YAML tree with the overrides applied: probes and the plan start from it.
   YAML::Node base = child::load_yaml(o.file);
@@ -323,7 +322,7 @@ Outcome run(const RunOptions& o) {
   // What the probes' step times were measured beside (as compare says it under its table).
   const auto load_line = [&] {
     const int threads = usable_threads(static_cast<int>(p.trainer.get_int("threads")));
-    return child::load_warning(child::others_load(load_before, load_average(), threads), "the probes'",
+    return load_warning(others_load(load_before, load_average(), threads), "the probes'",
                                "plan again on an idle machine (the peaks hold; the choice of the fastest does not)");
   };
   Planner* self = nullptr;

@@ -136,7 +136,7 @@ void Planner::calibrate(int& counter) {
   if (ref_index == s_.micro_sizes.size())
     throw std::runtime_error("the pipeline as written runs out of memory at every micro-batch down to " +
                              std::to_string(s_.micro_sizes.back()) + ": " + oom_reason);
-  // Each alternative alone at the reference's micro-batch, then the smallest micro-batch.
+  // The smallest micro-batch that runs, then each alternative alone at the reference's micro-batch.
   const Cost* smallest_cost = nullptr;
   Candidate smallest = ref_;
   for (size_t i = s_.micro_sizes.size() - 1; i > ref_index; --i) {  // the smallest that runs

@@ -12,7 +12,7 @@
 #include "tt/compat.h"
 
 // Bump when tt_module_info, Registry, Plugin, Model, Dataset, State or nn::Block change layout.
-#define TT_API_VERSION 15u
+#define TT_API_VERSION 16u
 #define TT_MODULE_ENTRY_SYMBOL "tt_module_entry"
 
 namespace tt {

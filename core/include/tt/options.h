@@ -82,6 +82,7 @@ struct TT_API OptionSpec {
   Range range;                            // Int, Float, Bytes: the allowed values
   std::vector<std::string> choices;       // String, or each item of a List: the allowed values
   std::shared_ptr<const FieldBinding> field;  // set by Schema::field
+  bool architecture = false;              // Schema::architecture: what a model's weights mean depends on it
   // What the value may be, for --list and messages: "", ">= 0", "in [0, 1)", "error | skip".
   std::string allowed() const;
 };
@@ -106,6 +107,10 @@ class TT_API Schema {
   // narrows it.
   Schema& range(Range a, Range b = {});  // range(gt(0)), range(ge(0), lt(1))
   Schema& choices(std::vector<std::string> allowed);
+  // Marks the option declared last (a model's) as one that what the weights mean depends on,
+  // shapes aside: n_heads splits the same d_model-wide tensors otherwise. model.init_from refuses
+  // weights whose record (a checkpoint's, a safetensors export's) gives it another value.
+  Schema& architecture();
   // A check of the options taken together (one against another: n_heads divides d_model), run
   // by Options::parse once each value is read. So the pipeline's reading refuses what the
   // component would refuse when built (--dry-run, a comparison's variants, the planner), before
@@ -145,6 +150,9 @@ class TT_API Options {
   static Options defaults(const Schema& schema, const std::string& context);
 
   bool is_set(const std::string& key) const;  // present and not null
+  // Whether the pipeline or the command line gave `key` a value (its default does not count):
+  // for refusing an option that the rest of the options would leave unused.
+  bool is_given(const std::string& key) const;
   bool get_bool(const std::string& key) const;
   int64_t get_int(const std::string& key) const;
   double get_float(const std::string& key) const;
@@ -176,6 +184,7 @@ class TT_API Options {
   struct Value {
     Type type = Type::String;
     bool null = true;
+    bool given = false;  // set in the pipeline or on the command line, not a default
     std::string yaml;  // canonical YAML text
     std::string where;
   };

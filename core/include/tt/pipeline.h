@@ -67,6 +67,11 @@ TT_API void apply_override(YAML::Node root, const std::string& key_equals_value)
 TT_API const Schema& trainer_schema();
 TT_API const Schema& output_schema();
 
+// Refuses (ConfigError at memory_cap's file and line) a trainer.memory_cap set beside a memory
+// budget, `budget` naming where that comes from ("trainer.memory_budget", "--budget"): the budget
+// is planned and then becomes the cap, so the cap would be ignored.
+TT_API void refuse_cap_beside_budget(const Pipeline& p, const std::string& budget);
+
 // Throws tt::Error naming the file (and line:column) for every problem.
 TT_API Pipeline load_pipeline(const std::string& path, const std::vector<std::string>& overrides = {});
 TT_API Pipeline parse_pipeline(const std::string& yaml_text, const std::string& file_label,

@@ -97,10 +97,12 @@ TT_API double unix_seconds();
 // so that two processes started in the same second take two names.
 TT_API std::filesystem::path timestamped_dir(const std::filesystem::path& parent, const std::string& stem);
 
-// Draws y over x from columns of a whitespace data file with gnuplot into a PNG.
-// Returns false (and logs why) when gnuplot is missing or fails.
+// Draws y over x from columns of a whitespace data file with gnuplot into a PNG; `points`, where
+// given, is a second file whose columns 1:2 are drawn as points over it, the two named in a key
+// (`line_title`, `points_title`). Returns false (and logs why) when gnuplot is missing or fails.
 TT_API bool plot_png(const std::filesystem::path& data, const std::filesystem::path& png, const std::string& title,
                      const std::string& xlabel, const std::string& ylabel, const std::string& using_cols,
-                     bool logy = false);
+                     bool logy = false, const std::filesystem::path& points = {}, const std::string& line_title = "",
+                     const std::string& points_title = "");
 
 }  // namespace tt

@@ -35,9 +35,18 @@ TT_API int usable_cores();
 // What a time was measured on: the CPU's model name (/proc/cpuinfo's first "model name", else
 // "unknown CPU") and the 1-minute load average (-1 where it cannot be read).
 TT_API std::string cpu_model();
+// Whether the CPU lists `flag` among its instruction-set flags (/proc/cpuinfo's first "flags" line
+// on x86, "Features" on Arm), read once per process; false where the file cannot be read.
+TT_API bool cpu_has_flag(const std::string& flag);
 // tt's version (CMake's project version), as tt-run --version and summary.json give it.
 TT_API const char* tt_version();
 TT_API double load_average();
+// Other processes' share of the machine's 1-minute load average over a measurement (the larger
+// of the load before it began and the load after it less its own `threads`), or -1 where the
+// load average cannot be read; and the line that warns of it under a table or summary of step
+// times ("" below half a core). `whose`: "this comparison's", "this run's".
+TT_API double others_load(double load_before, double load_after, int threads);
+TT_API std::string load_warning(double others, const std::string& whose, const std::string& again);
 TT_API void set_flush_denormal(bool on);
 TT_API void seed_everything(uint64_t seed);
 

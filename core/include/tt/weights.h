@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,17 +53,36 @@ TT_API const char* kind_name(WeightsFileKind kind);  // "safetensors file", "PyT
 TT_API NamedTensors module_tensors(const torch::nn::Module& module);
 // The "model" entry of a tt checkpoint file, the same names and order (ConfigError when the
 // archive is damaged or has no model).
-TT_API NamedTensors checkpoint_model_tensors(const std::filesystem::path& checkpoint);
+// `record`, where given, receives what the checkpoint records of its model (ModelRecord, below).
+struct ModelRecord;
+TT_API NamedTensors checkpoint_model_tensors(const std::filesystem::path& checkpoint, ModelRecord* record = nullptr);
+
+// What a run records of its model beside its weights: its name and options as YAML, with the
+// values its factory derived in place of those left unset (Model::derived_options), and
+// Model::data_identity (an LM's tokenizer). A checkpoint holds it ("model/options", "model/data"),
+// a safetensors export too (its __metadata__'s "tt.model" and "tt.data"); a state dict does not.
+// Empty where nothing is recorded.
+struct ModelRecord {
+  std::string options_yaml;
+  std::optional<std::string> data;
+  bool empty() const { return options_yaml.empty() && !data; }
+};
+TT_API ModelRecord model_record(const State& state);
+// The record of a checkpoint or a safetensors file; empty for a state dict or a file without one.
+TT_API ModelRecord read_model_record(const std::filesystem::path& file);
 
 // Writers: tensors are copied to the CPU, contiguous, without autograd. `metadata` goes to the
 // safetensors header's "__metadata__".
 TT_API void write_safetensors(const std::filesystem::path& file, const NamedTensors& tensors,
                               const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
 TT_API void write_state_dict(const std::filesystem::path& file, const NamedTensors& tensors);
-TT_API void write_weights(const std::filesystem::path& file, WeightsFormat format, const NamedTensors& tensors);
+// A safetensors file carries `record` in its metadata; a state dict holds the tensors only.
+TT_API void write_weights(const std::filesystem::path& file, WeightsFormat format, const NamedTensors& tensors,
+                          const ModelRecord& record = {});
 
-// Readers, in the file's order.
-TT_API NamedTensors read_safetensors(const std::filesystem::path& file);
+// Readers, in the file's order. `metadata`, where given, receives the safetensors header's.
+TT_API NamedTensors read_safetensors(const std::filesystem::path& file,
+                                     std::map<std::string, std::string>* metadata = nullptr);
 TT_API NamedTensors read_state_dict(const std::filesystem::path& file);
 // A safetensors file, a state dict or a tt checkpoint, told apart by content (weights_file_kind).
 TT_API NamedTensors read_weights(const std::filesystem::path& file, WeightsFileKind* kind = nullptr);

@@ -21,6 +21,17 @@ namespace fs = std::filesystem;
 
 namespace tt {
 
+namespace {
+// Refuses weights recorded (tt::ModelRecord) with another model, architecture option or data than
+// this run's: the same tensors would mean other things.
+void check_record(const Options& M, const ModelRecord& record, const State& state, const std::string& file) {
+  const std::string other = recorded_model_mismatch(record, state);
+  M.check(other.empty(), "init_from",
+          file + "'s model " + other + ": its weights would mean other things here; use the model and data settings "
+                 "it was trained with (an LM's data.tokenizer)");
+}
+}  // namespace
+
 void init_model_from(Run& run, const std::string& from, int64_t average) {
   Model& model = *run.state.model;
   const Options& M = run.pipeline.model.options;  // its messages name the pipeline's line
@@ -38,12 +49,32 @@ void init_model_from(Run& run, const std::string& from, int64_t average) {
             std::to_string(average) + " needs init_from to be a run directory with that many checkpoints, not the file " +
                 from);
     if (const WeightsFileKind kind = weights_file_kind(src); kind != WeightsFileKind::Checkpoint) {
+      // A safetensors export records its model (tt/weights.h): checked as a checkpoint's is. A
+      // state dict, or another tool's file, has nothing to check by.
+      ModelRecord record;
+      NamedTensors tensors;
       try {
-        load_weights(model, read_weights(src), from);
+        std::map<std::string, std::string> metadata;
+        tensors = kind == WeightsFileKind::Safetensors ? read_safetensors(src, &metadata) : read_weights(src);
+        record = record_of_metadata(metadata);
+      } catch (const ConfigError& e) {
+        M.fail("init_from", e.what());
+      }
+      check_record(M, record, run.state, from);
+      try {
+        load_weights(model, tensors, from);
       } catch (const ConfigError& e) {
         M.fail("init_from", e.what());
       }
       log().info("model weights from {} ({})", from, kind_name(kind));
+      // Unchecked data (an LM's tokenizer: the ids would mean other tokens) is warned of; a model
+      // without data to check is told in the log only (the shipped tabular weights).
+      if (record.empty())
+        log().log(model.data_identity().empty() ? spdlog::level::info : spdlog::level::warn,
+                  "model.init_from: {} records no model options or tokenizer (a {}{}): that they are this run's is "
+                  "not checked, only the tensors' names and shapes", from, kind_name(kind),
+                  kind == WeightsFileKind::Safetensors ? " of another tool's or an older tt's"
+                                                       : "; tt's safetensors export records them");
       return;
     }
     files.push_back(src);
@@ -69,11 +100,7 @@ void init_model_from(Run& run, const std::string& from, int64_t average) {
       failures += "\n  " + it->string() + ": " + first_line(what, 200);
       continue;  // unreadable: try the one before (as --resume does)
     }
-    const std::string other_data = recorded_data_mismatch(ar, model);
-    M.check(other_data.empty(), "init_from",
-            it->string() + "'s model " + other_data +
-                ": its weights would mean other things here; use the data settings it was trained with (an LM's "
-                "data.tokenizer)");
+    check_record(M, read_model_record(ar), run.state, it->string());
     std::string mismatch;
     try {
       mismatch = load_model_checked(run, model_ar);

@@ -6,10 +6,12 @@
 #include <torch/types.h>
 
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "train/gradient_ready.h"
@@ -19,6 +21,7 @@
 #include "tt/meter.h"
 #include "tt/pipeline.h"
 #include "tt/report.h"
+#include "tt/runtime.h"
 #include "tt/state.h"
 #include "tt/trainer.h"
 
@@ -65,15 +68,23 @@ struct RunRecord {
   int64_t dropped_batches = 0;                     // by this process: non-finite losses (on_nan: skip)
   Clock::time_point started, train_started, epoch_started;
   double started_unix = 0;  // when fit() began, Unix seconds (summary started_at)
+  double load_before = -1;  // the machine's 1-minute load average when fit() began (-1: unknown)
   void start() {
     started = Clock::now();
     started_unix = unix_seconds();
+    load_before = load_average();
     started_on_disk = std::filesystem::file_time_type::clock::now();
   }
   std::filesystem::file_time_type started_on_disk;  // the files this process writes are newer
   double setup_seconds = 0, train_seconds = 0;
   struct rusage usage_start {}, usage_end {};  // around the training loop
   std::map<std::string, double> validation;    // the last evaluation's metrics
+  std::vector<std::pair<int64_t, double>> val_losses;  // each evaluation's (step, val_loss): loss.png's points
+  void add_validation(int64_t step, const std::map<std::string, double>& metrics) {
+    validation = metrics;
+    const auto it = metrics.find("val_loss");
+    if (it != metrics.end() && std::isfinite(it->second)) val_losses.emplace_back(step, it->second);
+  }
   std::map<std::string, double> model_metrics; // what the model's write_outputs reported
   std::vector<std::string> replica_hashes;     // every rank's parameter hash after the fit
   int64_t library_pages_released = 0;          // RSS given back before training (release_library_pages)

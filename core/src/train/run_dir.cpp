@@ -148,6 +148,16 @@ std::vector<LoggedLoss> logged_losses(const fs::path& metrics, int64_t up_to) {
   return out;
 }
 
+std::vector<std::pair<int64_t, double>> logged_val_losses(const fs::path& metrics, int64_t up_to) {
+  std::vector<std::pair<int64_t, double>> out;
+  for_each_step_line(metrics, [&](int64_t step, const nlohmann::json& j) {
+    if (j.contains("step_seconds") || !j.contains("val_loss") || !j["val_loss"].is_number()) return;  // a step's line
+    const double v = j["val_loss"].get<double>();
+    if (step <= up_to && std::isfinite(v) && (out.empty() || step > out.back().first)) out.emplace_back(step, v);
+  });
+  return out;
+}
+
 std::string moved_data_hint(const Run& run) {
   const std::string first = run.config.resume ? started_in(run.state.run_dir) : "";
   if (first.empty()) return "";

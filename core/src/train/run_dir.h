@@ -48,6 +48,9 @@ struct LoggedLoss {
   int64_t examples;
 };
 std::vector<LoggedLoss> logged_losses(const std::filesystem::path& metrics, int64_t up_to);
+// The (step, val_loss) of metrics.jsonl's evaluation lines up to `up_to`: the validation points
+// of a resumed run's loss plot from before the resume.
+std::vector<std::pair<int64_t, double>> logged_val_losses(const std::filesystem::path& metrics, int64_t up_to);
 
 // For a resume's refusal of its data: " (the run was started in DIR, ...)" where a relative path
 // among the data's options is missing here and found where the run started; else "".

@@ -125,7 +125,15 @@ json RunReport::build() const {
       {"trainable_parameters", count_elements(run_.trainable)},
       {"threads", run_.threads},
       {"machine",
-       {{"cpu", cpu_model()}, {"cores", usable_cores()}, {"libtorch", TT_TORCH_VERSION_STRING}, {"tt", tt_version()}}},
+       {{"cpu", cpu_model()},
+        {"cores", usable_cores()},
+        {"libtorch", TT_TORCH_VERSION_STRING},
+        {"tt", tt_version()},
+        {"load_average_before", rec.load_before >= 0 ? json(rec.load_before) : json()},
+        {"load_average_after", [] {
+           const double load = load_average();
+           return load >= 0 ? json(load) : json();
+         }()}}},
       {"wall_seconds", seconds_since(rec.started)},
       {"started_at", iso_time(static_cast<std::time_t>(std::floor(rec.started_unix)))},
       {"ended_at", iso_time(static_cast<std::time_t>(std::floor(unix_seconds())))},
@@ -275,11 +283,27 @@ void RunReport::write_plots() const {
     }
     write_file_atomic(data_file, out.str());
   }
-  const bool logy = std::all_of(losses.begin(), losses.end(), [](const LoggedLoss& l) { return l.loss > 0; });
+  // The evaluations' val_loss as points over it (a loss of the same kind: not beside a summed one
+  // drawn per example); a resumed run's from its start, as the steps'.
+  std::vector<std::pair<int64_t, double>> vals;
+  if (!per_example) {
+    if (run_.start_step > 0) vals = logged_val_losses(run_.state.run_dir / "metrics.jsonl", run_.start_step);
+    for (const auto& v : rec.val_losses)
+      if (vals.empty() || v.first > vals.back().first) vals.push_back(v);
+  }
+  const fs::path val_file = run_.state.run_dir / "val_loss.dat";
+  if (!vals.empty()) {
+    std::ostringstream out;
+    for (const auto& [step, v] : vals) out << step << ' ' << v << '\n';
+    write_file_atomic(val_file, out.str());
+  }
+  const bool logy = std::all_of(losses.begin(), losses.end(), [](const LoggedLoss& l) { return l.loss > 0; }) &&
+                    std::all_of(vals.begin(), vals.end(), [](const auto& v) { return v.second > 0; });
   plot_png(data_file, run_.state.run_dir / "loss.png",
            run_.pipeline.name + (per_example ? ": training loss per example (a batch's summed loss over its examples)"
-                                             : ": training loss"),
-           "step", per_example ? "loss / example" : "loss", per_example ? "1:3" : "1:2", logy);
+                                 : vals.empty() ? ": training loss" : ": training and validation loss"),
+           "step", per_example ? "loss / example" : "loss", per_example ? "1:3" : "1:2", logy,
+           vals.empty() ? fs::path() : val_file, "training loss (each logged step)", "validation loss (val_loss)");
 }
 
 void RunReport::print() const {
@@ -304,9 +328,24 @@ void RunReport::print() const {
     out += fmt::format(", {}{:.{}f} steps/s, median step {:.2f} ms", here, sps, decimals,
                        1e3 * summary_["median_step_seconds"].get<double>());
   }
+  // Other processes' work slows the steps unevenly (two threads on two busy cores ran 25x slower
+  // than one): said where it was more than half a core. One process's threads only, and a run of
+  // 10 s at least (the 1-minute load average of a shorter one is of what ran before it).
+  const json& machine = summary_["machine"];
+  const std::string busy =
+      s.world_size > 1 || summary_.value("train_seconds", 0.0) < 10 || machine["load_average_before"].is_null() ||
+              machine["load_average_after"].is_null()
+          ? ""
+          : load_warning(others_load(machine["load_average_before"].get<double>(),
+                                     machine["load_average_after"].get<double>(), run_.threads),
+                         "this run's",
+                         run_.threads > 1 ? fmt::format("where other work keeps cores busy, fewer trainer.threads "
+                                                        "(this run: {}) can be faster", run_.threads)
+                                          : std::string("train again on an idle machine for times to compare"));
   if (summary_.contains("stopped_early_by"))
     out += fmt::format("; stopped early by plugin '{}'", summary_["stopped_early_by"].get<std::string>());
   out += outputs_only_ ? "; trained before, this run wrote the outputs\n" : "\n";
+  out += busy;
   if (run_.record.epoch_losses.size() > 1)
     out += fmt::format("  loss       epoch {}: {:.6g}  ->  epoch {}: {:.6g}\n", summary_["first_epoch"].get<int64_t>(),
                        summary_["first_epoch_loss"].get<double>(), s.epoch, summary_["final_epoch_loss"].get<double>());

@@ -605,7 +605,7 @@ Schema model_schema() {
       .field("d_id", &M::d_id, std::nullopt, "width of a feature's random identity (up to this many features get orthogonal ones)").range(ge(1))
       .field("d_model", &M::d_model, std::nullopt, "row representation width (the readout's values are the 10 classes' one-hot labels)").range(ge(kMaxClasses))
       .field("n_layers", &M::n_layers, std::nullopt, "in-context transformer blocks").range(ge(1))
-      .field("n_heads", &M::n_heads, std::nullopt, "attention heads (d_model must be a multiple)").range(ge(1))
+      .field("n_heads", &M::n_heads, std::nullopt, "attention heads (d_model must be a multiple)").range(ge(1)).architecture()
       .field("d_ff", &M::d_ff, std::nullopt, "MLP width").range(ge(1))
       .field("eval_chunk", &M::eval_chunk, 1024, "query rows per forward pass at evaluation and prediction").range(ge(1))
       .field("ensemble", &M::ensemble, 8, "evaluation and prediction: average over at least this many members (each its own feature identities; taking the views of preprocess in turn)").range(ge(1))
@@ -615,6 +615,12 @@ Schema model_schema() {
       .field("readout_temperature", &M::readout_temperature, 0.5, "evaluation and prediction: the readout attention's temperature (its logits divided by it; below 1 sharpens the class probabilities, which training at 1 leaves too soft on real tables)").range(gt(0))
       .field("pca_variance", &M::pca_variance, 0.99, "evaluation and prediction: the pca views keep the leading components that hold this share of the support's variance (at most member_features)").range(gt(0), le(1))
       .validate(check_model);
+}
+
+std::map<std::string, std::string> TabularIcl::derived_options() const {
+  return {{"d_cell", std::to_string(s_.d_cell)},   {"d_id", std::to_string(s_.d_id)},
+          {"d_model", std::to_string(s_.d_model)}, {"n_layers", std::to_string(s_.n_layers)},
+          {"n_heads", std::to_string(s_.n_heads)}, {"d_ff", std::to_string(s_.d_ff)}};
 }
 
 std::shared_ptr<Model> make_model(const Options& o, const Datasets& data) {

@@ -142,6 +142,8 @@ class TabularIcl : public Model {
   at::Tensor predict_table(const Table& context, const Table& queries);
 
   const Shape& shape() const { return s_; }
+  // The shape as built (the preset's where an option is unset): what checkpoints and exports record.
+  std::map<std::string, std::string> derived_options() const override;
   // The ensemble at evaluation and prediction: model.ensemble members at least (more where the
   // table's width or classes need them, up to max_members), each seeing at most member_features
   // features.

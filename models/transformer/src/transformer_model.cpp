@@ -335,6 +335,7 @@ Schema model_schema() {
       .field("n_heads", &ModelOptions::n_heads, std::nullopt,
              "attention heads (default: heads of 64 dimensions, 32 below d_model 256)")
       .range(ge(1))
+      .architecture()
       .field("d_ff", &ModelOptions::d_ff, std::nullopt, "MLP hidden size (default 4 d_model)").range(ge(1))
       .field("seq_len", &ModelOptions::seq_len, std::nullopt, "longest context (default: the data's seq_len)")
       .range(ge(1))

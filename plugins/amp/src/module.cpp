@@ -4,9 +4,7 @@
 
 #include <torch/torch.h>
 
-#include <fstream>
 #include <optional>
-#include <sstream>
 
 #include "grad_scaler.h"
 #include "tt/autocast.h"
@@ -18,22 +16,10 @@
 #include "tt/nn.h"
 #include "tt/plugin.h"
 #include "tt/registry.h"
+#include "tt/runtime.h"
 #include "tt/state.h"
 
 namespace {
-
-// Whether /proc/cpuinfo's first "flags" line lists `flag` (x86).
-bool cpu_has_flag(const std::string& flag) {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("flags", 0) != 0) continue;
-    std::istringstream words(line.substr(line.find(':') + 1));
-    for (std::string w; words >> w;)
-      if (w == flag) return true;
-    return false;
-  }
-  return false;
-}
 
 class AmpScope final : public tt::Scope {
  public:
@@ -115,9 +101,9 @@ class AmpPlugin final : public tt::Plugin {
                    scaler_ ? "on (initial scale " + std::to_string(static_cast<int64_t>(scaler_->scale())) + ")"
                            : std::string("off"),
                    kept.empty() ? std::string() : "; float32 layers (" + std::to_string(n_kept) + "): " + kept);
-#if defined(__x86_64__) || defined(__i386__)  // /proc/cpuinfo's "flags" (an Arm CPU lists "Features")
-    if (autocast_.cpu && dtype_ == c10::ScalarType::BFloat16 && !cpu_has_flag("amx_bf16") &&
-        !cpu_has_flag("avx512_bf16"))
+#if defined(__x86_64__) || defined(__i386__)  // x86's flag names (an Arm CPU names bf16 otherwise)
+    if (autocast_.cpu && dtype_ == c10::ScalarType::BFloat16 && !tt::cpu_has_flag("amx_bf16") &&
+        !tt::cpu_has_flag("avx512_bf16"))
       tt::log().warn("amp: this CPU has no bf16 instructions (neither AMX nor AVX512-BF16): its bf16 matrix products "
                      "are emulated and slower than float32's, so bf16 saves memory here, not time");
 #endif

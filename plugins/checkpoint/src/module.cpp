@@ -178,17 +178,12 @@ void register_checkpoint(tt::Registry& r) {
         }
         o.check(c.policy != "blocks" || !blocks.empty(), "blocks", "policy: blocks needs the block indices, e.g. [0, 2]");
         o.check(c.policy != "budget" || c.budget, "budget", "policy: budget needs a budget, e.g. budget: 1.5GiB");
-        // An option of another policy would be ignored: refused (every and fraction where they
-        // differ from their defaults, which cannot be told from values left out).
-        const auto only_for = [&](const char* key, bool given, const char* policy) {
-          o.check(!given || c.policy == policy, key,
-                  std::string("is for policy: ") + policy + ", and the policy is " + c.policy +
-                      ": set policy: " + policy + " or remove " + key);
-        };
-        only_for("blocks", c.blocks.has_value(), "blocks");
-        only_for("budget", c.budget.has_value(), "budget");
-        only_for("every", c.every != 2, "every");
-        only_for("fraction", c.fraction != 0.5, "selective");
+        // An option of another policy would be ignored: refused where the pipeline gives it.
+        for (const auto& [key, policy] : {std::pair<const char*, const char*>{"blocks", "blocks"},
+                                          {"budget", "budget"}, {"every", "every"}, {"fraction", "selective"}})
+          o.check(!o.is_given(key) || c.policy == policy, key,
+                  std::string("is for policy: ") + policy + ", and the policy is " + c.policy + ": set policy: " +
+                      policy + " or remove " + key);
         return std::make_unique<CheckpointPlugin>(o, c.policy, c.every, std::move(blocks), c.fraction,
                                                   c.budget.value_or(0), c.recompute_activation);
       },

@@ -4,6 +4,7 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -62,8 +63,17 @@ Lora::Lora(torch::nn::Module& model, Config config) : config_(std::move(config))
       bool hit = false;
       for (size_t i = 0; i < linears.size(); ++i)
         if (tt::nn::name_matches(pattern, linears[i].first)) chosen[i] = hit = true;
+      // PEFT's names for Llama-style models: tt's transformer computes q, k and v in one Linear
+      const bool peft_name = (pattern.find("q_proj") != std::string::npos ||
+                              pattern.find("k_proj") != std::string::npos ||
+                              pattern.find("v_proj") != std::string::npos) &&
+                             std::any_of(linears.begin(), linears.end(), [](const auto& l) {
+                               return l.first.size() >= 8 && l.first.compare(l.first.size() - 8, 8, "attn.qkv") == 0;
+                             });
       TT_CHECK_AS(ConfigError, hit, "lora targets: '", pattern,
-                  "' matches no Linear layer of the model (some of its layers: ", some, ")");
+                  "' matches no Linear layer of the model (some of its layers: ", some, ")",
+                  peft_name ? "; the query, key and value projections are one Linear here, attn.qkv: targets: [qkv]"
+                            : "");
     }
   }
 
