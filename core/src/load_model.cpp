@@ -81,12 +81,12 @@ std::string recorded_data_mismatch(const ModelRecord& record, const Model& model
 }
 
 std::string recorded_model_mismatch(const ModelRecord& record, const State& state) {
-  if (record.options_yaml.empty()) return recorded_data_mismatch(record, *state.model);
+  if (record.options_yaml.empty()) return "";
   YAML::Node was;
   try {
     was = YAML::Load(record.options_yaml);
   } catch (const YAML::Exception&) {  // not as tt writes it: nothing to check the model by
-    return recorded_data_mismatch(record, *state.model);
+    return "";
   }
   const YAML::Node now = YAML::Load(model_record(state).options_yaml);
   const std::string name = now["name"].Scalar();
@@ -100,7 +100,7 @@ std::string recorded_model_mismatch(const ModelRecord& record, const State& stat
     const std::string a = YAML::Dump(was[spec.key]), b = YAML::Dump(now[spec.key]);
     if (a != b) return "was trained with model." + spec.key + " = " + a + ", and this run's is " + b;
   }
-  return recorded_data_mismatch(record, *state.model);
+  return "";
 }
 
 std::shared_ptr<Model> load_model(const std::string& path, const Datasets& data, const std::string& option) {

@@ -20,9 +20,9 @@ ModelRecord record_of_metadata(const std::map<std::string, std::string>& metadat
 // "" when `record` is empty or records the data identity `model` has; else why they differ, as
 // a sentence part: "was trained on data that gives X; this run's data gives Y".
 std::string recorded_data_mismatch(const ModelRecord& record, const Model& model);
-// As recorded_data_mismatch, and first another model, or an option its schema marks
-// architecture() (tt/options.h) recorded with another value than state's model has:
-// "was trained with model.n_heads = 4, and this run's is 8".
+// "" when `record` records no model options or the same kind of model as state's, with the same
+// value of each option its schema marks architecture() (tt/options.h); else why not: "was trained
+// with model.n_heads = 4, and this run's is 8". The data is recorded_data_mismatch's.
 std::string recorded_model_mismatch(const ModelRecord& record, const State& state);
 
 }  // namespace tt

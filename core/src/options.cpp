@@ -329,7 +329,6 @@ Options Options::parse(const YAML::Node& node, const Schema& schema, const std::
       v.yaml = check_value(n, spec.type, v.where, prefix + spec.key);
       check_allowed(spec, v.yaml, v.where, prefix + spec.key);
       v.null = false;
-      v.given = true;
     } else {
       // not given: a refusal points to the section (its file alone where the command line set
       // some of it); the message names the option
@@ -362,11 +361,6 @@ const Options::Value& Options::value(const std::string& key, Type expected) cons
 bool Options::is_set(const std::string& key) const {
   auto it = values_.find(key);
   return it != values_.end() && !it->second.null;
-}
-
-bool Options::is_given(const std::string& key) const {
-  auto it = values_.find(key);
-  return it != values_.end() && it->second.given;
 }
 
 bool Options::get_bool(const std::string& key) const { return value(key, Type::Bool).yaml == "true"; }

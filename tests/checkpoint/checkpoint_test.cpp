@@ -356,14 +356,23 @@ TEST(Checkpoint, PluginCutsMeasuredActivationsAndRefusesModelsWithoutBlocks) {
             "blocks is for policy: blocks, and the policy is every: set policy: blocks or remove blocks"},
            {"{name: checkpoint, budget: 1GiB}", "budget is for policy: budget, and the policy is all"},
            {"{name: checkpoint, every: 3}", "every is for policy: every, and the policy is all"},
-           // given with its default's value: still given, still unused
-           {"{name: checkpoint, policy: selective, every: 2}", "every is for policy: every, and the policy is selective"},
            {"{name: checkpoint, policy: blocks, blocks: [1], fraction: 0.25}",
             "fraction is for policy: selective, and the policy is blocks"}}) {
     r = tt::test::run(tt::test::tt_run_bin() + " " + (dir / "base.yaml").string() + " -q 'plugins=[" + plugin + "]'");
     EXPECT_EQ(r.rc, 2) << plugin << "\n" << r.output;
     EXPECT_NE(r.output.find(expect), std::string::npos) << plugin << "\n" << r.output;
     EXPECT_EQ(r.output.find("default of"), std::string::npos) << plugin << "\n" << r.output;  // once, where it is
+  }
+  // a run's pipeline.yaml writes every option, those of other policies at their defaults: a
+  // resume reads it and is not refused for them
+  for (const auto& [plugin, tag] : std::vector<std::pair<std::string, std::string>>{
+           {"[{name: checkpoint, policy: selective}]", "selective"}, {"[{name: checkpoint, policy: every, every: 3}]", "every3"}}) {
+    r = lm.run(tag, plugin, "batch_size: 8, max_steps: 2, threads: 1, checkpoint_every: 1");
+    ASSERT_EQ(r.rc, 0) << r.output;
+    EXPECT_HAS(tt::test::read_file(dir / tag / "pipeline.yaml"), "fraction: 0.5");
+    r = lm.resume_copy(tag, tag + "-resumed", 1);
+    EXPECT_EQ(r.rc, 0) << plugin << "\n" << r.output;
+    EXPECT_EQ(lm.summary(tag + "-resumed")["final_loss"], lm.summary(tag)["final_loss"]) << plugin;
   }
 }
 

@@ -288,10 +288,16 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   std::string cpu = cpu_model();
   std::set<std::string> run_cpus;
   if (spec.existing) {
-    for (const auto& r : results)
-      if (r.ok) run_cpus.insert(r.summary["machine"].value("cpu", std::string("an unrecorded CPU")));
+    for (const auto& r : results) {  // a summary from before tt recorded the machine says nothing of it
+      const auto m = r.summary.find("machine");
+      if (r.ok)
+        run_cpus.insert(m != r.summary.end() && m->is_object() && m->contains("cpu") && (*m)["cpu"].is_string()
+                            ? (*m)["cpu"].get<std::string>()
+                            : std::string("an unrecorded CPU"));
+    }
     cpu.clear();
     for (const auto& c : run_cpus) cpu += (cpu.empty() ? "" : " and ") + c;
+    if (cpu.empty()) cpu = "(no run has figures)";
   }
   if (spec.existing) doc["runs"] = o.files;
   doc["machine"] = {{"cpu", cpu},

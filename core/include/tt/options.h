@@ -150,9 +150,6 @@ class TT_API Options {
   static Options defaults(const Schema& schema, const std::string& context);
 
   bool is_set(const std::string& key) const;  // present and not null
-  // Whether the pipeline or the command line gave `key` a value (its default does not count):
-  // for refusing an option that the rest of the options would leave unused.
-  bool is_given(const std::string& key) const;
   bool get_bool(const std::string& key) const;
   int64_t get_int(const std::string& key) const;
   double get_float(const std::string& key) const;
@@ -184,7 +181,6 @@ class TT_API Options {
   struct Value {
     Type type = Type::String;
     bool null = true;
-    bool given = false;  // set in the pipeline or on the command line, not a default
     std::string yaml;  // canonical YAML text
     std::string where;
   };

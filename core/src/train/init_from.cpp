@@ -22,13 +22,18 @@ namespace fs = std::filesystem;
 namespace tt {
 
 namespace {
-// Refuses weights recorded (tt::ModelRecord) with another model, architecture option or data than
-// this run's: the same tensors would mean other things.
-void check_record(const Options& M, const ModelRecord& record, const State& state, const std::string& file) {
-  const std::string other = recorded_model_mismatch(record, state);
+// Refuses weights recorded (tt::ModelRecord) with other data (an LM's tokenizer: checked before
+// the names and shapes, which another vocabulary also changes), or, once their names and shapes
+// fit, another kind of model or another value of an architecture() option than this run's: the
+// same tensors would mean other things.
+void check_record(const Options& M, const ModelRecord& record, const State& state, const std::string& file,
+                  bool shapes_fit) {
+  const std::string other =
+      shapes_fit ? recorded_model_mismatch(record, state) : recorded_data_mismatch(record, *state.model);
   M.check(other.empty(), "init_from",
-          file + "'s model " + other + ": its weights would mean other things here; use the model and data settings "
-                 "it was trained with (an LM's data.tokenizer)");
+          file + "'s model " + other + ": its weights would mean other things here; use the " +
+              (shapes_fit ? "model settings" : "data settings") + " it was trained with" +
+              (shapes_fit ? "" : " (an LM's data.tokenizer)"));
 }
 }  // namespace
 
@@ -60,12 +65,13 @@ void init_model_from(Run& run, const std::string& from, int64_t average) {
       } catch (const ConfigError& e) {
         M.fail("init_from", e.what());
       }
-      check_record(M, record, run.state, from);
+      check_record(M, record, run.state, from, false);
       try {
         load_weights(model, tensors, from);
       } catch (const ConfigError& e) {
         M.fail("init_from", e.what());
       }
+      check_record(M, record, run.state, from, true);
       log().info("model weights from {} ({})", from, kind_name(kind));
       // Unchecked data (an LM's tokenizer: the ids would mean other tokens) is warned of; a model
       // without data to check is told in the log only (the shipped tabular weights).
@@ -100,7 +106,8 @@ void init_model_from(Run& run, const std::string& from, int64_t average) {
       failures += "\n  " + it->string() + ": " + first_line(what, 200);
       continue;  // unreadable: try the one before (as --resume does)
     }
-    check_record(M, read_model_record(ar), run.state, it->string());
+    const ModelRecord record = read_model_record(ar);
+    check_record(M, record, run.state, it->string(), false);
     std::string mismatch;
     try {
       mismatch = load_model_checked(run, model_ar);
@@ -115,6 +122,7 @@ void init_model_from(Run& run, const std::string& from, int64_t average) {
                                   "lora, load: RUN/adapters.pt}]) and the base weights it was trained from"
                                 : "use the model settings of the run that wrote it (its pipeline.yaml)";
     M.check(mismatch.empty(), "init_from", it->string() + " does not fit this model (" + mismatch + "): " + fix);
+    check_record(M, record, run.state, it->string(), true);
     used.push_back(*it);
     if (average == 1) break;
     torch::NoGradGuard no_grad;

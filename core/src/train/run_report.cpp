@@ -284,9 +284,9 @@ void RunReport::write_plots() const {
     write_file_atomic(data_file, out.str());
   }
   // The evaluations' val_loss as points over it (a loss of the same kind: not beside a summed one
-  // drawn per example); a resumed run's from its start, as the steps'.
+  // drawn per example, nor drawn as it is); a resumed run's from its start, as the steps'.
   std::vector<std::pair<int64_t, double>> vals;
-  if (!per_example) {
+  if (!rec.loss_summed) {
     if (run_.start_step > 0) vals = logged_val_losses(run_.state.run_dir / "metrics.jsonl", run_.start_step);
     for (const auto& v : rec.val_losses)
       if (vals.empty() || v.first > vals.back().first) vals.push_back(v);
@@ -303,7 +303,7 @@ void RunReport::write_plots() const {
            run_.pipeline.name + (per_example ? ": training loss per example (a batch's summed loss over its examples)"
                                  : vals.empty() ? ": training loss" : ": training and validation loss"),
            "step", per_example ? "loss / example" : "loss", per_example ? "1:3" : "1:2", logy,
-           vals.empty() ? fs::path() : val_file, "training loss (each logged step)", "validation loss (val_loss)");
+           vals.empty() ? fs::path() : val_file, "training loss", "validation loss (val_loss)");
 }
 
 void RunReport::print() const {
@@ -333,7 +333,8 @@ void RunReport::print() const {
   // 10 s at least (the 1-minute load average of a shorter one is of what ran before it).
   const json& machine = summary_["machine"];
   const std::string busy =
-      s.world_size > 1 || summary_.value("train_seconds", 0.0) < 10 || machine["load_average_before"].is_null() ||
+      outputs_only_ || s.world_size > 1 || summary_.value("train_seconds", 0.0) < 10 ||
+              machine["load_average_before"].is_null() ||
               machine["load_average_after"].is_null()
           ? ""
           : load_warning(others_load(machine["load_average_before"].get<double>(),

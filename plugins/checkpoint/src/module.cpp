@@ -2,6 +2,7 @@
 // checkpoint.h). Options: policy all | every (k) | blocks (a list).
 #include <algorithm>
 #include <optional>
+#include <tuple>
 
 #include "checkpoint.h"
 #include "tt/error.h"
@@ -133,6 +134,9 @@ class CheckpointPlugin final : public tt::Plugin {
   std::vector<std::pair<std::string, std::shared_ptr<tt::ckpt::CheckpointRunner>>> runners_;
 };
 
+constexpr int64_t kDefaultEvery = 2;
+constexpr double kDefaultFraction = 0.5;
+
 struct CheckpointOptions {
   std::string policy;
   int64_t every;
@@ -151,10 +155,10 @@ void register_checkpoint(tt::Registry& r) {
                  "all | every (every k-th block: 0, k, 2k, ...) | blocks (a list) | selective (the blocks holding the "
                  "most bytes, measured) | budget (the fewest blocks whose predicted peak fits)")
           .choices({"all", "every", "blocks", "selective", "budget"})
-          .field("every", &O::every, 2, "k for policy: every")
+          .field("every", &O::every, kDefaultEvery, "k for policy: every")
           .range(tt::ge(1))
           .field("blocks", &O::blocks, std::nullopt, "block indices for policy: blocks, e.g. [0, 2]")
-          .field("fraction", &O::fraction, 0.5,
+          .field("fraction", &O::fraction, kDefaultFraction,
                  "policy: selective: checkpoint this fraction of the blocks, those holding the most bytes")
           .range(tt::gt(0), tt::le(1))
           .bytes_field("budget", &O::budget, "~",
@@ -178,10 +182,14 @@ void register_checkpoint(tt::Registry& r) {
         }
         o.check(c.policy != "blocks" || !blocks.empty(), "blocks", "policy: blocks needs the block indices, e.g. [0, 2]");
         o.check(c.policy != "budget" || c.budget, "budget", "policy: budget needs a budget, e.g. budget: 1.5GiB");
-        // An option of another policy would be ignored: refused where the pipeline gives it.
-        for (const auto& [key, policy] : {std::pair<const char*, const char*>{"blocks", "blocks"},
-                                          {"budget", "budget"}, {"every", "every"}, {"fraction", "selective"}})
-          o.check(!o.is_given(key) || c.policy == policy, key,
+        // An option of another policy would be ignored: refused (every and fraction where they
+        // differ from their defaults: a run's pipeline.yaml, which --resume reads, writes them all).
+        for (const auto& [key, given, policy] :
+             {std::tuple<const char*, bool, const char*>{"blocks", c.blocks.has_value(), "blocks"},
+              {"budget", c.budget.has_value(), "budget"},
+              {"every", c.every != kDefaultEvery, "every"},
+              {"fraction", c.fraction != kDefaultFraction, "selective"}})
+          o.check(!given || c.policy == policy, key,
                   std::string("is for policy: ") + policy + ", and the policy is " + c.policy + ": set policy: " +
                       policy + " or remove " + key);
         return std::make_unique<CheckpointPlugin>(o, c.policy, c.every, std::move(blocks), c.fraction,
