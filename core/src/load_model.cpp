@@ -53,12 +53,13 @@ ModelRecord read_model_record(torch::serialize::InputArchive& archive) {
 }
 
 ModelRecord read_model_record(const fs::path& file) {
-  if (weights_file_kind(file) == WeightsFileKind::Checkpoint) {
+  const WeightsFileKind kind = weights_file_kind(file);
+  if (kind == WeightsFileKind::Checkpoint) {
     torch::serialize::InputArchive ar;
     ar.load_from(file.string());
     return read_model_record(ar);
   }
-  if (weights_file_kind(file) != WeightsFileKind::Safetensors) return {};
+  if (kind != WeightsFileKind::Safetensors) return {};
   std::map<std::string, std::string> metadata;
   read_safetensors(file, &metadata);
   return record_of_metadata(metadata);

@@ -298,8 +298,8 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
     cpu.clear();
     for (const auto& c : run_cpus) cpu += (cpu.empty() ? "" : " and ") + c;
     if (cpu.empty()) cpu = "(no run has figures)";
+    doc["runs"] = o.files;
   }
-  if (spec.existing) doc["runs"] = o.files;
   doc["machine"] = {{"cpu", cpu},
                     {"cores", cores},
                     {"libtorch", TT_TORCH_VERSION_STRING},
@@ -464,6 +464,15 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   pareto_plot(out, spec.variants, results);
 }
 
+// The results folder's name for variants named on the command line: <A>-vs-<B>-vs-<C>, then
+// "-and-N-more".
+std::string folder_name(const std::vector<Variant>& variants) {
+  std::string name;
+  for (size_t i = 0; i < variants.size() && i < 3; ++i) name += (i ? "-vs-" : "") + variants[i].name;
+  if (variants.size() > 3) name += "-and-" + std::to_string(variants.size() - 3) + "-more";
+  return name;
+}
+
 // tt-run --compare RUN_DIR RUN_DIR ...: the table of runs that exist, from their summary.json
 // and metrics.jsonl, as a comparison's variants are tabulated; nothing runs. Each row is a run as
 // it ran (its own steps, batch, plugins), the first the baseline.
@@ -478,7 +487,6 @@ int tabulate(const Options& o) {
   spec.warmup = o.warmup >= 0 ? o.warmup : spec.warmup;
   std::vector<Result> results;
   std::set<std::string> seen;
-  std::string name;
   for (const auto& f : o.files) {
     const fs::path dir = fs::path(f).lexically_normal();
     TT_CHECK_AS(ConfigError, fs::is_directory(dir), "--compare: ", f, fs::exists(f) ? " is not a directory" : ": no such "
@@ -490,7 +498,6 @@ int tabulate(const Options& o) {
     v.name = (dir.filename().empty() ? dir.parent_path() : dir).filename().string();
     TT_CHECK_AS(ConfigError, seen.insert(v.name).second, "--compare: two runs are named '", v.name, "' (", f,
                 "): rows are named by directory name; copy or link one under another name");
-    if (spec.variants.size() < 3) name += (spec.variants.empty() ? "" : "-vs-") + v.name;
     spec.variants.push_back(v);
     Result r;
     try {
@@ -510,7 +517,7 @@ int tabulate(const Options& o) {
     }
     results.push_back(std::move(r));
   }
-  if (spec.variants.size() > 3) name += "-and-" + std::to_string(spec.variants.size() - 3) + "-more";
+  const std::string name = folder_name(spec.variants);
   spec.baseline = spec.variants.front().name;
   const fs::path first = fs::path(o.files[0]).lexically_normal();
   const fs::path out = !o.out_dir.empty() ? fs::path(o.out_dir)
@@ -568,8 +575,7 @@ int run(const Options& o) {
       spec.variants.push_back(v);
     }
     // the results folder <A>-vs-<B>-compare-<time> (up to three names, then how many more)
-    for (size_t i = 0; i < spec.variants.size() && i < 3; ++i) name += (i ? "-vs-" : "") + spec.variants[i].name;
-    if (spec.variants.size() > 3) name += "-and-" + std::to_string(spec.variants.size() - 3) + "-more";
+    name = folder_name(spec.variants);
     TT_CHECK_AS(ConfigError, compare_overrides.empty(), "compare: '", compare_overrides.empty() ? "" : compare_overrides[0],
                 "' changes a compare: section, and pipelines named on the command line have none; use --steps, "
                 "--warmup or --repeats");
