@@ -137,7 +137,14 @@ TEST(Budget, PlanEstimatesWritesEveryConfigurationsEstimateFromTheReferenceProbe
   Budget b;
   auto r = b.run("base", "--plan-estimates --run-dir " + (b.lm.dir / "est").string() + " trainer.log_every=4");
   ASSERT_EQ(r.rc, 0) << r.output;
-  EXPECT_NE(r.output.find("configurations estimated from 8 probe runs"), std::string::npos) << r.output;
+  // Eight probes: as written at micro-batch 8 and 1, the six alternatives alone at 8; a ninth,
+  // as written again, where a technique alone ran more than 1.25x faster than its first probe (a
+  // first probe slowed by the machine's load).
+  const bool again = r.output.find("probe  9  as written @ micro 8 ") != std::string::npos;
+  EXPECT_EQ(r.output.find("probe 10 "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(again ? "configurations estimated from 9 probe runs" : "configurations estimated from 8 probe runs"),
+            std::string::npos)
+      << r.output;
   const json est = tt::test::read_json(b.lm.dir / "est-plan" / "estimates.json");
   int measured = 0;
   for (const auto& c : est["configurations"]) {
@@ -150,7 +157,7 @@ TEST(Budget, PlanEstimatesWritesEveryConfigurationsEstimateFromTheReferenceProbe
     EXPECT_EQ(c["estimated_peak_bytes"].get<int64_t>(), c["measured"]["peak_tensor_bytes"].get<int64_t>()) << c;
     EXPECT_EQ(c["measured"]["timed_steps"], 3) << c;  // --probe-steps' default
   }
-  EXPECT_EQ(measured, 8);  // as written at micro-batch 8 and 1, the six alternatives alone at 8
+  EXPECT_EQ(measured, 8);  // as written measured again is one configuration
   EXPECT_GT(est["configurations"].size(), 100u);
   EXPECT_FALSE(fs::exists(b.lm.dir / "est-plan" / "plan.json"));  // no search
   EXPECT_FALSE(fs::exists(b.lm.dir / "est" / "summary.json"));  // no training
