@@ -10,9 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint_reader.h"
 #include "step_in_backward.h"
 #include "test_support.h"
 #include "tt/autocast.h"
+#include "tt/checkpoint.h"
 #include "tt/extension.h"
 #include "tt/meter.h"
 #include "tt/optimizer_state.h"
@@ -585,6 +587,22 @@ TEST(Extension, TeacherIsFrozenAndKeptOutOfTrainingAndCheckpoints) {
                                                 m["optimizer_state_bytes"].get<int64_t>() -
                                                 m["activations_bytes"].get<int64_t>() - bytes);
   EXPECT_NE(printed.find(" + teacher " + tt::format_bytes(bytes) + " + rest "), std::string::npos) << printed;
+  // The run's last checkpoint holds the student alone: its model entry is the student's tensors,
+  // and no entry of the archive is the teacher's.
+  const auto files = tt::list_checkpoints(out / "run" / "checkpoints");
+  ASSERT_FALSE(files.empty());
+  const auto saved = tt::test::checkpoint_params(files.back());
+  std::set<std::string> student;
+  for (const auto& p : s.model->named_parameters()) student.insert(p.key());
+  std::set<std::string> saved_names;
+  for (const auto& [name, tensor] : saved) saved_names.insert(name);
+  EXPECT_EQ(saved_names, student);
+  torch::serialize::InputArchive whole;
+  whole.load_from(files.back().string());
+  std::map<std::string, at::Tensor> every;
+  tt::test::collect_tensors(whole, "", every);
+  for (const auto& [name, tensor] : every) EXPECT_EQ(name.find("teacher"), std::string::npos) << name;
+  for (const auto& k : whole.keys()) EXPECT_EQ(k.find("teacher"), std::string::npos) << k;
 }
 
 TEST(Extension, KeepFp32SwitchExistsExactlyOnTheLayersThatHaveOne) {

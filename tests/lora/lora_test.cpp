@@ -279,7 +279,7 @@ TEST(LoraPlugin, InitFromAndBadOptionsAreClearErrors) {
            {"[{name: lora, targets: [q_proj, v_proj]}]", "~",
             "'q_proj' matches no Linear layer of the model (some of its layers: blocks.0.attn.qkv", 2},
            {"[{name: lora, targets: [v_proj]}]", "~", "one Linear here, attn.qkv: targets: [qkv]", 2},
-           {"[{name: lora, r: 0}]", "~", "r", 2},
+           {"[{name: lora, r: 0}]", "~", "(lora).r must be >= 1, got 0", 2},
            {"[{name: lora, load: " + nowhere + "}]", "~", "does not exist", 2},
        }) {
     auto r = f.tune("bad", c.plugins, c.init, "0.01", 1);

@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
+
 #include "tt/autocast.h"
+#include "tt/meter.h"
 #include "tt/nn.h"
 
 namespace {
@@ -258,6 +261,27 @@ TEST(NnLoss, CrossEntropyIsTorchsWithLessMemory) {
   auto l32 = l16.detach().to(torch::kFloat).requires_grad_();
   auto r16 = torch::autograd::grad({torch::nn::functional::cross_entropy(l32, target)}, {l32})[0];
   EXPECT_LE(max_diff(g16, r16), 1e-2 * r16.abs().max().item<double>());
+  // Less memory: the most tensor bytes forward and backward add beside the logits, on tt's meter
+  // (installed by the tests' main). Torch keeps the float32 log-probabilities for backward and
+  // makes a gradient of them before the logits'; tt keeps neither.
+  auto& meter = tt::Meter::global();
+  ASSERT_TRUE(meter.installed());
+  auto added_peak = [&](const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& loss) {
+    const int64_t before = meter.current();
+    meter.reset_peak();
+    {
+      auto l = loss(logits, target);
+      auto g = torch::autograd::grad({l}, {logits})[0];
+    }
+    return meter.peak() - before;
+  };
+  const int64_t torch_peak = added_peak([](const at::Tensor& x, const at::Tensor& y) {
+    return torch::nn::functional::cross_entropy(x, y);
+  });
+  const int64_t tt_peak = added_peak([](const at::Tensor& x, const at::Tensor& y) { return tt::nn::cross_entropy(x, y); });
+  const auto logits_bytes = static_cast<int64_t>(logits.nbytes());
+  EXPECT_GE(tt_peak, logits_bytes);  // the gradient of the logits is returned
+  EXPECT_LE(tt_peak, torch_peak - logits_bytes) << "tt " << tt_peak << " B, torch " << torch_peak << " B";
   // bad input
   EXPECT_THROW(tt::nn::cross_entropy(logits, torch::full({1000}, 700, torch::kLong)), std::exception);
   EXPECT_THROW(tt::nn::cross_entropy(logits, torch::full({1000}, -1, torch::kLong)), std::exception);

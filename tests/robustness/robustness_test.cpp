@@ -104,11 +104,11 @@ std::string P(const fs::path& d, const std::string& yaml, const std::string& arg
 std::vector<Case> cases() {
   std::vector<Case> c;
   // --- The pipeline file ----------------------------------------------------------------------
-  c.push_back({"PipelineMissing", [](auto d) { return (d / "nope.yaml").string(); }, 2, {"nope.yaml"}});
-  c.push_back({"PipelineEmpty", [](auto d) { return P(d, ""); }, 2, {"p.yaml"}});
+  c.push_back({"PipelineMissing", [](auto d) { return (d / "nope.yaml").string(); }, 2, {"nope.yaml", "pipeline file not found"}});
+  c.push_back({"PipelineEmpty", [](auto d) { return P(d, ""); }, 2, {"p.yaml", "the pipeline is empty"}});
   c.push_back({"PipelineNotAMap", [](auto d) { return P(d, "- a\n- b\n"); }, 2, {"p.yaml", "map"}});
   c.push_back({"PipelineBadYaml", [](auto d) { return P(d, "name: [unclosed\n"); }, 2, {"p.yaml", "YAML"}});
-  c.push_back({"PipelineTabIndent", [](auto d) { return P(d, "name: r\ntrainer:\n\tmax_steps: 2\n"); }, 2, {"p.yaml"}});
+  c.push_back({"PipelineTabIndent", [](auto d) { return P(d, "name: r\ntrainer:\n\tmax_steps: 2\n"); }, 2, {"p.yaml:3", "indented with a tab"}});
   c.push_back({"PipelineDuplicateTopKey", [](auto d) { return P(d, synthetic(d) + "seed: 4\n"); }, 2, {"p.yaml", "seed"}});
   c.push_back({"PipelineDuplicateNestedKey",
                [](auto d) { return P(d, topic_pipeline(d, "{name: topic-synthetic, k: 3, k: 4}")); }, 2, {"p.yaml", "'k'"}});
@@ -130,25 +130,28 @@ std::vector<Case> cases() {
                [](auto d) { return P(d, lm_pipeline(d, "{name: text, train: " + (d / "t.txt").string() + "}") +
                                       "plugins: [checkpoint, {name: checkpoint, policy: all}]\n"); },
                2, {"checkpoint", "again"}});
-  c.push_back({"PipelinePluginsNotAList", [](auto d) { return P(d, synthetic(d) + "plugins: {checkpoint: 1}\n"); }, 2, {"plugins"}});
+  c.push_back({"PipelinePluginsNotAList", [](auto d) { return P(d, synthetic(d) + "plugins: {checkpoint: 1}\n"); }, 2, {"plugins must be a list"}});
   c.push_back({"PipelineWrongTypeInt", [](auto d) { return P(d, synthetic(d), "trainer.batch_size=many"); }, 2, {"batch_size", "integer"}});
-  c.push_back({"PipelineWrongTypeBool", [](auto d) { return P(d, synthetic(d), "trainer.shuffle=maybe"); }, 2, {"shuffle"}});
+  c.push_back({"PipelineWrongTypeBool", [](auto d) { return P(d, synthetic(d), "trainer.shuffle=maybe"); }, 2, {"trainer.shuffle must be a boolean", "'maybe'"}});
   c.push_back({"PipelineNegativeThreads", [](auto d) { return P(d, synthetic(d), "trainer.threads=-3"); }, 2, {"threads", "[0, 1024]"}});
   c.push_back({"PipelineHugeThreads", [](auto d) { return P(d, synthetic(d), "trainer.threads=100000"); }, 2, {"threads", "100000"}});
-  c.push_back({"PipelineNegativeGradClip", [](auto d) { return P(d, synthetic(d), "trainer.grad_clip=-1"); }, 2, {"grad_clip"}});
+  c.push_back({"PipelineNegativeGradClip", [](auto d) { return P(d, synthetic(d), "trainer.grad_clip=-1"); }, 2, {"trainer.grad_clip must be > 0, got -1"}});
   c.push_back({"PipelineNegativeCheckpointEvery",
-               [](auto d) { return P(d, synthetic(d), "trainer.checkpoint_every=-1"); }, 2, {"checkpoint_every"}});
+               [](auto d) { return P(d, synthetic(d), "trainer.checkpoint_every=-1"); }, 2,
+               {"trainer.checkpoint_every must be >= 0, got -1"}});
   c.push_back({"PipelineNegativeKeepCheckpoints",
-               [](auto d) { return P(d, synthetic(d), "trainer.keep_checkpoints=-2"); }, 2, {"keep_checkpoints"}});
-  c.push_back({"PipelineZeroBatch", [](auto d) { return P(d, synthetic(d), "trainer.batch_size=0"); }, 2, {"batch_size"}});
+               [](auto d) { return P(d, synthetic(d), "trainer.keep_checkpoints=-2"); }, 2,
+               {"trainer.keep_checkpoints must be >= 0, got -2"}});
+  c.push_back({"PipelineZeroBatch", [](auto d) { return P(d, synthetic(d), "trainer.batch_size=0"); }, 2, {"trainer.batch_size must be >= 1, got 0"}});
   c.push_back({"PipelineNegativeLr", [](auto d) { return P(d, synthetic(d), "optimizer.lr=-1"); }, 2, {"lr", ">= 0"}});
   c.push_back({"PipelineBadChoice", [](auto d) { return P(d, synthetic(d), "trainer.on_nan=explode"); }, 2, {"on_nan", "explode"}});
   c.push_back({"PipelineBadBytes", [](auto d) { return P(d, synthetic(d), "trainer.memory_cap=12QB"); }, 2, {"memory_cap", "12QB"}});
   c.push_back({"PipelineTopicKTooLarge",
-               [](auto d) { auto y = synthetic(d); y.replace(y.find("k: 3}\ntrainer"), 5, "k: 0}"); return P(d, y); }, 2, {"k"}});
+               [](auto d) { auto y = synthetic(d); y.replace(y.find("k: 3}\ntrainer"), 5, "k: 21}"); return P(d, y); }, 2,
+               {"model (topic).k", "must not exceed the number of terms (20)"}});
   // --- Overrides and the command line ------------------------------------------------------------
   c.push_back({"OverrideEmptyValue", [](auto d) { return P(d, synthetic(d), "trainer.batch_size="); }, 2, {"command line", "batch_size"}});
-  c.push_back({"OverrideNoKey", [](auto d) { return P(d, synthetic(d), "=3"); }, 2, {"=3"}});
+  c.push_back({"OverrideNoKey", [](auto d) { return P(d, synthetic(d), "=3"); }, 2, {"'=3'", "an override is key=value"}});
   c.push_back({"OverrideBadYamlValue",
                [](auto d) { return P(d, synthetic(d), "'plugins=[{name: amp'"); }, 2, {"command line", "plugins"}});
   c.push_back({"OverrideDuplicateKeyInValue",
@@ -156,10 +159,11 @@ std::vector<Case> cases() {
   c.push_back({"CliUnknownFlag", [](auto d) { return P(d, synthetic(d), "--frobnicate"); }, 2, {"frobnicate"}});
   c.push_back({"CliResumeAndOverwrite",
                [](auto d) { return "--resume " + (d / "run").string() + " --overwrite"; }, 2, {"--overwrite", "--resume"}});
-  c.push_back({"CliResumeMissingDir", [](auto d) { return "--resume " + (d / "nothing").string(); }, 2, {"nothing"}});
+  c.push_back({"CliResumeMissingDir", [](auto d) { return "--resume " + (d / "nothing").string(); }, 2, {"nothing: no such directory"}});
   c.push_back({"CliBudgetNotASize", [](auto d) { return P(d, synthetic(d), "--budget lots"); }, 2, {"--budget", "lots"}});
   c.push_back({"CliBudgetWithMemoryCap",
-               [](auto d) { return P(d, synthetic(d), "--budget 1GiB trainer.memory_cap=1GiB"); }, 2, {"memory_cap"}});
+               [](auto d) { return P(d, synthetic(d), "--budget 1GiB trainer.memory_cap=1GiB"); }, 2,
+               {"memory_cap is set beside --budget", "remove memory_cap"}});
   // --- .npy files -------------------------------------------------------------------------------
   auto npy_case = [](std::string dict, std::string payload) {
     return [dict, payload](const fs::path& d) {
@@ -168,23 +172,24 @@ std::vector<Case> cases() {
     };
   };
   c.push_back({"NpyMissing", [](auto d) { return P(d, topic_pipeline(d, "{name: topic-npy, path: " + (d / "X.npy").string() + "}")); },
-               2, {"X.npy"}});
+               2, {"X.npy", "names no such file"}});
   c.push_back({"NpyNotNpy",
                [](auto d) {
                  write(d / "X.npy", "col1,col2\n1,2\n");
                  return P(d, topic_pipeline(d, "{name: topic-npy, path: " + (d / "X.npy").string() + "}"));
                },
-               2, {"X.npy"}});
+               2, {"X.npy", "not a .npy file"}});
   c.push_back({"NpyTruncatedHeader",
                [](auto d) {
                  write(d / "X.npy", std::string("\x93NUMPY\x01\x00\x76\x00{'descr'", 17));
                  return P(d, topic_pipeline(d, "{name: topic-npy, path: " + (d / "X.npy").string() + "}"));
                },
-               2, {"X.npy"}});
+               2, {"X.npy", "cut off inside its header"}});
   c.push_back({"NpyDataShorterThanShape",
-               npy_case("{'descr': '<f4', 'fortran_order': False, 'shape': (8, 5), }", floats(10)), 2, {"X.npy"}});
+               npy_case("{'descr': '<f4', 'fortran_order': False, 'shape': (8, 5), }", floats(10)), 2,
+               {"X.npy", "file is truncated"}});
   c.push_back({"NpyOneDimensional", npy_case("{'descr': '<f4', 'fortran_order': False, 'shape': (40,), }", floats(40)), 2,
-               {"X.npy"}});
+               {"X.npy", "expected a 2-D documents x terms matrix"}});
   c.push_back({"NpyFortranOrder", npy_case("{'descr': '<f4', 'fortran_order': True, 'shape': (8, 5), }", floats(40)), 2,
                {"X.npy", "Fortran", "C order"}});
   c.push_back({"NpyStringDtype", npy_case("{'descr': '<U3', 'fortran_order': False, 'shape': (8, 5), }", std::string(480, 'a')),
@@ -192,7 +197,7 @@ std::vector<Case> cases() {
   c.push_back({"NpyNegativeCounts",
                npy_case("{'descr': '<f4', 'fortran_order': False, 'shape': (8, 5), }", floats(40, -1.0f)), 2, {"X.npy", "negative"}});
   c.push_back({"NpyNaN", npy_case("{'descr': '<f4', 'fortran_order': False, 'shape': (8, 5), }", floats(40, NAN)), 2,
-               {"X.npy"}});
+               {"X.npy", "not a finite number"}});
   c.push_back({"NpyHugeShape",
                npy_case("{'descr': '<f4', 'fortran_order': False, 'shape': (1125899906842624, 1125899906842624), }", floats(4)),
                2, {"X.npy", "more data than any file holds"}});
@@ -203,9 +208,9 @@ std::vector<Case> cases() {
       return P(d, tabular_pipeline(d, d / "t.csv"));
     };
   };
-  c.push_back({"CsvMissing", [](auto d) { return P(d, tabular_pipeline(d, d / "t.csv")); }, 2, {"t.csv"}});
-  c.push_back({"CsvEmpty", csv_case(""), 2, {"t.csv"}});
-  c.push_back({"CsvHeaderOnly", csv_case("a,b,label\n"), 2, {"t.csv"}});
+  c.push_back({"CsvMissing", [](auto d) { return P(d, tabular_pipeline(d, d / "t.csv")); }, 2, {"t.csv", "cannot open"}});
+  c.push_back({"CsvEmpty", csv_case(""), 2, {"t.csv is empty"}});
+  c.push_back({"CsvHeaderOnly", csv_case("a,b,label\n"), 2, {"t.csv has a header but no data rows"}});
   c.push_back({"CsvRaggedRow", csv_case("a,b,label\n1,2,x\n3,y\n4,5,y\n6,7,x\n"), 2, {"t.csv:3", "2 fields", "header has 3"}});
   // a column of text is categories by default; with data.categorical: none it is refused
   c.push_back({"CsvTextFeature", [](const fs::path& d) {
@@ -215,7 +220,7 @@ std::vector<Case> cases() {
   c.push_back({"CsvMissingValue", csv_case("a,b,label\n1,2,x\n3,,y\n4,5,y\n6,7,x\n1,2,x\n3,4,y\n"), 2, {"t.csv", "impute"}});
   c.push_back({"CsvOneClass", csv_case("a,b,label\n1,2,x\n3,4,x\n4,5,x\n6,7,x\n"), 2, {"t.csv", "class"}});
   c.push_back({"CsvClassWithOneRow", csv_case("a,b,label\n1,2,x\n3,4,y\n4,5,x\n6,7,x\n5,5,x\n"), 2, {"t.csv", "'y'"}});
-  c.push_back({"CsvBinary", csv_case(std::string("a,b\0\x01\x02", 7) + "\n"), 2, {"t.csv"}});
+  c.push_back({"CsvBinary", csv_case(std::string("a,b\0\x01\x02", 7) + "\n"), 2, {"t.csv", "is not UTF-8 text"}});
   c.push_back({"CsvFeatureBeyondFloat", csv_case("a,b,label\n1,2,x\n3,1e40,y\n4,5,y\n6,7,x\n1,2,x\n3,4,y\n"), 2, {"t.csv", "1e40"}});
   // --- Matrix Market ----------------------------------------------------------------------------
   auto mtx_case = [](std::string text) {
@@ -224,16 +229,20 @@ std::vector<Case> cases() {
       return P(d, topic_pipeline(d, "{name: topic-mtx, path: " + (d / "X.mtx").string() + "}"));
     };
   };
-  c.push_back({"MtxNoBanner", mtx_case("3 3 1\n1 1 1\n"), 2, {"X.mtx"}});
+  c.push_back({"MtxNoBanner", mtx_case("3 3 1\n1 1 1\n"), 2, {"X.mtx", "not a Matrix Market file"}});
   c.push_back({"MtxArrayFormat", mtx_case("%%MatrixMarket matrix array real general\n2 2\n1\n2\n3\n4\n"), 2, {"X.mtx", "coordinate"}});
   c.push_back({"MtxEntryOutOfRange",
-               mtx_case("%%MatrixMarket matrix coordinate integer general\n2 2 2\n1 1 3\n5 1 2\n"), 2, {"X.mtx"}});
+               mtx_case("%%MatrixMarket matrix coordinate integer general\n2 2 2\n1 1 3\n5 1 2\n"), 2,
+               {"X.mtx", "entry (5, 1) is outside the 2 x 2 matrix"}});
   c.push_back({"MtxFewerEntriesThanSaid",
-               mtx_case("%%MatrixMarket matrix coordinate integer general\n2 2 3\n1 1 3\n2 2 2\n"), 2, {"X.mtx"}});
+               mtx_case("%%MatrixMarket matrix coordinate integer general\n2 2 3\n1 1 3\n2 2 2\n"), 2,
+               {"X.mtx", "truncated", "announces 3 entries, it has 2"}});
   c.push_back({"MtxSizeBeyondTheFile",
-               mtx_case("%%MatrixMarket matrix coordinate integer general\n100000 100000 99999999999\n1 1 1\n"), 2, {"X.mtx"}});
+               mtx_case("%%MatrixMarket matrix coordinate integer general\n100000 100000 99999999999\n1 1 1\n"), 2,
+               {"X.mtx", "more than the file's 81 bytes can hold"}});
   c.push_back({"MtxNegativeCount",
-               mtx_case("%%MatrixMarket matrix coordinate integer general\n2 2 2\n1 1 -3\n2 2 2\n"), 2, {"X.mtx"}});
+               mtx_case("%%MatrixMarket matrix coordinate integer general\n2 2 2\n1 1 -3\n2 2 2\n"), 2,
+               {"X.mtx", "negative count"}});
   // --- Text and tokenizers ----------------------------------------------------------------------
   auto text_case = [](std::string text, std::string data_extra = "") {
     return [text, data_extra](const fs::path& d) {
@@ -242,14 +251,15 @@ std::vector<Case> cases() {
     };
   };
   c.push_back({"TextMissing",
-               [](auto d) { return P(d, lm_pipeline(d, "{name: text, train: " + (d / "t.txt").string() + "}")); }, 2, {"t.txt"}});
-  c.push_back({"TextEmpty", text_case(""), 2, {"t.txt"}});
+               [](auto d) { return P(d, lm_pipeline(d, "{name: text, train: " + (d / "t.txt").string() + "}")); }, 2,
+               {"no such file", "t.txt"}});
+  c.push_back({"TextEmpty", text_case(""), 2, {"t.txt is empty"}});
   c.push_back({"TextBinary", text_case(std::string("\x7f" "ELF\x02\x01\x01\0\0\0", 10) + std::string(200, '\0')), 2,
                {"t.txt", "NUL byte", "binary: true"}});
   c.push_back({"TextBinaryWithSentencePiece", text_case(std::string(300, 'a'), ", binary: true, tokenizer: sp.model"), 2,
                {"binary", "needs tokenizer: bytes"}});
   c.push_back({"TextInvalidUtf8", text_case(std::string(300, '\xff')), 2, {"t.txt", "UTF-8"}});
-  c.push_back({"TextShorterThanAWindow", text_case("abc"), 2, {"t.txt"}});
+  c.push_back({"TextShorterThanAWindow", text_case("abc"), 2, {"t.txt", "seq_len 8 needs at least 9"}});
   c.push_back({"TokenizerModelMissing", text_case(std::string(300, 'a'), ", tokenizer: /nonexistent/sp.model"), 2,
                {"sp.model", "not found", "tt-data tokenizer"}});
   c.push_back({"TokenizerModelGarbage",
@@ -265,11 +275,11 @@ std::vector<Case> cases() {
                  write(d / "c.txt", std::string("ab\0cd\0", 6) + std::string(100, '\x01'));
                  return P(d, topic_pipeline(d, "{name: topic-text, path: " + (d / "c.txt").string() + "}"));
                },
-               2, {"c.txt"}});
+               2, {"c.txt is not a text file"}});
   // --- Checkpoints, runs, init_from -------------------------------------------------------------
   c.push_back({"InitFromMissing",
                [](auto d) { auto y = synthetic(d); y.replace(y.find("k: 3}\ntrainer"), 5, "k: 3, init_from: " + (d / "none").string() + "}"); return P(d, y); },
-               2, {"none"}});
+               2, {"init_from", "none' does not exist"}});
   c.push_back({"InitFromGarbage",
                [](auto d) {
                  write(d / "w.pt", std::string(1000, 'z'));
@@ -284,7 +294,7 @@ std::vector<Case> cases() {
                  write(d / "plain" / "notes.txt", "hello");
                  return "--resume " + (d / "plain").string();
                },
-               2, {"plain"}});
+               2, {"plain is not a tt run directory"}});
   c.push_back({"RunDirHoldsARun",
                [](auto d) {
                  const std::string args = P(d, synthetic(d));
@@ -422,11 +432,12 @@ std::vector<Case> cases() {
                3, {"test-missing-symbol", "undefined symbol"}});
   c.push_back({"PluginBuiltForAnotherApi",
                [](auto d) { return P(d, synthetic(d) + "plugins: [test-wrong-api]\n") + "!TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR; },
-               3, {"test-wrong-api"}});
+               3, {"test-wrong-api", "built for tt module API version 999"}});
   c.push_back({"PluginBadOption",
                [](auto d) { return P(d, synthetic(d) + "plugins: [{name: checkpoint, policy: sometimes}]\n"); }, 2,
                {"policy", "sometimes"}});
-  c.push_back({"PluginNeedsABlockStack", [](auto d) { return P(d, synthetic(d) + "plugins: [checkpoint]\n"); }, 2, {"checkpoint"}});
+  c.push_back({"PluginNeedsABlockStack", [](auto d) { return P(d, synthetic(d) + "plugins: [checkpoint]\n"); }, 2,
+               {"(checkpoint) acts on a model's block_stack", "model 'topic' has none"}});
   return c;
 }
 
