@@ -283,6 +283,7 @@ TEST(Adam8bitPlugin, ResumeContinuesTheQuantizedStateAndReportsItsSize) {
   ASSERT_EQ(a.rc, 0) << a.output;
   auto res = r.resume_copy("straight", "resumed", 3);
   ASSERT_EQ(res.rc, 0) << res.output;
+  EXPECT_EQ(r.summary("resumed")["steps_this_run"], 3);  // steps 4 to 6: from the checkpoint, not from 0
   EXPECT_EQ(r.summary("resumed")["final_loss"], r.summary("straight")["final_loss"]);
   const int64_t state = r.summary("straight")["memory"]["optimizer_state_bytes"].get<int64_t>();
   EXPECT_GT(state, 0);

@@ -282,6 +282,7 @@ TEST(AmpPlugin, ScalerStateContinuesThroughResume) {
   // crash after step 3: resume from its checkpoint
   auto res = r.resume_copy("straight", "resumed", 3);
   ASSERT_EQ(res.rc, 0) << res.output;
+  EXPECT_EQ(r.summary("resumed")["steps_this_run"], 3);  // steps 4 to 6: from the checkpoint, not from 0
   auto after = metric_lines(r.dir / "resumed" / "metrics.jsonl");
   ASSERT_GE(after.size(), 3u);
   for (size_t i = after.size() - 3; i < after.size(); ++i)

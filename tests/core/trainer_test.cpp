@@ -936,7 +936,7 @@ TEST(Trainer, TheMedianStepLeavesTheWarmUpStepOut) {
   const double first = nlohmann::json::parse(lines[0])["step_seconds"].get<double>();
   const double second = nlohmann::json::parse(lines[1])["step_seconds"].get<double>();
   EXPECT_GE(first, 0.6);
-  EXPECT_LT(second, 0.3);
+  EXPECT_LT(second, first);  // so that the median of both is not the second
   EXPECT_DOUBLE_EQ(summary["median_step_seconds"].get<double>(), second);
 }
 
@@ -1232,6 +1232,7 @@ TEST(Progress, TheRateAndEtaLeaveTheFirstStepOut) {
   ASSERT_NE(last, std::string::npos) << out;
   EXPECT_HAS(out.substr(first, out.find('\n', first) - first), "ETA --:--");  // no rate to tell yet
   // 99 steps in well under a second: far above the 66 it/s the 1.5 s first step would make it
+  // (200: room for the process to be set aside for a while on a busy machine)
   const double rate = std::stod(out.substr(last + std::string("step 100/100 ").size()));
-  EXPECT_GT(rate, 1000) << out;
+  EXPECT_GT(rate, 200) << out;
 }

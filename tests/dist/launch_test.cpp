@@ -1,6 +1,7 @@
 // tt-run --nproc's launcher (tools/tt-run/launch.cpp) over stand-in workers: shell scripts that
-// exit as a worker would, so that the order in which the workers end is fixed. Which exit code
-// the launcher gives, and how it stops the others.
+// exit as a worker would, so that the order in which the workers end is fixed (one ends first,
+// the other only when the launcher stops it: no race of sleeps). Which exit code the launcher
+// gives, and how it stops the others.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -53,11 +54,12 @@ Ended launch_two(const std::string& tt_run, const std::function<void()>& meanwhi
 
 TEST(Launch, AReasonGivenAfterAPlainFailureOrALostPeerIsTheExitCode) {
   // rank 1 fails first with a plain error (1) or a lost peer (8: as a rank does whose peer went
-  // away), rank 0 a moment later with a reason (6: a file it could not write): tt-run exits 6, as
-  // a run alone would
+  // away), rank 0 after it, as the launcher stops it, with a reason (6: a file it could not
+  // write): tt-run exits 6, as a run alone would
   const fs::path dir = tt::test::temp_dir("launch_reason");
   for (const char* first : {"1", "8"}) {
-    const auto e = launch_two(worker(dir, std::string("if [ \"$RANK\" = 0 ]; then sleep 0.5; exit 6; fi; exit ") + first));
+    const auto e = launch_two(
+        worker(dir, std::string("if [ \"$RANK\" = 0 ]; then trap 'kill $!; exit 6' TERM; sleep 30 & wait; fi; exit ") + first));
     EXPECT_EQ(e.code, 6) << e.err;
     EXPECT_HAS(e.err, "rank 1 (pid ");
     EXPECT_HAS(e.err, std::string("exited with status ") + first + "; stopping the other 1 worker(s)");
@@ -73,8 +75,9 @@ TEST(Launch, TheOthersStoppedAfterAFailureLeaveItsExitCode) {
   EXPECT_EQ(e.code, 1) << e.err;
   EXPECT_LT(e.seconds, 10.0) << e.err;  // stopped a second after the failure, not after 30 s
   EXPECT_EQ(e.err.find("tt-run exits with its status"), std::string::npos) << e.err;
-  // a reason given first stays the exit code whatever the others end with
-  e = launch_two(worker(dir, "if [ \"$RANK\" = 0 ]; then exit 2; fi; sleep 0.3; exit 1"));
+  // a reason given first stays the exit code whatever the others end with (rank 1 fails as the
+  // launcher stops it)
+  e = launch_two(worker(dir, "if [ \"$RANK\" = 0 ]; then exit 2; fi; trap 'kill $!; exit 1' TERM; sleep 30 & wait"));
   EXPECT_EQ(e.code, 2) << e.err;
   EXPECT_HAS(e.err, "exited with status 2; stopping the other 1 worker(s)");
 }

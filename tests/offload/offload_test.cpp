@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <fstream>
@@ -271,10 +272,15 @@ TEST(OffloadPlugin, ARunKilledMidwayResumesFromItsCheckpoint) {
   ASSERT_TRUE(seen) << "no checkpoint within 30 s";
   if (WIFEXITED(status)) GTEST_SKIP() << "the run finished before it could be killed";
   EXPECT_FALSE(fs::exists(run_dir / "summary.json"));
+  int last = 0;  // the latest checkpoint the killed run left whole
+  for (const auto& e : fs::directory_iterator(run_dir / "checkpoints"))
+    if (e.path().extension() == ".pt" && e.path().stem().string().rfind("step-", 0) == 0) last = std::max(last, std::stoi(e.path().stem().string().substr(5)));
+  ASSERT_GE(last, 8);
   auto resumed = tt::test::run(tt::test::tt_run_bin() + " --resume " + run_dir.string() + " -q");
   ASSERT_EQ(resumed.rc, 0) << resumed.output;
   EXPECT_EQ(lm.summary("killed")["final_loss"], lm.summary("straight")["final_loss"]);
   EXPECT_EQ(lm.summary("killed")["steps"], 40);
+  EXPECT_EQ(lm.summary("killed")["steps_this_run"], 40 - last);  // from its checkpoint, not from step 0
 }
 
 TEST(OffloadPlugin, BadOptionsAreClearErrors) {
