@@ -430,6 +430,19 @@ TEST(Planner, TheWhyReportsEveryProbesMedianAndWhetherTheNoiseIsTheFloor) {
   EXPECT_NE(plan.why.find("2159.0"), std::string::npos) << plan.why;
   EXPECT_NE(plan.why.find("100.0"), std::string::npos) << plan.why;
   EXPECT_NE(plan.why.find("noise floor"), std::string::npos) << plan.why;
+  EXPECT_EQ(plan.why.find("standard error"), std::string::npos) << plan.why;
+  // steps spread +-20%: the standard error of the steps (11.5%) is above the floor, and it says so
+  tt::plan::Planner spread(t.dims, settings(), [&](const Candidate& c) {
+    Cost x = t.cost(c);
+    x.steps = {x.step_ms * 0.8, x.step_ms, x.step_ms * 1.2};
+    return x;
+  });
+  const auto wide = spread.plan(10000);
+  ASSERT_TRUE(wide.found) << wide.why;
+  EXPECT_GT(wide.chosen_cost.noise_ms, 0.1 * wide.chosen_cost.step_ms) << wide.why;
+  EXPECT_FALSE(wide.chosen_cost.noise_is_floor);
+  EXPECT_NE(wide.why.find("(standard error of its steps)"), std::string::npos) << wide.why;
+  EXPECT_EQ(wide.why.find("noise floor"), std::string::npos) << wide.why;
 }
 
 // The table's columns stay aligned whatever the configurations' labels (an out-of-tree plugin's

@@ -279,10 +279,7 @@ TEST(TopicText, BrownCorpus) {
   o.min_df = 5;
   o.max_df = 0.5;
   o.stopwords = true;
-  const auto start = std::chrono::steady_clock::now();
   auto c = tt::topic::read_text_corpus(brown.string(), o);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(seconds, 20.0);
   EXPECT_EQ(c.documents_read, 500);
   EXPECT_EQ(c.counts.n_docs(), 500);
   EXPECT_EQ(c.dropped, 0);
