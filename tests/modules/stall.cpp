@@ -1,7 +1,9 @@
 // A test plugin that stalls in one event without looking at interrupt requests, as a long
 // set-up or a slow checkpoint write would: it writes `marker` when it starts, then sleeps;
 // once: not when `marker` exists. `step`: every step (BATCH_END), a slow step, no marker; on
-// `rank` only where that is set (a slow worker).
+// `rank` only where that is set (a slow worker). `gate`: at the end of step `from_step` (and
+// each after it) it writes `marker` and waits until the file `release` exists (up to `seconds`),
+// so that a test can interrupt the run at a step it knows, with no race against the steps.
 #include <chrono>
 #include <fstream>
 #include <thread>
@@ -13,7 +15,7 @@
 
 namespace {
 struct StallOptions {
-  std::string event, marker;
+  std::string event, marker, release;
   double seconds;
   int64_t from_step;
   int64_t rank;
@@ -25,6 +27,14 @@ class Stall final : public tt::Plugin {
   void on(tt::Event e, tt::State& s) override {
     if (o_.event == "step") {
       if (e == tt::Event::BATCH_END && (o_.rank < 0 || o_.rank == s.rank)) std::this_thread::sleep_for(std::chrono::duration<double>(o_.seconds));
+      return;
+    }
+    if (o_.event == "gate") {
+      if (e != tt::Event::BATCH_END || s.step < o_.from_step) return;
+      if (!o_.marker.empty()) std::ofstream(o_.marker) << s.step << "\n";
+      const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(o_.seconds);
+      while (!std::ifstream(o_.release).good() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
       return;
     }
     const bool here = (o_.event == "init" && e == tt::Event::INIT) ||
@@ -40,10 +50,11 @@ class Stall final : public tt::Plugin {
 
 void reg(tt::Registry& r) {
   tt::Schema schema;
-  schema.field("event", &StallOptions::event, std::string("init"), "where to stall").choices({"init", "checkpoint", "step"});
+  schema.field("event", &StallOptions::event, std::string("init"), "where to stall").choices({"init", "checkpoint", "step", "gate"});
   schema.field("seconds", &StallOptions::seconds, 60.0, "how long").range(tt::ge(0));
   schema.field("marker", &StallOptions::marker, std::string(), "file written when the stall starts");
-  schema.field("from_step", &StallOptions::from_step, int64_t{0}, "checkpoint: stall from this step on").range(tt::ge(0));
+  schema.field("from_step", &StallOptions::from_step, int64_t{0}, "checkpoint, gate: stall from this step on").range(tt::ge(0));
+  schema.field("release", &StallOptions::release, std::string(), "gate: the file that ends the wait");
   schema.field("rank", &StallOptions::rank, int64_t{-1}, "step: stall on this rank only (-1: every rank)").range(tt::ge(-1));
   r.add_plugin("test-stall", "test plugin that stalls in an event", schema,
                [](const tt::Options& o) { return std::make_unique<Stall>(o.to<StallOptions>()); });

@@ -505,34 +505,44 @@ TEST(TtRun, CrashDuringCheckpointWriteKeepsThePreviousOne) {
 
 TEST(TtRun, CtrlCWritesACheckpointAndTheResumedRunEndsAndReportsAsTheUninterruptedOne) {
   auto dir = tt::test::temp_dir("cli");
-  // Long enough that Ctrl-C lands mid-run. The topic model's deferred row updates resume to
-  // float rounding only (TopicTraining.DeferredRowUpdatesResumeToRounding): off here, so the
-  // resumed run must follow the uninterrupted one bitwise.
-  constexpr int kSteps = 10000;
+  // The topic model's deferred row updates resume to float rounding only
+  // (TopicTraining.DeferredRowUpdatesResumeToRounding): off here, so the resumed run must follow
+  // the uninterrupted one bitwise.
+  constexpr int kSteps = 1000;
   std::string yaml = tt::test::topic_yaml(dir, "  max_steps: " + std::to_string(kSteps) + "\n");
   yaml.replace(yaml.find("k: 4}"), 5, "k: 4, defer_updates: false}");
   auto pipe = write_pipeline(dir, yaml);
-  auto straight = run(tt_run() + " -q " + quote(pipe) + " --run-dir " + quote(dir / "straight"));
+  // Ctrl-C at step 20: the test plugin test-stall holds the end of step 20 until the file `go`
+  // exists (it changes nothing the run computes); the Ctrl-C is sent while it holds, then `go` is
+  // written, so the interrupt lands at step 20 however fast or slow the steps are. The
+  // uninterrupted run has the plugin too (a plugin takes the topic model off its fused step),
+  // holding from a step it never reaches.
+  const std::string held = quote(dir / "held"), go = quote(dir / "go");
+  const auto gate = [&](int from) {
+    return " 'plugins=[{name: test-stall, event: gate, from_step: " + std::to_string(from) + ", seconds: 120, marker: " +
+           (dir / "held").string() + ", release: " + (dir / "go").string() + "}]'";
+  };
+  const std::string modules = "TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR " ";
+  auto straight = run(modules + tt_run() + " -q " + quote(pipe) + gate(kSteps + 1) + " --run-dir " + quote(dir / "straight"));
   ASSERT_EQ(straight.rc, 0) << straight.output;
+  ASSERT_FALSE(fs::exists(dir / "held"));
 
-  // Ctrl-C once the run has written 20 steps (polled every 10 ms, for at most 60 s).
-  const std::string metrics = quote(dir / "run" / "metrics.jsonl");
-  auto r = run("(" + tt_run() + " -q " + quote(pipe) + " --run-dir " + quote(dir / "run") +
-               " & pid=$!; for i in $(seq 6000); do n=$(grep -c '\"loss\"' " + metrics +
-               " 2>/dev/null); [ \"${n:-0}\" -ge 20 ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.01; done; "
-               "kill -INT $pid; wait $pid)");
+  auto r = run("(" + modules + tt_run() + " -q " + quote(pipe) + gate(20) + " --run-dir " +
+               quote(dir / "run") + " & pid=$!; for i in $(seq 6000); do [ -e " + held +
+               " ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.01; done; kill -INT $pid; touch " + go +
+               "; wait $pid)");
   ASSERT_EQ(r.rc, 130) << "the run was not interrupted mid-run:\n" << r.output;
   EXPECT_NE(r.output.find("checkpoint written. Continue with: tt-run --resume"), std::string::npos) << r.output;
   auto ckpts = tt::list_checkpoints(dir / "run" / "checkpoints");
   ASSERT_EQ(ckpts.size(), 1u);
   const int stopped = std::stoi(ckpts[0].stem().string().substr(std::string("step-").size()));
-  ASSERT_GE(stopped, 20);
+  ASSERT_EQ(stopped, 20);
   ASSERT_LT(stopped, kSteps) << "the interruption came after the last step: nothing left to resume";
   EXPECT_EQ(tt::test::step_lines(dir / "run" / "metrics.jsonl").size(), static_cast<size_t>(stopped));
 
   // Resumed as the message says, the run goes on from the checkpoint to the last step and
   // every step's loss is the uninterrupted run's, each step once in metrics.jsonl.
-  r = run(tt_run() + " -q --resume " + quote(dir / "run"));
+  r = run(modules + tt_run() + " -q --resume " + quote(dir / "run"));
   ASSERT_EQ(r.rc, 0) << r.output;
   auto a = tt::test::step_lines(dir / "straight" / "metrics.jsonl");
   auto b = tt::test::step_lines(dir / "run" / "metrics.jsonl");

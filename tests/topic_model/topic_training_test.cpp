@@ -104,6 +104,25 @@ TEST(TopicTraining, PrefetchDoesNotChangeResults) {
 }
 
 TEST(TopicTraining, LazyUpdatesOnlyTheBatchRowsAndStillLearns) {
+  // L (documents x topics) after steps 1 and 2 of one seed: lazily, step 2 changes only the rows
+  // of its own batch (16 of the 64 documents); as a dense gradient (defer_updates: false, every
+  // row every step) AdamW's momentum also moves step 1's rows, which are other documents.
+  const auto L_after = [](const std::vector<std::string>& options, int steps) {
+    auto out = tt::test::temp_dir("topic");
+    std::vector<std::string> o = options;
+    o.push_back("trainer.max_steps=" + std::to_string(steps));
+    tt::Trainer t(pipe(out, o), {out / "run", false, true});
+    t.fit();
+    return t.state().model->named_parameters()["L_raw"].detach().clone();
+  };
+  const auto rows_changed = [&](const std::vector<std::string>& options) {
+    const auto a = L_after(options, 1), b = L_after(options, 2);
+    return (a != b).any(1).sum().item<int64_t>();
+  };
+  const int64_t lazy = rows_changed({"model.lazy=true"});
+  EXPECT_GT(lazy, 0);
+  EXPECT_LE(lazy, 16);
+  EXPECT_GT(rows_changed({"model.defer_updates=false"}), 16);
   auto out = tt::test::temp_dir("topic");
   tt::Trainer t(pipe(out, {"trainer.epochs=3", "model.lazy=true"}), {out / "run", false, true});
   t.fit();
