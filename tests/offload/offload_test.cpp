@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <nlohmann/json.hpp>
@@ -249,8 +250,15 @@ TEST(OffloadPlugin, ARunKilledMidwayResumesFromItsCheckpoint) {
   auto straight = lm.run("straight", "[offload]", trainer);
   ASSERT_EQ(straight.rc, 0) << straight.output;
 
-  // The same run, killed with SIGKILL once a few checkpoints exist (it may be mid-step).
-  std::ofstream(lm.dir / "killed.yaml") << tt::test::read_file(lm.dir / "straight.yaml");
+  // The same run, killed with SIGKILL in step 10, after the checkpoints of steps 4 and 8: the
+  // test plugin test-stall holds the end of step 10 until the file `go` exists (it changes
+  // nothing the run computes), so the kill comes mid-run however fast the steps are.
+  std::string yaml_text = tt::test::read_file(lm.dir / "straight.yaml");
+  const std::string gate = "plugins: [offload, {name: test-stall, event: gate, from_step: 10, seconds: 120, marker: " +
+                           (lm.dir / "held").string() + ", release: " + (lm.dir / "go").string() + "}]";
+  ASSERT_NE(yaml_text.find("plugins: [offload]"), std::string::npos) << yaml_text;
+  yaml_text.replace(yaml_text.find("plugins: [offload]"), std::string("plugins: [offload]").size(), gate);
+  std::ofstream(lm.dir / "killed.yaml") << yaml_text;
   const fs::path run_dir = lm.dir / "killed";
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
@@ -258,25 +266,28 @@ TEST(OffloadPlugin, ARunKilledMidwayResumesFromItsCheckpoint) {
     const std::string yaml = (lm.dir / "killed.yaml").string(), rd = run_dir.string();
     const std::string log = (lm.dir / "killed.out").string();
     if (FILE* f = std::freopen(log.c_str(), "w", stdout)) dup2(fileno(f), 2);
+    setenv("TT_PLUGIN_PATH", TT_TEST_MODULE_DIR, 1);
     execl(tt::test::tt_run_bin().c_str(), "tt-run", yaml.c_str(), "-q", "--run-dir", rd.c_str(), (char*)nullptr);
     _exit(127);
   }
-  bool seen = false;
-  for (int i = 0; i < 3000 && !seen; ++i) {
+  bool held = false;
+  for (int i = 0; i < 12000 && !held; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    seen = fs::exists(run_dir / "checkpoints" / "step-00000008.pt");
+    held = fs::exists(lm.dir / "held");
   }
   kill(pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
-  ASSERT_TRUE(seen) << "no checkpoint within 30 s";
-  if (WIFEXITED(status)) GTEST_SKIP() << "the run finished before it could be killed";
+  ASSERT_TRUE(held) << "the run did not reach step 10 within 120 s:\n" << tt::test::read_file(lm.dir / "killed.out");
+  ASSERT_TRUE(WIFSIGNALED(status)) << tt::test::read_file(lm.dir / "killed.out");
   EXPECT_FALSE(fs::exists(run_dir / "summary.json"));
+  std::ofstream(lm.dir / "go") << "\n";  // the resumed run is not held
   int last = 0;  // the latest checkpoint the killed run left whole
   for (const auto& e : fs::directory_iterator(run_dir / "checkpoints"))
     if (e.path().extension() == ".pt" && e.path().stem().string().rfind("step-", 0) == 0) last = std::max(last, std::stoi(e.path().stem().string().substr(5)));
-  ASSERT_GE(last, 8);
-  auto resumed = tt::test::run(tt::test::tt_run_bin() + " --resume " + run_dir.string() + " -q");
+  EXPECT_EQ(last, 8);
+  auto resumed = tt::test::run("TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR " " + tt::test::tt_run_bin() + " --resume " +
+                               run_dir.string() + " -q");
   ASSERT_EQ(resumed.rc, 0) << resumed.output;
   EXPECT_EQ(lm.summary("killed")["final_loss"], lm.summary("straight")["final_loss"]);
   EXPECT_EQ(lm.summary("killed")["steps"], 40);
