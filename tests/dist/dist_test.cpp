@@ -38,13 +38,14 @@ using tt::test::tt_run_bin;
 
 namespace {
 
-// A loopback port free now, picked by the kernel, for a test's MASTER_PORT: fixed ports collided
-// with another run of the suite on the same machine, or with anything listening there.
+// A port free now on every address (rank 0's store listens on all), picked by the kernel, for a
+// test's MASTER_PORT: fixed ports collided with another run of the suite on the same machine,
+// or with anything listening there.
 int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
   socklen_t len = sizeof a;
   const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
                   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;

@@ -58,8 +58,11 @@ TEST(Launch, AReasonGivenAfterAPlainFailureOrALostPeerIsTheExitCode) {
   // write): tt-run exits 6, as a run alone would
   const fs::path dir = tt::test::temp_dir("launch_reason");
   for (const char* first : {"1", "8"}) {
-    const auto e = launch_two(
-        worker(dir, std::string("if [ \"$RANK\" = 0 ]; then trap 'kill $!; exit 6' TERM; sleep 30 & wait; fi; exit ") + first));
+    // (rank 1 ends once rank 0 has set its trap: a SIGTERM before it would end rank 0 otherwise)
+    const std::string ready = (dir / (std::string("ready.") + first)).string();
+    const auto e = launch_two(worker(dir, "if [ \"$RANK\" = 0 ]; then trap 'kill $!; exit 6' TERM; touch " + ready +
+                                              "; sleep 30 & wait; fi; for i in $(seq 600); do [ -e " + ready +
+                                              " ] && break; sleep 0.05; done; exit " + first));
     EXPECT_EQ(e.code, 6) << e.err;
     EXPECT_HAS(e.err, "rank 1 (pid ");
     EXPECT_HAS(e.err, std::string("exited with status ") + first + "; stopping the other 1 worker(s)");
@@ -77,7 +80,10 @@ TEST(Launch, TheOthersStoppedAfterAFailureLeaveItsExitCode) {
   EXPECT_EQ(e.err.find("tt-run exits with its status"), std::string::npos) << e.err;
   // a reason given first stays the exit code whatever the others end with (rank 1 fails as the
   // launcher stops it)
-  e = launch_two(worker(dir, "if [ \"$RANK\" = 0 ]; then exit 2; fi; trap 'kill $!; exit 1' TERM; sleep 30 & wait"));
+  const std::string ready = (dir / "ready").string();
+  e = launch_two(worker(dir, "if [ \"$RANK\" = 0 ]; then for i in $(seq 600); do [ -e " + ready +
+                                 " ] && break; sleep 0.05; done; exit 2; fi; trap 'kill $!; exit 1' TERM; touch " + ready +
+                                 "; sleep 30 & wait"));
   EXPECT_EQ(e.code, 2) << e.err;
   EXPECT_HAS(e.err, "exited with status 2; stopping the other 1 worker(s)");
 }

@@ -3,7 +3,8 @@
 // once: not when `marker` exists. `step`: every step (BATCH_END), a slow step, no marker; on
 // `rank` only where that is set (a slow worker). `gate`: at the end of step `from_step` (and
 // each after it) it writes `marker` and waits until the file `release` exists (up to `seconds`),
-// so that a test can interrupt the run at a step it knows, with no race against the steps.
+// so that a test can interrupt a run of one process at a step it knows, with no race against
+// the steps (in a data-parallel run the ranks agree on a stop at the next step's all-reduce).
 #include <chrono>
 #include <fstream>
 #include <thread>

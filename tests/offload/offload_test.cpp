@@ -1,3 +1,4 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -7,7 +8,6 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <nlohmann/json.hpp>
@@ -260,14 +260,19 @@ TEST(OffloadPlugin, ARunKilledMidwayResumesFromItsCheckpoint) {
   yaml_text.replace(yaml_text.find("plugins: [offload]"), std::string("plugins: [offload]").size(), gate);
   std::ofstream(lm.dir / "killed.yaml") << yaml_text;
   const fs::path run_dir = lm.dir / "killed";
+  // (everything the child needs is made before the fork: it only opens a file and execs)
+  const std::string bin = tt::test::tt_run_bin(), yaml = (lm.dir / "killed.yaml").string(), rd = run_dir.string();
+  const std::string log = (lm.dir / "killed.out").string();
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    const std::string yaml = (lm.dir / "killed.yaml").string(), rd = run_dir.string();
-    const std::string log = (lm.dir / "killed.out").string();
-    if (FILE* f = std::freopen(log.c_str(), "w", stdout)) dup2(fileno(f), 2);
-    setenv("TT_PLUGIN_PATH", TT_TEST_MODULE_DIR, 1);
-    execl(tt::test::tt_run_bin().c_str(), "tt-run", yaml.c_str(), "-q", "--run-dir", rd.c_str(), (char*)nullptr);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    execl("/usr/bin/env", "env", "TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR, bin.c_str(), yaml.c_str(), "-q", "--run-dir",
+          rd.c_str(), (char*)nullptr);
     _exit(127);
   }
   bool held = false;

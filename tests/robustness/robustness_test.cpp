@@ -108,7 +108,7 @@ std::vector<Case> cases() {
   c.push_back({"PipelineEmpty", [](auto d) { return P(d, ""); }, 2, {"p.yaml", "the pipeline is empty"}});
   c.push_back({"PipelineNotAMap", [](auto d) { return P(d, "- a\n- b\n"); }, 2, {"p.yaml", "map"}});
   c.push_back({"PipelineBadYaml", [](auto d) { return P(d, "name: [unclosed\n"); }, 2, {"p.yaml", "YAML"}});
-  c.push_back({"PipelineTabIndent", [](auto d) { return P(d, "name: r\ntrainer:\n\tmax_steps: 2\n"); }, 2, {"p.yaml:3", "indented with a tab"}});
+  c.push_back({"PipelineTabIndent", [](auto d) { return P(d, "name: r\ntrainer:\n\tmax_steps: 2\n"); }, 2, {"p.yaml", "line 3 is indented with a tab"}});
   c.push_back({"PipelineDuplicateTopKey", [](auto d) { return P(d, synthetic(d) + "seed: 4\n"); }, 2, {"p.yaml", "seed"}});
   c.push_back({"PipelineDuplicateNestedKey",
                [](auto d) { return P(d, topic_pipeline(d, "{name: topic-synthetic, k: 3, k: 4}")); }, 2, {"p.yaml", "'k'"}});

@@ -505,18 +505,14 @@ TEST(TtRun, CrashDuringCheckpointWriteKeepsThePreviousOne) {
 
 TEST(TtRun, CtrlCWritesACheckpointAndTheResumedRunEndsAndReportsAsTheUninterruptedOne) {
   auto dir = tt::test::temp_dir("cli");
-  // The topic model's deferred row updates resume to float rounding only
-  // (TopicTraining.DeferredRowUpdatesResumeToRounding): off here, so the resumed run must follow
-  // the uninterrupted one bitwise.
   constexpr int kSteps = 1000;
-  std::string yaml = tt::test::topic_yaml(dir, "  max_steps: " + std::to_string(kSteps) + "\n");
-  yaml.replace(yaml.find("k: 4}"), 5, "k: 4, defer_updates: false}");
-  auto pipe = write_pipeline(dir, yaml);
+  auto pipe = write_pipeline(dir, tt::test::topic_yaml(dir, "  max_steps: " + std::to_string(kSteps) + "\n"));
   // Ctrl-C at step 20: the test plugin test-stall holds the end of step 20 until the file `go`
   // exists (it changes nothing the run computes); the Ctrl-C is sent while it holds, then `go` is
   // written, so the interrupt lands at step 20 however fast or slow the steps are. The
-  // uninterrupted run has the plugin too (a plugin takes the topic model off its fused step),
-  // holding from a step it never reaches.
+  // uninterrupted run has the plugin too, holding from a step it never reaches: with a plugin
+  // the topic model trains through autograd, off its fused step, in both runs (the fused step's
+  // resume: TtRun.AResumeOnTheTopicModelsFusedStep...).
   const std::string held = quote(dir / "held"), go = quote(dir / "go");
   const auto gate = [&](int from) {
     return " 'plugins=[{name: test-stall, event: gate, from_step: " + std::to_string(from) + ", seconds: 120, marker: " +
@@ -566,6 +562,48 @@ TEST(TtRun, CtrlCWritesACheckpointAndTheResumedRunEndsAndReportsAsTheUninterrupt
   EXPECT_EQ(s2["first_epoch_loss"].get<double>(), s1["first_epoch_loss"].get<double>());
   EXPECT_EQ(s2["final_epoch_loss"].get<double>(), s1["final_epoch_loss"].get<double>());
   const auto &m1 = s1["memory"], &m2 = s2["memory"];
+  for (const char* part : {"parameters_bytes", "gradients_bytes", "optimizer_state_bytes"})
+    EXPECT_EQ(m2[part], m1[part]) << part << "\n" << m1.dump(2) << "\n" << m2.dump(2);
+  EXPECT_GT(m2["optimizer_state_bytes"].get<int64_t>(), 0);
+  EXPECT_GT(m2["activations_bytes"].get<int64_t>(), 0) << m2.dump(2);
+  EXPECT_NEAR(m2["activations_bytes"].get<double>(), m1["activations_bytes"].get<double>(),
+              0.1 * m1["activations_bytes"].get<double>())
+      << m1.dump(2) << m2.dump(2);
+}
+
+// A resume on the topic model's own fused step (no plugin: the loss, the gradients and AdamW's
+// update without autograd): a copy of a finished run cut back to its checkpoint of step 20 goes
+// on to the last step with every step's loss the uninterrupted run's, and reports its memory as
+// it did. The deferred row updates resume to float rounding only
+// (TopicTraining.DeferredRowUpdatesResumeToRounding): off here, so the losses agree bitwise.
+TEST(TtRun, AResumeOnTheTopicModelsFusedStepEndsAndReportsAsTheUninterruptedOne) {
+  auto dir = tt::test::temp_dir("cli");
+  constexpr int kSteps = 60;
+  std::string yaml = tt::test::topic_yaml(dir, "  max_steps: " + std::to_string(kSteps) + "\n  checkpoint_every: 20\n");
+  yaml.replace(yaml.find("k: 4}"), 5, "k: 4, defer_updates: false}");
+  auto pipe = write_pipeline(dir, yaml);
+  auto straight = run(tt_run() + " -q " + quote(pipe) + " --run-dir " + quote(dir / "straight"));
+  ASSERT_EQ(straight.rc, 0) << straight.output;
+  fs::copy(dir / "straight", dir / "cut", fs::copy_options::recursive);
+  for (const auto& c : tt::list_checkpoints(dir / "cut" / "checkpoints"))
+    if (c.filename() != "step-00000020.pt") fs::remove(c);
+  auto resumed = run(tt_run() + " -q --resume " + quote(dir / "cut"));
+  ASSERT_EQ(resumed.rc, 0) << resumed.output;
+  auto a = tt::test::step_lines(dir / "straight" / "metrics.jsonl");
+  auto b = tt::test::step_lines(dir / "cut" / "metrics.jsonl");
+  ASSERT_EQ(a.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    auto x = nlohmann::json::parse(a[i]), y = nlohmann::json::parse(b[i]);
+    ASSERT_EQ(y["step"].get<int64_t>(), static_cast<int64_t>(i + 1));
+    ASSERT_EQ(y["loss"].get<double>(), x["loss"].get<double>()) << "step " << i + 1;
+  }
+  auto s1 = tt::test::summary_of(dir / "straight");
+  auto s2 = tt::test::summary_of(dir / "cut");
+  EXPECT_EQ(s2["steps_this_run"], kSteps - 20);
+  EXPECT_EQ(s2["final_loss"].get<double>(), s1["final_loss"].get<double>());
+  const auto &m1 = s1["memory"], &m2 = s2["memory"];
+  EXPECT_EQ(m1["gradients_bytes"], 0) << "not the fused step (no gradient tensors):\n" << m1.dump(2);
   for (const char* part : {"parameters_bytes", "gradients_bytes", "optimizer_state_bytes"})
     EXPECT_EQ(m2[part], m1[part]) << part << "\n" << m1.dump(2) << "\n" << m2.dump(2);
   EXPECT_GT(m2["optimizer_state_bytes"].get<int64_t>(), 0);
