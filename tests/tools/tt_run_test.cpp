@@ -533,7 +533,6 @@ TEST(TtRun, CtrlCWritesACheckpointAndTheResumedRunEndsAndReportsAsTheUninterrupt
   ASSERT_EQ(ckpts.size(), 1u);
   const int stopped = std::stoi(ckpts[0].stem().string().substr(std::string("step-").size()));
   ASSERT_EQ(stopped, 20);
-  ASSERT_LT(stopped, kSteps) << "the interruption came after the last step: nothing left to resume";
   EXPECT_EQ(tt::test::step_lines(dir / "run" / "metrics.jsonl").size(), static_cast<size_t>(stopped));
 
   // Resumed as the message says, the run goes on from the checkpoint to the last step and
