@@ -503,6 +503,39 @@ TEST(TtRun, CrashDuringCheckpointWriteKeepsThePreviousOne) {
   EXPECT_EQ(a["final_loss"].get<double>(), b["final_loss"].get<double>());  // bitwise
 }
 
+namespace {
+// A run resumed from its checkpoint of step `from` against the uninterrupted one: it goes on to
+// the last step with every step's loss the uninterrupted run's, each step once in metrics.jsonl,
+// and reports the memory breakdown the uninterrupted run measured: the optimizer state came
+// from the checkpoint; the model's workspace is measured at the first step run here, whose
+// batch is another than the uninterrupted run's first (its non-zeros, and so the workspace,
+// differ by a few percent).
+void expect_resumed_as_uninterrupted(const fs::path& straight, const fs::path& resumed, int steps, int from) {
+  auto a = tt::test::step_lines(straight / "metrics.jsonl");
+  auto b = tt::test::step_lines(resumed / "metrics.jsonl");
+  ASSERT_EQ(a.size(), static_cast<size_t>(steps));
+  ASSERT_EQ(b.size(), a.size()) << "resumed from step " << from;
+  for (size_t i = 0; i < a.size(); ++i) {
+    auto x = nlohmann::json::parse(a[i]), y = nlohmann::json::parse(b[i]);
+    ASSERT_EQ(y["step"].get<int64_t>(), static_cast<int64_t>(i + 1));
+    ASSERT_EQ(y["loss"].get<double>(), x["loss"].get<double>()) << "step " << i + 1 << " (resumed from " << from << ")";
+  }
+  auto s1 = tt::test::summary_of(straight);
+  auto s2 = tt::test::summary_of(resumed);
+  EXPECT_EQ(s2["steps"], steps);
+  EXPECT_EQ(s2["steps_this_run"], steps - from);
+  EXPECT_EQ(s2["final_loss"].get<double>(), s1["final_loss"].get<double>());
+  const auto &m1 = s1["memory"], &m2 = s2["memory"];
+  for (const char* part : {"parameters_bytes", "gradients_bytes", "optimizer_state_bytes"})
+    EXPECT_EQ(m2[part], m1[part]) << part << "\n" << m1.dump(2) << "\n" << m2.dump(2);
+  EXPECT_GT(m2["optimizer_state_bytes"].get<int64_t>(), 0);
+  EXPECT_GT(m2["activations_bytes"].get<int64_t>(), 0) << m2.dump(2);
+  EXPECT_NEAR(m2["activations_bytes"].get<double>(), m1["activations_bytes"].get<double>(),
+              0.1 * m1["activations_bytes"].get<double>())
+      << m1.dump(2) << m2.dump(2);
+}
+}  // namespace
+
 TEST(TtRun, CtrlCWritesACheckpointAndTheResumedRunEndsAndReportsAsTheUninterruptedOne) {
   auto dir = tt::test::temp_dir("cli");
   constexpr int kSteps = 1000;
@@ -535,45 +568,21 @@ TEST(TtRun, CtrlCWritesACheckpointAndTheResumedRunEndsAndReportsAsTheUninterrupt
   ASSERT_EQ(stopped, 20);
   EXPECT_EQ(tt::test::step_lines(dir / "run" / "metrics.jsonl").size(), static_cast<size_t>(stopped));
 
-  // Resumed as the message says, the run goes on from the checkpoint to the last step and
-  // every step's loss is the uninterrupted run's, each step once in metrics.jsonl.
+  // Resumed as the message says, it ends and reports as the uninterrupted run; its epoch losses
+  // are the whole run's, from epoch 1 (the checkpoint carries those before it).
   r = run(modules + tt_run() + " -q --resume " + quote(dir / "run"));
   ASSERT_EQ(r.rc, 0) << r.output;
-  auto a = tt::test::step_lines(dir / "straight" / "metrics.jsonl");
-  auto b = tt::test::step_lines(dir / "run" / "metrics.jsonl");
-  ASSERT_EQ(a.size(), static_cast<size_t>(kSteps));
-  ASSERT_EQ(b.size(), a.size()) << "stopped at step " << stopped;
-  for (size_t i = 0; i < a.size(); ++i) {
-    auto x = nlohmann::json::parse(a[i]), y = nlohmann::json::parse(b[i]);
-    ASSERT_EQ(y["step"].get<int64_t>(), static_cast<int64_t>(i + 1));
-    ASSERT_EQ(y["loss"].get<double>(), x["loss"].get<double>()) << "step " << i + 1 << " (stopped at " << stopped << ")";
-  }
+  expect_resumed_as_uninterrupted(dir / "straight", dir / "run", kSteps, stopped);
   auto s1 = tt::test::summary_of(dir / "straight");
   auto s2 = tt::test::summary_of(dir / "run");
-  EXPECT_EQ(s2["steps"], kSteps);
-  EXPECT_EQ(s2["final_loss"].get<double>(), s1["final_loss"].get<double>());
-  // The summary speaks of the whole run: its epoch losses from epoch 1 (the checkpoint carries
-  // those before it), and the memory breakdown the uninterrupted run measured: the optimizer
-  // state came from the checkpoint; the model's workspace is measured at the first step run
-  // here, whose batch is another than the uninterrupted run's first (its non-zeros, and so the
-  // workspace, differ by a few percent).
   EXPECT_EQ(s2["first_epoch"], 1);
   EXPECT_EQ(s2["first_epoch_loss"].get<double>(), s1["first_epoch_loss"].get<double>());
   EXPECT_EQ(s2["final_epoch_loss"].get<double>(), s1["final_epoch_loss"].get<double>());
-  const auto &m1 = s1["memory"], &m2 = s2["memory"];
-  for (const char* part : {"parameters_bytes", "gradients_bytes", "optimizer_state_bytes"})
-    EXPECT_EQ(m2[part], m1[part]) << part << "\n" << m1.dump(2) << "\n" << m2.dump(2);
-  EXPECT_GT(m2["optimizer_state_bytes"].get<int64_t>(), 0);
-  EXPECT_GT(m2["activations_bytes"].get<int64_t>(), 0) << m2.dump(2);
-  EXPECT_NEAR(m2["activations_bytes"].get<double>(), m1["activations_bytes"].get<double>(),
-              0.1 * m1["activations_bytes"].get<double>())
-      << m1.dump(2) << m2.dump(2);
 }
 
 // A resume on the topic model's own fused step (no plugin: the loss, the gradients and AdamW's
-// update without autograd): a copy of a finished run cut back to its checkpoint of step 20 goes
-// on to the last step with every step's loss the uninterrupted run's, and reports its memory as
-// it did. The deferred row updates resume to float rounding only
+// update without autograd): a copy of a finished run cut back to its checkpoint of step 20 ends
+// and reports as the uninterrupted run. The deferred row updates resume to float rounding only
 // (TopicTraining.DeferredRowUpdatesResumeToRounding): off here, so the losses agree bitwise.
 TEST(TtRun, AResumeOnTheTopicModelsFusedStepEndsAndReportsAsTheUninterruptedOne) {
   auto dir = tt::test::temp_dir("cli");
@@ -588,28 +597,9 @@ TEST(TtRun, AResumeOnTheTopicModelsFusedStepEndsAndReportsAsTheUninterruptedOne)
     if (c.filename() != "step-00000020.pt") fs::remove(c);
   auto resumed = run(tt_run() + " -q --resume " + quote(dir / "cut"));
   ASSERT_EQ(resumed.rc, 0) << resumed.output;
-  auto a = tt::test::step_lines(dir / "straight" / "metrics.jsonl");
-  auto b = tt::test::step_lines(dir / "cut" / "metrics.jsonl");
-  ASSERT_EQ(a.size(), static_cast<size_t>(kSteps));
-  ASSERT_EQ(b.size(), a.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    auto x = nlohmann::json::parse(a[i]), y = nlohmann::json::parse(b[i]);
-    ASSERT_EQ(y["step"].get<int64_t>(), static_cast<int64_t>(i + 1));
-    ASSERT_EQ(y["loss"].get<double>(), x["loss"].get<double>()) << "step " << i + 1;
-  }
-  auto s1 = tt::test::summary_of(dir / "straight");
-  auto s2 = tt::test::summary_of(dir / "cut");
-  EXPECT_EQ(s2["steps_this_run"], kSteps - 20);
-  EXPECT_EQ(s2["final_loss"].get<double>(), s1["final_loss"].get<double>());
-  const auto &m1 = s1["memory"], &m2 = s2["memory"];
-  EXPECT_EQ(m1["gradients_bytes"], 0) << "not the fused step (no gradient tensors):\n" << m1.dump(2);
-  for (const char* part : {"parameters_bytes", "gradients_bytes", "optimizer_state_bytes"})
-    EXPECT_EQ(m2[part], m1[part]) << part << "\n" << m1.dump(2) << "\n" << m2.dump(2);
-  EXPECT_GT(m2["optimizer_state_bytes"].get<int64_t>(), 0);
-  EXPECT_GT(m2["activations_bytes"].get<int64_t>(), 0) << m2.dump(2);
-  EXPECT_NEAR(m2["activations_bytes"].get<double>(), m1["activations_bytes"].get<double>(),
-              0.1 * m1["activations_bytes"].get<double>())
-      << m1.dump(2) << m2.dump(2);
+  EXPECT_EQ(tt::test::summary_of(dir / "straight")["memory"]["gradients_bytes"], 0)
+      << "not the fused step (no gradient tensors)";
+  expect_resumed_as_uninterrupted(dir / "straight", dir / "cut", kSteps, 20);
 }
 
 // An evaluation is metered apart from training: with no training step the run's peak is its
