@@ -38,20 +38,32 @@ using tt::test::tt_run_bin;
 
 namespace {
 
+// A TCP socket bound to a port of `address` the kernel picks (set in `port`), listening when
+// `listen` says so; -1 where it cannot be made.
+int bound_socket(uint32_t address, bool listen, int& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(address);
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || (listen && ::listen(fd, 4) != 0) ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  port = ntohs(a.sin_port);
+  return fd;
+}
+
 // A port free now on every address (rank 0's store listens on all), picked by the kernel, for a
 // test's MASTER_PORT: fixed ports collided with another run of the suite on the same machine,
 // or with anything listening there.
 int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  socklen_t len = sizeof a;
-  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-  if (fd >= 0) ::close(fd);
-  if (!ok) throw std::runtime_error(std::string("no free loopback port: ") + std::strerror(errno));
-  return ntohs(a.sin_port);
+  int port = 0;
+  const int fd = bound_socket(INADDR_ANY, false, port);
+  if (fd < 0) throw std::runtime_error(std::string("no free port: ") + std::strerror(errno));
+  ::close(fd);
+  return port;
 }
 
 // The first CPU this process may run on (taskset -c 0 fails where CPU 0 is not in the allowed set).
@@ -470,20 +482,7 @@ TEST(Dist, BadSettingsAreRefused) {
 namespace {
 // A TCP socket listening on a free loopback port (set in `port`), which accepts connections and
 // never answers; -1 where it cannot be made.
-int listening_socket(int& port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 4) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    if (fd >= 0) ::close(fd);
-    return -1;
-  }
-  port = ntohs(a.sin_port);
-  return fd;
-}
+int listening_socket(int& port) { return bound_socket(INADDR_LOOPBACK, true, port); }
 
 size_t occurrences(const std::string& text, const std::string& part) {
   size_t n = 0;

@@ -256,8 +256,10 @@ TEST(OffloadPlugin, ARunKilledMidwayResumesFromItsCheckpoint) {
   std::string yaml_text = tt::test::read_file(lm.dir / "straight.yaml");
   const std::string gate = "plugins: [offload, {name: test-stall, event: gate, from_step: 10, seconds: 120, marker: " +
                            (lm.dir / "held").string() + ", release: " + (lm.dir / "go").string() + "}]";
-  ASSERT_NE(yaml_text.find("plugins: [offload]"), std::string::npos) << yaml_text;
-  yaml_text.replace(yaml_text.find("plugins: [offload]"), std::string("plugins: [offload]").size(), gate);
+  const std::string plain = "plugins: [offload]";
+  const size_t at = yaml_text.find(plain);
+  ASSERT_NE(at, std::string::npos) << yaml_text;
+  yaml_text.replace(at, plain.size(), gate);
   std::ofstream(lm.dir / "killed.yaml") << yaml_text;
   const fs::path run_dir = lm.dir / "killed";
   // (everything the child needs is made before the fork: it only opens a file and execs)
