@@ -193,8 +193,35 @@ void Planner::calibrate(int& counter) {
       f.p = ratio(x.parameters, ref_cost_.parameters);
       f.g = ratio(x.gradients, ref_cost_.gradients);
       f.o = ratio(x.optimizer, ref_cost_.optimizer);
-      f.r = ratio(rest_of(x), rest_of(ref_cost_));
+      if (ref_cost_.gradients == 0) f.g_bytes = static_cast<double>(x.gradients);
+      // What it moves out of the other components, and the rest it adds: that rise, up to the
+      // bytes moved, follows the bytes moved (offload pages in a share of the state it moves).
+      const double moved = static_cast<double>(std::max<int64_t>(0, ref_cost_.parameters - x.parameters) +
+                                               std::max<int64_t>(0, ref_cost_.gradients - x.gradients) +
+                                               std::max<int64_t>(0, ref_cost_.optimizer - x.optimizer));
+      const double rise = static_cast<double>(rest_of(x) - rest_of(ref_cost_));
+      if (moved > 0 && rise > 0) f.carry = std::min(1.0, rise / moved);
+      f.r = (static_cast<double>(rest_of(x)) - f.carry * moved) / static_cast<double>(rest_of(ref_cost_));
       f.t = ratio(x.step_ms, ref_cost_.step_ms);
+    }
+  }
+  // A reference on a model's fused step (no gradients) that every technique alone leaves
+  // (gradients): the slowdown they share is the least of theirs, counted once per configuration.
+  fast_path_ = 1;
+  if (ref_cost_.ok() && ref_cost_.gradients == 0) {
+    double least = std::numeric_limits<double>::infinity();
+    bool all_left = true;
+    for (size_t d = 0; d < dims_.size(); ++d)
+      for (size_t a = 0; a < dims_[d].alternatives.size(); ++a)
+        if (factors_[d][a].usable) {
+          all_left = all_left && alone[d][a]->gradients > 0;
+          least = std::min(least, factors_[d][a].t);
+        }
+    if (all_left && std::isfinite(least) && least > 1) {
+      fast_path_ = least;
+      for (auto& per_dim : factors_)
+        for (auto& f : per_dim)
+          if (f.usable) f.t /= fast_path_;
     }
   }
   calibrated_ = true;
@@ -205,17 +232,22 @@ void Planner::estimate(const Candidate& c, double& peak, double& ms) const {
          r = static_cast<double>(rest_of(ref_cost_)), t = ref_cost_.step_ms;
   // Start from the measured configuration with the most of c's techniques and none that c lacks
   // (the reference at least), moved to c's micro-batch, then apply the factors of the techniques
-  // it lacks: what was measured together keeps how those techniques interact.
+  // it lacks: what was measured together keeps how those techniques interact. Plugins act in list
+  // order (offload moves the state adam8bit made), so the techniques applied come after the
+  // base's own.
   const Candidate* from = &ref_;
   const Cost* base = &ref_cost_;
   int from_count = 0;
   for (const auto& [k, x] : cache_) {
     if (!x.ok()) continue;
     int count = 0;
-    bool subset = true;
+    bool subset = true, added = false;
     for (size_t d = 0; d < dims_.size() && subset; ++d) {
-      if (k.pick[d] < 0) continue;
-      subset = k.pick[d] == c.pick[d];
+      if (k.pick[d] < 0) {
+        added = added || c.pick[d] >= 0;
+        continue;
+      }
+      subset = k.pick[d] == c.pick[d] && !added;
       ++count;
     }
     if (!subset) continue;
@@ -226,12 +258,17 @@ void Planner::estimate(const Candidate& c, double& peak, double& ms) const {
   }
   p = base->parameters, g = base->gradients, o = base->optimizer, r = static_cast<double>(rest_of(*base)),
   t = base->step_ms;
+  r *= std::pow(static_cast<double>(c.micro) / static_cast<double>(from->micro), rest_exponent_);
+  const bool from_fast_path = base->gradients == 0;  // the fused step, which any technique leaves
   for (size_t d = 0; d < dims_.size(); ++d) {
     if (c.pick[d] < 0 || from->pick[d] >= 0) continue;
     const Factors& f = factors_[d][static_cast<size_t>(c.pick[d])];
-    p *= f.p, g *= f.g, o *= f.o, r *= f.r, t *= f.t;
+    const double moved = p * std::max(0.0, 1 - f.p) + g * std::max(0.0, 1 - f.g) + o * std::max(0.0, 1 - f.o);
+    p *= f.p, o *= f.o, t *= f.t;
+    g = g > 0 ? g * f.g : f.g_bytes;
+    r = r * f.r + f.carry * moved;
   }
-  r *= std::pow(static_cast<double>(c.micro) / static_cast<double>(from->micro), rest_exponent_);
+  if (from_fast_path && techniques(c) > 0) t *= fast_path_;
   t *= time_scale(from->micro, c.micro);
   peak = p + g + o + r;
   // Time factors of single probes multiply, and a slow reference probe (load, a cold start) makes
@@ -391,15 +428,40 @@ Plan Planner::plan(int64_t budget, const Candidate* at_least, bool search) {
     }
   }
   const Row* best = best_fit();
+  int left_within_slack = 0;  // unmeasured configurations estimated within the slack, nothing fitting
   if (!best) {
-    // Nothing measured fits: measure the configuration estimated smallest (estimates can be low,
-    // and --max-probes may have stopped the search before it). If it fits, it is the choice;
-    // otherwise its peak is the measured shortfall below.
-    const Row* smallest = nullptr;
-    for (const auto& r : rows)
-      if (!smallest || r.est_peak < smallest->est_peak) smallest = &r;
-    if (smallest && !measured(smallest->candidate)) measure(smallest->candidate, counter);
-    best = best_fit();
+    // Nothing measured fits. A refusal tells the user to raise the budget, so it rests on
+    // measurements, not estimates (which can be high: a combination's factors multiply, and
+    // techniques interact): the configurations estimated within the slack of the limit are
+    // measured, smallest estimate first (re-estimated after each), until one fits or max_probes
+    // (at least 4) more are spent; the smallest estimate at least, however far over. One that
+    // fits is the choice; otherwise the smallest peak measured is the shortfall below.
+    // The simpler configurations within it (fewer of its techniques, its micro-batch) are measured
+    // too where estimated within the slack: the choice is the simplest within noise of the fastest.
+    const int allowance = std::max(4, s_.max_probes);
+    int extra = 0;
+    for (; !best && extra < allowance; ++extra) {
+      for (auto& r : rows) estimate(r.candidate, r.est_peak, r.est_ms);
+      const Row* smallest = nullptr;
+      for (const auto& r : rows)
+        if (!measured(r.candidate) && (!smallest || r.est_peak < smallest->est_peak)) smallest = &r;
+      if (!smallest || (extra > 0 && smallest->est_peak > prune_above)) break;
+      measure(smallest->candidate, counter);
+      best = best_fit();
+    }
+    if (best) {
+      const Candidate found = best->candidate;
+      for (auto& r : rows) {
+        if (extra >= allowance) break;
+        bool within = r.candidate.micro == found.micro && !(r.candidate == found);
+        for (size_t d = 0; d < dims_.size() && within; ++d) within = r.candidate.pick[d] < 0 || r.candidate.pick[d] == found.pick[d];
+        estimate(r.candidate, r.est_peak, r.est_ms);
+        if (within && !measured(r.candidate) && r.est_peak <= prune_above) measure(r.candidate, counter), ++extra;
+      }
+      best = best_fit();
+    } else {
+      for (const auto& r : rows) left_within_slack += !measured(r.candidate) && r.est_peak <= prune_above;
+    }
   }
   if (best && at_least) {
     const Cost* floor = measured(*at_least);
@@ -486,7 +548,12 @@ Plan Planner::plan(int64_t budget, const Candidate* at_least, bool search) {
     out.why = "nothing fits under " + lim + ": the smallest measured peak, " + format_bytes(out.smallest_peak) +
               " (" + out.smallest_label + "), is " + format_bytes(out.shortfall) + " over; raise the budget to at least " +
               format_bytes(static_cast<int64_t>(std::ceil(static_cast<double>(out.smallest_peak) / (1.0 - s_.margin)))) +
-              " or make the model or batch smaller";
+              " or make the model or batch smaller" +
+              (left_within_slack > 0
+                   ? " (" + std::to_string(left_within_slack) + " configuration" + (left_within_slack == 1 ? " was" : "s were") +
+                         " estimated within " + std::to_string(static_cast<int>(std::lround(s_.slack * 100))) +
+                         "% of the limit and not measured: raise --max-probes to measure them)"
+                   : "");
   } else {
     out.why = "nothing fits under " + lim + ", and no configuration ran to measure by how much";
   }

@@ -10,8 +10,12 @@
 //      micro-batch, and each alternative alone: per-component factors (parameters, gradients,
 //      optimizer state, the rest of the peak) and a step-time factor each;
 //   2. estimates every configuration from the measured configuration with the most of its
-//      techniques (the reference at least) times the factors of the techniques that one lacks
-//      (per component), moved to its micro-batch by what the two reference runs show: the rest
+//      techniques (the reference at least; one that lacks none listed before its own, as plugins
+//      act in list order) times the factors of the techniques that one lacks (per component; the
+//      rest a technique adds in proportion to what it moves out of the others, e.g. offload's
+//      paged-in state, which adam8bit makes smaller; a slowdown that every technique shares,
+//      leaving a model's fused step, counted once), moved to its micro-batch by what the two
+//      reference runs show: the rest
 //      of the peak by a power of the micro-batch, the step time as a part that is the same at
 //      every micro-batch (the batch's work, the optimizer) plus one per micro-step (ceil(batch/m)
 //      of them), each within [0, 1] of the reference's time; no estimate faster than the fastest
@@ -23,6 +27,9 @@
 //   4. picks, among the measured configurations whose peak fits budget x (1 - margin), the
 //      fastest; among those within noise of it, the one with the fewest techniques, then the
 //      largest micro-batch ("as written" when it fits and is within noise);
+//      where nothing measured fits, measures the configurations estimated within the slack of the
+//      limit, smallest estimate first, until one fits or max_probes (at least 4) more are spent (a refusal
+//      rests on measured peaks: a combination's estimate can be far over its peak);
 //   5. re-measures close contenders round-robin (the fastest fit and each simpler fit that is
 //      within noise of it, within 25% of it, or the pipeline as written) until their difference
 //      exceeds the measured noise, each has max_repeats probes, or max_probes is spent.
@@ -165,9 +172,15 @@ class Planner {
   double per_micro_step_ = 0;
   double time_scale(int64_t from_micro, int64_t to_micro) const;  // step time at to / at from
   int64_t micro_steps(int64_t micro) const;  // per step: ceil(batch / micro), the batch the largest size
-  // per dimension and alternative: factors on parameters, gradients, optimizer, rest; time
+  // The reference ran a model's fused step (no gradient tensors: Model::fused_step), which any
+  // technique leaves: the slowdown they share, the least of theirs alone, is in no factor.
+  double fast_path_ = 1;
+  // per dimension and alternative: factors on parameters, gradients, optimizer, rest; time;
+  // `carry`: the rest a technique adds per byte it moves out of the other components (offload's
+  // paged-in state), so that it follows what there is to move; `g_bytes`: its gradients where the
+  // reference has none (the fused step)
   struct Factors {
-    double p = 1, g = 1, o = 1, r = 1, t = 1;
+    double p = 1, g = 1, o = 1, r = 1, t = 1, carry = 0, g_bytes = 0;
     bool usable = false;
     std::string reason;
   };
