@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
 
 #include "test_support.h"
 
@@ -165,6 +167,27 @@ TEST(Budget, PlanEstimatesWritesEveryConfigurationsEstimateFromTheReferenceProbe
   }
   EXPECT_EQ(measured, 8);  // as written measured again is one configuration
   EXPECT_GT(est["configurations"].size(), 100u);
+  // The table printed: a line per configuration, smallest estimated peak first, the reference
+  // probes' measurements beside their estimates.
+  const size_t head = r.output.find("est. MiB    est. ms  measured (a reference probe)\n");
+  ASSERT_NE(head, std::string::npos) << r.output;
+  std::istringstream table(r.output.substr(r.output.find('\n', head) + 1));
+  std::string line;
+  size_t lines = 0, with_measure = 0;
+  double last = 0;
+  while (std::getline(table, line) && !line.empty()) {
+    ++lines;
+    with_measure += line.find(" MiB, ") != std::string::npos;  // "62.2 MiB, 3.7 ms" measured
+    const size_t at = line.find(" @ micro ");
+    ASSERT_NE(at, std::string::npos) << line;
+    std::istringstream cols(line.substr(line.find_first_not_of("0123456789", at + 9)));
+    double mib = 0;
+    cols >> mib;
+    EXPECT_GE(mib, last) << line;
+    last = mib;
+  }
+  EXPECT_EQ(lines, est["configurations"].size());
+  EXPECT_EQ(with_measure, 8u);
   EXPECT_FALSE(fs::exists(b.lm.dir / "est-plan" / "plan.json"));  // no search
   EXPECT_FALSE(fs::exists(b.lm.dir / "est" / "summary.json"));  // no training
   r = b.run("base", "--plan-estimates --recommend");

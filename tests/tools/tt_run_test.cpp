@@ -63,6 +63,10 @@ TEST(TtRun, ModesThatCannotApplyAreRefusedNamingWhatWasGiven) {
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_HAS(r.output, "compares variants (its compare: section) and --budget plans one pipeline: add the override "
                        "'compare=~'");
+  r = run(in_source + "--plan-estimates configs/compare-topic.yaml --run-dir " + quote(dir / "e"));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "compares variants (its compare: section) and --plan-estimates plans one pipeline: add the "
+                       "override 'compare=~'");
   // the refusal named --resume, --dry-run or --compare, none of them given
   r = run(in_source + "--profile-memory --budget 10MiB configs/quickstart.yaml --run-dir " + quote(dir / "p"));
   EXPECT_EQ(r.rc, 2) << r.output;

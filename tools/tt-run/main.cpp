@@ -257,9 +257,8 @@ int tt_run(int argc, char** argv) {
   app.add_flag("--recommend", recommend,
                "print the planned settings for budgets of 0.5, 1, 2, 4, 8 and 16 GiB (probe runs; no training)");
   app.add_flag("--plan-estimates", plan_opts.estimates_only,
-               "budget planner check: only the reference probe runs, then every configuration's estimate "
-               "(estimates.json; tools/bench-planner-estimates.sh measures them)")
-      ->group("");  // hidden: for checking the planner, not for planning
+               "the budget planner's reference probe runs only, then every configuration's estimated peak and "
+               "step time (a table, and estimates.json; tools/bench-planner-estimates.sh measures them)");
   app.add_option("--probe-steps", plan_opts.probe_steps, "budget: measured steps per probe run")->capture_default_str();
   app.add_option("--max-probes", plan_opts.max_probes, "budget: probe runs per budget beyond the reference ones")
       ->capture_default_str();
@@ -474,7 +473,7 @@ int tt_run(int argc, char** argv) {
                   "SIZE, --recommend or a pipeline's trainer.memory_budget; give one of them");
     if (pipeline.has_compare && resume_dir.empty()) {
       TT_CHECK_AS(ConfigError, !planning, pipeline_file, " compares variants (its compare: section) and ",
-                  given({"--budget", "--recommend"}), " plans one pipeline: add the override 'compare=~' (quoted: the "
+                  given({"--budget", "--recommend", "--plan-estimates"}), " plans one pipeline: add the override 'compare=~' (quoted: the "
                   "shell expands ~) to plan it without the section");
       TT_CHECK_AS(ConfigError, !data_parallel || dry_run, pipeline_file, " compares variants (its compare: section), "
                   "each in a tt-run process of its own, one after another: run it without --nproc (or torchrun), or "
