@@ -342,6 +342,31 @@ TEST(Compare, AVariantWithoutPluginsKeepsThePipelinesAndAnEmptyListRemovesThem) 
   EXPECT_LT(v["kept"]["activations_bytes"].get<int64_t>(), v["none"]["activations_bytes"].get<int64_t>());
 }
 
+// A comparison keeps its variants' measurements, not their weights: --resume and --export of a
+// variant say so and how to train it (not --overwrite, which would replace the measurements),
+// and --resume of the comparison's folder says a comparison is run again, not resumed.
+TEST(Compare, AVariantKeepsNoWeightsAndResumeOrExportOfItSaysHowToTrainIt) {
+  Cmp c;
+  auto r = c.run("kept", "compare:\n  steps: 2\n  warmup_steps: 0\n  variants:\n    plain: {}\n    ckpt: {plugins: [checkpoint]}\n");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const fs::path variant = c.dir / "kept" / "ckpt";
+  EXPECT_FALSE(fs::exists(variant / "checkpoints"));
+  EXPECT_TRUE(tt::test::read_json(variant / "summary.json").contains("checkpoints_removed"));
+  const std::string tt_run = "TT_PLUGIN_PATH=" TT_TEST_MODULE_DIR " " + tt::test::tt_run_bin();
+  r = tt::test::run(tt_run + " --resume " + variant.string());
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, variant.string() + " is a variant of a comparison, which keeps its measurements, not its weights");
+  EXPECT_HAS(r.output, "to train it, run tt-run " + (variant / "pipeline.yaml").string() + " with another --run-dir");
+  EXPECT_EQ(r.output.find("--overwrite"), std::string::npos) << r.output;
+  r = tt::test::run(tt_run + " --export safetensors " + variant.string());
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, variant.string() + " is a variant of a comparison, which keeps its measurements, not its weights: "
+                       "train its pipeline");
+  r = tt::test::run(tt_run + " --resume " + (c.dir / "kept").string());
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "is a comparison's folder (compare.json), not a run: a comparison is not resumed");
+}
+
 TEST(Compare, ValidationColumnShowsEachVariantsValidationMetric) {
   Cmp c;
   auto r = c.run("val", R"(compare:
@@ -643,8 +668,10 @@ TEST(Compare, CompareOverridesChangeTheComparisonAndTheOthersEachVariant) {
 // peak RSS beside the training loop's, which the RSS column shows.
 TEST(Compare, TheTableSaysWhatItsColumnsAreAndWhatItRanOn) {
   Cmp c;
+  // two threads where the process may use two cores: the footer names the variants whose threads differ
+  const bool two = tt::usable_cores() >= 2;
   auto r = c.run("legend", "compare: {steps: 2, warmup_steps: 0, variants: {baseline: {}, checkpoint: {plugins: "
-                           "[checkpoint]}}}\n");
+                           "[checkpoint]}, two: {set: {trainer.threads: 2}}}}\n");
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_HAS(r.output, "  MiB of tensors (tt's allocator): peak, the most live at once, and its parts params..rest "
                        "(rest: backward's working memory, e.g. the blocks checkpointing re-runs, and what plugins hold "
@@ -652,7 +679,9 @@ TEST(Compare, TheTableSaysWhatItsColumnsAreAndWhatItRanOn) {
                        "process_peak_rss_bytes in compare.json); step ms: the median step after the warm-up; vs base: "
                        "the ratio to baseline\n");
   EXPECT_HAS(r.output, "  on " + tt::cpu_model() + " (" + std::to_string(tt::usable_cores()) + " cores), LibTorch " +
-                           TT_TORCH_VERSION_STRING + ", 1 thread per variant; the machine's load average ");
+                           TT_TORCH_VERSION_STRING +
+                           (two ? ", 2 threads per variant (1: baseline, checkpoint); the machine's load average "
+                                : ", 1 thread per variant; the machine's load average "));
   const json doc = tt::test::read_json(c.dir / "legend" / "compare.json");
   EXPECT_EQ(doc["machine"]["cpu"], tt::cpu_model());
   EXPECT_EQ(doc["machine"]["libtorch"], TT_TORCH_VERSION_STRING);
@@ -663,7 +692,7 @@ TEST(Compare, TheTableSaysWhatItsColumnsAreAndWhatItRanOn) {
     EXPECT_GE(doc["machine"][k].get<double>(), 0.0);
   }
   const auto rows = csv_rows(c.dir / "legend" / "compare.csv");
-  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_EQ(rows.size(), 3u);
   for (const auto& row : rows) {
     const json s = tt::test::summary_of(c.dir / "legend" / row.at("variant"));
     EXPECT_EQ(std::stoll(row.at("process_peak_rss_bytes")), s["memory"]["process_peak_rss_bytes"].get<int64_t>());

@@ -37,6 +37,16 @@ using nlohmann::json;
 
 namespace {
 
+// What a variant's summary.json says of its removed checkpoints, for --resume and --export to
+// read (core/src/train/setup.cpp, export.cpp): a comparison keeps measurements, not weights.
+void mark_weights_not_kept(const fs::path& dir) {
+  std::ifstream in(dir / "summary.json");
+  json summary = json::parse(in, nullptr, false);
+  if (summary.is_discarded() || !summary.is_object()) return;
+  summary["checkpoints_removed"] = "a variant of a comparison: its measurements are kept, not its weights";
+  write_file_atomic(dir / "summary.json", tt::json_text(summary, 2) + "\n");
+}
+
 struct Variant {
   std::string name;
   std::string file;      // the pipeline it starts from
@@ -281,8 +291,13 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   const bool load_known = load_before >= 0 && load_after >= 0;
   const int cores = usable_cores();
   int threads = 0;
-  for (const auto& r : results)
-    if (r.ok) threads = std::max(threads, r.summary.value("threads", 0));
+  std::map<int, std::vector<std::string>> by_threads;  // the variants' threads: a variant may set its own
+  for (size_t i = 0; i < results.size(); ++i)
+    if (results[i].ok) {
+      const int t = results[i].summary.value("threads", 0);
+      threads = std::max(threads, t);
+      by_threads[t].push_back(spec.variants[i].name);
+    }
   const double others = others_load(load_before, load_after, threads);
   // Runs tabulated as they are: what their summaries say they ran on (the load then is unknown).
   std::string cpu = cpu_model();
@@ -451,13 +466,30 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
                 "compressed into them): a check that the variants train alike, not a measure of what a full run "
                 "reaches\n",
                 validation.c_str(), spec.warmup + spec.steps);
-    std::printf("  on %s (%d cores), LibTorch %s, %d thread%s per variant; %s\n", cpu.c_str(), cores,
-                TT_TORCH_VERSION_STRING, threads, threads == 1 ? "" : "s",
+    // "2 threads per variant", or where variants differ, "2 threads per variant (1: t1, one-thread)"
+    std::string per_variant = std::to_string(threads) + " thread" + (threads == 1 ? "" : "s") + " per variant";
+    if (by_threads.size() > 1) {
+      std::string others_list;
+      for (const auto& [t, names] : by_threads) {
+        if (t == threads) continue;
+        std::string joined;
+        for (const auto& n : names) joined += (joined.empty() ? "" : ", ") + n;
+        others_list += (others_list.empty() ? "" : "; ") + std::to_string(t) + ": " + joined;
+      }
+      per_variant += " (" + others_list + ")";
+    }
+    std::printf("  on %s (%d cores), LibTorch %s, %s; %s\n", cpu.c_str(), cores, TT_TORCH_VERSION_STRING,
+                per_variant.c_str(),
                 load_known ? fmt::format("the machine's load average {:.2f} before, {:.2f} after", load_before,
                                          load_after).c_str()
                            : "the machine's load average unknown");
+    // A step waits for its slowest thread: with other processes on the cores, more than one thread
+    // per run makes the times uneven (a run on 2 busy cores of 2 took 15-70x a 1-thread run's steps).
     std::fputs(load_warning(others, "this comparison's",
-                            "compare again on an idle machine (--repeats N runs the variants in turn)").c_str(),
+                            threads > 1 ? "compare again on an idle machine, or with trainer.threads=1 (a step waits "
+                                          "for its slowest thread, and other processes hold threads up)"
+                                        : "compare again on an idle machine (--repeats N runs the variants in turn)")
+                   .c_str(),
                stdout);
   }
   std::ofstream(out / "compare.json") << tt::json_text(doc, 2) << "\n";
@@ -743,6 +775,7 @@ int run(const Options& o) {
         r.repeat_step_ms.push_back(r.step_ms);
         r.ok = true;
         fs::remove_all(dir / "checkpoints");  // measurements only: the weights are not kept
+        mark_weights_not_kept(dir);
       } catch (const std::exception& e) {
         r.ok = false;
         r.status = "error (no summary)";
@@ -773,7 +806,8 @@ int run(const Options& o) {
               fs::exists(out / "compare.png") ? ", compare.png (Pareto plot)" : "");
   std::fflush(stdout);  // the table before what follows on stderr, also when both go to one pipe
   if (interrupted) {
-    std::fprintf(stderr, "tt-run: the comparison was interrupted; the table holds the variants that finished\n");
+    std::fprintf(stderr, "tt-run: the comparison was interrupted; the table holds the variants that finished (a "
+                 "comparison is not resumed: run it again to measure them all)\n");
     return 130;
   }
   std::string failed;

@@ -2,12 +2,25 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "tt/checkpoint.h"
 #include "tt/error.h"
 #include "tt/weights.h"
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// A comparison's variant: its summary.json says its checkpoints were removed (compare.cpp).
+bool weights_removed(const fs::path& summary) {
+  std::ifstream in(summary);
+  const nlohmann::json s = nlohmann::json::parse(in, nullptr, false);
+  return !s.is_discarded() && s.is_object() && s.contains("checkpoints_removed");
+}
+
+}  // namespace
 
 namespace tt::export_weights {
 
@@ -22,6 +35,9 @@ int run(const Options& o) {
   fs::path from;
   if (fs::is_directory(src)) {
     const auto files = list_checkpoints(fs::is_directory(src / "checkpoints") ? src / "checkpoints" : src);
+    TT_CHECK_AS(ConfigError, !files.empty() || !weights_removed(src / "summary.json"),
+                src.string(), " is a variant of a comparison, which keeps its measurements, not its weights: train its "
+                "pipeline (tt-run ", (src / "pipeline.yaml").string(), " --run-dir DIR) to export them");
     TT_CHECK_AS(ConfigError, !files.empty(), src.string(), " has no checkpoints (checkpoints/step-*.pt) to export; "
                 "name a run directory or a checkpoint file (or train with output.export)");
     std::string failures;

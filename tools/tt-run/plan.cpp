@@ -323,7 +323,10 @@ Outcome run(const RunOptions& o) {
   const auto load_line = [&] {
     const int threads = usable_threads(static_cast<int>(p.trainer.get_int("threads")));
     return load_warning(others_load(load_before, load_average(), threads), "the probes'",
-                               "plan again on an idle machine (the peaks hold; the choice of the fastest does not)");
+                        threads > 1 ? "plan again on an idle machine, or with trainer.threads=1 (a step waits for its "
+                                      "slowest thread, and other processes hold threads up; the peaks hold, the choice "
+                                      "of the fastest does not)"
+                                    : "plan again on an idle machine (the peaks hold; the choice of the fastest does not)");
   };
   Planner* self = nullptr;
   Planner planner(dims, settings, [&](const Candidate& c) { return runner.probe(c, self->label(c)); });

@@ -43,6 +43,10 @@ void check_run_directory(const fs::path& given) {
   TT_CHECK_AS(ConfigError, !fs::is_regular_file(run_dir, ec), given.string(), " is a file: --resume takes a run's "
               "directory (the one holding its pipeline.yaml, checkpoints/ and summary.json)");
   const bool is_dir = fs::is_directory(run_dir, ec);
+  TT_CHECK_AS(ConfigError, !is_dir || !fs::exists(run_dir / "compare.json", ec), given.string(), " is a comparison's "
+              "folder (compare.json), not a run: a comparison is not resumed, and its variants keep their measurements, "
+              "not their weights; run the comparison again to measure the variants it did not (tt-run --compare with "
+              "its variants' folders tabulates those that ran)");
   const fs::path where = is_dir ? run_dir : run_dir.parent_path().empty() ? fs::path(".") : run_dir.parent_path();
   const std::string name = is_dir ? "" : run_dir.filename().string();
   // NAME-YYYYMMDD-HHMMSS (report.cpp's run directory names): another run's name is no match

@@ -313,6 +313,11 @@ void claim_run_dir(Run& run) {
                 "the run failed at step ", trained, " before its first (one is written every trainer.checkpoint_every "
                 "steps, every trainer.checkpoint_minutes unless 0, and at the end); ", again,
                 " (trainer.checkpoint_every=N keeps its progress)");
+    // A comparison's variant (tt-run's compare.cpp) keeps no weights: a new start elsewhere, not
+    // --overwrite, which would replace the comparison's measurements.
+    TT_CHECK_AS(ConfigError, !previous.contains("checkpoints_removed"), dir.string(), " is a variant of a comparison, "
+                "which keeps its measurements, not its weights (its checkpoints were removed when it ended): it cannot "
+                "continue; to train it, run tt-run ", (dir / "pipeline.yaml").string(), " with another --run-dir");
     TT_CHECK_AS(ConfigError, trained == 0, dir.string(), " holds no checkpoint, but its summary.json says it trained ",
                 trained, " step", trained == 1 ? "" : "s", " (were its checkpoints removed?): it cannot continue; ", again);
     // No summary: the process ended before it could write one (killed, or stopped by the
