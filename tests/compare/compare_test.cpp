@@ -329,6 +329,27 @@ TEST(Compare, RunDirectoriesAreTabulatedFromWhatTheyMeasured) {
   EXPECT_HAS(r.output, "no figures: a run that failed before training writes none");
 }
 
+// The variants of a repeated comparison tabulated again: each row is the median of the variant's
+// runs (NAME, NAME-r2, NAME-r3), as the comparison's row was, not its first run's.
+TEST(Compare, ARepeatedComparisonsVariantsTabulateAsTheMedianOfTheirRuns) {
+  Cmp c;
+  auto r = c.run("rep", "compare:\n  steps: 2\n  warmup_steps: 1\n  repeats: 3\n  variants:\n    plain: {}\n"
+                        "    ckpt: {plugins: [checkpoint]}\n");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  auto original = by_name(tt::test::read_json(c.dir / "rep" / "compare.json"));
+  r = tt::test::run(tt::test::tt_run_bin() + " --compare " + (c.dir / "rep" / "plain").string() + " " +
+                    (c.dir / "rep" / "ckpt").string() + " --warmup 1 --run-dir " + (c.dir / "again").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_HAS(r.output, "plain: the median of 3 runs of a repeated comparison");
+  auto again = by_name(tt::test::read_json(c.dir / "again" / "compare.json"));
+  for (const char* name : {"plain", "ckpt"}) {
+    ASSERT_EQ(again[name]["step_ms_per_run"].size(), 3u) << again[name];
+    EXPECT_EQ(again[name]["step_ms_per_run"], original[name]["step_ms_per_run"]) << name;
+    EXPECT_DOUBLE_EQ(again[name]["median_step_ms"].get<double>(), original[name]["median_step_ms"].get<double>()) << name;
+    EXPECT_EQ(again[name]["peak_tensor_bytes"], original[name]["peak_tensor_bytes"]) << name;
+  }
+}
+
 TEST(Compare, AVariantWithoutPluginsKeepsThePipelinesAndAnEmptyListRemovesThem) {
   Cmp c;
   auto r = c.run("keep", "compare:\n  steps: 2\n  warmup_steps: 0\n  variants:\n    kept: {}\n    none: {plugins: []}\n",

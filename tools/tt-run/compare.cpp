@@ -496,6 +496,18 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   pareto_plot(out, spec.variants, results);
 }
 
+// A repeated variant's row: the median run's memory, loss and validation (with an even count the
+// faster of the middle two), the median step time and the throughput at it (not the last run's).
+void fold_runs(Result& r) {
+  if (r.runs.empty()) return;
+  std::vector<size_t> order(r.runs.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return r.runs[a].step_ms < r.runs[b].step_ms; });
+  r.show(r.runs[order[(order.size() - 1) / 2]]);
+  r.step_ms = median(r.repeat_step_ms);
+  r.samples_per_s = child::samples_per_s(r.examples_per_step, r.step_ms);
+}
+
 // The results folder's name for variants named on the command line: <A>-vs-<B>-vs-<C>, then
 // "-and-N-more".
 std::string folder_name(const std::vector<Variant>& variants) {
@@ -532,12 +544,27 @@ int tabulate(const Options& o) {
                 "): rows are named by directory name; copy or link one under another name");
     spec.variants.push_back(v);
     Result r;
+    // A variant of a repeated comparison (its folder beside compare.json): its repeats are the
+    // folders NAME-r2, NAME-r3, ... beside it, and its row their median, as the comparison's was.
+    const fs::path variant = dir.filename().empty() ? dir.parent_path() : dir;
+    std::vector<fs::path> repeats = {dir};
+    if (fs::is_regular_file(variant.parent_path() / "compare.json"))
+      for (int k = 2; fs::is_regular_file(variant.parent_path() / (v.name + "-r" + std::to_string(k)) / "summary.json"); ++k)
+        repeats.push_back(variant.parent_path() / (v.name + "-r" + std::to_string(k)));
     try {
-      const child::Measured measured = child::collect(dir, spec.warmup);
-      r.runs.push_back(measured);
-      r.show(measured);
-      r.repeat_step_ms.push_back(r.step_ms);
-      r.ok = !measured.step_times_ms.empty();
+      for (const auto& run : repeats) {
+        const child::Measured measured = child::collect(run, spec.warmup);
+        r.runs.push_back(measured);
+        r.show(measured);
+        r.repeat_step_ms.push_back(r.step_ms);
+        r.ok = !measured.step_times_ms.empty();
+        if (!r.ok) break;
+      }
+      if (r.ok) fold_runs(r);
+      if (r.ok && repeats.size() > 1)
+        std::printf("%s: the median of %zu runs of a repeated comparison (%s and its -r2..-r%zu beside it), as "
+                    "the comparison's row was\n",
+                    v.name.c_str(), repeats.size(), f.c_str(), repeats.size());
       r.status = r.ok ? "ok" : "no timed step";
       if (!r.ok)
         r.reason = "it logged no step after its first " + std::to_string(spec.warmup) +
@@ -788,16 +815,7 @@ int run(const Options& o) {
     }
   }
   for (auto& r : results) {
-    if (r.ok && !r.runs.empty()) {
-      // The row: the median run's memory, loss and validation (with an even count the faster of
-      // the middle two), the median step time and the throughput at it (not the last run's).
-      std::vector<size_t> order(r.runs.size());
-      for (size_t k = 0; k < order.size(); ++k) order[k] = k;
-      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return r.runs[a].step_ms < r.runs[b].step_ms; });
-      r.show(r.runs[order[(order.size() - 1) / 2]]);
-      r.step_ms = median(r.repeat_step_ms);
-      r.samples_per_s = child::samples_per_s(r.examples_per_step, r.step_ms);
-    }
+    if (r.ok) fold_runs(r);
     if (interrupted && r.status == "not run") r.reason = "the comparison was interrupted before this variant";
   }
 
