@@ -299,6 +299,29 @@ TEST(Planner, AnOffloadsRestFollowsTheStateItMovesAndLeavingAFusedStepIsCountedO
   EXPECT_TRUE(seen);  // quant + offload @ micro 8
 }
 
+// A peak and a limit that round to the same figure ("5.58 MiB fits under 5.58 MiB") are given in
+// bytes as well.
+TEST(Planner, AWhyWhosePeakAndLimitRoundAlikeGivesTheirBytes) {
+  const std::vector<Dimension> dims = {{"quant", {{"quant", ""}}}};
+  auto probe = [](const Candidate& c) {
+    Cost x;
+    x.status = Cost::Status::Ok;
+    x.parameters = 1000000, x.gradients = 1000000, x.optimizer = c.pick[0] >= 0 ? 500000 : 2000000;
+    x.peak = x.parameters + x.gradients + x.optimizer + 1849824 / static_cast<int64_t>(9 - c.micro);
+    x.steps = {10.0 * static_cast<double>(9 - c.micro)};
+    return x;
+  };
+  tt::plan::Planner planner(dims, settings(), probe);
+  const auto plan = planner.plan(6501170);  // limit 5,851,053; as written at micro 8: 5,849,824
+  ASSERT_TRUE(plan.found) << plan.why;
+  EXPECT_EQ(plan.chosen_cost.peak, 5849824);
+  EXPECT_NE(plan.why.find("whose peak, 5.58 MiB (5849824 bytes), fits under 5.58 MiB (5851053 bytes) (the budget"),
+            std::string::npos)
+      << plan.why;
+  const auto roomy = planner.plan(8000000);
+  EXPECT_EQ(roomy.why.find(" bytes)"), std::string::npos) << roomy.why;
+}
+
 TEST(Planner, AWrongEstimateNeverLetsAConfigurationOverTheLimitBeChosen) {
   Table t;
   t.interaction = 1.6;  // ckpt-all with quant holds more than the product of their factors

@@ -387,6 +387,20 @@ Plan Planner::plan(int64_t budget, const Candidate* at_least, bool search) {
     return best;
   };
 
+  // A fit's simpler neighbours (one of its techniques fewer, its micro-batch) estimated within
+  // the slack are measured too (at most one probe per technique it has): a technique that buys
+  // nothing, in peak or time, is then left out by the choice of the simplest within noise.
+  auto measure_simpler = [&](const Candidate& fit) {
+    for (size_t d = 0; d < dims_.size(); ++d) {
+      if (fit.pick[d] < 0) continue;
+      Candidate c = fit;
+      c.pick[d] = -1;
+      double peak = 0, ms = 0;
+      estimate(c, peak, ms);
+      if (!measured(c) && peak <= prune_above) measure(c, counter);
+    }
+  };
+
   int probes_here = 0;
   if (search) {
     for (;;) {
@@ -400,6 +414,7 @@ Plan Planner::plan(int64_t budget, const Candidate* at_least, bool search) {
       measure(next->candidate, counter);
       ++probes_here;
     }
+    if (const Row* f = fastest_fit()) measure_simpler(f->candidate);
     // Close contenders, re-measured round-robin: the fastest fit first, then each simpler fit
     // whose order against it is not yet settled.
     while (probes_here < s_.max_probes) {
@@ -435,12 +450,10 @@ Plan Planner::plan(int64_t budget, const Candidate* at_least, bool search) {
     // techniques interact): the configurations estimated within the slack of the limit are
     // measured, smallest estimate first (re-estimated after each), until one fits or max_probes
     // (at least 4) more are spent; the smallest estimate at least, however far over. One that
-    // fits is the choice; otherwise the smallest peak measured is the shortfall below.
-    // The simpler configurations within it (fewer of its techniques, its micro-batch) are measured
-    // too where estimated within the slack: the choice is the simplest within noise of the fastest.
+    // fits (or a simpler neighbour of it) is the choice; otherwise the smallest peak measured is
+    // the shortfall below.
     const int allowance = std::max(4, s_.max_probes);
-    int extra = 0;
-    for (; !best && extra < allowance; ++extra) {
+    for (int extra = 0; !best && extra < allowance; ++extra) {
       for (auto& r : rows) estimate(r.candidate, r.est_peak, r.est_ms);
       const Row* smallest = nullptr;
       for (const auto& r : rows)
@@ -450,14 +463,7 @@ Plan Planner::plan(int64_t budget, const Candidate* at_least, bool search) {
       best = best_fit();
     }
     if (best) {
-      const Candidate found = best->candidate;
-      for (auto& r : rows) {
-        if (extra >= allowance) break;
-        bool within = r.candidate.micro == found.micro && !(r.candidate == found);
-        for (size_t d = 0; d < dims_.size() && within; ++d) within = r.candidate.pick[d] < 0 || r.candidate.pick[d] == found.pick[d];
-        estimate(r.candidate, r.est_peak, r.est_ms);
-        if (within && !measured(r.candidate) && r.est_peak <= prune_above) measure(r.candidate, counter), ++extra;
-      }
+      measure_simpler(best->candidate);
       best = best_fit();
     } else {
       for (const auto& r : rows) left_within_slack += !measured(r.candidate) && r.est_peak <= prune_above;
@@ -524,20 +530,23 @@ Plan Planner::plan(int64_t budget, const Candidate* at_least, bool search) {
   out.probes = counter;
   out.reference = *measured(ref_);  // with its re-measurements
 
-  const std::string lim = format_bytes(out.limit) + " (the budget " + format_bytes(budget) + " less a " +
-                          std::to_string(static_cast<int>(std::lround(s_.margin * 100))) + "% margin)";
+  // Where the peak and the limit round to the same figure ("5.58 MiB fits under 5.58 MiB"), their bytes.
+  const bool same_figure = out.found && format_bytes(out.chosen_cost.peak) == format_bytes(out.limit);
+  const auto in_bytes = [&](int64_t b) { return same_figure ? " (" + std::to_string(b) + " bytes)" : std::string(); };
+  const std::string lim = format_bytes(out.limit) + in_bytes(out.limit) + " (the budget " + format_bytes(budget) +
+                          " less a " + std::to_string(static_cast<int>(std::lround(s_.margin * 100))) + "% margin)";
   if (out.found) {
     if (!(out.chosen == fastest) && within_noise(out.chosen_cost, out.fastest_cost))
       out.why = "the simplest measured configuration within noise of the fastest that fits (" + out.fastest_label +
                 ", " + timing(out.fastest_cost) + "; this one " + timing(out.chosen_cost) + "); its peak, " +
-                format_bytes(out.chosen_cost.peak) + ", fits under " + lim;
+                format_bytes(out.chosen_cost.peak) + in_bytes(out.chosen_cost.peak) + ", fits under " + lim;
     else if (!(out.chosen == fastest))
       out.why = "a smaller budget's choice, which beats the fastest fit here (" + out.fastest_label + ", " +
                 timing(out.fastest_cost) + "; this one " + timing(out.chosen_cost) + "); its peak, " +
-                format_bytes(out.chosen_cost.peak) + ", fits under " + lim;
+                format_bytes(out.chosen_cost.peak) + in_bytes(out.chosen_cost.peak) + ", fits under " + lim;
     else
-      out.why = "the fastest measured configuration whose peak, " + format_bytes(out.chosen_cost.peak) + ", fits under " +
-                lim + " (" + timing(out.chosen_cost) + ")";
+      out.why = "the fastest measured configuration whose peak, " + format_bytes(out.chosen_cost.peak) +
+                in_bytes(out.chosen_cost.peak) + ", fits under " + lim + " (" + timing(out.chosen_cost) + ")";
     // Name what it beat: the fastest measured configuration that did not fit.
     for (const auto& r : out.rows)
       if (r.measured && r.cost.ok() && r.cost.step_ms < out.chosen_cost.step_ms && r.verdict == "over the limit") {

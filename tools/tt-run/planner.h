@@ -23,7 +23,8 @@
 //      estimates are redone after every measurement;
 //   3. prunes what cannot fit even with the estimate's slack, and measures the rest fastest
 //      estimate first, until the fastest measured fit is no slower than the next estimate
-//      (or max_probes is spent);
+//      (or max_probes is spent); then that fit's simpler neighbours (one technique fewer, its
+//      micro-batch) estimated within the slack, so that a technique that buys nothing is dropped;
 //   4. picks, among the measured configurations whose peak fits budget x (1 - margin), the
 //      fastest; among those within noise of it, the one with the fewest techniques, then the
 //      largest micro-batch ("as written" when it fits and is within noise);
