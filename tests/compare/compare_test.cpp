@@ -368,7 +368,8 @@ TEST(Compare, AVariantWithoutPluginsKeepsThePipelinesAndAnEmptyListRemovesThem) 
 // and --resume of the comparison's folder says a comparison is run again, not resumed.
 TEST(Compare, AVariantKeepsNoWeightsAndResumeOrExportOfItSaysHowToTrainIt) {
   Cmp c;
-  auto r = c.run("kept", "compare:\n  steps: 2\n  warmup_steps: 0\n  variants:\n    plain: {}\n    ckpt: {plugins: [checkpoint]}\n");
+  auto r = c.run("kept", "compare:\n  steps: 2\n  warmup_steps: 0\n  variants:\n    plain: {}\n"
+                         "    ckpt: {plugins: [checkpoint]}\n");
   ASSERT_EQ(r.rc, 0) << r.output;
   const fs::path variant = c.dir / "kept" / "ckpt";
   EXPECT_FALSE(fs::exists(variant / "checkpoints"));

@@ -548,9 +548,9 @@ int tabulate(const Options& o) {
     // folders NAME-r2, NAME-r3, ... beside it, and its row their median, as the comparison's was.
     const fs::path variant = dir.filename().empty() ? dir.parent_path() : dir;
     std::vector<fs::path> repeats = {dir};
+    const auto repeat = [&](int k) { return variant.parent_path() / (v.name + "-r" + std::to_string(k)); };
     if (fs::is_regular_file(variant.parent_path() / "compare.json"))
-      for (int k = 2; fs::is_regular_file(variant.parent_path() / (v.name + "-r" + std::to_string(k)) / "summary.json"); ++k)
-        repeats.push_back(variant.parent_path() / (v.name + "-r" + std::to_string(k)));
+      for (int k = 2; fs::is_regular_file(repeat(k) / "summary.json"); ++k) repeats.push_back(repeat(k));
     try {
       for (const auto& run : repeats) {
         const child::Measured measured = child::collect(run, spec.warmup);

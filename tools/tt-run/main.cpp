@@ -473,8 +473,9 @@ int tt_run(int argc, char** argv) {
                   "SIZE, --recommend or a pipeline's trainer.memory_budget; give one of them");
     if (pipeline.has_compare && resume_dir.empty()) {
       TT_CHECK_AS(ConfigError, !planning, pipeline_file, " compares variants (its compare: section) and ",
-                  given({"--budget", "--recommend", "--plan-estimates"}), " plans one pipeline: add the override 'compare=~' (quoted: the "
-                  "shell expands ~) to plan it without the section");
+                  given({"--budget", "--recommend", "--plan-estimates"}),
+                  " plans one pipeline: add the override 'compare=~' (quoted: the shell expands ~) to plan it without "
+                  "the section");
       TT_CHECK_AS(ConfigError, !data_parallel || dry_run, pipeline_file, " compares variants (its compare: section), "
                   "each in a tt-run process of its own, one after another: run it without --nproc (or torchrun), or "
                   "add the override 'compare=~' (quoted) to train it data-parallel without the section");

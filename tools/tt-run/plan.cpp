@@ -370,11 +370,13 @@ Outcome run(const RunOptions& o) {
     std::stable_sort(order.begin(), order.end(), [](const Row* a, const Row* b) { return a->est_peak < b->est_peak; });
     size_t w = std::string("configuration").size();
     for (const Row* r : order) w = std::max(w, r->label.size());
-    std::printf("\n  %-*s  %9s  %9s  %s\n", static_cast<int>(w), "configuration", "est. MiB", "est. ms", "measured (a reference probe)");
+    std::printf("\n  %-*s  %9s  %9s  %s\n", static_cast<int>(w), "configuration", "est. MiB", "est. ms",
+                "measured (a reference probe)");
     for (const Row* r : order) {
       std::string measured;
       if (r->measured)
-        measured = "  " + (r->cost.ok() ? format_mib(r->cost.peak) + " MiB, " + ms(r->cost.step_ms) + " ms" : std::string("did not run"));
+        measured = "  " + (r->cost.ok() ? format_mib(r->cost.peak) + " MiB, " + ms(r->cost.step_ms) + " ms"
+                                        : std::string("did not run"));
       std::printf("  %-*s  %9s  %9s%s\n", static_cast<int>(w), r->label.c_str(), format_mib(r->est_peak).c_str(),
                   ms(r->est_ms).c_str(), measured.c_str());
     }

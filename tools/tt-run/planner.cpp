@@ -558,11 +558,11 @@ Plan Planner::plan(int64_t budget, const Candidate* at_least, bool search) {
               " (" + out.smallest_label + "), is " + format_bytes(out.shortfall) + " over; raise the budget to at least " +
               format_bytes(static_cast<int64_t>(std::ceil(static_cast<double>(out.smallest_peak) / (1.0 - s_.margin)))) +
               " or make the model or batch smaller" +
-              (left_within_slack > 0
-                   ? " (" + std::to_string(left_within_slack) + " configuration" + (left_within_slack == 1 ? " was" : "s were") +
-                         " estimated within " + std::to_string(static_cast<int>(std::lround(s_.slack * 100))) +
-                         "% of the limit and not measured: raise --max-probes to measure them)"
-                   : "");
+              (left_within_slack > 0 ? " (" + std::to_string(left_within_slack) + " configuration" +
+                                           (left_within_slack == 1 ? " was" : "s were") + " estimated within " +
+                                           std::to_string(static_cast<int>(std::lround(s_.slack * 100))) +
+                                           "% of the limit and not measured: raise --max-probes to measure them)"
+                                     : "");
   } else {
     out.why = "nothing fits under " + lim + ", and no configuration ran to measure by how much";
   }
