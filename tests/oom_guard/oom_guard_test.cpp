@@ -65,6 +65,23 @@ TEST(OomGuard, WithoutItTheCapIsAClearError) {
   EXPECT_NE(r.output.find("oom-guard"), std::string::npos) << r.output;
 }
 
+// Out of memory outside forward and backward (loading the batch, the optimizer step), where no
+// smaller micro-batch helps: the error says oom-guard acts in forward and backward only.
+TEST(OomGuard, OutOfMemoryOutsideForwardAndBackwardSaysWhereItActs) {
+  Lm lm;
+  auto r = lm.run("outside", "[oom-guard]", "memory_cap: 1KiB");
+  EXPECT_EQ(r.rc, 4) << r.output;
+  EXPECT_NE(r.output.find("outside forward/backward: loading the batch or the optimizer step"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("(a plugin that retries out-of-memory errors, as oom-guard does, acts in forward and "
+                          "backward only). Raise trainer.memory_cap"),
+            std::string::npos)
+      << r.output;
+  auto plain = lm.run("outside-plain", "[]", "memory_cap: 1KiB");
+  EXPECT_EQ(plain.rc, 4) << plain.output;
+  EXPECT_EQ(plain.output.find("acts in forward and backward only"), std::string::npos) << plain.output;
+}
+
 TEST(OomGuard, HalvesTheMicroBatchAndTrainsAsIfThatSizeHadBeenSet) {
   Capped c;
   auto g = c.lm.run("guarded", "[oom-guard]", "memory_cap: " + std::to_string(c.cap));
