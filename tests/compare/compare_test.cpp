@@ -306,6 +306,16 @@ TEST(Compare, RunDirectoriesAreTabulatedFromWhatTheyMeasured) {
   }
   EXPECT_LT(v["ckpt"]["peak_vs_baseline"].get<double>(), 1.0);
   EXPECT_TRUE(fs::exists(plain / "summary.json") && !fs::exists(c.dir / "table" / "plain")) << "nothing ran";
+  EXPECT_EQ(r.output.find("different models or data"), std::string::npos) << r.output;
+  // a run of another model beside them: the table says its ratios set unlike things side by side
+  r = tt::test::run(tt::test::tt_run_bin() + " -q " + (c.dir / "plain.yaml").string() +
+                    " model.d_model=64 trainer.max_steps=3 --run-dir " + (c.dir / "runs" / "wide").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  r = tt::test::run(tt::test::tt_run_bin() + " --compare " + plain.string() + " " + (c.dir / "runs" / "wide").string() +
+                    " --warmup 1 --run-dir " + (c.dir / "unlike").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_HAS(r.output, "  ! the runs are of different models or data (");
+  EXPECT_HAS(r.output, "): their ratios set unlike things side by side\n");
 
   // refusals: a run directory beside a pipeline, one without summary.json, two of one name, options that run
   fs::create_directories(c.dir / "empty");
@@ -693,7 +703,7 @@ TEST(Compare, TheTableSaysWhatItsColumnsAreAndWhatItRanOn) {
   // two threads where the process may use two cores: the footer names the variants whose threads differ
   const bool two = tt::usable_cores() >= 2;
   auto r = c.run("legend", "compare: {steps: 2, warmup_steps: 0, variants: {baseline: {}, checkpoint: {plugins: "
-                           "[checkpoint]}, two: {set: {trainer.threads: 2}}}}\n");
+                           "[checkpoint]}, two: {set: {trainer.threads: 2}}, b8: {set: {trainer.batch_size: 8}}}}\n");
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_HAS(r.output, "  MiB of tensors (tt's allocator): peak, the most live at once, and its parts params..rest "
                        "(rest: backward's working memory, e.g. the blocks checkpointing re-runs, and what plugins hold "
@@ -702,8 +712,11 @@ TEST(Compare, TheTableSaysWhatItsColumnsAreAndWhatItRanOn) {
                        "the ratio to baseline\n");
   EXPECT_HAS(r.output, "  on " + tt::cpu_model() + " (" + std::to_string(tt::usable_cores()) + " cores), LibTorch " +
                            TT_TORCH_VERSION_STRING +
-                           (two ? ", 2 threads per variant (1: baseline, checkpoint); the machine's load average "
+                           (two ? ", 2 threads per variant (1: baseline, checkpoint, b8); the machine's load average "
                                 : ", 1 thread per variant; the machine's load average "));
+  // a loss summed over the batch scales with it: the variants of another batch size are named
+  EXPECT_HAS(r.output, "  ! batch sizes differ (4: baseline, checkpoint, two; 8: b8): a loss summed over the batch");
+  EXPECT_EQ(r.output.find("different models or data"), std::string::npos) << r.output;  // variants of one pipeline
   const json doc = tt::test::read_json(c.dir / "legend" / "compare.json");
   EXPECT_EQ(doc["machine"]["cpu"], tt::cpu_model());
   EXPECT_EQ(doc["machine"]["libtorch"], TT_TORCH_VERSION_STRING);
@@ -714,7 +727,7 @@ TEST(Compare, TheTableSaysWhatItsColumnsAreAndWhatItRanOn) {
     EXPECT_GE(doc["machine"][k].get<double>(), 0.0);
   }
   const auto rows = csv_rows(c.dir / "legend" / "compare.csv");
-  ASSERT_EQ(rows.size(), 3u);
+  ASSERT_EQ(rows.size(), 4u);
   for (const auto& row : rows) {
     const json s = tt::test::summary_of(c.dir / "legend" / row.at("variant"));
     EXPECT_EQ(std::stoll(row.at("process_peak_rss_bytes")), s["memory"]["process_peak_rss_bytes"].get<int64_t>());

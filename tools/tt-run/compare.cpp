@@ -291,13 +291,38 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   const bool load_known = load_before >= 0 && load_after >= 0;
   const int cores = usable_cores();
   int threads = 0;
-  std::map<int, std::vector<std::string>> by_threads;  // the variants' threads: a variant may set its own
+  // What the variants differ in beyond their settings' intent: threads (a variant may set its own),
+  // batch sizes (a loss summed over the batch scales with it), models and data (runs tabulated).
+  std::map<std::string, std::vector<std::string>> by_threads, by_batch, by_model;
   for (size_t i = 0; i < results.size(); ++i)
     if (results[i].ok) {
-      const int t = results[i].summary.value("threads", 0);
+      const json& summary = results[i].summary;
+      const int t = summary.value("threads", 0);
       threads = std::max(threads, t);
-      by_threads[t].push_back(spec.variants[i].name);
+      by_threads[std::to_string(t)].push_back(spec.variants[i].name);
+      if (summary.contains("batch_size")) by_batch[summary["batch_size"].dump()].push_back(spec.variants[i].name);
+      if (summary.contains("model") && summary["model"].is_string())
+        by_model[summary["model"].get<std::string>()].push_back(spec.variants[i].name);
     }
+  // "256: a, b; 1024: c", leaving out the value `but` (the one the line names already)
+  const auto groups = [](const std::map<std::string, std::vector<std::string>>& by, const std::string& but) {
+    std::string text;
+    for (const auto& [value, names] : by) {
+      if (value == but) continue;
+      std::string joined;
+      for (const auto& n : names) joined += (joined.empty() ? "" : ", ") + n;
+      text += (text.empty() ? "" : "; ") + value + ": " + joined;
+    }
+    return text;
+  };
+  const auto differ_lines = [&](bool models) {  // models: runs tabulated, not variants of one pipeline
+    if (by_batch.size() > 1)
+      std::printf("  ! batch sizes differ (%s): a loss summed over the batch, as the topic model's, scales with it\n",
+                  groups(by_batch, "").c_str());
+    if (models && by_model.size() > 1)
+      std::printf("  ! the runs are of different models or data (%s): their ratios set unlike things side by side\n",
+                  groups(by_model, "").c_str());
+  };
   const double others = others_load(load_before, load_after, threads);
   // Runs tabulated as they are: what their summaries say they ran on (the load then is unknown).
   std::string cpu = cpu_model();
@@ -461,23 +486,16 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
                 validation.c_str(), spec.warmup);
     std::printf("  runs measured on %s%s\n", cpu.c_str(),
                 run_cpus.size() > 1 ? ": their times are of different machines, not comparable as ratios" : "");
+    differ_lines(true);
   } else {
     std::printf("  loss: the last finite step's training loss%s, after %d steps (trainer.max_steps: a schedule runs "
                 "compressed into them): a check that the variants train alike, not a measure of what a full run "
                 "reaches\n",
                 validation.c_str(), spec.warmup + spec.steps);
+    differ_lines(false);
     // "2 threads per variant", or where variants differ, "2 threads per variant (1: t1, one-thread)"
     std::string per_variant = std::to_string(threads) + " thread" + (threads == 1 ? "" : "s") + " per variant";
-    if (by_threads.size() > 1) {
-      std::string others_list;
-      for (const auto& [t, names] : by_threads) {
-        if (t == threads) continue;
-        std::string joined;
-        for (const auto& n : names) joined += (joined.empty() ? "" : ", ") + n;
-        others_list += (others_list.empty() ? "" : "; ") + std::to_string(t) + ": " + joined;
-      }
-      per_variant += " (" + others_list + ")";
-    }
+    if (by_threads.size() > 1) per_variant += " (" + groups(by_threads, std::to_string(threads)) + ")";
     std::printf("  on %s (%d cores), LibTorch %s, %s; %s\n", cpu.c_str(), cores, TT_TORCH_VERSION_STRING,
                 per_variant.c_str(),
                 load_known ? fmt::format("the machine's load average {:.2f} before, {:.2f} after", load_before,
