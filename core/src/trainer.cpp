@@ -269,10 +269,10 @@ struct Trainer::Impl {
       const std::string what = e.what();
       TT_FAIL_AS(OutOfMemory, "out of memory at step ", s.step + 1, " (epoch ", s.epoch, ", batch ", s.batch_in_epoch,
                  ", outside forward/backward: loading the batch or the optimizer step): ",
-                 first_line(what), held_by_plugins(s),
+                 first_line(what),
                  run.host.plugins().empty() ? "" : " (a plugin that retries out-of-memory errors, as oom-guard does, "
                                                    "acts in forward and backward only)",
-                 ". Raise trainer.memory_cap or lower trainer.batch_size.");
+                 held_by_plugins(s), ". Raise trainer.memory_cap or lower trainer.batch_size.");
     }
     progress->finish();
     run.set_capping(false);
