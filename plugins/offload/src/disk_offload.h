@@ -69,7 +69,10 @@ class DiskOffload : public torch::optim::Optimizer {
     char* begin = nullptr;
     int64_t bytes = 0;
   };
-  void move_to_file(const at::Tensor& p);  // after the parameter's first step
+  // Before a parameter's first step, where the optimizer is torch's Adam or AdamW (tt's adamw
+  // is one): its state made in the file, zeroed, as the optimizer would make it in memory.
+  void create_in_file(const at::Tensor& p);
+  void move_to_file(const at::Tensor& p);  // after the parameter's first step (other optimizers)
   void relocate_all();                     // after load
   std::shared_ptr<torch::optim::Optimizer> inner_;
   std::unique_ptr<MappedFile> file_;
