@@ -229,7 +229,7 @@ TEST(Planner, TheSmallestEstimateMeasuredWhenNothingFitsIsChosenWhereItFits) {
 }
 
 // As the topic model's adam8bit + offload: a combination that holds far less than the product of
-// its techniques' factors (offload pages in adam8bit's smaller state) is estimated over the limit,
+// its techniques' factors (offload's first step holds adam8bit's smaller state) is estimated over the limit,
 // and any technique leaves the model's fused step, so the combinations' estimated times multiply
 // that slowdown and the search's probes go elsewhere. The planner measures what is estimated
 // within the slack, smallest first, before it refuses: the refusal would be wrong.

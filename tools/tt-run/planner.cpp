@@ -195,7 +195,8 @@ void Planner::calibrate(int& counter) {
       f.o = ratio(x.optimizer, ref_cost_.optimizer);
       if (ref_cost_.gradients == 0) f.g_bytes = static_cast<double>(x.gradients);
       // What it moves out of the other components, and the rest it adds: that rise, up to the
-      // bytes moved, follows the bytes moved (offload pages in a share of the state it moves).
+      // bytes moved, follows the bytes moved (offload of a state made by its first step in tensor
+      // memory, then moved: adam8bit's).
       const double moved = static_cast<double>(std::max<int64_t>(0, ref_cost_.parameters - x.parameters) +
                                                std::max<int64_t>(0, ref_cost_.gradients - x.gradients) +
                                                std::max<int64_t>(0, ref_cost_.optimizer - x.optimizer));

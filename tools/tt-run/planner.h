@@ -13,7 +13,7 @@
 //      techniques (the reference at least; one that lacks none listed before its own, as plugins
 //      act in list order) times the factors of the techniques that one lacks (per component; the
 //      rest a technique adds in proportion to what it moves out of the others, e.g. offload's
-//      paged-in state, which adam8bit makes smaller; a slowdown that every technique shares,
+//      first-step state, which adam8bit makes smaller; a slowdown that every technique shares,
 //      leaving a model's fused step, counted once), moved to its micro-batch by what the two
 //      reference runs show: the rest
 //      of the peak by a power of the micro-batch, the step time as a part that is the same at
@@ -178,7 +178,7 @@ class Planner {
   double fast_path_ = 1;
   // per dimension and alternative: factors on parameters, gradients, optimizer, rest; time;
   // `carry`: the rest a technique adds per byte it moves out of the other components (offload's
-  // paged-in state), so that it follows what there is to move; `g_bytes`: its gradients where the
+  // first-step state), so that it follows what there is to move; `g_bytes`: its gradients where the
   // reference has none (the fused step)
   struct Factors {
     double p = 1, g = 1, o = 1, r = 1, t = 1, carry = 0, g_bytes = 0;
