@@ -39,10 +39,9 @@ namespace {
 
 // What a variant's summary.json says of its removed checkpoints, for --resume and --export to
 // read (core/src/train/setup.cpp, export.cpp): a comparison keeps measurements, not weights.
-void mark_weights_not_kept(const fs::path& dir) {
-  std::ifstream in(dir / "summary.json");
-  json summary = json::parse(in, nullptr, false);
-  if (summary.is_discarded() || !summary.is_object()) return;
+// `summary`: the one child::collect read from it.
+void mark_weights_not_kept(const fs::path& dir, json summary) {
+  if (!summary.is_object()) return;
   summary["checkpoints_removed"] = "a variant of a comparison: its measurements are kept, not its weights";
   write_file_atomic(dir / "summary.json", tt::json_text(summary, 2) + "\n");
 }
@@ -820,7 +819,7 @@ int run(const Options& o) {
         r.repeat_step_ms.push_back(r.step_ms);
         r.ok = true;
         fs::remove_all(dir / "checkpoints");  // measurements only: the weights are not kept
-        mark_weights_not_kept(dir);
+        mark_weights_not_kept(dir, measured.summary);
       } catch (const std::exception& e) {
         r.ok = false;
         r.status = "error (no summary)";

@@ -207,8 +207,11 @@ torch::Tensor DiskOffload::step(LossClosure closure) {
       for (const auto& p : all[g]) {
         if (!p.grad().defined()) continue;
         groups[g].params() = {p};
-        if (regions_.find(p.unsafeGetTensorImpl()) == regions_.end()) create_in_file(p);
         auto known = regions_.find(p.unsafeGetTensorImpl());
+        if (known == regions_.end()) {
+          create_in_file(p);
+          known = regions_.find(p.unsafeGetTensorImpl());
+        }
         if (known != regions_.end()) file_->prefault(known->second.begin, known->second.bytes);
         inner_->step();
         groups[g].params().clear();
