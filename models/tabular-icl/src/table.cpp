@@ -14,6 +14,7 @@
 #include <set>
 
 #include "tt/error.h"
+#include "tt/fetch_hint.h"
 #include "tt/log.h"
 
 namespace tt::tab {
@@ -94,7 +95,8 @@ Raw read_raw(const std::string& path, const char* option) {
   TT_CHECK_AS(ConfigError, !std::filesystem::is_directory(path, ec), "tabular: ", describe_path(path), " (", option,
               ") is a directory: give the CSV file in it");
   std::ifstream in(path);
-  TT_CHECK_AS(ConfigError, in.good(), "tabular: cannot open ", describe_path(path), " (", option, "): check the path");
+  TT_CHECK_AS(ConfigError, in.good(), "tabular: cannot open ", describe_path(path), " (", option, "): check the path",
+              fetch_hint(path));
   Raw r;
   std::string line;
   int64_t n = 0;

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "tt/error.h"
+#include "tt/fetch_hint.h"
 #include "tt/text_file.h"
 #include "tt/log.h"
 
@@ -236,7 +237,7 @@ Datasets make_text(const Options& o, uint64_t) {
   const std::string path = o.get_string("path");
   const auto t = o.to<TextOptions>();
   const bool dense = dense_batches(o);
-  o.check(std::filesystem::exists(path), "path", "names no such file " + describe_path(path));
+  o.check(std::filesystem::exists(path), "path", "names no such file " + describe_path(path) + fetch_hint(path));
   TextCorpus corpus = read_text_corpus(path, t);
   if (corpus.dropped > 0)
     log().warn(

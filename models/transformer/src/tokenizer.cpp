@@ -40,6 +40,7 @@
 #include <unordered_map>
 
 #include "tt/error.h"
+#include "tt/fetch_hint.h"
 #include "tt/log.h"
 #include "tt/options.h"
 #include "tt/runtime.h"
@@ -398,7 +399,8 @@ std::vector<std::string> text_files(const std::vector<std::string>& inputs, cons
   for (const auto& input : inputs) {
     std::error_code ec;
     const auto st = fs::status(input, ec);
-    TT_CHECK_AS(ConfigError, !ec && fs::exists(st), what, ": no such file or directory ", describe_path(input));
+    TT_CHECK_AS(ConfigError, !ec && fs::exists(st), what, ": no such file or directory ", describe_path(input),
+                fetch_hint(input));
     if (!fs::is_directory(st)) {
       TT_CHECK_AS(ConfigError, fs::is_regular_file(st), what, ": not a regular file or directory: ", input);
       files.push_back(input);
