@@ -53,7 +53,7 @@ TEST(Pipeline, UnknownComponentNameIsSaidWhereItIsAndListsAvailable) {
   EXPECT_EQ(e.rfind("p.yaml:3:12: optimizer: unknown optimizer 'adamm'", 0), 0u) << e;
   EXPECT_NE(e.find("Available optimizers: adam, adamw, sgd"), std::string::npos) << e;
   // the name's own line in a map, the entry's in a list, the override that set it
-  e = error_of("model: topic\ndata: topic-synthetic\nplugins:\n  - amp\n  - {dtype: bf16, name: chekpoint}\n");
+  e = error_of("model: topic\ndata: topic-synthetic\nplugins:\n  - adam8bit\n  - {dtype: bf16, name: chekpoint}\n");
   EXPECT_EQ(e.rfind("p.yaml:5:25: plugins[1]: unknown plugin 'chekpoint'", 0), 0u) << e;
   e = error_of("model: topic\ndata: topic-synthetic\n", {"schedule.name=cosin"});
   EXPECT_EQ(e.rfind("command line 'schedule.name=cosin': schedule: unknown schedule 'cosin'", 0), 0u) << e;
@@ -396,8 +396,11 @@ TEST(Pipeline, APluginThatActsOnAPartTheModelHasNotIsRefusedWhenRead) {
                     0),
             0u)
       << e;
-  e = error_of("model: {name: topic, k: 4}\ndata: topic-synthetic\nplugins: [amp, {name: lora, r: 2}]\n");
+  e = error_of("model: {name: topic, k: 4}\ndata: topic-synthetic\nplugins: [adam8bit, {name: lora, r: 2}]\n");
   EXPECT_NE(e.find("plugins[1] (lora) acts on a model's linear, and model 'topic' has none"), std::string::npos) << e;
+  // amp: autocast casts matrix products, and the topic model's loss is tt's own float32 kernels
+  e = error_of("model: {name: topic, k: 4}\ndata: topic-synthetic\nplugins: [amp]\n");
+  EXPECT_NE(e.find("plugins[0] (amp) acts on a model's linear, and model 'topic' has none"), std::string::npos) << e;
   // tabular-icl has a block stack, attention and linear layers, and no embedding: the parts it
   // has are listed for a plugin that needs one
   EXPECT_EQ(error_of("model: {name: tabular-icl}\ndata: {name: tabular-prior}\nplugins: [checkpoint, attention, lora]\n"), "");

@@ -117,16 +117,19 @@ TEST(PlannerOffer, OptionsTheSchemaRefusesAreRefusedAtRegistration) {
 }
 
 // A plugin that acts on a part of the model the model declares it has not is not weighed: the
-// topic model is two matrices, so checkpoint (block_stack) and attention are left out, and the
-// notes say why; the others are weighed as for any model.
+// topic model is two matrices, so checkpoint (block_stack), amp (linear: the matrix products
+// autocast casts) and attention are left out, and the notes say why; the others are weighed as
+// for any model.
 TEST(PlannerOffer, APluginNeedingAPartTheModelHasNotIsNotWeighed) {
   std::vector<std::string> notes;
   const auto dims = tt::plan::offered_dimensions(
       tt::parse_pipeline("name: t\ndata: topic-synthetic\nmodel: {name: topic, k: 4}\n", "<offer test>"), notes);
   std::vector<std::string> expected;
   for (const auto& line : kCpu)
-    if (line.rfind("checkpoint:", 0) != 0 && line.rfind("attention:", 0) != 0) expected.push_back(line);
+    if (line.rfind("checkpoint:", 0) != 0 && line.rfind("amp:", 0) != 0 && line.rfind("attention:", 0) != 0)
+      expected.push_back(line);
   EXPECT_EQ(flatten(dims), expected);
   EXPECT_EQ(notes, (std::vector<std::string>{"checkpoint: acts on a model's block_stack, and model 'topic' has none",
+                                             "amp: acts on a model's linear, and model 'topic' has none",
                                              "attention: acts on a model's attention, and model 'topic' has none"}));
 }

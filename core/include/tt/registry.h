@@ -75,7 +75,7 @@ enum class Repeats { Once, Allowed };
 // (tt-run --dry-run, a comparison's variants, the planner's offers), naming both; with a model
 // that declares nothing, the plugin finds out when it starts, as before. tt's parts (a model and
 // plugin of one's own may agree on others): "block_stack" (tt::nn::BlockStack; checkpoint needs
-// it), "attention" (tt::nn::Attention; attention), "linear" (tt::nn::Linear; lora), "embedding"
+// it), "attention" (tt::nn::Attention; attention), "linear" (tt::nn::Linear; lora, amp), "embedding"
 // (tt::nn::Embedding), "output_head" (Model::output_head; losses computed from the head).
 //
 // A model may also declare what it does beyond training, for tt-run's options that use it:
