@@ -513,15 +513,15 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
   pareto_plot(out, spec.variants, results);
 }
 
-// A repeated variant's row: the median run's memory, loss and validation (with an even count the
-// faster of the middle two), the median step time and the throughput at it (not the last run's).
+// A repeated variant's row: the median run's step time, memory, loss and validation, and the
+// throughput at that step time (not the last run's). With an even count it is the faster of the
+// middle two, so that the row is one run's figures (their mean would be no run's).
 void fold_runs(Result& r) {
   if (r.runs.empty()) return;
   std::vector<size_t> order(r.runs.size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = k;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return r.runs[a].step_ms < r.runs[b].step_ms; });
   r.show(r.runs[order[(order.size() - 1) / 2]]);
-  r.step_ms = median(r.repeat_step_ms);
   r.samples_per_s = child::samples_per_s(r.examples_per_step, r.step_ms);
 }
 
