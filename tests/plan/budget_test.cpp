@@ -136,6 +136,40 @@ TEST(Budget, RecommendPrintsASettingForEachBudget) {
     EXPECT_GE(measured, 7);  // the reference, the smallest micro-batch, each technique alone
   }
   EXPECT_FALSE(fs::exists(b.lm.dir / "rec" / "summary.json"));  // no training
+  // this model is far below 0.5 GiB: the table says so and how to ask for smaller budgets
+  EXPECT_HAS(r.output, "fits the smallest budget");
+  EXPECT_HAS(r.output, "times over: --budgets ");
+}
+
+// --budgets: --recommend's budgets of one's own, in any order, each a row (as written), and
+// recommend.json's budgets in ascending order; a budget below the model's smallest peak is
+// "nothing fits" in its row. A bad list and --budgets without --recommend are refused (exit 2).
+TEST(Budget, RecommendTakesTheBudgetsGiven) {
+  Budget b;
+  const int64_t kib = b.baseline_peak / 1024;
+  const std::string big = std::to_string(2 * kib) + "KiB", tiny = "1KiB";
+  auto r = b.run("base", "--recommend --budgets " + big + "," + tiny + " --max-probes 4 --run-dir " +
+                              (b.lm.dir / "own").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_HAS(r.output, "\n  " + tiny + " ");
+  EXPECT_HAS(r.output, "\n  " + big + " ");
+  EXPECT_LT(r.output.find("\n  " + tiny + " "), r.output.find("\n  " + big + " "));  // ascending
+  EXPECT_HAS(r.output, tiny + "     nothing fits");
+  EXPECT_EQ(r.output.find("0.5 GiB"), std::string::npos) << r.output;
+  const json rec = tt::test::read_json(b.lm.dir / "own-plan" / "recommend.json");
+  ASSERT_EQ(rec["budgets"].size(), 2u);
+  EXPECT_EQ(rec["budgets"][0]["budget_bytes"].get<int64_t>(), 1024);
+  EXPECT_FALSE(rec["budgets"][0]["found"].get<bool>());
+  EXPECT_EQ(rec["budgets"][1]["budget_bytes"].get<int64_t>(), 2 * kib * 1024);
+  EXPECT_TRUE(rec["budgets"][1]["found"].get<bool>());
+
+  r = b.run("base", "--recommend --budgets 8MiB,lots");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "--budgets '8MiB,lots': ");
+  EXPECT_HAS(r.output, "(the budgets are comma-separated)");
+  r = b.run("base", "--budgets 8MiB");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_HAS(r.output, "--budgets lists --recommend's budgets: add --recommend");
 }
 
 // --plan-estimates (tools/bench-planner-estimates.sh): the reference probes only, every

@@ -9,7 +9,7 @@
 //   tt-run --compare RUN_A RUN_B ...       the table of runs that exist (--warmup)
 //   tt-run --profile-memory PIPELINE.yaml  breakdown, per-block table, tensor bytes over one step
 //   tt-run --budget 1.5GiB PIPELINE.yaml   plan the fastest plugins/micro-batch that fit, then train (plan.h)
-//   tt-run --recommend PIPELINE.yaml       the planned settings for budgets of 0.5 to 16 GiB
+//   tt-run --recommend PIPELINE.yaml       the planned settings for budgets of 0.5 to 16 GiB (or --budgets)
 //   tt-run --nproc N PIPELINE.yaml         N data-parallel workers on this machine (launch.h, tt/dist.h)
 //   tt-run --export safetensors|pt RUN     the weights of a run or checkpoint for other tools (export.h)
 //   tt-run --list                          models, datasets, plugins, optimizers, schedules
@@ -34,6 +34,7 @@
 #include <iostream>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <tuple>
 
 #include "child.h"
@@ -221,7 +222,7 @@ int tt_run(int argc, char** argv) {
   std::vector<std::string> overrides;
   bool dry_run = false, list = false, version = false, quiet = false, compare = false, profile = false;
   int cmp_steps = -1, cmp_warmup = -1, cmp_repeats = -1;
-  std::string budget_text;
+  std::string budget_text, budgets_text;
   bool recommend = false;
   tt::plan::RunOptions plan_opts;
   std::optional<std::string> sample_prompt;
@@ -255,7 +256,9 @@ int tt_run(int argc, char** argv) {
                  "plan for this much tensor memory (e.g. 1.5GiB; as trainer.memory_budget): probe runs pick the fastest "
                  "plugins and micro-batch that fit, then train under that cap with oom-guard");
   app.add_flag("--recommend", recommend,
-               "print the planned settings for budgets of 0.5, 1, 2, 4, 8 and 16 GiB (probe runs; no training)");
+               "print the planned settings for budgets of 0.5, 1, 2, 4, 8 and 16 GiB, or --budgets (probe runs; no "
+               "training)");
+  app.add_option("--budgets", budgets_text, "--recommend's budgets, comma-separated, e.g. 4MiB,8MiB,16MiB");
   app.add_flag("--plan-estimates", plan_opts.estimates_only,
                "the budget planner's reference probe runs only, then every configuration's estimated peak and "
                "step time (a table, and estimates.json; tools/bench-planner-estimates.sh measures them)");
@@ -388,6 +391,19 @@ int tt_run(int argc, char** argv) {
       return tt::compare::run(co);
     };
     const bool planning = recommend || plan_opts.estimates_only || !budget_text.empty();
+    TT_CHECK_AS(ConfigError, budgets_text.empty() || recommend, "--budgets lists --recommend's budgets: add "
+                "--recommend (or plan for one budget with --budget)");
+    if (!budgets_text.empty()) {
+      std::istringstream items(budgets_text);
+      for (std::string item; std::getline(items, item, ',');) {
+        try {
+          plan_opts.recommend_budgets.emplace_back(tt::parse_budget(item), item);
+        } catch (const tt::ConfigError& e) {
+          TT_FAIL_AS(ConfigError, "--budgets '", budgets_text, "': ", e.what(), " (the budgets are comma-separated)");
+        }
+      }
+      std::sort(plan_opts.recommend_budgets.begin(), plan_opts.recommend_budgets.end());
+    }
     if (!budget_text.empty()) {
       try {
         plan_opts.budget = tt::parse_budget(budget_text);
@@ -435,7 +451,7 @@ int tt_run(int argc, char** argv) {
                   "with ", with);
     }
     TT_CHECK_AS(ConfigError, !(recommend && !budget_text.empty()),
-                "--recommend plans for 0.5 to 16 GiB itself; leave out --budget");
+                "--recommend plans for its own budgets (0.5 to 16 GiB, or --budgets); leave out --budget");
     TT_CHECK_AS(ConfigError, !(plan_opts.estimates_only && (recommend || !budget_text.empty())),
                 "--plan-estimates only estimates, for no budget: leave out --budget and --recommend");
     const char* one_model_options =

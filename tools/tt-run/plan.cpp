@@ -386,10 +386,16 @@ Outcome run(const RunOptions& o) {
   }
 
   if (o.recommend) {
-    const std::vector<double> gib = {0.5, 1, 2, 4, 8, 16};
+    std::vector<std::pair<int64_t, std::string>> given = o.recommend_budgets;
+    if (given.empty())
+      for (double g : {0.5, 1.0, 2.0, 4.0, 8.0, 16.0}) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%g GiB", g);
+        given.emplace_back(static_cast<int64_t>(g * (1LL << 30)), b);
+      }
     json doc = {{"pipeline", o.file}, {"budgets", json::array()}};
     std::vector<int64_t> budgets;
-    for (double g : gib) budgets.push_back(static_cast<int64_t>(g * (1LL << 30)));
+    for (const auto& g : given) budgets.push_back(g.first);
     const std::vector<Plan> plans = explained([&] { return planner.recommend(budgets); });
     for (const auto& pl : plans) doc["budgets"].push_back(plan_json(pl));
     std::ofstream(dir / "recommend.json") << tt::json_text(doc, 2) << "\n";
@@ -404,8 +410,7 @@ Outcome run(const RunOptions& o) {
                 "note");
     for (size_t i = 0; i < plans.size(); ++i) {
       const Plan& pl = plans[i];
-      char b[32];
-      std::snprintf(b, sizeof b, "%g GiB", gib[i]);
+      const char* b = given[i].second.c_str();
       if (pl.found) {
         std::string note;
         if (!(pl.chosen_label == pl.fastest_label))
@@ -421,6 +426,13 @@ Outcome run(const RunOptions& o) {
       }
     }
     std::fputs(load_line().c_str(), stdout);
+    // budgets far above the pipeline as written all take it as written: say how to see more
+    if (given.front().first >= 4 * ref.peak)
+      std::printf("  (the pipeline as written, %s MiB, fits the smallest budget %d times over: --budgets %sMiB,%sMiB,%sMiB "
+                  "shows what the techniques buy below it)\n",
+                  format_mib(ref.peak).c_str(), static_cast<int>(given.front().first / std::max<int64_t>(ref.peak, 1)),
+                  format_mib(0.5 * ref.peak).c_str(), format_mib(0.75 * ref.peak).c_str(),
+                  format_mib(ref.peak).c_str());
     std::printf("\n%d probe runs; %s\n", planner.total_probes(), (dir / "recommend.json").c_str());
     return {0, ""};
   }

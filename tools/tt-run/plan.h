@@ -7,13 +7,15 @@
 //       trains planned.yaml: the chosen plugins, micro-batch, trainer.memory_cap = the budget and
 //       oom-guard as the safety net.
 //   tt-run --recommend PIPELINE.yaml
-//       the chosen settings for budgets of 0.5, 1, 2, 4, 8 and 16 GiB (recommend.json); no training.
+//       the chosen settings for budgets of 0.5, 1, 2, 4, 8 and 16 GiB, or those of --budgets
+//       (recommend.json); no training.
 //   tt-run --plan-estimates PIPELINE.yaml
 //       only the reference probes, then every configuration's estimated peak and step time
 //       (estimates.json, with each configuration's plugins list), to check the estimates against
 //       measurements (tools/bench-planner-estimates.sh); no search, no training.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "planner.h"
@@ -30,6 +32,8 @@ struct RunOptions {
   std::vector<std::string> overrides;  // key=value, applied to every probe and to the plan
   int64_t budget = 0;                  // bytes (0 with recommend)
   bool recommend = false;
+  // --budgets: recommend's budgets (bytes, as written), ascending; empty: 0.5, 1, 2, 4, 8, 16 GiB
+  std::vector<std::pair<int64_t, std::string>> recommend_budgets;
   bool estimates_only = false;         // --plan-estimates: the reference runs and every estimate, no search
   std::string out_dir;                 // default <output.dir>/<name>-plan-<time>
   int probe_steps = 3;                 // measured steps per probe, after one warm-up step
