@@ -285,8 +285,8 @@ void fetch_brown(const fs::path& dir) {
     std::fprintf(stderr, "fetch: wrote %s: %s\n", p->path.c_str(), figures(*p).c_str());
   std::fprintf(stderr, "fetch: wrote %s: %lld documents (the topic model's configs/topic-brown.yaml reads it)\n",
                docs.path.c_str(), static_cast<long long>(docs.lines));
-  std::fprintf(stderr, "fetch: train a tokenizer on it with\n  tt-data tokenizer --input %s --vocab-size 1024 --out %s\n",
-               train.path.c_str(), (dir / "brown.model").c_str());
+  std::fprintf(stderr, "fetch: train the tokenizer configs/lm-brown.yaml reads with\n  tt-data tokenizer --input %s "
+               "--vocab-size 1024 --out %s\n", train.path.c_str(), (dir / "brown-1024.model").c_str());
 }
 
 
