@@ -289,7 +289,6 @@ void fetch_brown(const fs::path& dir) {
                "--vocab-size 1024 --out %s\n", train.path.c_str(), (dir / "brown-1024.model").c_str());
 }
 
-
 // The tables scikit-learn ships (sklearn/datasets/data): a first line "ROWS,FEATURES,CLASS
 // NAMES...", then the rows, features then the class (an integer from 0). The feature names
 // are scikit-learn's (its load_* functions hold them), spaces as underscores.
@@ -329,8 +328,9 @@ struct Table {
   std::vector<std::string> classes;
 };
 
-// One of scikit-learn's tables as tt's CSV; `where` names the source in errors (exit 2 for a
-// folder the user gave, 1 for the download).
+// One of scikit-learn's tables as tt's CSV, every row checked; a table that is not as expected
+// is an error naming the file: a bad input (exit 2) in a folder the user gave (--from), a
+// changed package (exit 1) in the download.
 Table convert_table(const TableSpec& spec, const fs::path& file, bool user_folder) {
   const auto fail_unless = [&](bool ok, const std::string& what) {
     if (ok) return;
@@ -351,7 +351,6 @@ Table convert_table(const TableSpec& spec, const fs::path& file, bool user_folde
   fail_unless(next_line(), "empty");
   const auto head = split_commas(line);
   Table t;
-  t.part.path = spec.name;
   char* end = nullptr;
   fail_unless(head.size() >= 4, "its first line, '" + line + "', is not 'ROWS,FEATURES,CLASS NAMES...'");
   t.rows = std::strtoll(head[0].c_str(), &end, 10);
@@ -398,8 +397,8 @@ void fetch_tabular(const fs::path& dir, const std::string& from) {
   fs::path source = from;
   std::string origin = "the folder " + from;
   if (from.empty()) {
-    const char* const kAlternative = "; or give --from with scikit-learn's datasets/data folder (python3-sklearn "
-                                     "installs it as /usr/lib/python3/dist-packages/sklearn/datasets/data)";
+    const std::string kAlternative = std::string("; or give --from with scikit-learn's datasets/data folder "
+                                                 "(python3-sklearn installs it as /") + kSklearnData + ")";
     const fs::path log = tmp.path() / "apt.log";
     std::fprintf(stderr, "fetch: apt-get download python3-sklearn ...\n");
     const int apt = run_logged({"apt-get", "download", "python3-sklearn"}, tmp.path(), log);
