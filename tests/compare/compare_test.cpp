@@ -780,6 +780,9 @@ TEST(ProfileMemory, AModelWithAFusedStepIsProfiledOnTheUsualStepAndSaysSo) {
                          " --run-dir " + (c.dir / "tprof").string());
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_NE(r.output.find("note: model.fused_step is on"), std::string::npos) << r.output;
+  // the console shows the profile, the run's log lines (its model's report) are in its log.txt
+  EXPECT_EQ(r.output.find("] [info] "), std::string::npos) << r.output;
+  EXPECT_HAS(tt::test::read_file(c.dir / "tprof" / "log.txt"), "profile-memory: step 3 peaked at");
   const json j = tt::test::read_json(c.dir / "tprof" / "memory_profile.json");
   EXPECT_GT(j["memory"]["gradients_bytes"].get<int64_t>(), 0) << "the usual step: gradient tensors";
   auto plain = tt::test::run(tt::test::tt_run_bin() + " -q " + (c.dir / "topic.yaml").string() +

@@ -1,14 +1,17 @@
 #include "profile.h"
 
+#include <spdlog/sinks/sink.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "child.h"
 #include "tt/error.h"
+#include "tt/log.h"
 #include "tt/options.h"
 #include "tt/pipeline.h"
 #include "tt/registry.h"
@@ -66,7 +69,18 @@ int run(const Options& o) {
   // sees the usual step (gradient tensors, the optimizer's own step) instead.
   const bool fused = p.model.options.is_set("fused_step") && p.model.options.get_bool("fused_step");
   Trainer trainer(std::move(p), cfg);
-  trainer.fit();
+  {
+    // The console shows the profile (and warnings); the run's log lines go to its log.txt. A
+    // few steps' end-of-training report is not a profile's (the topic model's top terms of
+    // every topic after 3 steps).
+    struct ConsoleWarningsOnly {
+      std::shared_ptr<spdlog::sinks::sink> console = log().sinks().front();
+      spdlog::level::level_enum was = console->level();
+      ConsoleWarningsOnly() { console->set_level(spdlog::level::warn); }
+      ~ConsoleWarningsOnly() { console->set_level(was); }
+    } quiet_console;
+    trainer.fit();
+  }
   const fs::path dir = trainer.run_dir();
   TT_CHECK(fs::exists(dir / "memory_profile.json"), "profile: step ", o.step,
            " was not reached (the run has fewer steps: fewer batches than that in one epoch with trainer.epochs set?)");
