@@ -66,12 +66,16 @@ struct Result : child::Measured {
   std::string status = "not run";  // ok, refused, out of memory, error (exit N), crashed (signal N)
   std::string reason;              // why a variant was refused, or the last error line of a failed run
   bool ok = false;
-  std::vector<double> repeat_step_ms;
   // Every run's measurements (repeats); the row is the run whose step time is the median.
   std::vector<child::Measured> runs;
   std::vector<int64_t> rss_per_run() const {
     std::vector<int64_t> v;
     for (const auto& m : runs) v.push_back(m.rss);
+    return v;
+  }
+  std::vector<double> step_ms_per_run() const {
+    std::vector<double> v;
+    for (const auto& m : runs) v.push_back(m.step_ms);
     return v;
   }
   // The process's tensor peak. `peak` is the row's: the same, or where oom-guard retried after
@@ -428,7 +432,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
                 {"held", r.summary["memory"].value("held", json::array())},
                 {"median_step_ms", r.step_ms},
                 {"timed_steps", r.step_times_ms.size()},
-                {"step_ms_per_run", r.repeat_step_ms},
+                {"step_ms_per_run", r.step_ms_per_run()},
                 {"peak_rss_bytes_per_run", r.rss_per_run()},
                 {"samples_per_s", r.samples_per_s},
                 {"final_loss", r.loss},
@@ -466,7 +470,7 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
       std::printf("  ~ %s: peak RSS ranged %s..%s MiB over its %zu runs (pages of shared libraries that another "
                   "process maps too stay resident); the row is the median run's\n",
                   name, format_mib(rss->first).c_str(), format_mib(rss->second).c_str(), runs);
-    if (const auto t = spread(results[i].repeat_step_ms))
+    if (const auto t = spread(results[i].step_ms_per_run()))
       std::printf("  ~ %s: step time ranged %.1f..%.1f ms over its %zu runs; the row is the median\n", name, t->first,
                   t->second, runs);
   }
@@ -573,7 +577,6 @@ int tabulate(const Options& o) {
         const child::Measured measured = child::collect(run, spec.warmup);
         r.runs.push_back(measured);
         r.show(measured);
-        r.repeat_step_ms.push_back(r.step_ms);
         r.ok = !measured.step_times_ms.empty();
         if (!r.ok) break;
       }
@@ -799,7 +802,7 @@ int run(const Options& o) {
       if (r.status == "interrupted") {
         if (!o.quiet) std::printf("interrupted\n");
         interrupted = true;
-        if (!r.repeat_step_ms.empty()) {  // measured in an earlier round: those runs stand
+        if (!r.runs.empty()) {  // measured in an earlier round: those runs stand
           r.status = "ok";
           break;
         }
@@ -816,7 +819,6 @@ int run(const Options& o) {
         const child::Measured measured = child::collect(dir, spec.warmup);
         r.runs.push_back(measured);  // as measured: `peak` the process's
         r.show(measured);
-        r.repeat_step_ms.push_back(r.step_ms);
         r.ok = true;
         fs::remove_all(dir / "checkpoints");  // measurements only: the weights are not kept
         mark_weights_not_kept(dir, measured.summary);
@@ -827,7 +829,7 @@ int run(const Options& o) {
         continue;
       }
       if (!o.quiet)
-        std::printf("%.1f ms/step, peak %s MiB (%.0f s)\n", r.repeat_step_ms.back(), format_mib(r.peak).c_str(),
+        std::printf("%.1f ms/step, peak %s MiB (%.0f s)\n", r.step_ms, format_mib(r.peak).c_str(),
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
   }
