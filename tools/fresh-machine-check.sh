@@ -3,34 +3,61 @@
 # chroot (debootstrap --variant=minbase) of Debian 12 (bookworm, LibTorch 1.13) or Debian 13
 # (trixie, LibTorch 2.6), a git clone of this repository inside it, then
 #   tools/setup.sh quickstart   and   tools/setup.sh test
-# Run as root on a Debian host:  tools/fresh-machine-check.sh [--release bookworm|trixie] [--portable] [CHROOT_DIR]
-# (default CHROOT_DIR: /tmp/tt-fresh-RELEASE). Logs and timings go to CHROOT_DIR/root/fresh-*.log.
+# Run as root on a Debian host:
+#   tools/fresh-machine-check.sh [--release bookworm|trixie] [--portable | --cuda] [CHROOT_DIR]
+# (default CHROOT_DIR: /tmp/tt-fresh-RELEASE[-portable|-cuda]). Logs and timings go to
+# CHROOT_DIR/root/fresh-*.log.
 # --portable: the machine gets only a compiler, CMake, ninja and Debian's LibTorch; the other
 # dependencies come from a bundle made here (tools/portable-deps.sh fetch), and the check is
 #   tools/setup.sh --deps BUNDLE test
+# --cuda (trixie only): the same two commands with TT_TORCH=cuda, Debian 13's CUDA build of
+# LibTorch (contrib) with NCCL and the CUDA toolkit (non-free); without a GPU the CUDA tests skip.
+# Debian's nvidia-cudnn downloads cuDNN from NVIDIA when installed; where CUDNN_LIB (default
+# /usr/local/cuda/lib64/libcudnn.so.9) exists on the host, it is packaged locally in its place.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RELEASE=bookworm
-if [ "${1:-}" = "--release" ]; then
-  RELEASE="${2:?--release takes bookworm or trixie}"
-  shift 2
-fi
+PORTABLE=0
+CUDA=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --release) RELEASE="${2:?--release takes bookworm or trixie}"; shift 2 ;;
+    --portable) PORTABLE=1; shift ;;
+    --cuda) CUDA=1; shift ;;
+    -*) echo "fresh-machine-check: unknown option '$1' (--release bookworm|trixie, --portable, --cuda)" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
 case "$RELEASE" in
   bookworm|trixie) ;;
   *) echo "fresh-machine-check: --release must be bookworm (Debian 12) or trixie (Debian 13), got '$RELEASE'" >&2; exit 2 ;;
 esac
-PORTABLE=0
-if [ "${1:-}" = "--portable" ]; then
-  PORTABLE=1
-  shift
+if [ $CUDA -eq 1 ] && { [ "$RELEASE" != trixie ] || [ $PORTABLE -eq 1 ]; }; then
+  echo "fresh-machine-check: --cuda needs --release trixie (Debian 12 has no CUDA LibTorch) and not --portable" >&2
+  exit 2
 fi
 SUFFIX=""
 [ $PORTABLE -eq 1 ] && SUFFIX=-portable
+[ $CUDA -eq 1 ] && SUFFIX=-cuda
 ROOTFS="${1:-/tmp/tt-fresh-$RELEASE$SUFFIX}"
+COMPONENTS=main
+[ $CUDA -eq 1 ] && COMPONENTS=main,contrib,non-free
 
 command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap; }
 if [ ! -x "$ROOTFS/usr/bin/apt-get" ]; then
-  debootstrap --variant=minbase "$RELEASE" "$ROOTFS" http://deb.debian.org/debian
+  debootstrap --variant=minbase --components="$COMPONENTS" "$RELEASE" "$ROOTFS" http://deb.debian.org/debian
+fi
+CUDNN_LIB="${CUDNN_LIB:-/usr/local/cuda/lib64/libcudnn.so.9}"
+if [ $CUDA -eq 1 ] && [ -f "$CUDNN_LIB" ]; then
+  # a package named as Debian's downloader, holding the library it would fetch
+  pkg="$(mktemp -d)"
+  mkdir -p "$pkg/DEBIAN" "$pkg/usr/lib/x86_64-linux-gnu"
+  cp -L "$CUDNN_LIB" "$pkg/usr/lib/x86_64-linux-gnu/libcudnn.so.9"
+  printf '%s\n' "Package: nvidia-cudnn" "Version: 9.0.0.312~cuda12" "Architecture: amd64" \
+    "Maintainer: tt fresh-machine-check <root@localhost>" "Provides: libcudnn.so.9" \
+    "Description: cuDNN from $CUDNN_LIB, packaged locally in place of Debian's downloader" > "$pkg/DEBIAN/control"
+  dpkg-deb -b -Zgzip "$pkg" "$ROOTFS/root/nvidia-cudnn-local.deb" >/dev/null
+  rm -rf "$pkg"
 fi
 cp /etc/resolv.conf "$ROOTFS/etc/resolv.conf"
 mountpoint -q "$ROOTFS/proc" || mount -t proc proc "$ROOTFS/proc"
@@ -73,9 +100,10 @@ if [ $PORTABLE -eq 1 ]; then
   exit 0
 fi
 
-chroot "$ROOTFS" /bin/bash -euo pipefail -c '
+chroot "$ROOTFS" env TT_TORCH="$([ $CUDA -eq 1 ] && echo cuda || echo cpu)" /bin/bash -euo pipefail -c '
   export HOME=/root DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8
   cd /root
+  [ ! -f nvidia-cudnn-local.deb ] || dpkg -i nvidia-cudnn-local.deb >/dev/null
   # what a user needs to get the code: git
   command -v git >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends git ca-certificates; }
   rm -rf tt && git clone -q /src/tt tt && cd tt

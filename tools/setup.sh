@@ -15,7 +15,10 @@
 # LibTorch: Torch_DIR (a folder holding TorchConfig.cmake) when set; else Debian's (libtorch-dev,
 # installed when missing); with --deps, Debian's when installed, else the one inside python3's
 # PyTorch (torch.utils.cmake_prefix_path).
-# Environment: TT_BUILD_DIR (default build), TT_JOBS (default: all cores), Torch_DIR,
+# TT_TORCH=cuda takes Debian 13's CUDA build of LibTorch instead (libtorch-cuda-dev, in contrib,
+# with NCCL and the CUDA toolkit from non-free): the CUDA paths compile and link, and their tests
+# run where a GPU is present; the default is cuda where libtorch-cuda-dev is installed, else cpu.
+# Environment: TT_BUILD_DIR (default build), TT_JOBS (default: all cores), Torch_DIR, TT_TORCH,
 # TT_UNITY (default 1; 0 compiles file by file, see configure()).
 set -euo pipefail
 
@@ -30,10 +33,26 @@ if [ "${1:-}" = "--deps" ]; then
 fi
 MODE="${1:-quickstart}"
 
-TORCH_PACKAGES=(
-  libtorch-dev libopenblas0-openmp     # LibTorch (CPU); OpenBLAS or fp32 matmul is ~50x slower
-  libgloo-dev                          # c10d Gloo headers
-)
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
+TT_TORCH="${TT_TORCH:-$(installed libtorch-cuda-dev && echo cuda || echo cpu)}"
+case "$TT_TORCH" in
+  cpu)
+    TORCH_PACKAGES=(
+      libtorch-dev libopenblas0-openmp     # LibTorch (CPU); OpenBLAS or fp32 matmul is ~50x slower
+      libgloo-dev                          # c10d Gloo headers
+    )
+    TEST_PACKAGES=(python3-torch) ;;       # the tests' Python torch and numpy, with this LibTorch
+  cuda)
+    TORCH_PACKAGES=(
+      libtorch-cuda-dev libopenblas0-openmp  # Debian 13 contrib: LibTorch 2.6 built with CUDA 12.4
+      libgloo-cuda-dev libnccl-dev           # c10d Gloo and NCCL headers (non-free)
+      nvidia-cuda-toolkit                    # nvcc for adam8bit's kernels (non-free)
+    )
+    TEST_PACKAGES=(python3-torch-cuda) ;;
+  *) echo "setup: TT_TORCH=$TT_TORCH: use cpu (Debian's libtorch-dev) or cuda (Debian 13's libtorch-cuda-dev)" >&2
+     exit 2 ;;
+esac
 PACKAGES=(
   g++ cmake ninja-build ccache make
   libboost-dev libboost-filesystem-dev # Boost.DLL loads plugins
@@ -43,8 +62,6 @@ PACKAGES=(
   gnuplot-nox
 )
 [ -n "${Torch_DIR:-}" ] || PACKAGES+=("${TORCH_PACKAGES[@]}")
-# What only the tests need: files Python's torch and numpy write and read (Debian's, with its LibTorch).
-TEST_PACKAGES=(python3-torch)
 # The fuzzing harnesses (tools/fuzz.sh): clang and its libFuzzer runtime (only recommended by clang).
 FUZZ_PACKAGES=(clang libclang-rt-dev)
 CMAKE_ARGS=()
@@ -54,9 +71,7 @@ say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
 install_packages() {
   local missing=()
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
+  for p in "$@"; do installed "$p" || missing+=("$p"); done
   [ ${#missing[@]} -eq 0 ] && return 0
   say "installing ${#missing[@]} Debian packages: ${missing[*]}"
   local SUDO=()
@@ -65,7 +80,11 @@ install_packages() {
     SUDO=(sudo)
   fi
   "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" || {
+    [ "$TT_TORCH" = cpu ] || echo "setup: TT_TORCH=cuda needs Debian 13 with the contrib and non-free components in" \
+      "/etc/apt/sources.list(.d) (libtorch-cuda-dev is in contrib; nvidia-cuda-toolkit and libnccl-dev in non-free)" >&2
+    exit 1
+  }
 }
 
 # --deps: nothing is installed; the bundle's prefix and a LibTorch found here go to CMake.
