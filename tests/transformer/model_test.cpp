@@ -449,9 +449,12 @@ TEST(TransformerLM, OutputHeadGivesTheModelsLossAndGradientsAFewRowsAtATime) {
     EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-6) << "variant " << variant;
     const std::vector<at::Tensor> g = torch::autograd::grad({loss}, params);
     ASSERT_EQ(g.size(), gref.size());
+    // alike to float32 rounding of sums taken in another order (a chunk left out or counted twice
+    // would be off by a fifth): within 1e-5 of the largest entry of the parameter's gradient
     for (size_t i = 0; i < g.size(); ++i)
-      EXPECT_TRUE(torch::allclose(g[i], gref[i], 1e-5, 1e-7))
-          << "variant " << variant << ", parameter " << i << ": max |diff| " << (g[i] - gref[i]).abs().max().item<double>();
+      EXPECT_TRUE(torch::allclose(g[i], gref[i], 1e-5, 1e-5 * gref[i].abs().max().item<double>()))
+          << "variant " << variant << ", parameter " << i << ": max |diff| " << (g[i] - gref[i]).abs().max().item<double>()
+          << " of max |g| " << gref[i].abs().max().item<double>();
   }
 }
 
