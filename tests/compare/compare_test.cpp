@@ -22,6 +22,7 @@
 
 namespace {
 using nlohmann::json;
+using tt::test::csv_rows;
 namespace fs = std::filesystem;
 
 struct Cmp {
@@ -52,40 +53,6 @@ std::map<std::string, json> by_name(const json& compare) {
   return v;
 }
 
-// compare.csv as rows of header -> field (quoted fields unquoted; no field spans lines here).
-std::vector<std::map<std::string, std::string>> csv_rows(const fs::path& file) {
-  auto split = [](const std::string& line) {
-    std::vector<std::string> out(1);
-    bool quoted = false;
-    for (size_t i = 0; i < line.size(); ++i) {
-      const char ch = line[i];
-      if (ch == '"' && quoted && i + 1 < line.size() && line[i + 1] == '"') {
-        out.back() += '"';
-        ++i;
-      } else if (ch == '"') {
-        quoted = !quoted;
-      } else if (ch == ',' && !quoted) {
-        out.emplace_back();
-      } else {
-        out.back() += ch;
-      }
-    }
-    return out;
-  };
-  std::ifstream in(file);
-  std::string line;
-  std::getline(in, line);
-  const auto header = split(line);
-  std::vector<std::map<std::string, std::string>> rows;
-  while (std::getline(in, line)) {
-    const auto f = split(line);
-    EXPECT_EQ(f.size(), header.size()) << line;
-    std::map<std::string, std::string> row;
-    for (size_t i = 0; i < std::min(f.size(), header.size()); ++i) row[header[i]] = f[i];
-    rows.push_back(row);
-  }
-  return rows;
-}
 }  // namespace
 
 TEST(Compare, ACrashingVariantIsReportedWhileTheOthersComplete) {

@@ -17,7 +17,6 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -32,6 +31,7 @@
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using tt::test::checkpoint_params;
+using tt::test::csv_rows;
 using tt::test::read_file;
 using tt::test::run;
 using tt::test::summary_of;
@@ -256,29 +256,21 @@ TEST(Dist, TheTabularModelOf2RanksOfBatchBFollows1RankOfBatch2BAndPredictsAlikeI
   ASSERT_EQ(by_one.rc, 0) << by_one.output;
   EXPECT_NE(by_one.output.find("was trained by 2 processes; its model is read for use in this one"), std::string::npos)
       << by_one.output;
-  const std::string p1 = read_file(dir / "p1.csv"), p2 = read_file(dir / "p2.csv");
-  EXPECT_GT(std::count(p1.begin(), p1.end(), '\n'), 90) << p1;
+  const auto p1 = csv_rows(dir / "p1.csv"), p2 = csv_rows(dir / "p2.csv");
+  ASSERT_EQ(p1.size(), 90u) << read_file(dir / "p1.csv");
+  ASSERT_EQ(p2.size(), p1.size()) << read_file(dir / "p2.csv");
   // The same model on the same rows: the same classes, and probabilities alike to rounding (a
   // rank computes with half the threads, and a matmul's sums split over threads round apart).
-  std::istringstream r1(p1), r2(p2);
-  std::string l1, l2;
-  size_t rows = 0;
-  while (std::getline(r1, l1)) {
-    ASSERT_TRUE(std::getline(r2, l2)) << "p2.csv ends at line " << rows + 1 << "\n" << p2;
-    if (rows++ == 0) {
-      EXPECT_EQ(l1, l2) << "header";
-      continue;
+  for (size_t i = 0; i < p1.size(); ++i) {
+    ASSERT_EQ(p1[i].size(), 4u) << "p1.csv row " << i + 1 << ": p_0, p_1, p_2, predicted";
+    for (const auto& [column, value] : p1[i]) {
+      ASSERT_EQ(p2[i].count(column), 1u) << "p2.csv has no column " << column;
+      if (column == "predicted")
+        EXPECT_EQ(value, p2[i].at(column)) << "row " << i + 1 << ": the predicted class";
+      else
+        EXPECT_NEAR(std::stod(value), std::stod(p2[i].at(column)), 1e-5) << "row " << i + 1 << ", " << column;
     }
-    std::replace(l1.begin(), l1.end(), ',', ' ');
-    std::replace(l2.begin(), l2.end(), ',', ' ');
-    std::istringstream f1(l1), f2(l2);
-    std::vector<double> v1{std::istream_iterator<double>(f1), {}}, v2{std::istream_iterator<double>(f2), {}};
-    ASSERT_EQ(v1.size(), 4u) << "line " << rows << ": " << l1;
-    ASSERT_EQ(v2.size(), 4u) << "line " << rows << ": " << l2;
-    for (size_t c = 0; c < 3; ++c) EXPECT_NEAR(v1[c], v2[c], 1e-5) << "line " << rows << ", p_" << c;
-    EXPECT_EQ(v1[3], v2[3]) << "line " << rows << ": the predicted class";
   }
-  EXPECT_FALSE(std::getline(r2, l2)) << "p2.csv has more lines than p1.csv";
 }
 
 TEST(Dist, ResumeNeedsTheSameWorldSizeButAFinishedRunIsUsedInOneProcess) {

@@ -4,11 +4,13 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -337,6 +339,40 @@ RunResult TinyLm::resume_copy(const std::string& from, const std::string& to, in
     if (e.path().filename().string() > keep) fs::remove(e.path());
   fs::remove(dir / to / "summary.json");
   return tt::test::run(tt_run_bin() + " --resume " + (dir / to).string() + " -q");
+}
+
+std::vector<std::map<std::string, std::string>> csv_rows(const std::filesystem::path& file) {
+  auto split = [](const std::string& line) {
+    std::vector<std::string> out(1);
+    bool quoted = false;
+    for (size_t i = 0; i < line.size(); ++i) {
+      const char ch = line[i];
+      if (ch == '"' && quoted && i + 1 < line.size() && line[i + 1] == '"') {
+        out.back() += '"';
+        ++i;
+      } else if (ch == '"') {
+        quoted = !quoted;
+      } else if (ch == ',' && !quoted) {
+        out.emplace_back();
+      } else {
+        out.back() += ch;
+      }
+    }
+    return out;
+  };
+  std::ifstream in(file);
+  std::string line;
+  std::getline(in, line);
+  const auto header = split(line);
+  std::vector<std::map<std::string, std::string>> rows;
+  while (std::getline(in, line)) {
+    const auto f = split(line);
+    EXPECT_EQ(f.size(), header.size()) << line;
+    std::map<std::string, std::string> row;
+    for (size_t i = 0; i < std::min(f.size(), header.size()); ++i) row[header[i]] = f[i];
+    rows.push_back(row);
+  }
+  return rows;
 }
 
 }  // namespace tt::test

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -130,6 +131,11 @@ int64_t mapped_rss_kb(const std::filesystem::path& file);
 // A Python interpreter that imports `module` (python3-torch / python3-numpy), or "": the first
 // python3 on PATH may be another Python than Debian's, so /usr/bin/python3 is tried too.
 std::string python_with(const std::string& module);
+
+// A CSV file (compare.csv, --predict-out's predictions) as rows of header -> field: quoted fields
+// unquoted, no field spanning lines; a row with another number of fields than the header is a
+// test failure.
+std::vector<std::map<std::string, std::string>> csv_rows(const std::filesystem::path& file);
 
 // The per-step lines (those with a "loss") of a run's metrics.jsonl, as JSON text.
 std::vector<std::string> step_lines(const std::filesystem::path& metrics_jsonl);

@@ -68,14 +68,11 @@ struct Result : child::Measured {
   bool ok = false;
   // Every run's measurements (repeats); the row is the run whose step time is the median.
   std::vector<child::Measured> runs;
-  std::vector<int64_t> rss_per_run() const {
-    std::vector<int64_t> v;
-    for (const auto& m : runs) v.push_back(m.rss);
-    return v;
-  }
-  std::vector<double> step_ms_per_run() const {
-    std::vector<double> v;
-    for (const auto& m : runs) v.push_back(m.step_ms);
+  // One figure of every run, in order: per_run(&child::Measured::rss).
+  template <class T>
+  std::vector<T> per_run(T child::Measured::*figure) const {
+    std::vector<T> v;
+    for (const auto& m : runs) v.push_back(m.*figure);
     return v;
   }
   // The process's tensor peak. `peak` is the row's: the same, or where oom-guard retried after
@@ -432,8 +429,8 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
                 {"held", r.summary["memory"].value("held", json::array())},
                 {"median_step_ms", r.step_ms},
                 {"timed_steps", r.step_times_ms.size()},
-                {"step_ms_per_run", r.step_ms_per_run()},
-                {"peak_rss_bytes_per_run", r.rss_per_run()},
+                {"step_ms_per_run", r.per_run(&child::Measured::step_ms)},
+                {"peak_rss_bytes_per_run", r.per_run(&child::Measured::rss)},
                 {"samples_per_s", r.samples_per_s},
                 {"final_loss", r.loss},
                 {"plugins", r.summary["plugins"]},
@@ -466,11 +463,11 @@ void write_report(const fs::path& out, const Options& o, const Spec& spec, const
     if (!results[i].ok) continue;
     const char* name = spec.variants[i].name.c_str();
     const size_t runs = results[i].runs.size();
-    if (const auto rss = spread(results[i].rss_per_run()))  // it depends on what other processes map
+    if (const auto rss = spread(results[i].per_run(&child::Measured::rss)))  // it depends on what other processes map
       std::printf("  ~ %s: peak RSS ranged %s..%s MiB over its %zu runs (pages of shared libraries that another "
                   "process maps too stay resident); the row is the median run's\n",
                   name, format_mib(rss->first).c_str(), format_mib(rss->second).c_str(), runs);
-    if (const auto t = spread(results[i].step_ms_per_run()))
+    if (const auto t = spread(results[i].per_run(&child::Measured::step_ms)))
       std::printf("  ~ %s: step time ranged %.1f..%.1f ms over its %zu runs; the row is the median\n", name, t->first,
                   t->second, runs);
   }
