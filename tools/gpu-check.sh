@@ -71,6 +71,11 @@ bounded() {
   timeout -k 10 "$left" "$@"
 }
 md() { printf '%s\n' "$@" >> "$REPORT"; }
+# ctest over the build's tests, with its own Testing/ folder (logs, cost data) in a temporary
+# one: another ctest of the same build may be running (CI runs this check as one of its tests).
+CTEST_DIR="$(mktemp -d "${TMPDIR:-/tmp}/tt-gpu-check-ctest-XXXXXX")" || exit 1
+trap 'rm -rf "$CTEST_DIR"' EXIT
+printf 'subdirs("%s")\n' "$(realpath -m -- "$BUILD")" > "$CTEST_DIR/CTestTestfile.cmake"
 fence() { md '```'; cat >> "$REPORT"; md '```'; }
 
 [ -d /usr/local/cuda/bin ] && PATH="$PATH:/usr/local/cuda/bin"
@@ -150,7 +155,7 @@ CUDA_RC=""   # empty: the CUDA tests did not run in this call
 run_cuda_tests() {
   [ -z "$TESTS" ] || return 0
   say "the CUDA tests"
-  bounded ctest --test-dir "$BUILD" -R '^(Cuda\.|Adam8bitCuda\.)' --output-on-failure --timeout 900 > "$OUT/tests.log" 2>&1
+  bounded ctest --test-dir "$CTEST_DIR" -R '^(Cuda\.|Adam8bitCuda\.)' --output-on-failure --timeout 900 > "$OUT/tests.log" 2>&1
   CUDA_RC=$?
 }
 cuda_state() {
@@ -174,14 +179,13 @@ run_suite() {
   export TT_TEST_OFFLINE=1
   if [ -z "$TESTS" ]; then
     NOT_RUN+=("TtDataFetch.TabularFromDebiansPackageHoldsTheSharedTables (it downloads from Debian's package mirror)")
-    # tools.gpu_check_dry_run is this check on the CPU (RUN_SERIAL: a minute with every other
-    # job idle); what it tests is what runs here
+    # tools.gpu_check_dry_run is this check on the CPU (minutes); what it tests is what runs here
     NOT_RUN+=("tools.gpu_check_dry_run (this check's CPU dry run, which CI runs)")
-    bounded ctest --test-dir "$BUILD" -E '^(Cuda\.|Adam8bitCuda\.|tools\.gpu_check_dry_run$)' -j "$JOBS" --timeout 900 \
+    bounded ctest --test-dir "$CTEST_DIR" -E '^(Cuda\.|Adam8bitCuda\.|tools\.gpu_check_dry_run$)' -j "$JOBS" --timeout 900 \
       --output-on-failure \
       --output-junit "$OUT/tests.xml" >> "$OUT/tests.log" 2>&1
   else
-    bounded ctest --test-dir "$BUILD" -R "$TESTS" -j "$JOBS" --timeout 900 --output-on-failure \
+    bounded ctest --test-dir "$CTEST_DIR" -R "$TESTS" -j "$JOBS" --timeout 900 --output-on-failure \
       --output-junit "$OUT/tests.xml" >> "$OUT/tests.log" 2>&1
   fi
   rc=$?
