@@ -71,12 +71,12 @@ bounded() {
   timeout -k 10 "$left" "$@"
 }
 md() { printf '%s\n' "$@" >> "$REPORT"; }
+fence() { md '```'; cat >> "$REPORT"; md '```'; }
 # ctest over the build's tests, with its own Testing/ folder (logs, cost data) in a temporary
 # one: another ctest of the same build may be running (CI runs this check as one of its tests).
 CTEST_DIR="$(mktemp -d "${TMPDIR:-/tmp}/tt-gpu-check-ctest-XXXXXX")" || exit 1
 trap 'rm -rf "$CTEST_DIR"' EXIT
 printf 'subdirs("%s")\n' "$(realpath -m -- "$BUILD")" > "$CTEST_DIR/CTestTestfile.cmake"
-fence() { md '```'; cat >> "$REPORT"; md '```'; }
 
 [ -d /usr/local/cuda/bin ] && PATH="$PATH:/usr/local/cuda/bin"
 DEVICE=cuda
