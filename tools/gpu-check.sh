@@ -12,7 +12,9 @@
 #                   stage cut or skipped for time is named in the report
 #   --topic N,M,K   the topic benchmark's shape (default 100000,100000,20: tinytopics' GPU
 #                   figure is for this shape); 0 skips it
-#   --tests REGEX   only the tests matching REGEX (default: the whole suite)
+#   --tests REGEX   only the ctest entries matching REGEX (default: the whole suite); an entry
+#                   runs a GoogleTest suite ("Options.*") or one CUDA test
+#                   ("Cuda.Float32TrainingFollowsTheCpuRun")
 #   --stages LIST   which stages run after the build, comma-separated among cuda (the CUDA
 #                   tests), compare (compare-lm), suite (the other tests), topic; default all.
 #                   The build always runs (a no-op when the build folder is up to date), so a
@@ -195,14 +197,16 @@ run_suite() {
   grep -E 'tests passed|tests failed out of' "$OUT/tests.log" | fence
   if [ $rc -eq 124 ]; then
     NOT_RUN+=("the rest of the test suite (stopped at the --budget deadline)")
-    md "" "Stopped at the --budget deadline after $(grep -cE '^ *[0-9]+/[0-9]+ Test +#' "$OUT/tests.log") tests:" \
+    md "" "Stopped at the --budget deadline after $(grep -cE '^ *[0-9]+/[0-9]+ Test +#' "$OUT/tests.log") ctest entries:" \
        "$(grep -cE '^ *[0-9]+/[0-9]+ Test +#.* Passed' "$OUT/tests.log") passed," \
        "$(grep -cE '^ *[0-9]+/[0-9]+ Test +#.*\*\*\*(Failed|Exception|Timeout)' "$OUT/tests.log") failed."
   fi
   cuda_block
   if grep -qE '^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Not Run)' "$OUT/tests.log"; then
-    md "" "Failed:"
+    md "" "Failed (ctest entries; an entry runs a GoogleTest suite):"
     grep -E '^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Not Run)' "$OUT/tests.log" | fence
+    md "" "Failed tests:"
+    failed_tests '.*' | fence
   fi
   md "" "Skipped:"
   grep -E 'Test +#.*\*\*\*Skipped' "$OUT/tests.log" | sed -E 's/^ *[0-9]+\/[0-9]+ //' | sort -u | fence
@@ -212,9 +216,15 @@ run_suite() {
 # A failed test that crashes again when run alone (killed by a signal) is run a third time
 # under a debugger (gdb, or cuda-gdb, which also debugs host code) for the stack of every
 # thread; the first four go into the report.
-# The names of the tests ctest reported failed whose names match REGEX (from tests.log).
+# The GoogleTest tests that failed, whose names match REGEX, from the output of the ctest entries
+# that failed in tests.log (an entry runs a suite): those GoogleTest reported failed, and one
+# that started but neither passed nor failed before its entry's output ended (a crash, a timeout).
 failed_tests() {
-  grep -E "^\s+[0-9]+ - $1.*\(" "$OUT/tests.log" | sed -E 's/^\s+[0-9]+ - ([^ ]+) .*/\1/' | sort -u
+  awk '/^\[ RUN      \] / { run = $4; next }
+       /^\[ +(OK|SKIPPED) +\] / { run = ""; next }
+       /^\[  FAILED  \] [^ ]+\.[^ ,]+(,| \()/ { sub(/,$/, "", $4); print $4; run = ""; next }
+       /Test +#[0-9]+:|^[0-9]+% tests passed/ { if (run != "") print run; run = "" }
+       END { if (run != "") print run }' "$OUT/tests.log" | grep -E "^$1" | sort -u
 }
 crash_stacks() {
   local dbg="" name bin rc n=0
