@@ -21,8 +21,10 @@ endfunction()
 # The target's GoogleTest tests as ctest entries, listed when ctest runs (as
 # gtest_discover_tests' PRE_TEST mode does): one entry per suite, "Suite.*", with TIMEOUT for
 # one test and 60 s more per further test (times TT_TEST_TIMEOUT_SCALE); with EACH_TEST one
-# entry per test ("Suite.Test": tools/gpu-check.sh reports each CUDA test). An entry counts as
-# skipped when every test it ran skipped. The listing is cmake/TTTestDiscover.cmake.
+# entry per test ("Suite.Test": tools/gpu-check.sh reports each CUDA test), as every target
+# gets when ctest runs with TT_CTEST_EACH_TEST set (a process per test: a test that passes only
+# after another shows). An entry counts as skipped when every test it ran skipped. The listing
+# is cmake/TTTestDiscover.cmake.
 set(TT_TEST_DISCOVER_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/TTTestDiscover.cmake)
 function(tt_discover_tests target)
   cmake_parse_arguments(ARG "EACH_TEST" "TIMEOUT" "LABELS;ENVIRONMENT" ${ARGN})
@@ -35,15 +37,20 @@ function(tt_discover_tests target)
   if(ARG_EACH_TEST)
     set(_each ON)
   endif()
-  set(_list "${CMAKE_CURRENT_BINARY_DIR}/${target}_tests.cmake")
+  set(_list "${CMAKE_CURRENT_BINARY_DIR}/${target}_tests")
   set(_include "${CMAKE_CURRENT_BINARY_DIR}/${target}_include.cmake")
   file(GENERATE OUTPUT "${_include}" CONTENT
-"if(EXISTS [==[$<TARGET_FILE:${target}>]==])
-  if(NOT EXISTS [==[${_list}]==] OR [==[$<TARGET_FILE:${target}>]==] IS_NEWER_THAN [==[${_list}]==]
-     OR [==[${TT_TEST_DISCOVER_SCRIPT}]==] IS_NEWER_THAN [==[${_list}]==])
+"set(TT_EACH_TEST ${_each})
+set(_tt_list [==[${_list}.cmake]==])
+if(DEFINED ENV{TT_CTEST_EACH_TEST})
+  set(TT_EACH_TEST ON)
+  set(_tt_list [==[${_list}_each.cmake]==])
+endif()
+if(EXISTS [==[$<TARGET_FILE:${target}>]==])
+  if(NOT EXISTS \"\${_tt_list}\" OR [==[$<TARGET_FILE:${target}>]==] IS_NEWER_THAN \"\${_tt_list}\"
+     OR [==[${TT_TEST_DISCOVER_SCRIPT}]==] IS_NEWER_THAN \"\${_tt_list}\")
     set(TT_EXE [==[$<TARGET_FILE:${target}>]==])
-    set(TT_CTEST_FILE [==[${_list}]==])
-    set(TT_EACH_TEST ${_each})
+    set(TT_CTEST_FILE \"\${_tt_list}\")
     set(TT_TIMEOUT ${_timeout})
     set(TT_PER_TEST_TIMEOUT ${_per_test})
     set(TT_LABELS [==[${ARG_LABELS}]==])
@@ -51,7 +58,7 @@ function(tt_discover_tests target)
     set(TT_DISCOVERY_TIMEOUT 120)
     include([==[${TT_TEST_DISCOVER_SCRIPT}]==])
   endif()
-  include([==[${_list}]==])
+  include(\"\${_tt_list}\")
 else()
   add_test(${target}_NOT_BUILT ${target}_NOT_BUILT)
 endif()

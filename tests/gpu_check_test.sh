@@ -3,6 +3,8 @@
 # is made and unpacked, the build step finds everything built, the CUDA tests are run and
 # reported as skipped, the compare and topic benchmarks run on the CPU, and report.md says so.
 set -euo pipefail
+# the --tests expressions below name ctest entries as ctest makes them by default (a suite each)
+unset TT_CTEST_EACH_TEST
 BUILD="$1"
 SRC="$2"
 WORK="$(mktemp -d /tmp/tt-gpu-check-XXXXXX)"
